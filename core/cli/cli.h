@@ -1,0 +1,12 @@
+/* Subcommands of the `tessera` command line. Each takes argv with argv[0]
+** set to the subcommand's name and returns the process exit code:
+** 0 success, 1 runtime error, 2 usage / profile / input error. */
+#ifndef TSR_CLI_H
+#define TSR_CLI_H
+
+enum { TSR_EXIT_OK = 0, TSR_EXIT_RUNTIME = 1, TSR_EXIT_USAGE = 2 };
+
+int tsr_cli_gguf(int argc, char **argv);
+int tsr_cli_gen_model(int argc, char **argv);
+
+#endif

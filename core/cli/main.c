@@ -1,0 +1,64 @@
+/* `tessera`: one binary, one subcommand per tool. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "tessera/tessera.h"
+
+struct subcommand {
+  const char *name;
+  int (*run)(int argc, char **argv); /* NULL: arrives in a later version */
+  const char *summary;
+};
+
+static const struct subcommand g_subcommands[] = {
+    {"run", NULL, "generate text from a prompt with a profile"},
+    {"serve", NULL, "OpenAI-compatible HTTP server"},
+    {"bench", NULL, "prefill/decode tokens per second at given depths"},
+    {"perplexity", NULL, "perplexity and KL divergence against a saved base"},
+    {"logit-eq", NULL, "compare two profiles' logits on the same tokens"},
+    {"ab", NULL, "the same prompts through two profiles, side by side"},
+    {"ruler", NULL, "synthetic long-context tasks with scoring"},
+    {"convert", NULL, "Hugging Face safetensors + config -> GGUF"},
+    {"gen-model", tsr_cli_gen_model, "random weights in a real architecture's shape"},
+    {"gguf", tsr_cli_gguf, "inspect GGUF files"},
+    {"plugins", NULL, "list plugins and their capabilities"},
+    {"profile", NULL, "check a profile: composition and memory plan"},
+};
+#define N_SUBCOMMANDS (sizeof g_subcommands / sizeof g_subcommands[0])
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: tessera <command> [options]   (tessera <command> --help)\n\ncommands:\n");
+  for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+    fprintf(f, "  %-11s %s%s\n", g_subcommands[i].name, g_subcommands[i].summary,
+            g_subcommands[i].run ? "" : " [not built in this version]");
+  fprintf(f, "\nexit codes: 0 success, 1 runtime error, 2 usage or input error\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return TSR_EXIT_USAGE;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return TSR_EXIT_OK;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("tessera %s\n", tsr_version());
+    return TSR_EXIT_OK;
+  }
+  for (size_t i = 0; i < N_SUBCOMMANDS; i++) {
+    const struct subcommand *sc = &g_subcommands[i];
+    if (strcmp(argv[1], sc->name)) continue;
+    if (sc->run) return sc->run(argc - 1, argv + 1);
+    bool help = argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
+    fprintf(help ? stdout : stderr, "tessera %s: %s\nnot built in this version of tessera (%s)\n",
+            sc->name, sc->summary, tsr_version());
+    return help ? TSR_EXIT_OK : TSR_EXIT_USAGE;
+  }
+  fprintf(stderr, "tessera: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return TSR_EXIT_USAGE;
+}

@@ -1,0 +1,127 @@
+/* The CPU backend: runs a planned graph node by node on the thread pool. */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "../backend.h"
+#include "../error.h"
+#include "cpu_ops.h"
+#include "threadpool.h"
+
+struct cpu_backend {
+  struct tsr_threadpool *pool;
+  void *work;           /* n_threads slices of work_per_thread bytes */
+  size_t work_per_thread;
+};
+
+struct cpu_run {
+  struct cpu_backend *be;
+  struct tsr_graph *g;
+};
+
+static const char *cpu_name(void *ctx) {
+  (void)ctx;
+  return "cpu";
+}
+
+static bool computes(const struct tsr_tensor *t) {
+  return t->op != TSR_OP_NONE && t->op != TSR_OP_VIEW;
+}
+
+static tsr_status cpu_supports(void *ctx, const struct tsr_tensor *t) {
+  (void)ctx;
+  if (!computes(t)) return TSR_OK;
+  if (t->op < 0 || t->op >= TSR_OP_COUNT || !tsr_cpu_kernels[t->op].run)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cpu backend: no kernel for op %s (tensor '%s')",
+                         tsr_op_name(t->op), t->name);
+  if (tsr_cpu_kernels[t->op].check) {
+    tsr_status st = tsr_cpu_kernels[t->op].check(t);
+    if (st != TSR_OK) {
+      tsr_error_prefix("cpu backend, op %s, tensor '%s'", tsr_op_name(t->op), t->name);
+      return st;
+    }
+  }
+  return TSR_OK;
+}
+
+static void cpu_thread(void *arg, int ith, int nth) {
+  struct cpu_run *run = arg;
+  struct cpu_backend *be = run->be;
+  struct tsr_cpu_compute c = {
+      .ith = ith,
+      .nth = nth,
+      .work = (char *)be->work + (size_t)ith * be->work_per_thread,
+      .work_size = be->work_per_thread,
+  };
+  int n = tsr_graph_n_tensors(run->g);
+  for (int i = 0; i < n; i++) {
+    struct tsr_tensor *t = tsr_graph_tensor(run->g, i);
+    if (!computes(t)) continue;
+    tsr_cpu_kernels[t->op].run(&c, t);
+    tsr_threadpool_barrier(be->pool);
+  }
+}
+
+static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
+  struct cpu_backend *be = ctx;
+  size_t need = 0;
+  int n = tsr_graph_n_tensors(g);
+  for (int i = 0; i < n; i++) {
+    const struct tsr_tensor *t = tsr_graph_tensor(g, i);
+    if (!computes(t)) continue;
+    if (!t->data)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "cpu backend: tensor '%s' (%s) has no memory; "
+                           "plan and bind the graph first", t->name, tsr_op_name(t->op));
+    if (tsr_cpu_kernels[t->op].work) {
+      size_t w = tsr_cpu_kernels[t->op].work(t);
+      if (w > need) need = w;
+    }
+  }
+  need = (need + 63) & ~(size_t)63;
+  if (need > be->work_per_thread) {
+    size_t total;
+    if (!tsr_size_mul(need, (size_t)tsr_threadpool_size(be->pool), &total))
+      return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: scratch size overflows");
+    void *w = NULL;
+    if (posix_memalign(&w, 64, total))
+      return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of scratch",
+                           total);
+    free(be->work);
+    be->work = w;
+    be->work_per_thread = need;
+  }
+  struct cpu_run run = {be, g};
+  tsr_threadpool_run(be->pool, cpu_thread, &run);
+  return TSR_OK;
+}
+
+static void cpu_free(void *ctx) {
+  struct cpu_backend *be = ctx;
+  tsr_threadpool_free(be->pool);
+  free(be->work);
+  free(be);
+}
+
+tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out) {
+  *out = NULL;
+  if (n_threads <= 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    n_threads = cores > 0 ? (int)cores : 1;
+  }
+  struct cpu_backend *be = calloc(1, sizeof *be);
+  struct tsr_backend *b = calloc(1, sizeof *b);
+  if (be) be->pool = tsr_threadpool_new(n_threads);
+  if (!be || !b || !be->pool) {
+    if (be) tsr_threadpool_free(be->pool);
+    free(be);
+    free(b);
+    return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: cannot start %d threads", n_threads);
+  }
+  b->i = (struct tsr_backend_i){cpu_name, cpu_supports, cpu_compute, cpu_free};
+  b->context = be;
+  *out = b;
+  return TSR_OK;
+}
+
+int tsr_backend_cpu_n_threads(const struct tsr_backend *b) {
+  return tsr_threadpool_size(((const struct cpu_backend *)b->context)->pool);
+}

@@ -1,0 +1,84 @@
+/*
+** CPU kernels. Every thread of the pool calls the kernel of a node with its
+** own ith in [0, nth); the kernel computes its share and returns. A kernel
+** may ask for per-thread scratch (work) sized from the node's shapes.
+** check() runs before anything executes and rejects what the kernel cannot
+** do (an unsupported dtype, say) with a message naming the tensor.
+*/
+#ifndef TSR_CPU_OPS_H
+#define TSR_CPU_OPS_H
+
+#include "../error.h"
+#include "../tensor.h"
+
+struct tsr_cpu_compute {
+  int ith, nth;
+  void *work;        /* this thread's scratch, work_size bytes, 64-aligned */
+  size_t work_size;
+};
+
+typedef void (*tsr_cpu_kernel_fn)(const struct tsr_cpu_compute *c, struct tsr_tensor *dst);
+typedef size_t (*tsr_cpu_work_fn)(const struct tsr_tensor *dst);
+typedef tsr_status (*tsr_cpu_check_fn)(const struct tsr_tensor *dst);
+
+struct tsr_cpu_kernel {
+  tsr_cpu_kernel_fn run;
+  tsr_cpu_work_fn work;   /* NULL: no scratch */
+  tsr_cpu_check_fn check; /* NULL: builder checks suffice */
+};
+
+/* Split [0, n) into nth near-equal parts; this thread's is [*lo, *hi). */
+static inline void tsr_cpu_split(const struct tsr_cpu_compute *c, int64_t n,
+                                 int64_t *lo, int64_t *hi) {
+  int64_t per = (n + c->nth - 1) / c->nth;
+  int64_t a = per * c->ith, b = a + per;
+  *lo = a < n ? a : n;
+  *hi = b < n ? b : n;
+}
+
+/* One entry per op (core/cpu/cpu_kernels.c). */
+extern const struct tsr_cpu_kernel tsr_cpu_kernels[TSR_OP_COUNT];
+
+#define TSR_CPU_KERNEL(op) \
+  void tsr_cpu_##op(const struct tsr_cpu_compute *c, struct tsr_tensor *dst)
+
+/* ops_matmul.c */
+TSR_CPU_KERNEL(get_rows);
+TSR_CPU_KERNEL(mat_mul);
+size_t tsr_cpu_mat_mul_work(const struct tsr_tensor *dst);
+tsr_status tsr_cpu_mat_mul_check(const struct tsr_tensor *dst);
+TSR_CPU_KERNEL(mat_mul_id);
+size_t tsr_cpu_mat_mul_id_work(const struct tsr_tensor *dst);
+tsr_status tsr_cpu_get_rows_check(const struct tsr_tensor *dst);
+
+/* ops_copy.c */
+TSR_CPU_KERNEL(cpy);
+size_t tsr_cpu_cpy_work(const struct tsr_tensor *dst);
+tsr_status tsr_cpu_cpy_check(const struct tsr_tensor *dst);
+TSR_CPU_KERNEL(set_rows);
+size_t tsr_cpu_set_rows_work(const struct tsr_tensor *dst);
+tsr_status tsr_cpu_set_rows_check(const struct tsr_tensor *dst);
+TSR_CPU_KERNEL(concat);
+TSR_CPU_KERNEL(top_k);
+size_t tsr_cpu_top_k_work(const struct tsr_tensor *dst);
+TSR_CPU_KERNEL(argmax);
+
+/* ops_elementwise.c */
+TSR_CPU_KERNEL(add);
+TSR_CPU_KERNEL(mul);
+TSR_CPU_KERNEL(scale);
+TSR_CPU_KERNEL(unary);
+TSR_CPU_KERNEL(glu);
+TSR_CPU_KERNEL(softcap);
+
+/* ops_norm.c */
+TSR_CPU_KERNEL(rms_norm);
+TSR_CPU_KERNEL(l2_norm);
+TSR_CPU_KERNEL(softmax);
+TSR_CPU_KERNEL(rope);
+
+/* ops_attention.c */
+TSR_CPU_KERNEL(flash_attn);
+size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst);
+
+#endif

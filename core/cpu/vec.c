@@ -1,0 +1,112 @@
+#include "vec.h"
+
+#include "../dtype.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TSR_HAVE_AVX2_PATH 1
+
+__attribute__((target("avx2,fma"))) static float hsum256(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+__attribute__((target("avx2,fma"))) static float dot_f32_avx2(const float *x, const float *y,
+                                                               int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), a1);
+  }
+  for (; i + 8 <= n; i += 8)
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
+  float s = hsum256(_mm256_add_ps(a0, a1));
+  for (; i < n; i++) s += x[i] * y[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma,f16c"))) static float dot_f16_f32_avx2(const uint16_t *x,
+                                                                       const float *y,
+                                                                       int64_t n) {
+  __m256 a0 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 xf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+    a0 = _mm256_fmadd_ps(xf, _mm256_loadu_ps(y + i), a0);
+  }
+  float s = hsum256(a0);
+  for (; i < n; i++) s += tsr_f16_to_f32(x[i]) * y[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) static void axpy_f32_avx2(float *y, float a, const float *x,
+                                                               int64_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; i++) y[i] += a * x[i];
+}
+
+__attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, float a,
+                                                                    const uint16_t *x, int64_t n) {
+  __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 xf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, xf, _mm256_loadu_ps(y + i)));
+  }
+  for (; i < n; i++) y[i] += a * tsr_f16_to_f32(x[i]);
+}
+
+static int has_avx2(void) {
+  static int cached = -1;
+  if (cached < 0)
+    cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+  return cached;
+}
+#else
+#define TSR_HAVE_AVX2_PATH 0
+static int has_avx2(void) { return 0; }
+#endif
+
+float tsr_vec_dot_f32(const float *x, const float *y, int64_t n) {
+#if TSR_HAVE_AVX2_PATH
+  if (has_avx2()) return dot_f32_avx2(x, y, n);
+#endif
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
+  return s;
+}
+
+float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n) {
+#if TSR_HAVE_AVX2_PATH
+  if (has_avx2()) return dot_f16_f32_avx2(x, y, n);
+#endif
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i++) s += tsr_f16_to_f32(x[i]) * y[i];
+  return s;
+}
+
+void tsr_vec_axpy_f32(float *y, float a, const float *x, int64_t n) {
+#if TSR_HAVE_AVX2_PATH
+  if (has_avx2()) { axpy_f32_avx2(y, a, x, n); return; }
+#endif
+  for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
+#if TSR_HAVE_AVX2_PATH
+  if (has_avx2()) { axpy_f16_avx2(y, a, x, n); return; }
+#endif
+  for (int64_t i = 0; i < n; i++) y[i] += a * tsr_f16_to_f32(x[i]);
+}
+
+void tsr_vec_scale_f32(float *y, float a, int64_t n) {
+  for (int64_t i = 0; i < n; i++) y[i] *= a;
+}

@@ -1,0 +1,22 @@
+/*
+** Vector primitives for the CPU kernels. AVX2+FMA versions are chosen at
+** run time (the same binary runs on older x86-64); every other machine gets
+** the portable loops. Accumulation is always f32.
+*/
+#ifndef TSR_CPU_VEC_H
+#define TSR_CPU_VEC_H
+
+#include <stdint.h>
+
+/* sum_i x[i]*y[i] */
+float tsr_vec_dot_f32(const float *x, const float *y, int64_t n);
+/* sum_i f16(x[i])*y[i] */
+float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n);
+/* y[i] += a*x[i] */
+void tsr_vec_axpy_f32(float *y, float a, const float *x, int64_t n);
+/* y[i] += a*f16(x[i]) */
+void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
+/* y[i] *= a */
+void tsr_vec_scale_f32(float *y, float a, int64_t n);
+
+#endif

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Builds tessera and runs every test suite; ends with "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh || { echo "dependency install failed"; echo "0 passed, 1 failed"; exit 1; }
+builddir=${BUILDDIR:-build}
+if [ ! -d "$builddir" ]; then
+  meson setup "$builddir" >/dev/null || { echo "meson setup failed"; echo "0 passed, 1 failed"; exit 1; }
+fi
+ninja -C "$builddir" >"$builddir/build.log" 2>&1 || {
+  tail -50 "$builddir/build.log"; echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+grep -E "warning:" "$builddir/build.log" && echo "(the build has warnings)"
+meson test -C "$builddir" --print-errorlogs --num-processes 2 "$@"
+status=$?
+python3 scripts/count_tests.py "$builddir/meson-logs/testlog.json"
+count_status=$?
+[ $status -eq 0 ] && [ $count_status -eq 0 ]

@@ -124,6 +124,12 @@ struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q,
                                   struct tsr_tensor *kv_pos,
                                   const struct tsr_attn_params *p);
 
+/* A node of a plugin-registered op (core/op_registry.h): f32 output of shape
+** ne, up to TSR_MAX_SRC sources, up to TSR_MAX_OP_PARAMS-2 int params. */
+struct tsr_tensor *tsr_custom_op(struct tsr_graph *g, int32_t op_id, int n_dims, const int64_t *ne,
+                                 struct tsr_tensor *const *src, int n_src, const int32_t *params,
+                                 int n_params);
+
 /* Marks t to be kept alive to the end of the graph (read by the caller). */
 void tsr_graph_mark_output(struct tsr_tensor *t);
 

@@ -69,7 +69,7 @@ struct tsr_tensor *tsr_scale(struct tsr_graph *g, struct tsr_tensor *a, float s)
 /* x / rms(x) over dim 0, times weight w[ne0] when w is not NULL */
 struct tsr_tensor *tsr_rms_norm(struct tsr_graph *g, struct tsr_tensor *a,
                                 struct tsr_tensor *w, float eps);
-/* x / max(||x||, eps) over dim 0 */
+/* x / sqrt(sum(x^2) + eps) over dim 0, as transformers' l2norm */
 struct tsr_tensor *tsr_l2_norm(struct tsr_graph *g, struct tsr_tensor *a, float eps);
 
 struct tsr_rope_params {

@@ -1,5 +1,6 @@
 /* Graph builders: validate shapes and dtypes, append one node each. */
 #include "graph_internal.h"
+#include "op_registry.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -563,5 +564,26 @@ struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q, str
   tsr_param_set_f32(t, 1, p->softcap);
   t->op_params[2] = p->causal;
   t->op_params[3] = p->window;
+  return t;
+}
+
+struct tsr_tensor *tsr_custom_op(struct tsr_graph *g, int32_t op_id, int n_dims, const int64_t *ne,
+                                 struct tsr_tensor *const *src, int n_src, const int32_t *params,
+                                 int n_params) {
+  const char *name = tsr_op_registry_name(op_id);
+  if (!name) return fail(g, TSR_ERR_INVALID_ARG, "custom op: no op registered with id %d", op_id);
+  if (n_src < 0 || n_src > TSR_MAX_SRC || n_params < 0 || n_params > TSR_MAX_OP_PARAMS - 2 ||
+      n_dims < 1 || n_dims > 4)
+    return fail(g, TSR_ERR_INVALID_ARG, "custom op %s: %d sources, %d params, %d dims", name,
+                n_src, n_params, n_dims);
+  if (!srcs_ok(g, name, n_src, src)) return NULL;
+  int64_t full[4] = {1, 1, 1, 1};
+  for (int i = 0; i < n_dims; i++) full[i] = ne[i];
+  struct tsr_tensor *t = node(g, TSR_OP_CUSTOM, TSR_F32, full[0], full[1], full[2], full[3]);
+  if (!t) return NULL;
+  for (int i = 0; i < n_src; i++) t->src[i] = src[i];
+  t->op_params[0] = op_id;
+  t->op_params[1] = n_params;
+  for (int i = 0; i < n_params; i++) t->op_params[2 + i] = params[i];
   return t;
 }

@@ -69,7 +69,7 @@ const char *tsr_op_name(enum tsr_op op) {
       [TSR_OP_SOFTCAP] = "softcap",   [TSR_OP_CONCAT] = "concat",
       [TSR_OP_CPY] = "cpy",           [TSR_OP_SET_ROWS] = "set_rows",
       [TSR_OP_TOP_K] = "top_k",       [TSR_OP_ARGMAX] = "argmax",
-      [TSR_OP_FLASH_ATTN] = "flash_attn",
+      [TSR_OP_FLASH_ATTN] = "flash_attn", [TSR_OP_CUSTOM] = "custom",
   };
   return (op >= 0 && op < TSR_OP_COUNT && names[op]) ? names[op] : "invalid";
 }

@@ -43,6 +43,7 @@ enum tsr_op {
   TSR_OP_TOP_K,
   TSR_OP_ARGMAX,
   TSR_OP_FLASH_ATTN,
+  TSR_OP_CUSTOM, /* an op a plugin registered (core/op_registry.h) */
   TSR_OP_COUNT,
 };
 
@@ -69,6 +70,8 @@ enum tsr_op {
 **   FLASH_ATTN  src0 q, src1 k, src2 v, src3 mask, src4 q_pos, src5 kv_pos
 **               (last three may be NULL); f0 scale, f1 softcap, i2 causal,
 **               i3 window
+**   CUSTOM      src0..5 as given; i0 registered op id, i1 n_params,
+**               i2.. params
 ** A node with an op and view_src set writes into its view_src's bytes. */
 
 enum tsr_unary_op {

@@ -8,5 +8,7 @@ enum { TSR_EXIT_OK = 0, TSR_EXIT_RUNTIME = 1, TSR_EXIT_USAGE = 2 };
 
 int tsr_cli_gguf(int argc, char **argv);
 int tsr_cli_gen_model(int argc, char **argv);
+int tsr_cli_plugins(int argc, char **argv);
+int tsr_cli_profile(int argc, char **argv);
 
 #endif

@@ -23,8 +23,8 @@ static const struct subcommand g_subcommands[] = {
     {"convert", NULL, "Hugging Face safetensors + config -> GGUF"},
     {"gen-model", tsr_cli_gen_model, "random weights in a real architecture's shape"},
     {"gguf", tsr_cli_gguf, "inspect GGUF files"},
-    {"plugins", NULL, "list plugins and their capabilities"},
-    {"profile", NULL, "check a profile: composition and memory plan"},
+    {"plugins", tsr_cli_plugins, "list plugins and their capabilities"},
+    {"profile", tsr_cli_profile, "check a profile: composition and memory plan"},
 };
 #define N_SUBCOMMANDS (sizeof g_subcommands / sizeof g_subcommands[0])
 

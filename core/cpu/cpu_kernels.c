@@ -21,4 +21,5 @@ const struct tsr_cpu_kernel tsr_cpu_kernels[TSR_OP_COUNT] = {
     [TSR_OP_TOP_K] = {tsr_cpu_top_k, tsr_cpu_top_k_work, NULL},
     [TSR_OP_ARGMAX] = {tsr_cpu_argmax, NULL, NULL},
     [TSR_OP_FLASH_ATTN] = {tsr_cpu_flash_attn, tsr_cpu_flash_attn_work, NULL},
+    [TSR_OP_CUSTOM] = {tsr_cpu_custom, NULL, tsr_cpu_custom_check},
 };

@@ -77,6 +77,10 @@ TSR_CPU_KERNEL(l2_norm);
 TSR_CPU_KERNEL(softmax);
 TSR_CPU_KERNEL(rope);
 
+/* ops_custom.c: plugin-registered ops */
+TSR_CPU_KERNEL(custom);
+tsr_status tsr_cpu_custom_check(const struct tsr_tensor *dst);
+
 /* ops_attention.c */
 TSR_CPU_KERNEL(flash_attn);
 size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst);

@@ -1,0 +1,109 @@
+/*
+** The core's own plugin, registered through the same services table as any
+** other: the `flash` attention and the scalar KV codecs that are GGUF types.
+*/
+#include <string.h>
+
+#include "dtype.h"
+#include "error.h"
+#include "plugin_host_internal.h"
+
+/* ---- flash -------------------------------------------------------------- */
+
+static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
+                                  enum tsr_read_path *k_path, enum tsr_read_path *v_path) {
+  (void)ctx;
+  if (strcmp(layer->backend, "cpu"))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash has no kernel for backend '%s' in this "
+                         "build", layer->backend);
+  if (layer->kind == TSR_LAYER_LINEAR)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash does not run linear-attention layers");
+  const char *codecs[2] = {layer->k_codec, layer->v_codec};
+  enum tsr_read_path *paths[2] = {k_path, v_path};
+  for (int i = 0; i < 2; i++) {
+    /* f32 and f16 are read as stored; anything else is lifted to f16 first,
+    ** which the host allows only for a codec that can decode to f16 */
+    bool native = !strcmp(codecs[i], "f16") || !strcmp(codecs[i], "f32");
+    *paths[i] = native ? TSR_READ_NATIVE : TSR_READ_LIFT;
+  }
+  return TSR_OK; /* mixed pairs are fine: each side is read on its own path */
+}
+
+static struct tsr_tensor *flash_build(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                      const struct tsr_attn_call *call) {
+  (void)ctx;
+  return host->flash_attn(g, call);
+}
+
+static const struct tsr_attention_v1 g_flash = {
+    .struct_size = sizeof(struct tsr_attention_v1),
+    .name = "flash",
+    .negotiate = flash_negotiate,
+    .build = flash_build,
+    .v_skip = false,
+};
+
+/* ---- scalar codecs, straight from the dtype traits ---------------------- */
+
+static void codec_encode(void *ctx, const float *src, void *dst, int64_t n) {
+  tsr_dtype_traits((int)(intptr_t)ctx)->from_f32(src, dst, n);
+}
+
+static void codec_decode_f16(void *ctx, const void *src, uint16_t *dst, int64_t n) {
+  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)(intptr_t)ctx);
+  float tmp[256]; /* whole blocks at a time: every block size here divides 256 */
+  const int64_t step = 256;
+  for (int64_t i = 0; i < n; i += step) {
+    int64_t m = n - i < step ? n - i : step;
+    tr->to_f32((const char *)src + (size_t)(i / tr->block_size) * tr->type_size, tmp, m);
+    for (int64_t j = 0; j < m; j++) dst[i + j] = tsr_f32_to_f16(tmp[j]);
+  }
+}
+
+static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR_Q8_0,
+                                               TSR_Q5_1, TSR_Q5_0, TSR_Q4_1, TSR_Q4_0};
+#define N_CODECS (sizeof g_codec_types / sizeof g_codec_types[0])
+
+static tsr_status core_init(const struct tsr_host *host, struct tsr_plugin *self) {
+  tsr_status st = host->register_attention(self, &g_flash);
+  static struct tsr_kv_codec_v1 codecs[N_CODECS];
+  for (size_t i = 0; i < N_CODECS && st == TSR_OK; i++) {
+    const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)g_codec_types[i]);
+    codecs[i] = (struct tsr_kv_codec_v1){
+        .struct_size = sizeof(struct tsr_kv_codec_v1),
+        .name = tr->name,
+        .dtype = (int32_t)g_codec_types[i],
+        .block_size = tr->block_size,
+        .block_bytes = tr->type_size,
+        .backends = "cpu",
+        .ctx = (void *)(intptr_t)g_codec_types[i],
+        .encode_rows = codec_encode,
+        .decode_f16 = codec_decode_f16,
+    };
+    st = host->register_kv_codec(self, &codecs[i]);
+  }
+  return st;
+}
+
+static const struct tsr_plugin_iface g_core_provides[] = {
+    {TSR_IFACE_ATTENTION, 1},
+    {TSR_IFACE_KV_CODEC, 1},
+};
+
+#define TSR_STR2(x) #x
+#define TSR_STR(x) TSR_STR2(x)
+
+static const struct tsr_plugin_descriptor g_core = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_plugin_descriptor),
+    .name = "core",
+    .version = TSR_STR(TSR_VERSION_MAJOR) "." TSR_STR(TSR_VERSION_MINOR) "." TSR_STR(
+        TSR_VERSION_PATCH),
+    .description = "built-in: flash attention and the scalar KV codecs",
+    .provides = g_core_provides,
+    .n_provides = 2,
+    .init = core_init,
+};
+
+const struct tsr_plugin_descriptor *tsr_builtin_core_descriptor(void) { return &g_core; }

@@ -1,0 +1,228 @@
+#include "composition.h"
+
+#include <string.h>
+
+#include "error.h"
+
+const char *tsr_layer_kind_name(enum tsr_layer_kind kind) {
+  switch (kind) {
+  case TSR_LAYER_FULL: return "full";
+  case TSR_LAYER_SLIDING: return "sliding";
+  case TSR_LAYER_LINEAR: return "linear";
+  case TSR_LAYER_KIND_COUNT: break;
+  }
+  return "invalid";
+}
+
+int tsr_layer_kind_from_name(const char *name) {
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++)
+    if (!strcmp(name, tsr_layer_kind_name((enum tsr_layer_kind)k))) return k;
+  return -1;
+}
+
+const char *tsr_read_path_name(enum tsr_read_path path) {
+  switch (path) {
+  case TSR_READ_NONE: return "none";
+  case TSR_READ_NATIVE: return "native";
+  case TSR_READ_LIFT: return "lift to f16";
+  case TSR_READ_IN_REGISTER: return "in-register";
+  }
+  return "invalid";
+}
+
+static void owner_label(const struct tsr_plugin *p, char *buf, size_t n) {
+  snprintf(buf, n, "%s %s", tsr_plugin_name(p), tsr_plugin_version(p));
+}
+
+/* Appends layer index i to a compressed list "0-4,6,8-9". */
+static void list_add(char *list, size_t cap, int *run_start, int *run_end, int i) {
+  if (*run_start >= 0 && i == *run_end + 1) {
+    *run_end = i;
+    return;
+  }
+  size_t used = strlen(list);
+  if (*run_start >= 0 && used < cap) {
+    if (*run_end > *run_start)
+      snprintf(list + used, cap - used, "%s%d-%d", used ? "," : "", *run_start, *run_end);
+    else
+      snprintf(list + used, cap - used, "%s%d", used ? "," : "", *run_start);
+  }
+  *run_start = *run_end = i;
+}
+
+/* The codec must exist, run on the backend and, when lifted, decode to f16. */
+static tsr_status check_codec(const struct tsr_plugin_host *h, const struct tsr_layer_desc *d,
+                              const char *side, const char *name, enum tsr_read_path path,
+                              const char *attn_label) {
+  const struct tsr_plugin *owner;
+  const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(h, name, &owner);
+  if (!c) {
+    char known[512];
+    tsr_plugin_host_list_names(h, TSR_IFACE_KV_CODEC, known, sizeof known);
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d (%s): %s codec '%s' is not registered by "
+                         "any loaded plugin (registered: %s)", d->layer,
+                         tsr_layer_kind_name(d->kind), side, name, known);
+  }
+  char label[96];
+  owner_label(owner, label, sizeof label);
+  if (!strstr(c->backends, d->backend))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): %s codec %s (%s) has no %s encoder "
+                         "(it runs on: %s)", d->layer, tsr_layer_kind_name(d->kind), side, name,
+                         label, d->backend, c->backends);
+  if (path == TSR_READ_NONE)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s cannot read %s codec "
+                         "%s (%s) on %s", d->layer, tsr_layer_kind_name(d->kind), attn_label,
+                         side, name, label, d->backend);
+  if (path == TSR_READ_LIFT && !c->decode_f16)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s reads %s codec %s by "
+                         "lifting it to f16, but %s has no f16 decoder", d->layer,
+                         tsr_layer_kind_name(d->kind), attn_label, side, name, label);
+  return TSR_OK;
+}
+
+tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composition_request *r,
+                       struct tsr_composition *out) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->backend, sizeof out->backend, "%s", r->backend);
+  const struct tsr_plugin *attn_owner = NULL;
+  const struct tsr_attention_v1 *attn = tsr_plugin_host_attention(h, r->attention, &attn_owner);
+  if (!attn) {
+    char known[512];
+    tsr_plugin_host_list_names(h, TSR_IFACE_ATTENTION, known, sizeof known);
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "attention '%s' is not provided by any loaded plugin "
+                         "(available: %s)", r->attention, known);
+  }
+  char attn_label[128], owner[96];
+  owner_label(attn_owner, owner, sizeof owner);
+  snprintf(attn_label, sizeof attn_label, "%s (%s)", attn->name, owner);
+  snprintf(out->attention, sizeof out->attention, "%s", attn_label);
+
+  if (r->n_policies > TSR_COMPOSE_MAX_POLICIES)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%d decode policies (at most %d)", r->n_policies,
+                         TSR_COMPOSE_MAX_POLICIES);
+  const struct tsr_decode_policy_v1 *policies[TSR_COMPOSE_MAX_POLICIES];
+  size_t used = 0;
+  for (int i = 0; i < r->n_policies; i++) {
+    const struct tsr_plugin *p_owner;
+    policies[i] = tsr_plugin_host_decode_policy(h, r->policies[i], &p_owner);
+    if (!policies[i]) {
+      char known[512];
+      tsr_plugin_host_list_names(h, TSR_IFACE_DECODE_POLICY, known, sizeof known);
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "decode policy '%s' is not provided by any loaded "
+                           "plugin (available: %s)", r->policies[i], known);
+    }
+    owner_label(p_owner, owner, sizeof owner);
+    used += (size_t)snprintf(out->policies + used, sizeof out->policies - used, "%s%s (%s)",
+                             i ? ", " : "", r->policies[i], owner);
+    if (used >= sizeof out->policies) used = sizeof out->policies - 1;
+  }
+  if (!r->n_policies) snprintf(out->policies, sizeof out->policies, "none");
+
+  snprintf(out->speculator, sizeof out->speculator, "none");
+  if (r->speculator) {
+    const struct tsr_plugin *s_owner;
+    const struct tsr_speculator_v1 *spec = tsr_plugin_host_speculator(h, r->speculator, &s_owner);
+    if (!spec) {
+      char known[512];
+      tsr_plugin_host_list_names(h, TSR_IFACE_SPECULATOR, known, sizeof known);
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "speculator '%s' is not provided by any loaded "
+                           "plugin (available: %s)", r->speculator, known);
+    }
+    owner_label(s_owner, owner, sizeof owner);
+    if (spec->negotiate) {
+      tsr_status st = spec->negotiate(spec->ctx, tsr_plugin_host_services(), r->model);
+      if (st != TSR_OK) {
+        tsr_error_prefix("speculator %s (%s) cannot run on this model", spec->name, owner);
+        return st;
+      }
+    }
+    snprintf(out->speculator, sizeof out->speculator, "%s (%s)", spec->name, owner);
+  }
+
+  int run_start[TSR_LAYER_KIND_COUNT], run_end[TSR_LAYER_KIND_COUNT];
+  struct tsr_composition_group *by_kind[TSR_LAYER_KIND_COUNT] = {0};
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) run_start[k] = run_end[k] = -1;
+
+  for (int i = 0; i < r->n_layers; i++) {
+    const struct tsr_arch_layer *l = &r->layers[i];
+    if (l->kind < 0 || l->kind >= TSR_LAYER_KIND_COUNT)
+      return tsr_error_set(TSR_ERR_INTERNAL, "layer %d has invalid kind %d", i, (int)l->kind);
+    struct tsr_composition_group *g = by_kind[l->kind];
+    if (!g) {
+      g = by_kind[l->kind] = &out->groups[out->n_groups++];
+      g->kind = l->kind;
+      g->first = *l;
+      g->uniform_heads = true;
+    }
+    g->n_layers++;
+    list_add(g->layer_list, sizeof g->layer_list, &run_start[l->kind], &run_end[l->kind], i);
+    if (l->n_head != g->first.n_head || l->n_head_kv != g->first.n_head_kv ||
+        l->head_dim_k != g->first.head_dim_k || l->head_dim_v != g->first.head_dim_v ||
+        l->window != g->first.window)
+      g->uniform_heads = false;
+    if (l->kind == TSR_LAYER_LINEAR) continue; /* recurrent state: no KV, no attention */
+
+    const char *kc = r->k_codec[l->kind] ? r->k_codec[l->kind] : "f16";
+    const char *vc = r->v_codec[l->kind] ? r->v_codec[l->kind] : "f16";
+    struct tsr_layer_desc d = {
+        .struct_size = sizeof d, .layer = i, .kind = l->kind, .n_head = l->n_head,
+        .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
+        .window = l->window, .k_codec = kc, .v_codec = vc, .backend = r->backend};
+    enum tsr_read_path kp = TSR_READ_NONE, vp = TSR_READ_NONE;
+    tsr_status st = attn->negotiate(attn->ctx, &d, &kp, &vp);
+    if (st != TSR_OK) {
+      tsr_error_prefix("layer %d (%s, K %s, V %s): attention %s refused", i,
+                       tsr_layer_kind_name(l->kind), kc, vc, attn_label);
+      return st;
+    }
+    if ((st = check_codec(h, &d, "K", kc, kp, attn_label)) != TSR_OK) return st;
+    if ((st = check_codec(h, &d, "V", vc, vp, attn_label)) != TSR_OK) return st;
+    if (g->n_layers == 1) {
+      snprintf(g->k_codec, sizeof g->k_codec, "%s", kc);
+      snprintf(g->v_codec, sizeof g->v_codec, "%s", vc);
+      g->k_path = kp;
+      g->v_path = vp;
+    } else if (kp != g->k_path || vp != g->v_path) {
+      return tsr_error_set(TSR_ERR_INTERNAL, "layer %d (%s): attention %s chose read paths "
+                           "%s/%s, other %s layers got %s/%s", i, tsr_layer_kind_name(l->kind),
+                           attn_label, tsr_read_path_name(kp), tsr_read_path_name(vp),
+                           tsr_layer_kind_name(l->kind), tsr_read_path_name(g->k_path),
+                           tsr_read_path_name(g->v_path));
+    }
+    for (int p = 0; p < r->n_policies; p++) {
+      if (!policies[p]->negotiate) continue;
+      st = policies[p]->negotiate(policies[p]->ctx, &d, attn);
+      if (st != TSR_OK) {
+        tsr_error_prefix("layer %d (%s): decode policy %s cannot act with attention %s",
+                         i, tsr_layer_kind_name(l->kind), r->policies[p], attn_label);
+        return st;
+      }
+    }
+  }
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++)
+    if (by_kind[k]) list_add(by_kind[k]->layer_list, sizeof by_kind[k]->layer_list, &run_start[k],
+                             &run_end[k], -2); /* flush the last run */
+  return TSR_OK;
+}
+
+void tsr_composition_print(const struct tsr_composition *c, FILE *f) {
+  fprintf(f, "composition (backend %s):\n", c->backend);
+  for (int i = 0; i < c->n_groups; i++) {
+    const struct tsr_composition_group *g = &c->groups[i];
+    fprintf(f, "  %-7s layers %s (%d)", tsr_layer_kind_name(g->kind), g->layer_list, g->n_layers);
+    if (g->uniform_heads && g->kind != TSR_LAYER_LINEAR)
+      fprintf(f, ", heads %d/%d kv, head dim %d/%d", g->first.n_head, g->first.n_head_kv,
+              g->first.head_dim_k, g->first.head_dim_v);
+    if (g->kind == TSR_LAYER_SLIDING && g->uniform_heads) fprintf(f, ", window %d", g->first.window);
+    fputc('\n', f);
+    if (g->kind == TSR_LAYER_LINEAR) {
+      fprintf(f, "          recurrent state, no KV cache, no attention implementation\n");
+      continue;
+    }
+    fprintf(f, "          attention %s\n", c->attention);
+    fprintf(f, "          K %s (%s), V %s (%s)\n", g->k_codec, tsr_read_path_name(g->k_path),
+            g->v_codec, tsr_read_path_name(g->v_path));
+    fprintf(f, "          decode policies: %s\n", c->policies);
+  }
+  fprintf(f, "  speculator: %s\n", c->speculator);
+}

@@ -1,0 +1,209 @@
+#include "setup.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+
+#ifndef TSR_BUILD_DEFAULT_MODEL
+#define TSR_BUILD_DEFAULT_MODEL ""
+#endif
+#ifndef TSR_INSTALL_DEFAULT_MODEL
+#define TSR_INSTALL_DEFAULT_MODEL ""
+#endif
+
+const char *tsr_default_model_path(void) {
+  const char *env = getenv("TESSERA_DEFAULT_MODEL");
+  if (env && *env) return env;
+  if (*TSR_BUILD_DEFAULT_MODEL && access(TSR_BUILD_DEFAULT_MODEL, R_OK) == 0)
+    return TSR_BUILD_DEFAULT_MODEL;
+  if (*TSR_INSTALL_DEFAULT_MODEL && access(TSR_INSTALL_DEFAULT_MODEL, R_OK) == 0)
+    return TSR_INSTALL_DEFAULT_MODEL;
+  return NULL;
+}
+
+static tsr_status load_plugins(struct tsr_setup *s) {
+  const struct tsr_profile *p = s->profile;
+  for (size_t i = 0; i < p->n_plugins; i++) {
+    const struct tsr_profile_plugin *pp = &p->plugins[i];
+    size_t n = tsr_profile_settings_count(pp->settings);
+    struct tsr_setting_value *vals = calloc(n ? n : 1, sizeof *vals);
+    if (!vals) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+    tsr_status st = TSR_OK;
+    for (size_t k = 0; k < n && st == TSR_OK; k++) {
+      struct tsr_profile_setting ps;
+      tsr_profile_settings_get(pp->settings, k, &ps);
+      if (!ps.value)
+        st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: plugin %s setting '%s' must be a single "
+                           "value, not a map or list", ps.where, pp->name, ps.key);
+      vals[k] = (struct tsr_setting_value){ps.key, ps.value, ps.where};
+    }
+    if (st == TSR_OK)
+      st = tsr_plugin_host_load(s->host, pp->name, pp->resolved_path, vals, (int)n, NULL);
+    free(vals);
+    if (st != TSR_OK) {
+      tsr_error_prefix("%s (plugins[%zu])", pp->node ? pp->node->where : p->path, i);
+      return st;
+    }
+  }
+  return tsr_plugin_host_check_requires(s->host);
+}
+
+static tsr_status open_model(struct tsr_setup *s) {
+  const struct tsr_profile *p = s->profile;
+  const char *path = p->model_path;
+  if (!path) {
+    path = tsr_default_model_path();
+    if (!path)
+      return tsr_error_set(TSR_ERR_IO, "%s: model 'default': no default model found (build the "
+                           "project, or set TESSERA_DEFAULT_MODEL; looked for %s)",
+                           tsr_profile_where(p, "model"), TSR_BUILD_DEFAULT_MODEL);
+  }
+  snprintf(s->model_path, sizeof s->model_path, "%s", path);
+  tsr_status st = tsr_gguf_open(s->model_path, &s->model);
+  if (st != TSR_OK) {
+    tsr_error_prefix("%s: model", tsr_profile_where(p, "model"));
+    return st;
+  }
+  st = tsr_gguf_get_str(s->model, "general.architecture", &s->arch_name);
+  if (st != TSR_OK) return st;
+  s->arch = tsr_plugin_host_arch(s->host, s->arch_name, &s->arch_owner);
+  if (!s->arch) {
+    char known[256];
+    tsr_plugin_host_list_names(s->host, TSR_IFACE_ARCH, known, sizeof known);
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: architecture '%s' is provided by no loaded "
+                         "plugin (archs available: %s); add its arch plugin to `plugins:` in %s",
+                         s->model_path, s->arch_name, known, p->path);
+  }
+  st = s->arch->describe(s->arch->ctx, tsr_plugin_host_services(), s->model, s->layers,
+                         TSR_MAX_LAYERS, &s->n_layers);
+  if (st != TSR_OK) tsr_error_prefix("%s: %s", s->model_path, tsr_plugin_name(s->arch_owner));
+  return st;
+}
+
+static enum tsr_profile_layer_kind profile_kind(enum tsr_layer_kind k) {
+  return k == TSR_LAYER_SLIDING ? TSR_PROFILE_LAYER_SLIDING
+         : k == TSR_LAYER_LINEAR ? TSR_PROFILE_LAYER_LINEAR
+                                 : TSR_PROFILE_LAYER_FULL;
+}
+
+static tsr_status negotiate(struct tsr_setup *s) {
+  const struct tsr_profile *p = s->profile;
+  struct tsr_composition_request r = {
+      .backend = p->backend,
+      .attention = p->attention,
+      .policies = p->decode_policies,
+      .n_policies = (int)p->n_decode_policies,
+      .speculator = p->has_speculator ? p->speculator.name : NULL,
+      .model = s->model,
+      .layers = s->layers,
+      .n_layers = s->n_layers,
+  };
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
+    r.k_codec[k] = tsr_profile_k_codec(p, profile_kind((enum tsr_layer_kind)k));
+    r.v_codec[k] = tsr_profile_v_codec(p, profile_kind((enum tsr_layer_kind)k));
+  }
+  tsr_status st = tsr_compose(s->host, &r, &s->composition);
+  if (st != TSR_OK) tsr_error_prefix("%s: impossible composition", p->path);
+  return st;
+}
+
+/* Bytes of one row of head_dim values in a codec. */
+static tsr_status codec_row_bytes(const struct tsr_setup *s, const char *codec, int32_t head_dim,
+                                  int layer, uint64_t *out) {
+  const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(s->host, codec, NULL);
+  if (!c) return tsr_error_set(TSR_ERR_INTERNAL, "codec %s vanished after negotiation", codec);
+  if (head_dim % c->block_size)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d: head dim %d is not a multiple of codec "
+                         "%s's block of %lld values", layer, head_dim, codec,
+                         (long long)c->block_size);
+  *out = (uint64_t)(head_dim / c->block_size) * c->block_bytes;
+  return TSR_OK;
+}
+
+static tsr_status plan_memory(struct tsr_setup *s) {
+  const struct tsr_profile *p = s->profile;
+  struct tsr_memory_plan *m = &s->memory;
+  memset(m, 0, sizeof *m);
+  for (int64_t i = 0; i < tsr_gguf_n_tensors(s->model); i++)
+    m->weights += tsr_gguf_tensor_at(s->model, i)->nbytes;
+  uint64_t sequences = (uint64_t)(p->server.parallel > 0 ? p->server.parallel : 1);
+  for (int i = 0; i < s->n_layers; i++) {
+    const struct tsr_arch_layer *l = &s->layers[i];
+    if (l->kind == TSR_LAYER_LINEAR) {
+      m->kv[l->kind] += (uint64_t)l->state_bytes * sequences;
+      m->kv_cells[l->kind] = sequences;
+      continue;
+    }
+    /* sliding layers keep a ring of window + ubatch cells */
+    uint64_t cells = (uint64_t)p->context;
+    if (l->kind == TSR_LAYER_SLIDING && (uint64_t)l->window + (uint64_t)p->ubatch < cells)
+      cells = (uint64_t)l->window + (uint64_t)p->ubatch;
+    enum tsr_profile_layer_kind pk = profile_kind(l->kind);
+    uint64_t k_row = 0, v_row = 0;
+    tsr_status st = codec_row_bytes(s, tsr_profile_k_codec(p, pk), l->head_dim_k, i, &k_row);
+    if (st == TSR_OK) st = codec_row_bytes(s, tsr_profile_v_codec(p, pk), l->head_dim_v, i, &v_row);
+    if (st != TSR_OK) return st;
+    m->kv[l->kind] += cells * (uint64_t)l->n_head_kv * (k_row + v_row);
+    m->kv_cells[l->kind] = cells;
+  }
+  m->compute_known = false; /* arch v1 builds no graphs yet: nothing to plan */
+  m->total = m->weights;
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) m->total += m->kv[k];
+  m->limit = p->memory_limit;
+  if (m->limit && m->total > m->limit)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: the plan needs %.2f GiB (weights %.2f GiB + KV "
+                         "%.2f GiB) but memory_limit is %.2f GiB",
+                         tsr_profile_where(p, "memory_limit"), m->total / 1073741824.0,
+                         m->weights / 1073741824.0, (m->total - m->weights) / 1073741824.0,
+                         m->limit / 1073741824.0);
+  return TSR_OK;
+}
+
+tsr_status tsr_setup_from_profile(const char *profile_path, const char *const *sets, int n_sets,
+                                  struct tsr_setup **out) {
+  struct tsr_setup *s = calloc(1, sizeof *s);
+  *out = s;
+  if (!s) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  tsr_status st = tsr_profile_load(profile_path, sets, n_sets, &s->profile);
+  if (st == TSR_OK) st = tsr_plugin_host_new(&s->host);
+  if (st == TSR_OK && s->profile->dir && *s->profile->dir)
+    st = tsr_plugin_host_add_search_dir(s->host, s->profile->dir);
+  if (st == TSR_OK) st = load_plugins(s);
+  if (st == TSR_OK) st = open_model(s);
+  if (st == TSR_OK) st = negotiate(s);
+  if (st == TSR_OK) st = plan_memory(s);
+  return st;
+}
+
+void tsr_setup_free(struct tsr_setup *s) {
+  if (!s) return;
+  tsr_gguf_close(s->model);
+  tsr_plugin_host_free(s->host);
+  tsr_profile_free(s->profile);
+  free(s);
+}
+
+static void print_bytes(FILE *f, const char *label, uint64_t bytes) {
+  fprintf(f, "  %-22s %12.2f MiB\n", label, bytes / 1048576.0);
+}
+
+void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f) {
+  fprintf(f, "memory plan:\n");
+  print_bytes(f, "weights", m->weights);
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
+    if (!m->kv_cells[k]) continue;
+    char label[64];
+    snprintf(label, sizeof label, "%s %s (%llu %s)", k == TSR_LAYER_LINEAR ? "state" : "KV",
+             tsr_layer_kind_name((enum tsr_layer_kind)k), (unsigned long long)m->kv_cells[k],
+             k == TSR_LAYER_LINEAR ? "seqs" : "cells");
+    print_bytes(f, label, m->kv[k]);
+  }
+  if (m->compute_known) print_bytes(f, "compute buffers", m->compute);
+  else fprintf(f, "  %-22s not planned: the arch plugin builds no graphs in this version\n",
+               "compute buffers");
+  print_bytes(f, m->compute_known ? "total" : "total (without compute)", m->total);
+  if (m->limit) print_bytes(f, "memory_limit", m->limit);
+  else fprintf(f, "  %-22s none\n", "memory_limit");
+}

@@ -1,0 +1,56 @@
+/*
+** From a profile to a negotiated composition: load the profile, load the
+** plugins it declares (with their settings), open the model, ask the arch
+** plugin for the layer plan, negotiate attention x codecs x policies x
+** speculator, and plan memory. Every step fails with a message naming the
+** file, key, plugin or layer at fault; nothing is skipped.
+*/
+#ifndef TSR_SETUP_H
+#define TSR_SETUP_H
+
+#include <stdio.h>
+
+#include "composition.h"
+#include "gguf.h"
+#include "plugin_host.h"
+#include "profile.h"
+
+#define TSR_MAX_LAYERS 512
+
+struct tsr_memory_plan {
+  uint64_t weights;                         /* tensor bytes of the model file */
+  uint64_t kv[TSR_LAYER_KIND_COUNT];        /* KV cache (or state) per layer kind */
+  uint64_t kv_cells[TSR_LAYER_KIND_COUNT];  /* cells per layer of that kind */
+  bool compute_known;                       /* the arch builds graphs to plan */
+  uint64_t compute;
+  uint64_t total;
+  uint64_t limit;                           /* 0: none */
+};
+
+struct tsr_setup {
+  struct tsr_profile *profile;
+  struct tsr_plugin_host *host;
+  char model_path[1024];
+  struct tsr_gguf *model;
+  const char *arch_name;
+  const struct tsr_arch_v1 *arch;
+  const struct tsr_plugin *arch_owner;
+  struct tsr_arch_layer layers[TSR_MAX_LAYERS];
+  int32_t n_layers;
+  struct tsr_composition composition;
+  struct tsr_memory_plan memory;
+};
+
+/* Runs every step; on failure *out is still set (partially filled, so the
+** caller can print what succeeded) and must be freed. */
+tsr_status tsr_setup_from_profile(const char *profile_path, const char *const *sets, int n_sets,
+                                  struct tsr_setup **out);
+void tsr_setup_free(struct tsr_setup *s);
+
+void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f);
+
+/* Where `model: default` points: $TESSERA_DEFAULT_MODEL, else the build
+** tree's generated model, else the installed one. */
+const char *tsr_default_model_path(void);
+
+#endif

@@ -1,0 +1,331 @@
+/*
+** tessera plugin ABI.
+**
+** A plugin is a shared object exporting one symbol, TSR_PLUGIN_ENTRY_SYMBOL,
+** a function returning a static descriptor (struct tsr_plugin_descriptor).
+** The host opens it with dlopen(RTLD_NOW | RTLD_LOCAL), never dlcloses it
+** while any of it is in use, and refuses it when
+**   - its ABI major differs from the host's, or
+**   - its ABI minor is newer than the host's (it may use slots the host
+**     does not have),
+** naming both versions. Then the host calls init() with a services table
+** (struct tsr_host): the plugin registers what it provides through that
+** table and never touches the host's internals, so it builds out of tree
+** against this header alone (pkg-config: tessera-plugin).
+**
+** Growth rules (SQLite's and Vulkan's): every struct here starts with or
+** carries a struct_size; later minors only append fields at the end, and a
+** reader checks struct_size before touching an appended field. Nothing is
+** ever removed or reordered within a major.
+**
+** Interfaces (each versioned on its own, version 1 here):
+**   arch           hyperparameters and layer plan from GGUF, graph per ubatch
+**   attention      attention over one layer's KV; negotiates codec reads
+**   kv_codec       a KV-cache storage format: encode rows, decode (lift)
+**   decode_policy  adjusts attention during decode (e.g. V skipping)
+**   speculator     drafts tokens and verifies them in one batch
+** Built-in pieces (the `flash` attention, the scalar KV codecs) register
+** through the same calls: the core is the first plugin author.
+*/
+#ifndef TESSERA_PLUGIN_H
+#define TESSERA_PLUGIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/tessera.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TSR_PLUGIN_ABI_MAJOR 1
+#define TSR_PLUGIN_ABI_MINOR 0
+#define TSR_PLUGIN_ENTRY_SYMBOL "tsr_plugin_entry"
+
+#if defined(__GNUC__)
+#define TSR_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define TSR_PLUGIN_EXPORT
+#endif
+
+/* Interface names. */
+#define TSR_IFACE_ARCH "arch"
+#define TSR_IFACE_ATTENTION "attention"
+#define TSR_IFACE_KV_CODEC "kv_codec"
+#define TSR_IFACE_DECODE_POLICY "decode_policy"
+#define TSR_IFACE_SPECULATOR "speculator"
+
+/* Opaque to plugins. */
+struct tsr_plugin; /* the host's handle for one loaded plugin */
+struct tsr_graph;
+struct tsr_tensor;
+
+/* ---- descriptor ---------------------------------------------------------- */
+
+struct tsr_plugin_iface {
+  const char *name;  /* one of TSR_IFACE_* */
+  uint32_t version;  /* interface version */
+};
+
+enum tsr_setting_type {
+  TSR_SETTING_INT = 0,
+  TSR_SETTING_FLOAT = 1,
+  TSR_SETTING_BOOL = 2,
+  TSR_SETTING_STRING = 3,
+  TSR_SETTING_ENUM = 4, /* a string from `choices` */
+};
+
+/* A setting the plugin accepts from the profile (plugins[].settings). The
+** host validates the profile against these before init (type, range,
+** choices) and reports FILE:LINE:COL of a bad value. */
+struct tsr_plugin_setting {
+  const char *key;
+  enum tsr_setting_type type;
+  double min, max;           /* INT and FLOAT; min > max means unbounded */
+  const char *default_value; /* as the profile would write it */
+  const char *choices;       /* ENUM: "a|b|c" */
+  const char *description;
+};
+
+struct tsr_host;
+
+struct tsr_plugin_descriptor {
+  uint32_t abi_major;  /* TSR_PLUGIN_ABI_MAJOR the plugin was built with */
+  uint32_t abi_minor;
+  uint32_t struct_size; /* sizeof(struct tsr_plugin_descriptor) at build */
+  const char *name;     /* matches the folder and plugin.ini name */
+  const char *version;  /* the plugin's own version, "1.2.0" */
+  const char *description;
+  const struct tsr_plugin_iface *provides;
+  uint32_t n_provides;
+  const struct tsr_plugin_iface *requires;
+  uint32_t n_requires;
+  const struct tsr_plugin_setting *settings;
+  uint32_t n_settings;
+  /* Registers the plugin's capabilities. A failure rolls back everything
+  ** it registered; the message set through host->set_error is reported. */
+  tsr_status (*init)(const struct tsr_host *host, struct tsr_plugin *self);
+  /* Frees what init made (state from host->get_state). May be NULL. */
+  void (*destroy)(const struct tsr_host *host, struct tsr_plugin *self);
+};
+
+typedef const struct tsr_plugin_descriptor *(*tsr_plugin_entry_fn)(void);
+
+/* ---- shared vocabulary ------------------------------------------------- */
+
+enum tsr_layer_kind {
+  TSR_LAYER_FULL = 0,    /* global attention over the whole context */
+  TSR_LAYER_SLIDING = 1, /* sliding-window attention */
+  TSR_LAYER_LINEAR = 2,  /* linear / recurrent (no KV; state slots) */
+  TSR_LAYER_KIND_COUNT = 3,
+};
+
+/* How an attention implementation reads a KV codec. */
+enum tsr_read_path {
+  TSR_READ_NONE = 0,        /* cannot read it */
+  TSR_READ_NATIVE = 1,      /* the codec is a float type the kernel reads as is */
+  TSR_READ_LIFT = 2,        /* decoded to f16 before the kernel */
+  TSR_READ_IN_REGISTER = 3, /* decoded inside the kernel */
+};
+
+/* What the host knows about one attention layer when it negotiates. */
+struct tsr_layer_desc {
+  uint32_t struct_size;
+  int32_t layer;             /* index in the model */
+  enum tsr_layer_kind kind;
+  int32_t n_head, n_head_kv;
+  int32_t head_dim_k, head_dim_v;
+  int32_t window;            /* SLIDING: window in tokens; else 0 */
+  const char *k_codec, *v_codec;
+  const char *backend;       /* "cpu", "cuda" */
+};
+
+/* Element type and layout of a tensor, as a plugin's kernel or builder sees
+** it. dtype ids are GGUF type ids, or ids the host assigned to registered
+** codecs. */
+struct tsr_tensor_info {
+  uint32_t struct_size;
+  int32_t dtype;
+  int32_t n_dims;
+  int64_t ne[4];
+  size_t nb[4];
+  void *data; /* NULL until the graph is planned and bound */
+  const char *name;
+};
+
+/* ---- attention, version 1 ---------------------------------------------- */
+
+/* The inputs of one layer's attention, for build(). Shapes as the core's
+** flash op: q f32 [D, Nq, Hq]; k, v [D, Nkv, Hkv] in their codec's dtype
+** (or already lifted to f16 when negotiation chose LIFT); mask, positions
+** may be NULL. */
+struct tsr_attn_call {
+  uint32_t struct_size;
+  const struct tsr_layer_desc *layer;
+  struct tsr_tensor *q, *k, *v, *mask, *q_pos, *kv_pos;
+  float scale, softcap;
+  bool causal;
+  int32_t window;
+};
+
+struct tsr_attention_v1 {
+  uint32_t struct_size;
+  const char *name; /* the name profiles use: attention: NAME */
+  void *ctx;
+  /* Negotiation: how this implementation reads the layer's K and V codecs
+  ** on its backend. Return TSR_ERR_UNSUPPORTED with a message (host
+  ** set_error) saying what is missing when it cannot. */
+  tsr_status (*negotiate)(void *ctx, const struct tsr_layer_desc *layer,
+                          enum tsr_read_path *k_path, enum tsr_read_path *v_path);
+  /* Appends this layer's attention to g; returns the f32 [Dv, Hq, Nq]
+  ** output, or NULL with the graph's error set. */
+  struct tsr_tensor *(*build)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                              const struct tsr_attn_call *call);
+  bool v_skip; /* honours decode_policy V skipping */
+};
+
+/* ---- kv_codec, version 1 ----------------------------------------------- */
+
+struct tsr_kv_codec_v1 {
+  uint32_t struct_size;
+  const char *name;      /* "q8_0", "turbo3" */
+  int32_t dtype;         /* GGUF type id, or -1: the host assigns a new id */
+  int64_t block_size;    /* values per block */
+  size_t block_bytes;    /* bytes per block */
+  const char *backends;  /* comma-separated backends that can encode/lift it */
+  void *ctx;
+  /* CPU reference: encode n floats (n a multiple of block_size) / lift to f16. */
+  void (*encode_rows)(void *ctx, const float *src, void *dst, int64_t n);
+  void (*decode_f16)(void *ctx, const void *src, uint16_t *dst, int64_t n);
+};
+
+/* ---- arch, version 1 ----------------------------------------------------- */
+
+/* One layer of the model as the arch sees it. */
+struct tsr_arch_layer {
+  enum tsr_layer_kind kind;
+  int32_t n_head, n_head_kv, head_dim_k, head_dim_v, window;
+  int64_t state_bytes; /* LINEAR: recurrent state per sequence; else 0 */
+};
+
+struct tsr_gguf; /* the host's validated GGUF reader, read through host calls */
+
+struct tsr_arch_v1 {
+  uint32_t struct_size;
+  const char *names; /* comma-separated general.architecture values: "qwen3,qwen3moe" */
+  void *ctx;
+  /* Reads hyperparameters and fills one entry per layer (layers has room
+  ** for n_layers_max). Errors name the key or tensor. */
+  tsr_status (*describe)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model,
+                         struct tsr_arch_layer *layers, int32_t n_layers_max,
+                         int32_t *n_layers);
+};
+
+/* ---- decode_policy, version 1 ------------------------------------------ */
+
+struct tsr_decode_policy_v1 {
+  uint32_t struct_size;
+  const char *name;
+  void *ctx;
+  /* Whether the policy can act on this layer with this attention
+  ** implementation (e.g. needs v_skip). */
+  tsr_status (*negotiate)(void *ctx, const struct tsr_layer_desc *layer,
+                          const struct tsr_attention_v1 *attention);
+};
+
+/* ---- speculator, version 1 --------------------------------------------- */
+
+struct tsr_speculator_v1 {
+  uint32_t struct_size;
+  const char *name;
+  void *ctx;
+  /* Whether it can speculate for this model (e.g. needs a NextN head). */
+  tsr_status (*negotiate)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model);
+};
+
+/* ---- host services ----------------------------------------------------- */
+
+enum tsr_log_level { TSR_LOG_DEBUG = 0, TSR_LOG_INFO = 1, TSR_LOG_WARN = 2, TSR_LOG_ERROR = 3 };
+
+/* A kernel of a plugin-defined op for one backend. */
+typedef void (*tsr_plugin_kernel_fn)(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                                     const struct tsr_tensor_info *src, int n_src,
+                                     const int32_t *params);
+
+struct tsr_host {
+  uint32_t abi_major, abi_minor;
+  uint32_t struct_size;
+
+  /* logging and errors */
+  void (*log)(struct tsr_plugin *self, enum tsr_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+      __attribute__((format(printf, 3, 4)))
+#endif
+      ;
+  /* Sets the message the host reports and returns st. */
+  tsr_status (*set_error)(tsr_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+      __attribute__((format(printf, 2, 3)))
+#endif
+      ;
+
+  /* plugin state */
+  void (*set_state)(struct tsr_plugin *self, void *state);
+  void *(*get_state)(const struct tsr_plugin *self);
+
+  /* settings from the profile, validated against the descriptor, with the
+  ** declared defaults applied; asking for an undeclared key is an error */
+  tsr_status (*setting_i64)(const struct tsr_plugin *self, const char *key, int64_t *out);
+  tsr_status (*setting_f64)(const struct tsr_plugin *self, const char *key, double *out);
+  tsr_status (*setting_bool)(const struct tsr_plugin *self, const char *key, bool *out);
+  tsr_status (*setting_str)(const struct tsr_plugin *self, const char *key, const char **out);
+
+  /* registration: one call per capability; names must be unique per interface */
+  tsr_status (*register_attention)(struct tsr_plugin *self, const struct tsr_attention_v1 *impl);
+  tsr_status (*register_kv_codec)(struct tsr_plugin *self, const struct tsr_kv_codec_v1 *codec);
+  tsr_status (*register_arch)(struct tsr_plugin *self, const struct tsr_arch_v1 *arch);
+  tsr_status (*register_decode_policy)(struct tsr_plugin *self,
+                                       const struct tsr_decode_policy_v1 *policy);
+  tsr_status (*register_speculator)(struct tsr_plugin *self, const struct tsr_speculator_v1 *spec);
+
+  /* counts what the plugin actually did ("attention_calls", "v_rows_skipped");
+  ** --require-engaged NAME fails a run in which NAME counted nothing */
+  void (*engaged)(struct tsr_plugin *self, const char *counter, uint64_t n);
+
+  /* plugin-defined graph ops: a name gets an op id; each backend that should
+  ** run it needs a kernel (a graph holding an op without a kernel for the
+  ** active backend is refused at load, never run elsewhere) */
+  tsr_status (*register_op)(struct tsr_plugin *self, const char *name, int32_t *op_id);
+  tsr_status (*register_kernel)(struct tsr_plugin *self, int32_t op_id, const char *backend,
+                                tsr_plugin_kernel_fn fn, void *ctx);
+  /* appends a node of a registered op: f32 output of n_dims dims ne, up to 6
+  ** sources, up to 12 int32 params handed to the kernel */
+  struct tsr_tensor *(*custom_op)(struct tsr_graph *g, int32_t op_id, int32_t n_dims,
+                                  const int64_t *ne, struct tsr_tensor *const *src, int32_t n_src,
+                                  const int32_t *params, int32_t n_params);
+
+  /* GGUF reading (for arch plugins): keys with type checks that name the key */
+  tsr_status (*gguf_u32)(const struct tsr_gguf *model, const char *key, uint32_t *out);
+  tsr_status (*gguf_f32)(const struct tsr_gguf *model, const char *key, float *out);
+  tsr_status (*gguf_str)(const struct tsr_gguf *model, const char *key, const char **out);
+  /* 1 if the key exists, else 0 */
+  int (*gguf_has)(const struct tsr_gguf *model, const char *key);
+
+  /* graph building (the core's builders; shapes as in the core's flash op) */
+  void (*tensor_info)(const struct tsr_tensor *t, struct tsr_tensor_info *out);
+  struct tsr_tensor *(*flash_attn)(struct tsr_graph *g, const struct tsr_attn_call *call);
+  struct tsr_tensor *(*cast)(struct tsr_graph *g, struct tsr_tensor *a, int32_t dtype);
+  struct tsr_tensor *(*scale)(struct tsr_graph *g, struct tsr_tensor *a, float s);
+  struct tsr_tensor *(*mat_mul)(struct tsr_graph *g, struct tsr_tensor *w, struct tsr_tensor *x);
+  struct tsr_tensor *(*add)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *b);
+  struct tsr_tensor *(*mul)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *b);
+  /* later minors append here */
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_PLUGIN_H */

@@ -1,0 +1,146 @@
+/*
+** arch_qwen: the Qwen family's layer plan from GGUF hyperparameters.
+**
+** qwen2, qwen3, qwen3moe: every layer is full attention.
+** qwen3next, qwen35, qwen35moe: Gated DeltaNet (linear) layers with a full
+** gated-attention layer every full_attention_interval-th layer
+** ([lin, lin, lin, full] for 4); a NextN/MTP block appended by the converter
+** (nextn_predict_layers) is a full-attention layer with its own KV cache.
+**
+** This version describes models (for negotiation and the memory plan); it
+** builds no graphs yet, and says so wherever a graph is asked of it.
+*/
+#include <stdio.h>
+#include <string.h>
+
+#include "tessera/plugin.h"
+
+#define MAX_KEY 96
+
+static tsr_status get_u32(const struct tsr_host *host, const struct tsr_gguf *m, const char *arch,
+                          const char *suffix, uint32_t *out) {
+  char key[MAX_KEY];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  return host->gguf_u32(m, key, out);
+}
+
+static int has_key(const struct tsr_host *host, const struct tsr_gguf *m, const char *arch,
+                   const char *suffix) {
+  char key[MAX_KEY];
+  snprintf(key, sizeof key, "%s.%s", arch, suffix);
+  return host->gguf_has(m, key);
+}
+
+static int is_hybrid(const char *arch) {
+  return !strcmp(arch, "qwen3next") || !strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe");
+}
+
+/* Recurrent state of one Gated DeltaNet layer per sequence, f32: the last
+** conv_kernel-1 inputs of every conv channel plus the Hv x dk x dv matrix. */
+static tsr_status linear_state_bytes(const struct tsr_host *host, const struct tsr_gguf *m,
+                                     const char *arch, int64_t *out) {
+  uint32_t conv_kernel, dk, hk, hv, inner;
+  tsr_status st = get_u32(host, m, arch, "ssm.conv_kernel", &conv_kernel);
+  if (st == TSR_OK) st = get_u32(host, m, arch, "ssm.state_size", &dk);
+  if (st == TSR_OK) st = get_u32(host, m, arch, "ssm.group_count", &hk);
+  if (st == TSR_OK) st = get_u32(host, m, arch, "ssm.time_step_rank", &hv);
+  if (st == TSR_OK) st = get_u32(host, m, arch, "ssm.inner_size", &inner);
+  if (st != TSR_OK) return st;
+  if (conv_kernel < 1 || !dk || !hk || !hv || inner % hv || hv % hk)
+    return host->set_error(TSR_ERR_FORMAT, "%s: inconsistent ssm hyperparameters (conv_kernel %u, "
+                           "state_size %u, group_count %u, time_step_rank %u, inner_size %u)",
+                           arch, conv_kernel, dk, hk, hv, inner);
+  int64_t dv = inner / hv;
+  int64_t channels = 2 * (int64_t)hk * dk + (int64_t)hv * dv;
+  *out = 4 * ((int64_t)(conv_kernel - 1) * channels + (int64_t)hv * dk * dv);
+  return TSR_OK;
+}
+
+static tsr_status qwen_describe(void *ctx, const struct tsr_host *host, const struct tsr_gguf *m,
+                                struct tsr_arch_layer *layers, int32_t n_max, int32_t *n_layers) {
+  (void)ctx;
+  const char *arch;
+  tsr_status st = host->gguf_str(m, "general.architecture", &arch);
+  if (st != TSR_OK) return st;
+  uint32_t n_layer, n_head, n_head_kv, n_embd, head_k, head_v;
+  st = get_u32(host, m, arch, "block_count", &n_layer);
+  if (st == TSR_OK) st = get_u32(host, m, arch, "attention.head_count", &n_head);
+  if (st == TSR_OK) st = get_u32(host, m, arch, "embedding_length", &n_embd);
+  if (st != TSR_OK) return st;
+  n_head_kv = n_head; /* absent in some qwen2 files: no GQA */
+  if (has_key(host, m, arch, "attention.head_count_kv"))
+    st = get_u32(host, m, arch, "attention.head_count_kv", &n_head_kv);
+  /* head dims default to embd / heads, as in files that predate the keys */
+  head_k = head_v = n_head ? n_embd / n_head : 0;
+  if (st == TSR_OK && has_key(host, m, arch, "attention.key_length"))
+    st = get_u32(host, m, arch, "attention.key_length", &head_k);
+  if (st == TSR_OK && has_key(host, m, arch, "attention.value_length"))
+    st = get_u32(host, m, arch, "attention.value_length", &head_v);
+  if (st != TSR_OK) return st;
+  if (!n_layer || !n_head || !n_head_kv || n_head % n_head_kv || !head_k || !head_v)
+    return host->set_error(TSR_ERR_FORMAT, "%s: inconsistent attention hyperparameters "
+                           "(block_count %u, head_count %u, head_count_kv %u, key_length %u, "
+                           "value_length %u)", arch, n_layer, n_head, n_head_kv, head_k, head_v);
+  if ((int64_t)n_layer > n_max)
+    return host->set_error(TSR_ERR_UNSUPPORTED, "%s: %u layers, more than the %d supported",
+                           arch, n_layer, n_max);
+
+  uint32_t interval = 1;
+  int64_t state = 0;
+  if (is_hybrid(arch)) {
+    st = get_u32(host, m, arch, "full_attention_interval", &interval);
+    if (st == TSR_OK && !interval)
+      st = host->set_error(TSR_ERR_FORMAT, "%s.full_attention_interval is 0", arch);
+    if (st == TSR_OK) st = linear_state_bytes(host, m, arch, &state);
+    if (st != TSR_OK) return st;
+  }
+  uint32_t n_nextn = 0;
+  if (has_key(host, m, arch, "nextn_predict_layers") &&
+      (st = get_u32(host, m, arch, "nextn_predict_layers", &n_nextn)) != TSR_OK)
+    return st;
+  if (n_nextn >= n_layer)
+    return host->set_error(TSR_ERR_FORMAT, "%s: nextn_predict_layers %u leaves no trunk of %u "
+                           "layers", arch, n_nextn, n_layer);
+  for (uint32_t i = 0; i < n_layer; i++) {
+    bool trunk = i < n_layer - n_nextn;
+    bool full = !trunk || (i + 1) % interval == 0;
+    layers[i] = (struct tsr_arch_layer){
+        .kind = full ? TSR_LAYER_FULL : TSR_LAYER_LINEAR,
+        .n_head = full ? (int32_t)n_head : 0,
+        .n_head_kv = full ? (int32_t)n_head_kv : 0,
+        .head_dim_k = full ? (int32_t)head_k : 0,
+        .head_dim_v = full ? (int32_t)head_v : 0,
+        .state_bytes = full ? 0 : state,
+    };
+  }
+  *n_layers = (int32_t)n_layer;
+  return TSR_OK;
+}
+
+static const struct tsr_arch_v1 g_arch = {
+    .struct_size = sizeof(struct tsr_arch_v1),
+    .names = "qwen2,qwen3,qwen3moe,qwen3next,qwen35,qwen35moe",
+    .describe = qwen_describe,
+};
+
+static tsr_status qwen_init(const struct tsr_host *host, struct tsr_plugin *self) {
+  return host->register_arch(self, &g_arch);
+}
+
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}};
+
+static const struct tsr_plugin_descriptor g_descriptor = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_plugin_descriptor),
+    .name = "arch_qwen",
+    .version = "0.1.0",
+    .description = "Qwen 2/3/3-MoE/3.5/Next layer plans from GGUF (describe only; no graphs yet)",
+    .provides = g_provides,
+    .n_provides = 1,
+    .init = qwen_init,
+};
+
+TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *tsr_plugin_entry(void) {
+  return &g_descriptor;
+}

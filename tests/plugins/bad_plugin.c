@@ -1,0 +1,74 @@
+/*
+** In-tree plugins that misbehave on purpose, one per BAD_* define, to test
+** that the host refuses each with a precise message and rolls back.
+*/
+#include <string.h>
+
+#include "tessera/plugin.h"
+
+static tsr_status negotiate(void *ctx, const struct tsr_layer_desc *layer,
+                            enum tsr_read_path *k_path, enum tsr_read_path *v_path) {
+  (void)ctx, (void)layer;
+  *k_path = *v_path = TSR_READ_NATIVE;
+  return TSR_OK;
+}
+static struct tsr_tensor *build(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                const struct tsr_attn_call *call) {
+  (void)ctx;
+  return host->flash_attn(g, call);
+}
+static const struct tsr_attention_v1 g_attention = {
+    .struct_size = sizeof(struct tsr_attention_v1),
+#if defined(BAD_DUPLICATE)
+    .name = "flash", /* the core's name: refused */
+#else
+    .name = "bad_attention",
+#endif
+    .negotiate = negotiate,
+    .build = build,
+};
+static void encode(void *ctx, const float *src, void *dst, int64_t n) {
+  (void)ctx, (void)src, (void)dst, (void)n;
+}
+/* well-formed, but the descriptor does not provide kv_codec */
+static const struct tsr_kv_codec_v1 g_codec = {
+    .struct_size = sizeof(struct tsr_kv_codec_v1), .name = "bad_codec", .dtype = -1,
+    .block_size = 32, .block_bytes = 8, .backends = "cpu", .encode_rows = encode,
+};
+
+static tsr_status init(const struct tsr_host *host, struct tsr_plugin *self) {
+  tsr_status st = host->register_attention(self, &g_attention);
+#if defined(BAD_INIT_FAILS)
+  if (st == TSR_OK) st = host->set_error(TSR_ERR_INVALID_ARG, "refusing to start on purpose");
+#elif defined(BAD_UNDECLARED)
+  if (st == TSR_OK) st = host->register_kv_codec(self, &g_codec);
+#endif
+  return st;
+}
+
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ATTENTION, 1}};
+static const struct tsr_plugin_iface g_requires[] = {{TSR_IFACE_SPECULATOR, 1}};
+
+static const struct tsr_plugin_descriptor g_descriptor = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_plugin_descriptor),
+    .name = BAD_NAME,
+    .version = "1.0.0",
+    .description = "misbehaves on purpose",
+    .provides = g_provides,
+    .n_provides = 1,
+#if defined(BAD_REQUIRES)
+    .requires = g_requires,
+    .n_requires = 1,
+#endif
+    .init = init,
+};
+
+#if !defined(BAD_NO_ENTRY)
+TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *tsr_plugin_entry(void) {
+  return &g_descriptor;
+}
+#else
+TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *not_the_entry(void) { return &g_descriptor; }
+#endif

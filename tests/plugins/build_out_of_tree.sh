@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Builds the example plugin the way a third party would: install tessera into
+# a staging root, then compile against the installed header through
+# pkg-config alone. Three copies: the real one, one claiming the next ABI
+# major and one claiming a newer ABI minor.
+# usage: build_out_of_tree.sh BUILD_DIR OUT_DIR
+set -euo pipefail
+build=$1
+out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$out"
+mkdir -p "$out"
+DESTDIR="$out/root" meson install -C "$build" --no-rebuild --quiet >/dev/null
+pc=$(find "$out/root" -name tessera-plugin.pc | head -1)
+[ -n "$pc" ] || { echo "tessera-plugin.pc was not installed" >&2; exit 1; }
+export PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_SYSROOT_DIR="$out/root"
+cflags=$(pkg-config --cflags tessera-plugin)
+for variant in good:0:0:1.0 next_major:1:0:2.0 newer_minor:0:1:1.1; do
+  IFS=: read -r name major minor abi <<<"$variant"
+  dir="$out/$name/example_attention"
+  mkdir -p "$dir"
+  cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
+    -DEXAMPLE_ABI_MAJOR_SKEW="$major" -DEXAMPLE_ABI_MINOR_SKEW="$minor" \
+    "$here/example_attention/example_attention.c" -o "$dir/libexample_attention.so"
+  cat >"$dir/plugin.ini" <<INI
+[plugin]
+name = example_attention
+version = 1.0.0
+abi = $abi
+provides = attention:1
+requires =
+library = libexample_attention.so
+description = flash, wrapped by a third party, counting the layers it builds
+INI
+done
+echo "built example_attention against $(pkg-config --variable=includedir tessera-plugin)"

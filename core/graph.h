@@ -117,7 +117,8 @@ struct tsr_attn_params {
 };
 /* Built-in attention `flash`: q f32[D,Nq,Hq]; k,v f32/f16 [D,Nkv,Hkv] (Hq a
 ** multiple of Hkv); mask f32/f16 [Nkv,Nq] additive or NULL; q_pos i32[Nq] and
-** kv_pos i32[Nkv] or NULL. Out f32 [Dv,Hq,Nq]. A fully masked row gives zeros. */
+** kv_pos i32[Nkv] or NULL; a negative kv_pos marks an empty cache cell, never
+** attended. Out f32 [Dv,Hq,Nq]. A fully masked row gives zeros, never NaN. */
 struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q,
                                   struct tsr_tensor *k, struct tsr_tensor *v,
                                   struct tsr_tensor *mask, struct tsr_tensor *q_pos,

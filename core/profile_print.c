@@ -1,0 +1,220 @@
+/*
+** The resolved profile as YAML, for `tessera profile check`: every key with the
+** value in force after extends, --set and defaults, and a comment saying where
+** that value came from. The output loads back to the same profile.
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "profile.h"
+
+#define COMMENT_COLUMN 44
+
+static void line(FILE *f, int indent, const char *text, const char *where) {
+  int n = fprintf(f, "%*s%s", indent, "", text);
+  if (where) fprintf(f, "%*s# %s", n < COMMENT_COLUMN ? COMMENT_COLUMN - n : 1, "", where);
+  fputc('\n', f);
+}
+
+static int plain_ok(const char *s) {
+  if (!*s || !strcmp(s, "~") || !strcasecmp(s, "null") || (s[0] == '-' && !s[1])) return 0;
+  for (; *s; s++)
+    if (!(*s >= 'a' && *s <= 'z') && !(*s >= 'A' && *s <= 'Z') && !(*s >= '0' && *s <= '9') &&
+        !strchr("_./+-", *s))
+      return 0;
+  return 1;
+}
+
+/* S as a YAML scalar into BUF: bare when that reads back the same, else double-quoted. */
+static const char *scalar(char *buf, size_t n, const char *s, int quoted) {
+  if (!quoted && plain_ok(s)) {
+    snprintf(buf, n, "%s", s);
+    return buf;
+  }
+  size_t o = 0;
+  buf[o++] = '"';
+  for (; *s && o + 6 < n; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') o += (size_t)snprintf(buf + o, n - o, "\\%c", ch);
+    else if (ch == '\n') o += (size_t)snprintf(buf + o, n - o, "\\n");
+    else if (ch == '\t') o += (size_t)snprintf(buf + o, n - o, "\\t");
+    else if (ch < 0x20 || ch == 0x7f) o += (size_t)snprintf(buf + o, n - o, "\\x%02x", ch);
+    else buf[o++] = (char)ch;
+  }
+  buf[o++] = '"';
+  buf[o] = '\0';
+  return buf;
+}
+
+static const char *str(char *buf, size_t n, const char *s) { return scalar(buf, n, s, 0); }
+
+/* the shortest decimal that reads back as the same double */
+static const char *num(char *buf, size_t n, double x) {
+  for (int prec = 1; prec <= 17; prec++) {
+    snprintf(buf, n, "%.*g", prec, x);
+    if (strtod(buf, NULL) == x) break;
+  }
+  return buf;
+}
+
+static const char *size_text(char *buf, size_t n, uint64_t bytes) {
+  static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
+  for (int i = 0; i < 4 && bytes; i++) {
+    uint64_t mul = 1ull << (10 * (4 - i));
+    if (bytes % mul == 0) {
+      snprintf(buf, n, "%llu%s", (unsigned long long)(bytes / mul), units[i]);
+      return buf;
+    }
+  }
+  snprintf(buf, n, "%llu", (unsigned long long)bytes);
+  return buf;
+}
+
+/* Where the value at KEY_PATH came from, or "default". */
+static const char *origin(const struct tsr_profile *p, const char *key_path) {
+  const char *w = tsr_profile_where(p, key_path);
+  size_t n = strlen(w);
+  return n > 10 && !strcmp(w + n - 10, " (default)") ? "default" : w;
+}
+
+struct printer {
+  FILE *f;
+  const struct tsr_profile *p;
+  char text[1700], val[768];
+};
+
+static void kv_line(struct printer *pr, int indent, const char *key, const char *value,
+                    const char *key_path) {
+  snprintf(pr->text, sizeof pr->text, "%s: %s", key, value);
+  line(pr->f, indent, pr->text, key_path ? origin(pr->p, key_path) : NULL);
+}
+
+/* The entries of a map or list, content at column INDENT; LEAD ("- " for a
+** collection inside a list) is written before the first line, to its left. */
+static void print_entries(struct printer *pr, const struct tsr_pnode *n, int indent,
+                          const char *lead) {
+  for (size_t i = 0; i < n->n; i++) {
+    const struct tsr_pnode *v = n->items[i];
+    const char *ld = i == 0 && lead ? lead : "";
+    int ind = indent - (int)strlen(ld);
+    char key[800] = "";
+    if (n->kind == TSR_PNODE_MAP)
+      snprintf(key, sizeof key, "%s:", scalar(pr->val, sizeof pr->val, n->keys[i]->str, 0));
+    else
+      snprintf(key, sizeof key, "-");
+    if (v->kind == TSR_PNODE_SCALAR || v->n == 0) {
+      const char *text = v->kind == TSR_PNODE_MAP   ? "{}"
+                         : v->kind == TSR_PNODE_SEQ ? "[]"
+                         : tsr_pnode_is_null(v)     ? "null"
+                                                    : scalar(pr->val, sizeof pr->val, v->str, v->quoted);
+      snprintf(pr->text, sizeof pr->text, "%s%s %s", ld, key, text);
+      line(pr->f, ind, pr->text, v->where);
+    } else if (n->kind == TSR_PNODE_MAP) {
+      snprintf(pr->text, sizeof pr->text, "%s%s", ld, key);
+      line(pr->f, ind, pr->text, NULL);
+      print_entries(pr, v, indent + 2, NULL);
+    } else {
+      /* a collection inside a list starts on the dash's line */
+      char sublead[64];
+      snprintf(sublead, sizeof sublead, "%s- ", ld);
+      print_entries(pr, v, indent + 2, sublead);
+    }
+  }
+}
+
+static void print_plugin(struct printer *pr, const struct tsr_profile_plugin *pl, int indent,
+                         const char *lead) {
+  snprintf(pr->text, sizeof pr->text, "%sname: %s", lead, str(pr->val, sizeof pr->val, pl->name));
+  line(pr->f, indent - (int)strlen(lead), pr->text, pl->node->where);
+  if (pl->path) {
+    snprintf(pr->text, sizeof pr->text, "path: %s", str(pr->val, sizeof pr->val, pl->resolved_path));
+    line(pr->f, indent, pr->text, NULL);
+  }
+  if (pl->settings && pl->settings->n) {
+    line(pr->f, indent, "settings:", NULL);
+    print_entries(pr, pl->settings, indent + 2, NULL);
+  }
+}
+
+void tsr_profile_print(const struct tsr_profile *p, FILE *f) {
+  struct printer pr = {.f = f, .p = p};
+  char v[768];
+  fprintf(f, "# %s, resolved: extends, --set and defaults applied\n", p->path);
+  /* paths as resolved (relative to the cwd), since the file that wrote them is not this one */
+  kv_line(&pr, 0, "model", str(pr.val, sizeof pr.val, p->model_path ? p->model_path : p->model),
+          "model");
+  kv_line(&pr, 0, "backend", p->backend, "backend");
+  snprintf(v, sizeof v, "%d", p->threads);
+  kv_line(&pr, 0, "threads", v, "threads");
+  snprintf(v, sizeof v, "%lld", (long long)p->context);
+  kv_line(&pr, 0, "context", v, "context");
+  snprintf(v, sizeof v, "%d", p->batch);
+  kv_line(&pr, 0, "batch", v, "batch");
+  snprintf(v, sizeof v, "%d", p->ubatch);
+  kv_line(&pr, 0, "ubatch", v, "ubatch");
+  kv_line(&pr, 0, "memory_limit", size_text(v, sizeof v, p->memory_limit), "memory_limit");
+  kv_line(&pr, 0, "attention", str(v, sizeof v, p->attention), "attention");
+
+  line(f, 0, "kv:", NULL);
+  kv_line(&pr, 2, "k", str(v, sizeof v, p->kv.k), "kv.k");
+  kv_line(&pr, 2, "v", str(v, sizeof v, p->kv.v), "kv.v");
+  int any = 0;
+  for (int kind = 0; kind < TSR_PROFILE_LAYER_KINDS; kind++) {
+    const struct tsr_profile_kv_pair *kp = &p->kv_per_kind[kind];
+    if (!kp->k && !kp->v) continue;
+    if (!any++) line(f, 2, "per_kind:", NULL);
+    const char *name = tsr_profile_layer_kind_name((enum tsr_profile_layer_kind)kind);
+    snprintf(pr.text, sizeof pr.text, "%s:", name);
+    line(f, 4, pr.text, NULL);
+    char path[64];
+    if (kp->k) {
+      snprintf(path, sizeof path, "kv.per_kind.%s.k", name);
+      kv_line(&pr, 6, "k", str(v, sizeof v, kp->k), path);
+    }
+    if (kp->v) {
+      snprintf(path, sizeof path, "kv.per_kind.%s.v", name);
+      kv_line(&pr, 6, "v", str(v, sizeof v, kp->v), path);
+    }
+  }
+
+  if (!p->n_plugins) kv_line(&pr, 0, "plugins", "[]", NULL);
+  else line(f, 0, "plugins:", NULL);
+  for (size_t i = 0; i < p->n_plugins; i++) print_plugin(&pr, &p->plugins[i], 4, "- ");
+
+  if (!p->n_decode_policies) kv_line(&pr, 0, "decode_policies", "[]", NULL);
+  else line(f, 0, "decode_policies:", origin(p, "decode_policies"));
+  for (size_t i = 0; i < p->n_decode_policies; i++) {
+    snprintf(pr.text, sizeof pr.text, "- %s", str(v, sizeof v, p->decode_policies[i]));
+    line(f, 2, pr.text, NULL);
+  }
+
+  if (!p->has_speculator) {
+    kv_line(&pr, 0, "speculator", "null", "speculator");
+  } else {
+    line(f, 0, "speculator:", NULL);
+    print_plugin(&pr, &p->speculator, 2, "");
+  }
+
+  const struct tsr_profile_sampling *s = &p->sampling;
+  line(f, 0, "sampling:", NULL);
+  kv_line(&pr, 2, "temperature", num(v, sizeof v, s->temperature), "sampling.temperature");
+  snprintf(v, sizeof v, "%d", s->top_k);
+  kv_line(&pr, 2, "top_k", v, "sampling.top_k");
+  kv_line(&pr, 2, "top_p", num(v, sizeof v, s->top_p), "sampling.top_p");
+  kv_line(&pr, 2, "min_p", num(v, sizeof v, s->min_p), "sampling.min_p");
+  snprintf(v, sizeof v, "%lld", (long long)s->seed);
+  kv_line(&pr, 2, "seed", v, "sampling.seed");
+  snprintf(v, sizeof v, "%d", s->max_tokens);
+  kv_line(&pr, 2, "max_tokens", v, "sampling.max_tokens");
+
+  const struct tsr_profile_server *sv = &p->server;
+  line(f, 0, "server:", NULL);
+  kv_line(&pr, 2, "host", str(v, sizeof v, sv->host), "server.host");
+  snprintf(v, sizeof v, "%d", sv->port);
+  kv_line(&pr, 2, "port", v, "server.port");
+  snprintf(v, sizeof v, "%d", sv->parallel);
+  kv_line(&pr, 2, "parallel", v, "server.parallel");
+  kv_line(&pr, 2, "api_key_env", sv->api_key_env ? str(v, sizeof v, sv->api_key_env) : "null",
+          "server.api_key_env");
+}

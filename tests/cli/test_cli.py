@@ -1,0 +1,137 @@
+"""The `tessera` command line as a user meets it: exit codes and messages.
+
+usage: test_cli.py TESSERA_BINARY SOURCE_ROOT
+Prints "ok   name" / "FAIL name" per case, like the C tests.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+TESSERA, SOURCE = sys.argv[1], sys.argv[2]
+failures = 0
+
+
+def run(*args, cwd=None):
+    p = subprocess.run([TESSERA, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def case(fn):
+    global failures
+    try:
+        fn()
+        print(f"ok   {fn.__name__}")
+    except AssertionError as e:
+        failures += 1
+        print(f"FAIL {fn.__name__}")
+        print(f"  {e}", file=sys.stderr)
+    return fn
+
+
+def expect(code, out, err, want_code, *needles):
+    assert code == want_code, f"exit {code}, wanted {want_code}; stderr: {err.strip()}"
+    text = out + err
+    for n in needles:
+        assert n in text, f"'{n}' not in output:\n{text}"
+
+
+def write(dir_, name, text):
+    path = os.path.join(dir_, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+TMP = tempfile.mkdtemp(prefix="tsr_cli_")
+DEFAULT = os.path.join(SOURCE, "conf", "default.yaml")
+
+
+@case
+def test_help_lists_every_command_and_exit_codes():
+    code, out, err = run("--help")
+    expect(code, out, err, 0, "gguf", "plugins", "profile", "serve", "exit codes")
+
+
+@case
+def test_unbuilt_command_says_so():
+    expect(*run("serve", "--help"), 0, "not built in this version")
+    expect(*run("serve"), 2, "not built in this version")
+    expect(*run("frobnicate"), 2, "unknown command 'frobnicate'")
+
+
+@case
+def test_plugins_lists_every_plugin_folder():
+    code, out, err = run("plugins")
+    expect(code, out, err, 0, "core", "flash", "q8_0")
+    for name in ["arch_qwen", "arch_gemma4", "attn_dca", "kv_turbo", "kv_tcq", "sparse_v",
+                 "spec_mtp"]:
+        assert name in out, f"{name} missing from tessera plugins:\n{out}"
+    assert "[no code yet]" in out
+
+
+@case
+def test_default_profile_checks_with_composition_and_memory_plan():
+    code, out, err = run("profile", "check", DEFAULT)
+    expect(code, out, err, 0, "composition (backend cpu)", "attention flash (core",
+           "K f16 (native)", "memory plan:", "weights", "KV full")
+
+
+@case
+def test_example_deployment_extends_default():
+    # the example asks for cuda, which this build cannot negotiate: refused, naming the layer
+    path = os.path.join(SOURCE, "conf", "example-deployment.yaml")
+    code, out, err = run("profile", "check", path, "--set", "backend=cpu")
+    expect(code, out, err, 0, "context: 131072", "K q8_0 (lift to f16)")
+    code, out, err = run("profile", "check", path)
+    expect(code, out, err, 2, "flash has no kernel for backend 'cuda'", "layer 0")
+
+
+@case
+def test_unknown_key_names_file_line_and_column():
+    p = write(TMP, "unknown.yaml", "model: default\nplugins: [arch_qwen]\nsampling:\n  temprature: 1\n")
+    expect(*run("profile", "check", p), 2, "unknown.yaml:4:3", "temprature")
+
+
+@case
+def test_wrong_type_is_refused():
+    p = write(TMP, "wrongtype.yaml", "model: default\ncontext: lots\n")
+    expect(*run("profile", "check", p), 2, "wrongtype.yaml:2:10", "context")
+
+
+@case
+def test_extends_cycle_is_refused():
+    write(TMP, "a.yaml", "extends: b.yaml\nmodel: default\n")
+    p = write(TMP, "b.yaml", "extends: a.yaml\n")
+    expect(*run("profile", "check", p), 2, "cycle")
+
+
+@case
+def test_impossible_composition_names_layer_and_codec():
+    expect(*run("profile", "check", DEFAULT, "--set", "kv.k=q9_0"), 2, "layer 0 (full)",
+           "K codec 'q9_0' is not registered")
+    expect(*run("profile", "check", DEFAULT, "--set", "attention=dca"), 2,
+           "attention 'dca' is not provided by any loaded plugin")
+
+
+@case
+def test_plugin_without_code_is_refused():
+    p = write(TMP, "dca.yaml", f"extends: {DEFAULT}\nplugins: [arch_qwen, attn_dca]\n")
+    expect(*run("profile", "check", p), 2, "attn_dca", "has no code yet")
+
+
+@case
+def test_memory_limit_is_enforced():
+    expect(*run("profile", "check", DEFAULT, "--set", "memory_limit=1KiB"), 2, "memory_limit")
+
+
+@case
+def test_gen_model_rejects_bad_options():
+    expect(*run("gen-model", "--arch", "llama", "-o", os.path.join(TMP, "x.gguf")), 2, "llama")
+    expect(*run("gen-model", "--arch", "qwen3", "--type", "q4_K", "-o",
+                os.path.join(TMP, "x.gguf")), 2, "block size")
+    assert not os.path.exists(os.path.join(TMP, "x.gguf")), "a failed gen-model left a file"
+
+
+print(f"{failures} cli case(s) failed" if failures else "all cli cases passed")
+sys.exit(1 if failures else 0)

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The main job on the embedded default model. Until the architecture plugins
-# land, the default model is a small random-weight Qwen3-shaped GGUF that the
-# build generates: this writes it, then reads and validates it back.
+# The main job on the default model and profile. Until the architecture
+# plugins build graphs, the default model is a small random-weight
+# Qwen3-shaped GGUF that the build generates: this checks the default profile
+# against it (composition, memory plan) and describes the model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh
 builddir=${BUILDDIR:-build}
 [ -d "$builddir" ] || meson setup "$builddir" >/dev/null
 ninja -C "$builddir" >/dev/null
-model="$builddir/default-model.gguf"
-"$builddir/core/cli/tessera" gen-model --arch qwen3 --preset tiny --type q8_0 -o "$model"
-"$builddir/core/cli/tessera" gguf info "$model"
+"$builddir/core/cli/tessera" profile check conf/default.yaml
+"$builddir/core/cli/tessera" gguf info "$builddir/core/cli/default-model.gguf"

@@ -24,7 +24,7 @@ struct shape {
 
 /* qwen3 presets: "tiny" for tests and the default job, "0.6b" as shipped. */
 static const struct shape g_presets[] = {
-    {"tiny", 2, 64, 128, 4, 2, 16, 256 + 3, 512},
+    {"tiny", 2, 64, 128, 4, 2, 32, 256 + 3, 512}, /* head dim 32: every KV codec's block fits */
     {"0.6b", 28, 1024, 3072, 16, 8, 128, 151936, 40960},
 };
 

@@ -72,7 +72,9 @@ static void test_default_profile_has_documented_defaults(void) {
   CHECK(!strcmp(p->kv.k, "f16") && !strcmp(p->kv.v, "f16"));
   for (int k = 0; k < TSR_PROFILE_LAYER_KINDS; k++)
     CHECK(!strcmp(tsr_profile_k_codec(p, k), "f16") && !strcmp(tsr_profile_v_codec(p, k), "f16"));
-  CHECK(p->n_plugins == 0 && p->n_decode_policies == 0 && !p->has_speculator);
+  /* the default model is Qwen3-shaped: its arch plugin is the one plugin loaded */
+  CHECK(p->n_plugins == 1 && !strcmp(p->plugins[0].name, "arch_qwen"));
+  CHECK(p->n_decode_policies == 0 && !p->has_speculator);
   CHECK_CLOSE(p->sampling.temperature, 0.8, 0, 0);
   CHECK(p->sampling.top_k == 40 && p->sampling.seed == -1 && p->sampling.max_tokens == 256);
   CHECK_CLOSE(p->sampling.top_p, 0.95, 0, 0);

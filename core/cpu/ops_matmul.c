@@ -1,0 +1,383 @@
+/*
+** get_rows, mat_mul and mat_mul_id on the CPU.
+**
+** mat_mul walks the weight matrix in tiles of rows. Contiguous f32 rows are
+** read in place, and so are contiguous f16 rows that meet one or two columns
+** (decode); any other weight (bf16, block types, strided views, f16 in a
+** batch) is dequantized once per tile into the thread's scratch and reused
+** for every column of x. Dots accumulate in f32 (core/cpu/vec.h). Work items are (weight batch, row tile, column chunk);
+** columns are chunked only when there are too few tiles to keep every
+** thread busy, so the usual case dequantizes each weight row exactly once.
+**
+** mat_mul_id groups the (slot, token) pairs by expert (a counting sort that
+** every thread repeats, so no thread waits on another) and runs each expert
+** as a small mat_mul over its columns.
+**
+** Indices out of range cannot be reported at run time, so they produce
+** zeros: get_rows writes a zero row for an index outside [0, R), and
+** mat_mul_id writes a zero column for an expert id outside [0, E). Model
+** builders take ids from top_k, so neither happens in a well-formed graph.
+*/
+#include <string.h>
+
+#include "cpu_ops.h"
+#include "vec.h"
+
+/* Rows per weight tile: enough to amortise each walk over x, few enough that
+** a dequantized tile (TILE_FLOATS f32s) stays in the L2 cache while every
+** column of x meets it. */
+#define TILE_MAX 64
+#define TILE_FLOATS 32768
+
+/* Columns per work item of mat_mul_id, so one busy expert spreads over threads. */
+#define ID_CHUNK 64
+
+static int64_t tile_rows(int64_t k, int64_t m) {
+  int64_t tm = TILE_FLOATS / (k > 0 ? k : 1);
+  if (tm < 1) tm = 1;
+  if (tm > TILE_MAX) tm = TILE_MAX;
+  return tm < m ? tm : m;
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+/* One row of any dequantizable tensor to f32; plain types honour nb[0]. */
+static void row_to_f32(const struct tsr_tensor *t, const char *row, float *out, int64_t n) {
+  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)t->dtype);
+  if (tr->block_size > 1 || t->nb[0] == tr->type_size) {
+    tr->to_f32(row, out, n);
+    return;
+  }
+  const size_t nb0 = t->nb[0];
+  switch (t->dtype) {
+  case TSR_F32:
+    for (int64_t i = 0; i < n; i++) memcpy(&out[i], row + (size_t)i * nb0, sizeof(float));
+    break;
+  case TSR_F16:
+    for (int64_t i = 0; i < n; i++) {
+      uint16_t h;
+      memcpy(&h, row + (size_t)i * nb0, sizeof h);
+      out[i] = tsr_f16_to_f32(h);
+    }
+    break;
+  default:
+    for (int64_t i = 0; i < n; i++) tr->to_f32(row + (size_t)i * nb0, &out[i], 1);
+  }
+}
+
+/* ---- weight tiles ---------------------------------------------------------- */
+
+/* f16 rows meeting at most this many columns are dotted in place; more
+** columns repay converting the tile to f32 once. */
+#define F16_DIRECT_COLS 2
+
+enum wmode {
+  W_F32,     /* contiguous f32 rows, read in place */
+  W_F16,     /* contiguous f16 rows, dotted without conversion */
+  W_CONVERT, /* anything else: dequantized into scratch per tile */
+};
+
+static enum wmode weight_mode(const struct tsr_tensor *w, int64_t cols) {
+  if (w->dtype == TSR_F32 && w->nb[0] == sizeof(float)) return W_F32;
+  if (w->dtype == TSR_F16 && w->nb[0] == sizeof(uint16_t) && cols <= F16_DIRECT_COLS) return W_F16;
+  return W_CONVERT;
+}
+
+struct wtile {
+  enum wmode mode;
+  int64_t k, m0, n; /* rows [m0, m0+n) of length k */
+  const void *row[TILE_MAX];
+};
+
+/* Points the tile at rows [m0, m0+n) of the matrix starting at base, or
+** dequantizes them into buf (n*k floats); cols is how many columns will meet it. */
+static void wtile_load(struct wtile *t, const struct tsr_tensor *w, const char *base, int64_t m0,
+                       int64_t n, int64_t cols, float *buf) {
+  t->mode = weight_mode(w, cols);
+  t->k = w->ne[0];
+  t->m0 = m0;
+  t->n = n;
+  for (int64_t r = 0; r < n; r++) {
+    const char *src = base + (size_t)(m0 + r) * w->nb[1];
+    if (t->mode == W_CONVERT) {
+      row_to_f32(w, src, buf + r * t->k, t->k);
+      t->row[r] = buf + r * t->k;
+    } else {
+      t->row[r] = src;
+    }
+  }
+}
+
+/* Where column c of a work item reads x and writes its outputs: mat_mul
+** numbers the columns of one weight batch, mat_mul_id the pairs of one expert. */
+struct cols {
+  const struct tsr_tensor *x, *dst;
+  int64_t n, r2, r3, b2, b3;   /* mat_mul */
+  const int32_t *pairs;        /* mat_mul_id: p = u + U*t, else NULL */
+  int64_t nu;
+  bool x_shared;
+};
+
+static void col_at(const struct cols *cs, int64_t c, int64_t m0, const char **xp, float **out) {
+  const struct tsr_tensor *x = cs->x;
+  if (cs->pairs) {
+    const int64_t p = cs->pairs[c], u = p % cs->nu, t = p / cs->nu;
+    *xp = (const char *)x->data + (cs->x_shared ? 0 : u) * x->nb[1] + t * x->nb[2];
+    *out = tsr_tensor_ptr(cs->dst, m0, u, t, 0);
+    return;
+  }
+  const int64_t in = c % cs->n, j = c / cs->n;
+  const int64_t i2 = cs->b2 * cs->r2 + j % cs->r2, i3 = cs->b3 * cs->r3 + j / cs->r2;
+  *xp = (const char *)x->data + in * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3];
+  *out = tsr_tensor_ptr(cs->dst, m0, in, i2, i3);
+}
+
+/* A column of x as contiguous f32: in place when dim 0 is dense, else
+** gathered into buf. */
+static const float *x_column(const struct tsr_tensor *x, const char *col, float *buf) {
+  if (x->nb[0] == sizeof(float)) return (const float *)col;
+  for (int64_t i = 0; i < x->ne[0]; i++) memcpy(&buf[i], col + (size_t)i * x->nb[0], sizeof(float));
+  return buf;
+}
+
+/* The tile times columns [c0, c1): rows m0.. of each output column. Each x
+** column is read once into L1 and meets every row of the tile there. */
+static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, int64_t c1,
+                      float *xbuf) {
+  for (int64_t c = c0; c < c1; c++) {
+    const char *xp;
+    float *out;
+    col_at(cs, c, t->m0, &xp, &out);
+    const float *x = x_column(cs->x, xp, xbuf);
+    if (t->mode == W_F16) {
+      for (int64_t r = 0; r < t->n; r++) out[r] = tsr_vec_dot_f16_f32(t->row[r], x, t->k);
+    } else {
+      for (int64_t r = 0; r < t->n; r++) out[r] = tsr_vec_dot_f32(t->row[r], x, t->k);
+    }
+  }
+}
+
+/* Per-thread scratch of a matmul-like node: a dequantized tile and one x column. */
+struct mm_scratch {
+  float *tile; /* NULL when weights are always read in place */
+  float *xcol; /* NULL when x columns are dense */
+  void *rest;
+};
+
+static bool may_convert(const struct tsr_tensor *w) {
+  return weight_mode(w, F16_DIRECT_COLS + 1) == W_CONVERT;
+}
+
+static size_t mm_scratch_size(const struct tsr_tensor *w, const struct tsr_tensor *x) {
+  size_t k = (size_t)w->ne[0], bytes = 0;
+  if (may_convert(w)) bytes += align64((size_t)tile_rows(w->ne[0], w->ne[1]) * k * 4);
+  if (x->nb[0] != sizeof(float)) bytes += align64(k * 4);
+  return bytes;
+}
+
+static struct mm_scratch mm_scratch_at(const struct tsr_tensor *w, const struct tsr_tensor *x,
+                                       void *work) {
+  struct mm_scratch s = {0};
+  char *p = work;
+  size_t k = (size_t)w->ne[0];
+  if (may_convert(w)) {
+    s.tile = (float *)p;
+    p += align64((size_t)tile_rows(w->ne[0], w->ne[1]) * k * 4);
+  }
+  if (x->nb[0] != sizeof(float)) {
+    s.xcol = (float *)p;
+    p += align64(k * 4);
+  }
+  s.rest = p;
+  return s;
+}
+
+/* ---- check -------------------------------------------------------------- */
+
+static bool weight_dtype_ok(enum tsr_dtype dt) {
+  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)dt);
+  if (!tr || !tr->to_f32) return false;
+  return dt == TSR_F32 || dt == TSR_F16 || dt == TSR_BF16 || tr->block_size > 1;
+}
+
+tsr_status tsr_cpu_mat_mul_check(const struct tsr_tensor *dst) {
+  const struct tsr_tensor *w = dst->src[0], *x = dst->src[1];
+  if (!weight_dtype_ok(w->dtype))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED,
+                         "%s: weight '%s' is %s; the cpu backend multiplies f32, f16, bf16 "
+                         "and the q4_0..q8_K block types", tsr_op_name(dst->op), w->name,
+                         tsr_dtype_name(w->dtype));
+  if (x->dtype != TSR_F32)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: input '%s' is %s; needs f32",
+                         tsr_op_name(dst->op), x->name, tsr_dtype_name(x->dtype));
+  if (dst->dtype != TSR_F32 || dst->nb[0] != sizeof(float))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: output must be dense f32",
+                         tsr_op_name(dst->op));
+  return TSR_OK;
+}
+
+/* ---- mat_mul -------------------------------------------------------------- */
+
+size_t tsr_cpu_mat_mul_work(const struct tsr_tensor *dst) {
+  return mm_scratch_size(dst->src[0], dst->src[1]);
+}
+
+TSR_CPU_KERNEL(mat_mul) {
+  const struct tsr_tensor *w = dst->src[0], *x = dst->src[1];
+  const int64_t m = w->ne[1], n = x->ne[1];
+  const int64_t w2 = w->ne[2], r2 = x->ne[2] / w->ne[2], r3 = x->ne[3] / w->ne[3];
+  const int64_t tm = tile_rows(w->ne[0], m), n_tiles = (m + tm - 1) / tm;
+  const int64_t n_wb = w2 * w->ne[3];
+  const int64_t cols = n * r2 * r3; /* columns of x that meet one weight batch */
+
+  /* Chunk columns only when tiles alone leave threads idle. */
+  int64_t chunks = 1, want = 4 * (int64_t)c->nth;
+  if (n_wb * n_tiles < want) {
+    chunks = (want + n_wb * n_tiles - 1) / (n_wb * n_tiles);
+    if (chunks > cols) chunks = cols;
+  }
+  const int64_t per_chunk = (cols + chunks - 1) / chunks;
+
+  struct mm_scratch s = mm_scratch_at(w, x, c->work);
+  struct cols cs = {.x = x, .dst = dst, .n = n, .r2 = r2, .r3 = r3};
+  struct wtile tile = {0};
+  int64_t loaded = -1; /* (batch, tile) now in the tile, so chunks reuse it */
+  int64_t lo, hi;
+  tsr_cpu_split(c, n_wb * n_tiles * chunks, &lo, &hi);
+  for (int64_t item = lo; item < hi; item++) {
+    const int64_t chunk = item % chunks, bt = item / chunks;
+    const int64_t t = bt % n_tiles, wb = bt / n_tiles;
+    const int64_t b2 = wb % w2, b3 = wb / w2;
+    if (bt != loaded) {
+      const char *base = (const char *)w->data + b2 * w->nb[2] + b3 * w->nb[3];
+      int64_t m0 = t * tm, rows = m - m0 < tm ? m - m0 : tm;
+      wtile_load(&tile, w, base, m0, rows, cols, s.tile);
+      loaded = bt;
+    }
+    int64_t c0 = chunk * per_chunk, c1 = c0 + per_chunk < cols ? c0 + per_chunk : cols;
+    cs.b2 = b2, cs.b3 = b3;
+    wtile_mul(&tile, &cs, c0, c1, s.xcol);
+  }
+}
+
+/* ---- mat_mul_id ---------------------------------------------------------- */
+
+/* Pairs p = u + U*t grouped by expert: pairs of expert e are
+** list[start[e] .. start[e+1]); pairs with an id outside [0, E) are left out. */
+struct id_groups {
+  int32_t *start; /* E + 1 */
+  int32_t *list;  /* U * T */
+};
+
+static int32_t id_at(const struct tsr_tensor *ids, int64_t u, int64_t t) {
+  int32_t v;
+  memcpy(&v, (const char *)ids->data + u * ids->nb[0] + t * ids->nb[1], sizeof v);
+  return v;
+}
+
+static void id_group(const struct tsr_tensor *ids, int64_t n_expert, struct id_groups *gr) {
+  const int64_t nu = ids->ne[0], np = nu * ids->ne[1];
+  memset(gr->start, 0, (size_t)(n_expert + 1) * sizeof *gr->start);
+  for (int64_t p = 0; p < np; p++) {
+    int32_t e = id_at(ids, p % nu, p / nu);
+    if (e >= 0 && e < n_expert) gr->start[e + 1]++;
+  }
+  for (int64_t e = 0; e < n_expert; e++) gr->start[e + 1] += gr->start[e];
+  /* fill in pair order, using start[e] as the cursor, then shift back */
+  for (int64_t p = 0; p < np; p++) {
+    int32_t e = id_at(ids, p % nu, p / nu);
+    if (e >= 0 && e < n_expert) gr->list[gr->start[e]++] = (int32_t)p;
+  }
+  for (int64_t e = n_expert; e > 0; e--) gr->start[e] = gr->start[e - 1];
+  gr->start[0] = 0;
+}
+
+size_t tsr_cpu_mat_mul_id_work(const struct tsr_tensor *dst) {
+  const struct tsr_tensor *w = dst->src[0], *ids = dst->src[2];
+  size_t groups = (size_t)(w->ne[2] + 1 + ids->ne[0] * ids->ne[1]) * sizeof(int32_t);
+  return mm_scratch_size(w, dst->src[1]) + align64(groups);
+}
+
+TSR_CPU_KERNEL(mat_mul_id) {
+  const struct tsr_tensor *w = dst->src[0], *x = dst->src[1], *ids = dst->src[2];
+  const int64_t m = w->ne[1], n_expert = w->ne[2];
+  const int64_t nu = ids->ne[0], np = nu * ids->ne[1];
+  const int64_t tm = tile_rows(w->ne[0], m), n_tiles = (m + tm - 1) / tm;
+
+  struct mm_scratch s = mm_scratch_at(w, x, c->work);
+  struct id_groups gr = {.start = s.rest, .list = (int32_t *)s.rest + n_expert + 1};
+  id_group(ids, n_expert, &gr);
+
+  /* Items (expert, tile, chunk of ID_CHUNK columns), each costing its columns
+  ** plus one for the tile load; an item goes to the thread whose share of the
+  ** total cost holds the item's midpoint. */
+  int64_t total = 0;
+  for (int64_t e = 0; e < n_expert; e++) {
+    int64_t cnt = gr.start[e + 1] - gr.start[e];
+    total += n_tiles * (cnt + (cnt + ID_CHUNK - 1) / ID_CHUNK);
+  }
+  struct cols cs = {.x = x, .dst = dst, .nu = nu, .x_shared = x->ne[1] == 1};
+  struct wtile tile = {0};
+  int64_t acc = 0;
+  for (int64_t e = 0; e < n_expert && total > 0; e++) {
+    const int64_t first = gr.start[e], cnt = gr.start[e + 1] - first;
+    if (cnt == 0) continue;
+    const char *base = (const char *)w->data + e * w->nb[2];
+    for (int64_t t = 0; t < n_tiles; t++) {
+      bool loaded = false;
+      for (int64_t c0 = 0; c0 < cnt; c0 += ID_CHUNK) {
+        int64_t c1 = c0 + ID_CHUNK < cnt ? c0 + ID_CHUNK : cnt, cost = c1 - c0 + 1;
+        int64_t owner = (2 * acc + cost) * c->nth / (2 * total);
+        acc += cost;
+        if (owner != c->ith) continue;
+        if (!loaded) {
+          int64_t m0 = t * tm, rows = m - m0 < tm ? m - m0 : tm;
+          wtile_load(&tile, w, base, m0, rows, cnt, s.tile);
+          loaded = true;
+        }
+        cs.pairs = gr.list + first;
+        wtile_mul(&tile, &cs, c0, c1, s.xcol);
+      }
+    }
+  }
+
+  /* columns whose expert id is out of range: zeros (see the top of the file) */
+  int64_t lo, hi;
+  tsr_cpu_split(c, np, &lo, &hi);
+  for (int64_t p = lo; p < hi; p++) {
+    int32_t e = id_at(ids, p % nu, p / nu);
+    if (e >= 0 && e < n_expert) continue;
+    for (int64_t i = 0; i < m; i++) *(float *)tsr_tensor_ptr(dst, i, p % nu, p / nu, 0) = 0.0f;
+  }
+}
+
+/* ---- get_rows ------------------------------------------------------------- */
+
+tsr_status tsr_cpu_get_rows_check(const struct tsr_tensor *dst) {
+  const struct tsr_tensor *a = dst->src[0];
+  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)a->dtype);
+  if (!tr || !tr->to_f32)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "get_rows: table '%s' is %s, which has no "
+                         "dequantizer", a->name, tsr_dtype_name(a->dtype));
+  if (dst->dtype != TSR_F32 || dst->nb[0] != sizeof(float))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "get_rows: output must be dense f32");
+  return TSR_OK;
+}
+
+TSR_CPU_KERNEL(get_rows) {
+  const struct tsr_tensor *a = dst->src[0], *idx = dst->src[1];
+  const int64_t k = a->ne[0], n_rows = a->ne[1], n = idx->ne[0];
+  int64_t lo, hi;
+  tsr_cpu_split(c, n * idx->ne[1], &lo, &hi);
+  for (int64_t r = lo; r < hi; r++) {
+    const int64_t i = r % n, b = r / n;
+    int32_t row;
+    memcpy(&row, (const char *)idx->data + i * idx->nb[0] + b * idx->nb[1], sizeof row);
+    float *out = tsr_tensor_ptr(dst, 0, i, b, 0);
+    if (row < 0 || row >= n_rows) {
+      memset(out, 0, (size_t)k * sizeof *out);
+      continue;
+    }
+    row_to_f32(a, (const char *)a->data + row * a->nb[1] + b * a->nb[2], out, k);
+  }
+}

@@ -36,6 +36,10 @@ static inline void tsr_cpu_split(const struct tsr_cpu_compute *c, int64_t n,
   *hi = b < n ? b : n;
 }
 
+/* One row (n values) of any dequantizable tensor to f32; plain types honour
+** nb[0], so strided views work (cpu_rows.c). */
+void tsr_cpu_row_to_f32(const struct tsr_tensor *t, const char *row, float *out, int64_t n);
+
 /* One entry per op (core/cpu/cpu_kernels.c). */
 extern const struct tsr_cpu_kernel tsr_cpu_kernels[TSR_OP_COUNT];
 

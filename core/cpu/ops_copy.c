@@ -27,26 +27,6 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static const char *label(const struct tsr_tensor *t) { return t->name[0] ? t->name : "(unnamed)"; }
 
-/* One row of any dequantizable tensor to f32; plain types honour nb[0]. */
-static void row_to_f32(const struct tsr_tensor *t, const char *row, float *out, int64_t n) {
-  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)t->dtype);
-  if (tr->block_size > 1 || t->nb[0] == tr->type_size) {
-    tr->to_f32(row, out, n);
-    return;
-  }
-  const size_t nb0 = t->nb[0];
-  if (t->dtype == TSR_F32) {
-    for (int64_t i = 0; i < n; i++) memcpy(&out[i], row + (size_t)i * nb0, sizeof(float));
-  } else if (t->dtype == TSR_F16) {
-    for (int64_t i = 0; i < n; i++) {
-      uint16_t h;
-      memcpy(&h, row + (size_t)i * nb0, sizeof h);
-      out[i] = tsr_f16_to_f32(h);
-    }
-  } else {
-    for (int64_t i = 0; i < n; i++) tr->to_f32(row + (size_t)i * nb0, &out[i], 1);
-  }
-}
 
 /* n f32 values into one row of any quantizable tensor; plain types honour nb[0]. */
 static void row_from_f32(const struct tsr_tensor *t, const float *in, char *row, int64_t n) {
@@ -152,13 +132,13 @@ TSR_CPU_KERNEL(cpy) {
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     if (sn == dn) {
-      row_to_f32(a, row_ptr(a, r), buf, dn);
+      tsr_cpu_row_to_f32(a, row_ptr(a, r), buf, dn);
     } else {
       int64_t flat = r * dn, srow = flat / sn, s0 = flat % sn;
       for (int64_t done = 0; done < dn;) {
         int64_t run = dn - done < sn - s0 ? dn - done : sn - s0;
         if (srow != cached) {
-          row_to_f32(a, row_ptr(a, srow), srow_buf, sn);
+          tsr_cpu_row_to_f32(a, row_ptr(a, srow), srow_buf, sn);
           cached = srow;
         }
         memcpy(buf + done, srow_buf + s0, (size_t)run * sizeof *buf);
@@ -209,7 +189,7 @@ TSR_CPU_KERNEL(set_rows) {
       const char *s = (const char *)src->data + i * src->nb[1] + b2 * src->nb[2] + b3 * src->nb[3];
       const float *row = (const float *)s;
       if (src->nb[0] != sizeof(float)) {
-        row_to_f32(src, s, buf, k);
+        tsr_cpu_row_to_f32(src, s, buf, k);
         row = buf;
       }
       char *d = (char *)dst->data + r * dst->nb[1] + b2 * dst->nb[2] + b3 * dst->nb[3];

@@ -41,29 +41,6 @@ static int64_t tile_rows(int64_t k, int64_t m) {
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
-/* One row of any dequantizable tensor to f32; plain types honour nb[0]. */
-static void row_to_f32(const struct tsr_tensor *t, const char *row, float *out, int64_t n) {
-  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)t->dtype);
-  if (tr->block_size > 1 || t->nb[0] == tr->type_size) {
-    tr->to_f32(row, out, n);
-    return;
-  }
-  const size_t nb0 = t->nb[0];
-  switch (t->dtype) {
-  case TSR_F32:
-    for (int64_t i = 0; i < n; i++) memcpy(&out[i], row + (size_t)i * nb0, sizeof(float));
-    break;
-  case TSR_F16:
-    for (int64_t i = 0; i < n; i++) {
-      uint16_t h;
-      memcpy(&h, row + (size_t)i * nb0, sizeof h);
-      out[i] = tsr_f16_to_f32(h);
-    }
-    break;
-  default:
-    for (int64_t i = 0; i < n; i++) tr->to_f32(row + (size_t)i * nb0, &out[i], 1);
-  }
-}
 
 /* ---- weight tiles ---------------------------------------------------------- */
 
@@ -100,7 +77,7 @@ static void wtile_load(struct wtile *t, const struct tsr_tensor *w, const char *
   for (int64_t r = 0; r < n; r++) {
     const char *src = base + (size_t)(m0 + r) * w->nb[1];
     if (t->mode == W_CONVERT) {
-      row_to_f32(w, src, buf + r * t->k, t->k);
+      tsr_cpu_row_to_f32(w, src, buf + r * t->k, t->k);
       t->row[r] = buf + r * t->k;
     } else {
       t->row[r] = src;
@@ -378,6 +355,6 @@ TSR_CPU_KERNEL(get_rows) {
       memset(out, 0, (size_t)k * sizeof *out);
       continue;
     }
-    row_to_f32(a, (const char *)a->data + row * a->nb[1] + b * a->nb[2], out, k);
+    tsr_cpu_row_to_f32(a, (const char *)a->data + row * a->nb[1] + b * a->nb[2], out, k);
   }
 }

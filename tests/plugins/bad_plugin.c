@@ -27,11 +27,11 @@ static const struct tsr_attention_v1 g_attention = {
     .negotiate = negotiate,
     .build = build,
 };
-static void encode(void *ctx, const float *src, void *dst, int64_t n) {
+__attribute__((unused)) static void encode(void *ctx, const float *src, void *dst, int64_t n) {
   (void)ctx, (void)src, (void)dst, (void)n;
 }
 /* well-formed, but the descriptor does not provide kv_codec */
-static const struct tsr_kv_codec_v1 g_codec = {
+__attribute__((unused)) static const struct tsr_kv_codec_v1 g_codec = {
     .struct_size = sizeof(struct tsr_kv_codec_v1), .name = "bad_codec", .dtype = -1,
     .block_size = 32, .block_bytes = 8, .backends = "cpu", .encode_rows = encode,
 };
@@ -47,7 +47,7 @@ static tsr_status init(const struct tsr_host *host, struct tsr_plugin *self) {
 }
 
 static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ATTENTION, 1}};
-static const struct tsr_plugin_iface g_requires[] = {{TSR_IFACE_SPECULATOR, 1}};
+__attribute__((unused)) static const struct tsr_plugin_iface g_requires[] = {{TSR_IFACE_SPECULATOR, 1}};
 
 static const struct tsr_plugin_descriptor g_descriptor = {
     .abi_major = TSR_PLUGIN_ABI_MAJOR,

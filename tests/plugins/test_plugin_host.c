@@ -16,11 +16,19 @@
 
 static const char *g_build, *g_bad, *g_oot;
 
+/* "a/b" in one of a few rotating buffers (callers use each result at once). */
 static const char *path_join(const char *a, const char *b) {
   static char bufs[8][1024];
   static int next;
   char *buf = bufs[next++ % 8];
   snprintf(buf, 1024, "%s/%s", a, b);
+  return buf;
+}
+
+/* The folder of one out-of-tree build variant of the example plugin. */
+static const char *example_dir(const char *variant) {
+  static char buf[1024];
+  snprintf(buf, sizeof buf, "%s/%s/example_attention", g_oot, variant);
   return buf;
 }
 
@@ -46,7 +54,7 @@ static void test_core_plugin_registers_flash_and_codecs(void) {
 static void test_abi_major_mismatch_names_both_versions(void) {
   struct tsr_plugin_host *h;
   CHECK_OK(tsr_plugin_host_new(&h));
-  const char *dir = path_join(path_join(g_oot, "next_major"), "example_attention");
+  const char *dir = example_dir("next_major");
   CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "ABI 2.0");
   CHECK(strstr(tsr_error_message(), "ABI 1.0") != NULL);
   CHECK(tsr_plugin_host_attention(h, "example_attention", NULL) == NULL);
@@ -56,7 +64,7 @@ static void test_abi_major_mismatch_names_both_versions(void) {
 static void test_newer_abi_minor_is_refused(void) {
   struct tsr_plugin_host *h;
   CHECK_OK(tsr_plugin_host_new(&h));
-  const char *dir = path_join(path_join(g_oot, "newer_minor"), "example_attention");
+  const char *dir = example_dir("newer_minor");
   CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "newer");
   CHECK(strstr(tsr_error_message(), "1.1") != NULL);
   tsr_plugin_host_free(h);
@@ -102,7 +110,7 @@ static void test_plugin_without_code_and_missing_plugin(void) {
 }
 
 static void test_settings_are_validated_against_the_declaration(void) {
-  const char *dir = path_join(path_join(g_oot, "good"), "example_attention");
+  const char *dir = example_dir("good");
   struct tsr_setting_value unknown = {"verbosity", "true", "p.yaml:7:9"};
   struct tsr_setting_value wrong = {"verbose", "yes", "p.yaml:7:18"};
   struct tsr_plugin_host *h;
@@ -200,7 +208,7 @@ static void test_example_plugin_from_profile_ab_swaps_with_flash(void) {
   fprintf(f, "model: %s\nattention: example_attention\nplugins:\n  - arch_qwen\n"
              "  - name: example_attention\n    path: %s\n    settings:\n      verbose: false\n",
           path_join(g_build, "core/cli/default-model.gguf"),
-          path_join(path_join(g_oot, "good"), "example_attention"));
+          example_dir("good"));
   fclose(f);
   struct tsr_setup *s = NULL;
   CHECK_OK(tsr_setup_from_profile(profile, NULL, 0, &s));

@@ -212,6 +212,8 @@ struct tsr_arch_layer {
 
 struct tsr_gguf; /* the host's validated GGUF reader, read through host calls */
 
+struct tsr_convert; /* the host's context for one `tessera convert` run */
+
 struct tsr_arch_v1 {
   uint32_t struct_size;
   const char *names; /* comma-separated general.architecture values: "qwen3,qwen3moe" */
@@ -221,6 +223,13 @@ struct tsr_arch_v1 {
   tsr_status (*describe)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model,
                          struct tsr_arch_layer *layers, int32_t n_layers_max,
                          int32_t *n_layers);
+  /* Conversion from a Hugging Face checkpoint (tessera convert), or NULL.
+  ** hf_types: comma-separated config.json "model_type" values it converts
+  ** ("qwen3,qwen3_moe"). convert() writes llama.cpp's architecture string,
+  ** keys, tensor names and layouts through the host's hf_* / out_* calls,
+  ** so files interchange with llama.cpp both ways. */
+  const char *hf_types;
+  tsr_status (*convert)(void *ctx, const struct tsr_host *host, struct tsr_convert *cv);
 };
 
 /* ---- decode_policy, version 1 ------------------------------------------ */
@@ -321,6 +330,50 @@ struct tsr_host {
   struct tsr_tensor *(*mat_mul)(struct tsr_graph *g, struct tsr_tensor *w, struct tsr_tensor *x);
   struct tsr_tensor *(*add)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *b);
   struct tsr_tensor *(*mul)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *b);
+  /* conversion (tessera convert): config.json read by dotted path
+  ** ("text_config.num_hidden_layers"); a missing key or another type is an
+  ** error naming the path. */
+  int (*hf_has)(const struct tsr_convert *cv, const char *path);
+  tsr_status (*hf_i64)(const struct tsr_convert *cv, const char *path, int64_t *out);
+  tsr_status (*hf_f64)(const struct tsr_convert *cv, const char *path, double *out);
+  tsr_status (*hf_bool)(const struct tsr_convert *cv, const char *path, bool *out);
+  tsr_status (*hf_str)(const struct tsr_convert *cv, const char *path, const char **out);
+  /* arrays in config.json: length, then elements by index */
+  tsr_status (*hf_arr_len)(const struct tsr_convert *cv, const char *path, int64_t *n);
+  tsr_status (*hf_arr_i64)(const struct tsr_convert *cv, const char *path, int64_t i,
+                           int64_t *out);
+  tsr_status (*hf_arr_f64)(const struct tsr_convert *cv, const char *path, int64_t i,
+                           double *out);
+  tsr_status (*hf_arr_str)(const struct tsr_convert *cv, const char *path, int64_t i,
+                           const char **out);
+  /* checkpoint tensors (one safetensors file or an indexed set of shards);
+  ** shape in the checkpoint's own order (outermost first) */
+  int64_t (*hf_n_tensors)(const struct tsr_convert *cv);
+  const char *(*hf_tensor_name)(const struct tsr_convert *cv, int64_t i);
+  int (*hf_tensor_has)(const struct tsr_convert *cv, const char *name);
+  tsr_status (*hf_tensor_shape)(const struct tsr_convert *cv, const char *name, int32_t *n_dims,
+                                int64_t shape[4]);
+  /* the tensor's n values converted to f32, in the checkpoint's order */
+  tsr_status (*hf_tensor_read)(struct tsr_convert *cv, const char *name, float *out, int64_t n);
+  /* checkpoint tensors the output does not need (e.g. "model.visual."):
+  ** every other tensor must be read, or the conversion fails naming it */
+  void (*hf_skip_prefix)(struct tsr_convert *cv, const char *prefix);
+  /* output metadata */
+  tsr_status (*out_u32)(struct tsr_convert *cv, const char *key, uint32_t v);
+  tsr_status (*out_i32)(struct tsr_convert *cv, const char *key, int32_t v);
+  tsr_status (*out_f32)(struct tsr_convert *cv, const char *key, float v);
+  tsr_status (*out_bool)(struct tsr_convert *cv, const char *key, bool v);
+  tsr_status (*out_str)(struct tsr_convert *cv, const char *key, const char *v);
+  tsr_status (*out_arr_i32)(struct tsr_convert *cv, const char *key, const int32_t *v, int64_t n);
+  tsr_status (*out_arr_f32)(struct tsr_convert *cv, const char *key, const float *v, int64_t n);
+  /* output tensor: ne in GGUF order (innermost first); the host copies the
+  ** data and stores it in the --outtype when quantize is true and the row
+  ** length allows, else in f32 (norms, biases, small vectors) */
+  tsr_status (*out_tensor)(struct tsr_convert *cv, const char *name, bool quantize,
+                           int32_t n_dims, const int64_t *ne, const float *data);
+  /* tokenizer.json / tokenizer_config.json -> tokenizer.ggml.* with the
+  ** given pre-tokenizer name ("qwen2", "qwen35", "gemma4", ...) */
+  tsr_status (*convert_tokenizer)(struct tsr_convert *cv, const char *pre);
   /* later minors append here */
 };
 

@@ -55,6 +55,10 @@ fail(struct tsr_graph *g, tsr_status st, const char *fmt, ...) {
   return NULL;
 }
 
+void tsr_graph_fail(struct tsr_graph *g, tsr_status st, const char *message) {
+  fail(g, st, "%s", message);
+}
+
 void tsr_tensor_set_name(struct tsr_tensor *t, const char *fmt, ...) {
   if (!t) return;
   va_list ap;

@@ -131,6 +131,9 @@ struct tsr_tensor *tsr_custom_op(struct tsr_graph *g, int32_t op_id, int n_dims,
                                  struct tsr_tensor *const *src, int n_src, const int32_t *params,
                                  int n_params);
 
+/* Records err as the graph's first error (for builders outside graph.c). */
+void tsr_graph_fail(struct tsr_graph *g, tsr_status st, const char *message);
+
 /* Marks t to be kept alive to the end of the graph (read by the caller). */
 void tsr_graph_mark_output(struct tsr_tensor *t);
 

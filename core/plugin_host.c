@@ -13,6 +13,7 @@
 #include "graph.h"
 #include "gguf.h"
 #include "op_registry.h"
+#include "plugin_graph_api.h"
 #include "plugin_host_internal.h"
 
 #ifndef TSR_BUILD_PLUGIN_DIR
@@ -264,6 +265,27 @@ static const struct tsr_host g_services = {
     .mat_mul = tsr_mat_mul,
     .add = tsr_add,
     .mul = tsr_mul,
+    .weight = tsr_api_weight,
+    .has_weight = tsr_api_has_weight,
+    .new_tensor = tsr_api_new_tensor,
+    .set_name = tsr_api_set_name,
+    .mark_output = tsr_graph_mark_output,
+    .get_rows = tsr_get_rows,
+    .mat_mul_id = tsr_mat_mul_id,
+    .rms_norm = tsr_rms_norm,
+    .l2_norm = tsr_l2_norm,
+    .rope = tsr_api_rope,
+    .softmax = tsr_softmax,
+    .unary = tsr_api_unary,
+    .glu = tsr_api_glu,
+    .softcap = tsr_softcap,
+    .concat = tsr_api_concat,
+    .cont = tsr_cont,
+    .reshape = tsr_api_reshape,
+    .view = tsr_api_view,
+    .permute = tsr_api_permute,
+    .top_k = tsr_api_top_k,
+    .argmax = tsr_argmax,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

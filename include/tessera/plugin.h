@@ -214,6 +214,27 @@ struct tsr_gguf; /* the host's validated GGUF reader, read through host calls */
 
 struct tsr_convert; /* the host's context for one `tessera convert` run */
 
+/* One forward pass over a batch of tokens of one sequence, all positions
+** attending causally to the batch itself (whole-sequence prefill; the KV
+** cache adds past context in a later minor). The host fills the inputs; the
+** arch appends ops and sets the outputs. */
+struct tsr_arch_forward {
+  uint32_t struct_size;
+  struct tsr_graph *g;
+  const struct tsr_gguf *model;   /* weights are bound through host->weight */
+  int32_t n_tokens;
+  struct tsr_tensor *tokens;      /* i32 [n_tokens], filled by the host */
+  struct tsr_tensor *positions;   /* i32 [n_tokens], filled by the host */
+  const struct tsr_attention_v1 *attention; /* the negotiated implementation */
+  const struct tsr_arch_layer *layers;      /* describe()'s plan */
+  int32_t n_layers;
+  /* outputs */
+  struct tsr_tensor *logits;      /* f32 [n_vocab, n_tokens] */
+  struct tsr_tensor **hidden;     /* when not NULL: n_layers slots for the f32
+                                  ** [n_embd, n_tokens] residual after each layer */
+  struct tsr_tensor *embed;       /* optional: the scaled input embedding */
+};
+
 struct tsr_arch_v1 {
   uint32_t struct_size;
   const char *names; /* comma-separated general.architecture values: "qwen3,qwen3moe" */
@@ -230,6 +251,9 @@ struct tsr_arch_v1 {
   ** so files interchange with llama.cpp both ways. */
   const char *hf_types;
   tsr_status (*convert)(void *ctx, const struct tsr_host *host, struct tsr_convert *cv);
+  /* Appends the forward pass of one batch of tokens to fw->g (see struct
+  ** tsr_arch_forward), or NULL when the arch cannot run models yet. */
+  tsr_status (*build)(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
 };
 
 /* ---- decode_policy, version 1 ------------------------------------------ */
@@ -374,6 +398,43 @@ struct tsr_host {
   /* tokenizer.json / tokenizer_config.json -> tokenizer.ggml.* with the
   ** given pre-tokenizer name ("qwen2", "qwen35", "gemma4", ...) */
   tsr_status (*convert_tokenizer)(struct tsr_convert *cv, const char *pre);
+  /* graph building, continued: the core's builders (core/graph.h documents
+  ** shapes; a failure returns NULL and records the graph's error) */
+  /* a model weight by GGUF tensor name; NULL with an error naming it when absent */
+  struct tsr_tensor *(*weight)(struct tsr_graph *g, const struct tsr_gguf *model, const char *name);
+  int (*has_weight)(const struct tsr_gguf *model, const char *name);
+  struct tsr_tensor *(*new_tensor)(struct tsr_graph *g, int32_t dtype, int32_t n_dims,
+                                   const int64_t *ne);
+  void (*set_name)(struct tsr_tensor *t, const char *name);
+  void (*mark_output)(struct tsr_tensor *t);
+  struct tsr_tensor *(*get_rows)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *idx);
+  struct tsr_tensor *(*mat_mul_id)(struct tsr_graph *g, struct tsr_tensor *w, struct tsr_tensor *x,
+                                   struct tsr_tensor *ids);
+  struct tsr_tensor *(*rms_norm)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *w,
+                                 float eps);
+  struct tsr_tensor *(*l2_norm)(struct tsr_graph *g, struct tsr_tensor *a, float eps);
+  struct tsr_tensor *(*rope)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *pos,
+                             struct tsr_tensor *freq_factors, int32_t n_rot, int32_t neox,
+                             float freq_base, float freq_scale);
+  struct tsr_tensor *(*softmax)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *mask,
+                                float scale);
+  /* op: 0 gelu (tanh), 1 silu, 2 sigmoid, 3 softplus, 4 tanh, 5 relu, 6 neg, 7 exp */
+  struct tsr_tensor *(*unary)(struct tsr_graph *g, struct tsr_tensor *a, int32_t op);
+  /* op: 0 swiglu, 1 geglu, 2 reglu; up NULL: a holds [gate | up] */
+  struct tsr_tensor *(*glu)(struct tsr_graph *g, struct tsr_tensor *gate, struct tsr_tensor *up,
+                            int32_t op, bool swapped);
+  struct tsr_tensor *(*softcap)(struct tsr_graph *g, struct tsr_tensor *a, float cap);
+  struct tsr_tensor *(*concat)(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *b,
+                               int32_t dim);
+  struct tsr_tensor *(*cont)(struct tsr_graph *g, struct tsr_tensor *a);
+  struct tsr_tensor *(*reshape)(struct tsr_graph *g, struct tsr_tensor *a, int32_t n_dims,
+                                const int64_t *ne);
+  struct tsr_tensor *(*view)(struct tsr_graph *g, struct tsr_tensor *a, int32_t n_dims,
+                             const int64_t *ne, const size_t *nb, size_t offset);
+  struct tsr_tensor *(*permute)(struct tsr_graph *g, struct tsr_tensor *a, int32_t ax0, int32_t ax1,
+                                int32_t ax2, int32_t ax3);
+  struct tsr_tensor *(*top_k)(struct tsr_graph *g, struct tsr_tensor *a, int32_t k);
+  struct tsr_tensor *(*argmax)(struct tsr_graph *g, struct tsr_tensor *a);
   /* later minors append here */
 };
 

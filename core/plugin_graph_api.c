@@ -1,0 +1,73 @@
+/* The graph-builder half of the services table: thin adapters from the
+** plugin ABI's plain types to the core's builders. */
+#include "error.h"
+#include "gguf.h"
+#include "graph.h"
+#include "plugin_graph_api.h"
+
+struct tsr_tensor *tsr_api_weight(struct tsr_graph *g, const struct tsr_gguf *model,
+                                  const char *name) {
+  const struct tsr_gguf_tensor *w = tsr_gguf_find_tensor(model, name);
+  if (!w) {
+    tsr_error_set(TSR_ERR_FORMAT, "%s: tensor '%s' is missing", tsr_gguf_path(model), name);
+    /* record it in the graph so chained builders stop with this message */
+    tsr_graph_fail(g, TSR_ERR_FORMAT, tsr_error_message());
+    return NULL;
+  }
+  struct tsr_tensor *t =
+      tsr_new_external(g, w->dtype, (int)w->n_dims, w->ne, (void *)(uintptr_t)w->data);
+  tsr_tensor_set_name(t, "%s", name);
+  return t;
+}
+
+int tsr_api_has_weight(const struct tsr_gguf *model, const char *name) {
+  return tsr_gguf_find_tensor(model, name) != NULL;
+}
+
+struct tsr_tensor *tsr_api_new_tensor(struct tsr_graph *g, int32_t dtype, int32_t n_dims,
+                                      const int64_t *ne) {
+  return tsr_new_tensor(g, (enum tsr_dtype)dtype, n_dims, ne);
+}
+
+void tsr_api_set_name(struct tsr_tensor *t, const char *name) { tsr_tensor_set_name(t, "%s", name); }
+
+struct tsr_tensor *tsr_api_rope(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *pos,
+                                struct tsr_tensor *ff, int32_t n_rot, int32_t neox, float freq_base,
+                                float freq_scale) {
+  struct tsr_rope_params p = {.n_rot = n_rot, .mode = neox ? TSR_ROPE_NEOX : TSR_ROPE_NORMAL,
+                              .freq_base = freq_base, .freq_scale = freq_scale};
+  return tsr_rope(g, a, pos, ff, &p);
+}
+
+struct tsr_tensor *tsr_api_unary(struct tsr_graph *g, struct tsr_tensor *a, int32_t op) {
+  return tsr_unary(g, a, (enum tsr_unary_op)op);
+}
+
+struct tsr_tensor *tsr_api_glu(struct tsr_graph *g, struct tsr_tensor *gate, struct tsr_tensor *up,
+                               int32_t op, bool swapped) {
+  return tsr_glu(g, gate, up, (enum tsr_glu_op)op, swapped);
+}
+
+struct tsr_tensor *tsr_api_concat(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *b,
+                                  int32_t dim) {
+  return tsr_concat(g, a, b, dim);
+}
+
+struct tsr_tensor *tsr_api_reshape(struct tsr_graph *g, struct tsr_tensor *a, int32_t n_dims,
+                                   const int64_t *ne) {
+  return tsr_reshape(g, a, n_dims, ne);
+}
+
+struct tsr_tensor *tsr_api_view(struct tsr_graph *g, struct tsr_tensor *a, int32_t n_dims,
+                                const int64_t *ne, const size_t *nb, size_t offset) {
+  return tsr_view(g, a, n_dims, ne, nb, offset);
+}
+
+struct tsr_tensor *tsr_api_permute(struct tsr_graph *g, struct tsr_tensor *a, int32_t ax0,
+                                   int32_t ax1, int32_t ax2, int32_t ax3) {
+  return tsr_permute(g, a, ax0, ax1, ax2, ax3);
+}
+
+struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int32_t k) {
+  return tsr_top_k(g, a, k);
+}

@@ -1,0 +1,29 @@
+/* Adapters behind the graph-building entries of the services table. */
+#ifndef TSR_PLUGIN_GRAPH_API_H
+#define TSR_PLUGIN_GRAPH_API_H
+
+#include "tessera/plugin.h"
+
+struct tsr_tensor *tsr_api_weight(struct tsr_graph *g, const struct tsr_gguf *model,
+                                  const char *name);
+int tsr_api_has_weight(const struct tsr_gguf *model, const char *name);
+struct tsr_tensor *tsr_api_new_tensor(struct tsr_graph *g, int32_t dtype, int32_t n_dims,
+                                      const int64_t *ne);
+void tsr_api_set_name(struct tsr_tensor *t, const char *name);
+struct tsr_tensor *tsr_api_rope(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *pos,
+                                struct tsr_tensor *ff, int32_t n_rot, int32_t neox, float freq_base,
+                                float freq_scale);
+struct tsr_tensor *tsr_api_unary(struct tsr_graph *g, struct tsr_tensor *a, int32_t op);
+struct tsr_tensor *tsr_api_glu(struct tsr_graph *g, struct tsr_tensor *gate, struct tsr_tensor *up,
+                               int32_t op, bool swapped);
+struct tsr_tensor *tsr_api_concat(struct tsr_graph *g, struct tsr_tensor *a, struct tsr_tensor *b,
+                                  int32_t dim);
+struct tsr_tensor *tsr_api_reshape(struct tsr_graph *g, struct tsr_tensor *a, int32_t n_dims,
+                                   const int64_t *ne);
+struct tsr_tensor *tsr_api_view(struct tsr_graph *g, struct tsr_tensor *a, int32_t n_dims,
+                                const int64_t *ne, const size_t *nb, size_t offset);
+struct tsr_tensor *tsr_api_permute(struct tsr_graph *g, struct tsr_tensor *a, int32_t ax0,
+                                   int32_t ax1, int32_t ax2, int32_t ax3);
+struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int32_t k);
+
+#endif

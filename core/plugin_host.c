@@ -220,6 +220,12 @@ static tsr_status host_gguf_f32(const struct tsr_gguf *m, const char *key, float
 static tsr_status host_gguf_str(const struct tsr_gguf *m, const char *key, const char **out) {
   return tsr_gguf_get_str(m, key, out);
 }
+static tsr_status host_gguf_bool(const struct tsr_gguf *m, const char *key, bool *out) {
+  int v = 0;
+  tsr_status st = tsr_gguf_get_bool(m, key, &v);
+  if (st == TSR_OK) *out = v != 0;
+  return st;
+}
 static int host_gguf_has(const struct tsr_gguf *m, const char *key) {
   return tsr_gguf_find_key(m, key) >= 0;
 }
@@ -286,6 +292,7 @@ static const struct tsr_host g_services = {
     .permute = tsr_api_permute,
     .top_k = tsr_api_top_k,
     .argmax = tsr_argmax,
+    .gguf_bool = host_gguf_bool,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

@@ -435,6 +435,7 @@ struct tsr_host {
                                 int32_t ax2, int32_t ax3);
   struct tsr_tensor *(*top_k)(struct tsr_graph *g, struct tsr_tensor *a, int32_t k);
   struct tsr_tensor *(*argmax)(struct tsr_graph *g, struct tsr_tensor *a);
+  tsr_status (*gguf_bool)(const struct tsr_gguf *model, const char *key, bool *out);
   /* later minors append here */
 };
 

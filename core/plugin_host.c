@@ -630,6 +630,26 @@ tsr_status tsr_plugin_host_scan(struct tsr_plugin_host *h, struct tsr_manifest *
   return TSR_OK;
 }
 
+/* A broken manifest elsewhere on the path does not stop a search, but is said. */
+static void warn_bad_manifest(void *user, const char *message) {
+  (void)user;
+  fprintf(stderr, "tessera: skipping a plugin: %s\n", message);
+}
+
+tsr_status tsr_plugin_host_load_providers(struct tsr_plugin_host *h, const char *iface) {
+  struct tsr_manifest *list = NULL;
+  int n = 0;
+  tsr_status st = tsr_plugin_host_scan(h, &list, &n, warn_bad_manifest, NULL);
+  for (int i = 0; i < n && st == TSR_OK; i++) {
+    bool provides = false;
+    for (int j = 0; j < list[i].n_provides; j++) provides |= !strcmp(list[i].provides[j].name, iface);
+    if (!provides || !list[i].library[0] || tsr_plugin_host_find_plugin(h, list[i].name)) continue;
+    st = tsr_plugin_host_load(h, list[i].name, list[i].dir, NULL, 0, NULL);
+  }
+  free(list);
+  return st;
+}
+
 /* ---- registry lookups ---------------------------------------------------- */
 
 static const struct registered *find_cap(const struct cap_list *list, const char *name) {

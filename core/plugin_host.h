@@ -50,6 +50,12 @@ tsr_status tsr_plugin_host_load(struct tsr_plugin_host *h, const char *name, con
                                 const struct tsr_setting_value *settings, int n_settings,
                                 struct tsr_plugin **out);
 
+/* Loads every plugin on the search path whose manifest provides iface and
+** names a library (those already loaded are kept), e.g. all arch plugins so
+** a model's architecture can be found by name. A plugin that fails to load
+** is an error naming it. */
+tsr_status tsr_plugin_host_load_providers(struct tsr_plugin_host *h, const char *iface);
+
 /* Every interface a loaded plugin requires is provided by a loaded one. */
 tsr_status tsr_plugin_host_check_requires(const struct tsr_plugin_host *h);
 

@@ -23,6 +23,7 @@ static const struct subcommand g_subcommands[] = {
     {"convert", NULL, "Hugging Face safetensors + config -> GGUF"},
     {"gen-model", tsr_cli_gen_model, "random weights in a real architecture's shape"},
     {"gguf", tsr_cli_gguf, "inspect GGUF files"},
+    {"parity", tsr_cli_parity, "logits against golden reference outputs"},
     {"plugins", tsr_cli_plugins, "list plugins and their capabilities"},
     {"profile", tsr_cli_profile, "check a profile: composition and memory plan"},
 };

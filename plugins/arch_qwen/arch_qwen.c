@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "forward_qwen.h"
 #include "tessera/plugin.h"
 
 #define MAX_KEY 96
@@ -121,6 +122,7 @@ static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "qwen2,qwen3,qwen3moe,qwen3next,qwen35,qwen35moe",
     .describe = qwen_describe,
+    .build = tsr_qwen_build,
 };
 
 static tsr_status qwen_init(const struct tsr_host *host, struct tsr_plugin *self) {

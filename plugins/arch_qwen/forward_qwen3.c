@@ -1,0 +1,180 @@
+/*
+** The Qwen2 / Qwen3 / Qwen3-MoE forward pass, read top to bottom like the
+** model card: token embedding; per layer a pre-norm attention block
+** (q/k RMSNorm per head before NeoX RoPE on Qwen3, biases on Qwen2) and a
+** pre-norm SwiGLU MLP or a top-k mixture of SwiGLU experts; final norm; LM
+** head (tied to the embedding when output.weight is absent).
+*/
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "forward_qwen.h"
+
+struct qwen_hparams {
+  const char *arch;
+  uint32_t n_embd, n_head, n_head_kv, head_dim, n_expert, n_expert_used;
+  float eps, rope_base;
+  bool expert_norm; /* renormalise the top-k router weights */
+};
+
+static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *m,
+                               const struct tsr_arch_forward *fw, struct qwen_hparams *hp) {
+  char key[96];
+  tsr_status st = h->gguf_str(m, "general.architecture", &hp->arch);
+#define U32(suffix, out)                                          \
+  (snprintf(key, sizeof key, "%s." suffix, hp->arch), h->gguf_u32(m, key, out))
+#define F32(suffix, out)                                          \
+  (snprintf(key, sizeof key, "%s." suffix, hp->arch), h->gguf_f32(m, key, out))
+  if (st == TSR_OK) st = U32("embedding_length", &hp->n_embd);
+  if (st == TSR_OK) st = F32("attention.layer_norm_rms_epsilon", &hp->eps);
+  if (st == TSR_OK) st = F32("rope.freq_base", &hp->rope_base);
+  if (st != TSR_OK) return st;
+  /* describe() already validated the head shapes */
+  hp->n_head = (uint32_t)fw->layers[0].n_head;
+  hp->n_head_kv = (uint32_t)fw->layers[0].n_head_kv;
+  hp->head_dim = (uint32_t)fw->layers[0].head_dim_k;
+  hp->n_expert = hp->n_expert_used = 0;
+  hp->expert_norm = true; /* what Qwen3-MoE checkpoints ship; a file may say otherwise */
+  snprintf(key, sizeof key, "%s.expert_count", hp->arch);
+  if (h->gguf_has(m, key)) {
+    st = U32("expert_count", &hp->n_expert);
+    if (st == TSR_OK) st = U32("expert_used_count", &hp->n_expert_used);
+    snprintf(key, sizeof key, "%s.expert_weights_norm", hp->arch);
+    if (st == TSR_OK && h->gguf_has(m, key)) st = h->gguf_bool(m, key, &hp->expert_norm);
+  }
+#undef U32
+#undef F32
+  return st;
+}
+
+/* weight of layer il, e.g. blk.3.attn_q.weight */
+static struct tsr_tensor *layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                       int il, const char *name) {
+  char full[96];
+  snprintf(full, sizeof full, "blk.%d.%s", il, name);
+  return h->weight(fw->g, fw->model, full);
+}
+
+static struct tsr_tensor *optional_layer_weight(const struct tsr_host *h,
+                                                struct tsr_arch_forward *fw, int il,
+                                                const char *name) {
+  char full[96];
+  snprintf(full, sizeof full, "blk.%d.%s", il, name);
+  return h->has_weight(fw->model, full) ? h->weight(fw->g, fw->model, full) : NULL;
+}
+
+/* x·W (+ b when the file has the bias, as Qwen2's q/k/v do) */
+static struct tsr_tensor *linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                 const char *name, struct tsr_tensor *x) {
+  char w_name[64], b_name[64];
+  snprintf(w_name, sizeof w_name, "%s.weight", name);
+  snprintf(b_name, sizeof b_name, "%s.bias", name);
+  struct tsr_tensor *y = h->mat_mul(fw->g, layer_weight(h, fw, il, w_name), x);
+  struct tsr_tensor *b = optional_layer_weight(h, fw, il, b_name);
+  return b ? h->add(fw->g, y, b) : y;
+}
+
+static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                          const struct qwen_hparams *hp, int il,
+                                          struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  const int64_t n = fw->n_tokens, hd = hp->head_dim;
+  struct tsr_tensor *q = linear(h, fw, il, "attn_q", x);
+  struct tsr_tensor *k = linear(h, fw, il, "attn_k", x);
+  struct tsr_tensor *v = linear(h, fw, il, "attn_v", x);
+  q = h->reshape(g, q, 3, (int64_t[]){hd, hp->n_head, n});
+  k = h->reshape(g, k, 3, (int64_t[]){hd, hp->n_head_kv, n});
+  v = h->reshape(g, v, 3, (int64_t[]){hd, hp->n_head_kv, n});
+  /* Qwen3 normalises q and k per head before RoPE; Qwen2 has no such norm */
+  struct tsr_tensor *q_norm = optional_layer_weight(h, fw, il, "attn_q_norm.weight");
+  struct tsr_tensor *k_norm = optional_layer_weight(h, fw, il, "attn_k_norm.weight");
+  if (q_norm) q = h->rms_norm(g, q, q_norm, hp->eps);
+  if (k_norm) k = h->rms_norm(g, k, k_norm, hp->eps);
+  q = h->rope(g, q, fw->positions, NULL, (int32_t)hd, 1, hp->rope_base, 1.0f);
+  k = h->rope(g, k, fw->positions, NULL, (int32_t)hd, 1, hp->rope_base, 1.0f);
+  /* attention wants [head_dim, tokens, heads] */
+  q = h->permute(g, q, 0, 2, 1, 3);
+  k = h->permute(g, k, 0, 2, 1, 3);
+  v = h->permute(g, v, 0, 2, 1, 3);
+  struct tsr_layer_desc desc = {
+      .struct_size = sizeof desc, .layer = il, .kind = TSR_LAYER_FULL, .n_head = (int32_t)hp->n_head,
+      .n_head_kv = (int32_t)hp->n_head_kv, .head_dim_k = (int32_t)hd, .head_dim_v = (int32_t)hd,
+      .k_codec = "f32", .v_codec = "f32", .backend = "cpu"};
+  struct tsr_attn_call call = {
+      .struct_size = sizeof call, .layer = &desc, .q = q, .k = k, .v = v,
+      .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
+      .causal = true};
+  struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
+  o = h->reshape(g, o, 2, (int64_t[]){hd * hp->n_head, n});
+  return linear(h, fw, il, "attn_output", o);
+}
+
+static struct tsr_tensor *mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                    struct tsr_tensor *x) {
+  struct tsr_tensor *gate = linear(h, fw, il, "ffn_gate", x);
+  struct tsr_tensor *up = linear(h, fw, il, "ffn_up", x);
+  return linear(h, fw, il, "ffn_down", h->glu(fw->g, gate, up, 0 /* swiglu */, false));
+}
+
+/* Top-k routed SwiGLU experts: p = softmax(router·x); the k largest are
+** weighted by p (or by p renormalised over the k, when expert_norm). */
+static struct tsr_tensor *moe_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                    const struct qwen_hparams *hp, int il, struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  const int64_t n = fw->n_tokens, k = hp->n_expert_used, e = hp->n_expert;
+  struct tsr_tensor *logits = h->mat_mul(g, layer_weight(h, fw, il, "ffn_gate_inp.weight"), x);
+  struct tsr_tensor *probs = h->softmax(g, logits, NULL, 1.0f);
+  struct tsr_tensor *ids = h->top_k(g, probs, (int32_t)k); /* [k, n] */
+  /* renormalised top-k probabilities are the softmax of the chosen logits */
+  struct tsr_tensor *source = hp->expert_norm ? logits : probs;
+  struct tsr_tensor *chosen =
+      h->get_rows(g, h->reshape(g, source, 3, (int64_t[]){1, e, n}), ids); /* [1, k, n] */
+  if (hp->expert_norm)
+    chosen = h->reshape(g, h->softmax(g, h->reshape(g, chosen, 2, (int64_t[]){k, n}), NULL, 1.0f),
+                        3, (int64_t[]){1, k, n});
+
+  struct tsr_tensor *xe = h->reshape(g, x, 3, (int64_t[]){hp->n_embd, 1, n});
+  struct tsr_tensor *gate = h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_gate_exps.weight"), xe, ids);
+  struct tsr_tensor *up = h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_up_exps.weight"), xe, ids);
+  struct tsr_tensor *act = h->glu(g, gate, up, 0 /* swiglu */, false); /* [ff, k, n] */
+  struct tsr_tensor *down =
+      h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_down_exps.weight"), act, ids); /* [embd, k, n] */
+  struct tsr_tensor *weighted = h->mul(g, down, chosen);
+  if (!weighted) return NULL;
+  /* sum over the k experts: k strided views added together */
+  struct tsr_tensor_info info;
+  h->tensor_info(weighted, &info);
+  struct tsr_tensor *sum = NULL;
+  for (int64_t j = 0; j < k; j++) {
+    struct tsr_tensor *slice = h->view(g, weighted, 2, (int64_t[]){hp->n_embd, n},
+                                       (size_t[]){info.nb[0], info.nb[2]}, (size_t)j * info.nb[1]);
+    sum = sum ? h->add(g, sum, slice) : h->cont(g, slice);
+  }
+  return sum;
+}
+
+tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
+  (void)ctx;
+  struct qwen_hparams hp;
+  tsr_status st = read_hparams(h, fw->model, fw, &hp);
+  if (st != TSR_OK) return st;
+  if (strcmp(hp.arch, "qwen2") && strcmp(hp.arch, "qwen3") && strcmp(hp.arch, "qwen3moe"))
+    return h->set_error(TSR_ERR_UNSUPPORTED, "arch_qwen: forward pass of '%s' is not built in "
+                        "this version (qwen2, qwen3, qwen3moe are)", hp.arch);
+  struct tsr_graph *g = fw->g;
+  struct tsr_tensor *x = h->get_rows(g, h->weight(g, fw->model, "token_embd.weight"), fw->tokens);
+  fw->embed = x;
+  for (int il = 0; il < fw->n_layers; il++) {
+    struct tsr_tensor *a = h->rms_norm(g, x, layer_weight(h, fw, il, "attn_norm.weight"), hp.eps);
+    x = h->add(g, x, attention_block(h, fw, &hp, il, a));
+    struct tsr_tensor *m = h->rms_norm(g, x, layer_weight(h, fw, il, "ffn_norm.weight"), hp.eps);
+    x = h->add(g, x, hp.n_expert ? moe_block(h, fw, &hp, il, m) : mlp_block(h, fw, il, m));
+    if (fw->hidden) fw->hidden[il] = x;
+  }
+  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  const char *head = h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+  fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
+  /* on failure the graph holds the first builder error and its message */
+  return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
+}

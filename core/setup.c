@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "graph.h"
 
 #ifndef TSR_BUILD_DEFAULT_MODEL
 #define TSR_BUILD_DEFAULT_MODEL ""
@@ -122,6 +123,38 @@ static tsr_status codec_row_bytes(const struct tsr_setup *s, const char *codec, 
   return TSR_OK;
 }
 
+/* The compute arena of one ubatch: build the arch's forward graph and let
+** the planner place it; nothing is allocated or run. */
+static tsr_status plan_compute(struct tsr_setup *s, struct tsr_memory_plan *m) {
+  m->compute_known = false;
+  if (!s->arch->build) return TSR_OK; /* the plan says so when printed */
+  const struct tsr_attention_v1 *attn = tsr_plugin_host_attention(s->host, s->profile->attention,
+                                                                  NULL);
+  int64_t n = s->profile->ubatch < s->profile->context ? s->profile->ubatch : s->profile->context;
+  struct tsr_graph *g = tsr_graph_new(64 * (s->n_layers + 4) + 4096);
+  if (!g) return tsr_error_set(TSR_ERR_NOMEM, "out of memory planning the compute graph");
+  struct tsr_arch_forward fw = {
+      .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = (int32_t)n,
+      .tokens = tsr_new_tensor_1d(g, TSR_I32, n), .positions = tsr_new_tensor_1d(g, TSR_I32, n),
+      .attention = attn, .layers = s->layers, .n_layers = s->n_layers};
+  tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
+  if (st == TSR_OK) st = tsr_graph_status(g);
+  struct tsr_graph_plan plan;
+  if (st == TSR_OK) {
+    tsr_graph_mark_output(fw.logits);
+    st = tsr_graph_plan(g, &plan);
+  }
+  if (st == TSR_OK) {
+    m->compute = plan.arena_bytes;
+    m->compute_tokens = (uint64_t)n;
+    m->compute_known = true;
+  } else {
+    tsr_error_prefix("planning the compute graph of %lld tokens", (long long)n);
+  }
+  tsr_graph_free(g);
+  return st;
+}
+
 static tsr_status plan_memory(struct tsr_setup *s) {
   const struct tsr_profile *p = s->profile;
   struct tsr_memory_plan *m = &s->memory;
@@ -148,16 +181,18 @@ static tsr_status plan_memory(struct tsr_setup *s) {
     m->kv[l->kind] += cells * (uint64_t)l->n_head_kv * (k_row + v_row);
     m->kv_cells[l->kind] = cells;
   }
-  m->compute_known = false; /* arch v1 builds no graphs yet: nothing to plan */
-  m->total = m->weights;
+  tsr_status st = plan_compute(s, m);
+  if (st != TSR_OK) return st;
+  m->total = m->weights + m->compute;
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) m->total += m->kv[k];
   m->limit = p->memory_limit;
   if (m->limit && m->total > m->limit)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: the plan needs %.2f GiB (weights %.2f GiB + KV "
-                         "%.2f GiB) but memory_limit is %.2f GiB",
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: the plan needs %.2f GiB (weights %.2f GiB, KV "
+                         "%.2f GiB, compute %.2f GiB) but memory_limit is %.2f GiB",
                          tsr_profile_where(p, "memory_limit"), m->total / 1073741824.0,
-                         m->weights / 1073741824.0, (m->total - m->weights) / 1073741824.0,
-                         m->limit / 1073741824.0);
+                         m->weights / 1073741824.0,
+                         (m->total - m->weights - m->compute) / 1073741824.0,
+                         m->compute / 1073741824.0, m->limit / 1073741824.0);
   return TSR_OK;
 }
 
@@ -200,7 +235,11 @@ void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f) {
              k == TSR_LAYER_LINEAR ? "seqs" : "cells");
     print_bytes(f, label, m->kv[k]);
   }
-  if (m->compute_known) print_bytes(f, "compute buffers", m->compute);
+  if (m->compute_known) {
+    char label[64];
+    snprintf(label, sizeof label, "compute (%llu tokens)", (unsigned long long)m->compute_tokens);
+    print_bytes(f, label, m->compute);
+  }
   else fprintf(f, "  %-22s not planned: the arch plugin builds no graphs in this version\n",
                "compute buffers");
   print_bytes(f, m->compute_known ? "total" : "total (without compute)", m->total);

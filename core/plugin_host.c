@@ -769,6 +769,12 @@ uint64_t tsr_plugin_engaged_total(const struct tsr_plugin *p) {
   return total;
 }
 
+void tsr_plugin_host_reset_engagement(struct tsr_plugin_host *h) {
+  pthread_mutex_lock(&h->counter_lock);
+  for (int i = 0; i < h->n_plugins; i++) h->plugins[i]->n_counters = 0;
+  pthread_mutex_unlock(&h->counter_lock);
+}
+
 void tsr_plugin_host_print_engagement(const struct tsr_plugin_host *h, FILE *f) {
   pthread_mutex_lock((pthread_mutex_t *)&h->counter_lock);
   for (int i = 0; i < h->n_plugins; i++) {

@@ -94,6 +94,9 @@ const char *tsr_plugin_library(const struct tsr_plugin *p); /* "" for built-in *
 /* ---- engagement ---- */
 /* Total of all of a plugin's counters. */
 uint64_t tsr_plugin_engaged_total(const struct tsr_plugin *p);
+/* Zeroes every counter: setup work (e.g. building a graph only to plan its
+** memory) is not what a run engaged. */
+void tsr_plugin_host_reset_engagement(struct tsr_plugin_host *h);
 /* Prints "name: counter=n, ..." for every loaded plugin. */
 void tsr_plugin_host_print_engagement(const struct tsr_plugin_host *h, FILE *f);
 /* Fails naming each plugin in names that never counted anything (or is

@@ -209,6 +209,7 @@ tsr_status tsr_setup_from_profile(const char *profile_path, const char *const *s
   if (st == TSR_OK) st = open_model(s);
   if (st == TSR_OK) st = negotiate(s);
   if (st == TSR_OK) st = plan_memory(s);
+  if (s->host) tsr_plugin_host_reset_engagement(s->host);
   return st;
 }
 

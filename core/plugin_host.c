@@ -185,6 +185,7 @@ static void host_engaged(struct tsr_plugin *self, const char *counter, uint64_t 
   if (!c && self->n_counters < TSR_PLUGIN_MAX_COUNTERS) {
     c = &self->counters[self->n_counters++];
     snprintf(c->name, sizeof c->name, "%s", counter);
+    c->value = 0;
   }
   if (c) c->value += n;
   pthread_mutex_unlock(&h->counter_lock);

@@ -39,6 +39,41 @@ void tsr_parity_compare_row(const float *a, const float *b, int64_t n, struct ts
   s->n_positions++;
 }
 
+void tsr_parity_compare_top(const float *a, int64_t n, const int32_t *top_ids,
+                            const float *top_logits, int64_t k, float golden_lse,
+                            struct tsr_parity_stats *s, double *kl_sum) {
+  double ma = -INFINITY;
+  int64_t arg_a = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (a[i] > ma) ma = a[i], arg_a = i;
+  double za = 0;
+  for (int64_t i = 0; i < n; i++) za += exp(a[i] - ma);
+  double lse_a = ma + log(za);
+  /* KL over the golden top set plus one bucket for the rest of the vocabulary */
+  double max_abs = 0, scale = 0, kl = 0, p_top = 0, q_top = 0;
+  for (int64_t j = 0; j < k; j++) {
+    int32_t id = top_ids[j];
+    double ours = (id >= 0 && id < n) ? a[id] : NAN;
+    double d = fabs(ours - top_logits[j]);
+    if (!(d <= max_abs)) max_abs = d;
+    if (fabs(top_logits[j]) > scale) scale = fabs(top_logits[j]);
+    double lp = top_logits[j] - golden_lse, lq = ours - lse_a;
+    kl += exp(lp) * (lp - lq);
+    p_top += exp(lp);
+    q_top += exp(lq);
+  }
+  double p_rest = 1.0 - p_top, q_rest = 1.0 - q_top;
+  if (p_rest > 1e-12 && q_rest > 1e-12) kl += p_rest * log(p_rest / q_rest);
+  if (kl < 0) kl = 0; /* rounding */
+  double rel = scale > 0 ? max_abs / scale : max_abs;
+  if (!(max_abs <= s->max_abs)) s->max_abs = max_abs;
+  if (!(rel <= s->max_rel)) s->max_rel = rel;
+  if (!(kl <= s->max_kl)) s->max_kl = kl;
+  s->argmax_agreement += arg_a == top_ids[0];
+  *kl_sum += kl;
+  s->n_positions++;
+}
+
 static void finish_stats(struct tsr_parity_stats *s, double kl_sum) {
   if (!s->n_positions) return;
   s->argmax_agreement /= (double)s->n_positions;
@@ -115,6 +150,51 @@ static void close_model(struct model_ctx *m) {
   tsr_plugin_host_free(m->host);
 }
 
+/* Golden logits come in full ([vocab, n]) or, for large vocabularies, as
+** the top-k ids and logits per position plus the log-sum-exp of the row. */
+static tsr_status compare_logits(const struct tsr_gguf *gold, int seq,
+                                 const struct tsr_arch_forward *fw, int64_t n,
+                                 struct tsr_parity_report *r, double *total_kl) {
+  char name[96];
+  const int64_t vocab = fw->logits->ne[0];
+  struct tsr_parity_stats *s = &r->seqs[seq];
+  double kl_sum = 0;
+  snprintf(name, sizeof name, "seq.%d.logits", seq);
+  if (tsr_gguf_find_tensor(gold, name)) {
+    const float *golden;
+    tsr_status st = golden_tensor(gold, name, TSR_F32, vocab * n, (const void **)&golden);
+    for (int64_t p = 0; st == TSR_OK && p < n; p++) {
+      const float *ours = (const float *)((const char *)fw->logits->data + p * fw->logits->nb[1]);
+      tsr_parity_compare_row(ours, golden + p * vocab, vocab, s, &kl_sum);
+      tsr_parity_compare_row(ours, golden + p * vocab, vocab, &r->total, total_kl);
+    }
+    finish_stats(s, kl_sum);
+    return st;
+  }
+  snprintf(name, sizeof name, "seq.%d.top_ids", seq);
+  const struct tsr_gguf_tensor *t = tsr_gguf_find_tensor(gold, name);
+  if (!t || t->n_dims != 2 || t->ne[1] != n)
+    return tsr_error_set(TSR_ERR_FORMAT, "%s: sequence %d has neither seq.%d.logits nor "
+                         "seq.%d.top_ids [k, %lld]", tsr_gguf_path(gold), seq, seq, seq,
+                         (long long)n);
+  const int64_t k = t->ne[0];
+  const int32_t *top_ids;
+  const float *top_logits, *lse;
+  tsr_status st = golden_tensor(gold, name, TSR_I32, k * n, (const void **)&top_ids);
+  snprintf(name, sizeof name, "seq.%d.top_logits", seq);
+  if (st == TSR_OK) st = golden_tensor(gold, name, TSR_F32, k * n, (const void **)&top_logits);
+  snprintf(name, sizeof name, "seq.%d.lse", seq);
+  if (st == TSR_OK) st = golden_tensor(gold, name, TSR_F32, n, (const void **)&lse);
+  for (int64_t p = 0; st == TSR_OK && p < n; p++) {
+    const float *ours = (const float *)((const char *)fw->logits->data + p * fw->logits->nb[1]);
+    tsr_parity_compare_top(ours, vocab, top_ids + p * k, top_logits + p * k, k, lse[p], s, &kl_sum);
+    tsr_parity_compare_top(ours, vocab, top_ids + p * k, top_logits + p * k, k, lse[p], &r->total,
+                           total_kl);
+  }
+  finish_stats(s, kl_sum);
+  return st;
+}
+
 /* Runs one sequence and compares it; hidden states too when asked. */
 static tsr_status run_sequence(struct model_ctx *m, const struct tsr_gguf *gold, int seq,
                                bool with_hidden, struct tsr_parity_report *r, double *total_kl) {
@@ -153,22 +233,7 @@ static tsr_status run_sequence(struct model_ctx *m, const struct tsr_gguf *gold,
     for (int64_t i = 0; i < n; i++) ((int32_t *)fw.positions->data)[i] = (int32_t)i;
     st = tsr_backend_compute(m->backend, g);
   }
-  const int64_t vocab = fw.logits ? fw.logits->ne[0] : 0;
-  const float *golden = NULL;
-  if (st == TSR_OK) {
-    snprintf(name, sizeof name, "seq.%d.logits", seq);
-    st = golden_tensor(gold, name, TSR_F32, vocab * n, (const void **)&golden);
-  }
-  if (st == TSR_OK) {
-    struct tsr_parity_stats *s = &r->seqs[seq];
-    double kl_sum = 0;
-    for (int64_t p = 0; p < n; p++) {
-      const float *ours = (const float *)((const char *)fw.logits->data + p * fw.logits->nb[1]);
-      tsr_parity_compare_row(ours, golden + p * vocab, vocab, s, &kl_sum);
-      tsr_parity_compare_row(ours, golden + p * vocab, vocab, &r->total, total_kl);
-    }
-    finish_stats(s, kl_sum);
-  }
+  if (st == TSR_OK) st = compare_logits(gold, seq, &fw, n, r, total_kl);
   for (int l = 0; st == TSR_OK && with_hidden && l < m->n_layers; l++) {
     const float *gh;
     snprintf(name, sizeof name, "seq.%d.hidden.%d", seq, l);
@@ -177,6 +242,20 @@ static tsr_status run_sequence(struct model_ctx *m, const struct tsr_gguf *gold,
     st = golden_tensor(gold, name, TSR_F32, embd * n, (const void **)&gh);
     if (st == TSR_OK) compare_hidden((const float *)hidden[l]->data, gh, embd * n, &r->layers[l]);
     r->n_layers = l + 1;
+  }
+  /* stacked layout: [embd, positions, L+2]: embedding, each layer, final norm */
+  snprintf(name, sizeof name, "seq.%d.hidden", seq);
+  const struct tsr_gguf_tensor *stack = with_hidden ? tsr_gguf_find_tensor(gold, name) : NULL;
+  if (st == TSR_OK && stack && stack->n_dims == 3 && stack->dtype == TSR_F32 && fw.embed &&
+      stack->ne[0] == fw.embed->ne[0] && stack->ne[1] <= n && stack->ne[2] >= m->n_layers + 1) {
+    const int64_t embd = stack->ne[0], np = stack->ne[1];
+    const float *gh = stack->data;
+    compare_hidden((const float *)fw.embed->data, gh, embd * np, &r->embed);
+    r->has_embed = true;
+    for (int l = 0; l < m->n_layers; l++)
+      compare_hidden((const float *)hidden[l]->data, gh + (size_t)(l + 1) * embd * np, embd * np,
+                     &r->layers[l]);
+    r->n_layers = m->n_layers;
   }
   snprintf(name, sizeof name, "seq.%d.embed", seq);
   if (st == TSR_OK && with_hidden && fw.embed && tsr_gguf_find_tensor(gold, name)) {

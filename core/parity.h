@@ -52,6 +52,13 @@ struct tsr_parity_options {
 void tsr_parity_compare_row(const float *a, const float *b, int64_t n, struct tsr_parity_stats *s,
                             double *kl_sum);
 
+/* Same from a top-k golden row: ids and logits of its k largest (highest
+** first) and the log-sum-exp of the full row; KL over the top set plus one
+** bucket for the rest of the vocabulary. */
+void tsr_parity_compare_top(const float *a, int64_t n, const int32_t *top_ids,
+                            const float *top_logits, int64_t k, float golden_lse,
+                            struct tsr_parity_stats *s, double *kl_sum);
+
 tsr_status tsr_parity_run(const char *model_path, const char *golden_path,
                           const struct tsr_parity_options *opt, struct tsr_parity_report *out);
 void tsr_parity_print(const struct tsr_parity_report *r, FILE *f);

@@ -204,7 +204,8 @@ static tsr_status open_file(struct tsr_st_set *s, const char *path) {
     if ((st = parse_entry(e, f->path, data, data_size, &t)) != TSR_OK) return st;
     if ((st = add_tensor(s, &t)) != TSR_OK) return st;
   }
-  return check_overlaps(s->tensors + first, s->n_tensors - first, path);
+  return s->n_tensors > first ? check_overlaps(s->tensors + first, s->n_tensors - first, path)
+                              : TSR_OK;
 }
 
 static int by_name(const void *a, const void *b) {
@@ -354,7 +355,8 @@ tsr_status tsr_st_open_dir(const char *dir, struct tsr_st_set **out) {
   tsr_status st = TSR_OK;
   if (!index || !single) st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   else if (tsr_json_file_exists(index)) st = open_indexed(dir, index, out);
-  else if (tsr_json_file_exists(single)) st = tsr_st_open_files((const char *const *)&single, 1, out);
+  else if (tsr_json_file_exists(single))
+    st = tsr_st_open_files((const char *const *)&single, 1, out);
   else {
     char **paths;
     int n;

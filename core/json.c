@@ -182,35 +182,35 @@ static bool is_string(const cJSON *v) { return cJSON_IsString(v) && v->valuestri
 static bool is_array(const cJSON *v) { return cJSON_IsArray(v); }
 
 tsr_status tsr_json_i64(const cJSON *root, const char *label, const char *path, int64_t *out) {
-  const cJSON *v;
+  const cJSON *v = NULL;
   tsr_status st = find_typed(root, label, path, "an integer", is_integer, &v);
   if (st == TSR_OK) tsr_json_as_i64(v, out);
   return st;
 }
 
 tsr_status tsr_json_f64(const cJSON *root, const char *label, const char *path, double *out) {
-  const cJSON *v;
+  const cJSON *v = NULL;
   tsr_status st = find_typed(root, label, path, "a number", is_number, &v);
   if (st == TSR_OK) *out = v->valuedouble;
   return st;
 }
 
 tsr_status tsr_json_bool(const cJSON *root, const char *label, const char *path, bool *out) {
-  const cJSON *v;
+  const cJSON *v = NULL;
   tsr_status st = find_typed(root, label, path, "true or false", is_bool, &v);
   if (st == TSR_OK) *out = cJSON_IsTrue(v);
   return st;
 }
 
 tsr_status tsr_json_str(const cJSON *root, const char *label, const char *path, const char **out) {
-  const cJSON *v;
+  const cJSON *v = NULL;
   tsr_status st = find_typed(root, label, path, "a string", is_string, &v);
   if (st == TSR_OK) *out = v->valuestring;
   return st;
 }
 
 tsr_status tsr_json_arr_len(const cJSON *root, const char *label, const char *path, int64_t *n) {
-  const cJSON *v;
+  const cJSON *v = NULL;
   tsr_status st = find_typed(root, label, path, "an array", is_array, &v);
   if (st == TSR_OK) *n = cJSON_GetArraySize(v);
   return st;
@@ -219,7 +219,7 @@ tsr_status tsr_json_arr_len(const cJSON *root, const char *label, const char *pa
 /* Element i of the array at path, checked by ok(). */
 static tsr_status element(const cJSON *root, const char *label, const char *path, int64_t i,
                           const char *want, bool (*ok)(const cJSON *), const cJSON **out) {
-  const cJSON *arr;
+  const cJSON *arr = NULL;
   tsr_status st = find_typed(root, label, path, "an array", is_array, &arr);
   if (st != TSR_OK) return st;
   int64_t n = cJSON_GetArraySize(arr);
@@ -239,7 +239,7 @@ static tsr_status element(const cJSON *root, const char *label, const char *path
 
 tsr_status tsr_json_arr_i64(const cJSON *root, const char *label, const char *path, int64_t i,
                             int64_t *out) {
-  const cJSON *v;
+  const cJSON *v = NULL;
   tsr_status st = element(root, label, path, i, "an integer", is_integer, &v);
   if (st == TSR_OK) tsr_json_as_i64(v, out);
   return st;
@@ -247,7 +247,7 @@ tsr_status tsr_json_arr_i64(const cJSON *root, const char *label, const char *pa
 
 tsr_status tsr_json_arr_f64(const cJSON *root, const char *label, const char *path, int64_t i,
                             double *out) {
-  const cJSON *v;
+  const cJSON *v = NULL;
   tsr_status st = element(root, label, path, i, "a number", is_number, &v);
   if (st == TSR_OK) *out = v->valuedouble;
   return st;
@@ -255,7 +255,7 @@ tsr_status tsr_json_arr_f64(const cJSON *root, const char *label, const char *pa
 
 tsr_status tsr_json_arr_str(const cJSON *root, const char *label, const char *path, int64_t i,
                             const char **out) {
-  const cJSON *v;
+  const cJSON *v = NULL;
   tsr_status st = element(root, label, path, i, "a string", is_string, &v);
   if (st == TSR_OK) *out = v->valuestring;
   return st;

@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "convert.h"
 #include "error.h"
 #include "graph.h"
 #include "gguf.h"
@@ -272,6 +273,30 @@ static const struct tsr_host g_services = {
     .mat_mul = tsr_mat_mul,
     .add = tsr_add,
     .mul = tsr_mul,
+    .hf_has = tsr_convert_hf_has,
+    .hf_i64 = tsr_convert_hf_i64,
+    .hf_f64 = tsr_convert_hf_f64,
+    .hf_bool = tsr_convert_hf_bool,
+    .hf_str = tsr_convert_hf_str,
+    .hf_arr_len = tsr_convert_hf_arr_len,
+    .hf_arr_i64 = tsr_convert_hf_arr_i64,
+    .hf_arr_f64 = tsr_convert_hf_arr_f64,
+    .hf_arr_str = tsr_convert_hf_arr_str,
+    .hf_n_tensors = tsr_convert_hf_n_tensors,
+    .hf_tensor_name = tsr_convert_hf_tensor_name,
+    .hf_tensor_has = tsr_convert_hf_tensor_has,
+    .hf_tensor_shape = tsr_convert_hf_tensor_shape,
+    .hf_tensor_read = tsr_convert_hf_tensor_read,
+    .hf_skip_prefix = tsr_convert_hf_skip_prefix,
+    .out_u32 = tsr_convert_out_u32,
+    .out_i32 = tsr_convert_out_i32,
+    .out_f32 = tsr_convert_out_f32,
+    .out_bool = tsr_convert_out_bool,
+    .out_str = tsr_convert_out_str,
+    .out_arr_i32 = tsr_convert_out_arr_i32,
+    .out_arr_f32 = tsr_convert_out_arr_f32,
+    .out_tensor = tsr_convert_out_tensor,
+    .convert_tokenizer = tsr_convert_tokenizer,
     .weight = tsr_api_weight,
     .has_weight = tsr_api_has_weight,
     .new_tensor = tsr_api_new_tensor,

@@ -10,6 +10,7 @@ int tsr_cli_gguf(int argc, char **argv);
 int tsr_cli_gen_model(int argc, char **argv);
 int tsr_cli_plugins(int argc, char **argv);
 int tsr_cli_profile(int argc, char **argv);
+int tsr_cli_convert(int argc, char **argv);
 int tsr_cli_parity(int argc, char **argv);
 
 #endif

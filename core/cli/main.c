@@ -20,7 +20,7 @@ static const struct subcommand g_subcommands[] = {
     {"logit-eq", NULL, "compare two profiles' logits on the same tokens"},
     {"ab", NULL, "the same prompts through two profiles, side by side"},
     {"ruler", NULL, "synthetic long-context tasks with scoring"},
-    {"convert", NULL, "Hugging Face safetensors + config -> GGUF"},
+    {"convert", tsr_cli_convert, "Hugging Face safetensors + config -> GGUF"},
     {"gen-model", tsr_cli_gen_model, "random weights in a real architecture's shape"},
     {"gguf", tsr_cli_gguf, "inspect GGUF files"},
     {"parity", tsr_cli_parity, "logits against golden reference outputs"},

@@ -1,4 +1,5 @@
 /* `tessera parity MODEL.gguf GOLDEN.gguf`: logits against a reference. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,19 +9,19 @@
 
 static void parity_usage(FILE *f) {
   fprintf(f,
-          "usage: tessera parity MODEL.gguf GOLDEN.gguf [--max-rel X] [--min-argmax F]\n"
+          "usage: tessera parity MODEL.gguf GOLDEN.gguf [--max-rel X] [--min-argmax F] [--max-kl X]\n"
           "                      [--threads N] [--attention NAME] [--plugin-path DIR]\n"
           "Runs the model on the golden token ids (tests/reference writes golden.gguf) and\n"
           "compares logits per position: max abs and relative error, argmax agreement,\n"
           "KL divergence; for sequence 0 also the hidden state after each layer.\n"
-          "Exits 1 when max rel > --max-rel (default 1e-4) or argmax agreement <\n"
-          "--min-argmax (default 1.0).\n");
+          "Exits 1 when max rel > --max-rel (default 1e-4), argmax agreement <\n"
+          "--min-argmax (default 1.0) or mean KL > --max-kl (default: no limit).\n");
 }
 
 int tsr_cli_parity(int argc, char **argv) {
   const char *model = NULL, *golden = NULL;
   struct tsr_parity_options opt = {0};
-  double max_rel = 1e-4, min_argmax = 1.0;
+  double max_rel = 1e-4, min_argmax = 1.0, max_kl = INFINITY;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -30,6 +31,7 @@ int tsr_cli_parity(int argc, char **argv) {
     bool has_value = i + 1 < argc;
     if (!strcmp(a, "--max-rel") && has_value) max_rel = atof(argv[++i]);
     else if (!strcmp(a, "--min-argmax") && has_value) min_argmax = atof(argv[++i]);
+    else if (!strcmp(a, "--max-kl") && has_value) max_kl = atof(argv[++i]);
     else if (!strcmp(a, "--threads") && has_value) opt.n_threads = atoi(argv[++i]);
     else if (!strcmp(a, "--attention") && has_value) opt.attention = argv[++i];
     else if (!strcmp(a, "--plugin-path") && has_value) opt.plugin_dir = argv[++i];
@@ -54,9 +56,11 @@ int tsr_cli_parity(int argc, char **argv) {
     return (st == TSR_ERR_NOMEM || st == TSR_ERR_INTERNAL) ? TSR_EXIT_RUNTIME : TSR_EXIT_USAGE;
   }
   tsr_parity_print(r, stdout);
-  bool pass = r->total.max_rel <= max_rel && r->total.argmax_agreement >= min_argmax;
-  printf("%s: max rel %.3e (limit %.1e), argmax %.2f%% (limit %.2f%%)\n", pass ? "PASS" : "FAIL",
-         r->total.max_rel, max_rel, 100.0 * r->total.argmax_agreement, 100.0 * min_argmax);
+  bool pass = r->total.max_rel <= max_rel && r->total.argmax_agreement >= min_argmax &&
+              r->total.mean_kl <= max_kl;
+  printf("%s: max rel %.3e (limit %.1e), argmax %.2f%% (limit %.2f%%), mean KL %.3e (limit "
+         "%.1e)\n", pass ? "PASS" : "FAIL", r->total.max_rel, max_rel,
+         100.0 * r->total.argmax_agreement, 100.0 * min_argmax, r->total.mean_kl, max_kl);
   free(r);
   return pass ? TSR_EXIT_OK : TSR_EXIT_RUNTIME;
 }

@@ -293,18 +293,32 @@ OUT_SCALAR(tsr_convert_out_bool, bool, tsr_gguf_writer_add_bool)
 OUT_SCALAR(tsr_convert_out_str, const char *, tsr_gguf_writer_add_str)
 #undef OUT_SCALAR
 
-tsr_status tsr_convert_out_arr_i32(struct tsr_convert *cv, const char *key, const int32_t *v,
-                                   int64_t n) {
+static tsr_status out_arr(struct tsr_convert *cv, const char *key, enum tsr_gguf_type type,
+                          const void *v, int64_t n) {
   tsr_status st = key_ok(cv, key);
   if (st == TSR_OK && n < 0) st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: negative length", key);
-  return st != TSR_OK ? st : tsr_gguf_writer_add_arr(cv->w, key, TSR_GGUF_I32, v, (uint64_t)n);
+  return st != TSR_OK ? st : tsr_gguf_writer_add_arr(cv->w, key, type, v, (uint64_t)n);
+}
+
+tsr_status tsr_convert_out_arr_i32(struct tsr_convert *cv, const char *key, const int32_t *v,
+                                   int64_t n) {
+  return out_arr(cv, key, TSR_GGUF_I32, v, n);
 }
 
 tsr_status tsr_convert_out_arr_f32(struct tsr_convert *cv, const char *key, const float *v,
                                    int64_t n) {
-  tsr_status st = key_ok(cv, key);
-  if (st == TSR_OK && n < 0) st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: negative length", key);
-  return st != TSR_OK ? st : tsr_gguf_writer_add_arr(cv->w, key, TSR_GGUF_F32, v, (uint64_t)n);
+  return out_arr(cv, key, TSR_GGUF_F32, v, n);
+}
+
+tsr_status tsr_convert_out_arr_bool(struct tsr_convert *cv, const char *key, const bool *v,
+                                    int64_t n) {
+  /* GGUF bools are one byte holding 0 or 1, whatever the C bool's bytes are */
+  uint8_t *bytes = malloc(n > 0 ? (size_t)n : 1);
+  if (!bytes) return tsr_error_set(TSR_ERR_NOMEM, "%s: out of memory", key);
+  for (int64_t i = 0; i < n; i++) bytes[i] = v[i] ? 1 : 0;
+  tsr_status st = out_arr(cv, key, TSR_GGUF_BOOL, bytes, n);
+  free(bytes);
+  return st;
 }
 
 tsr_status tsr_convert_out_arr_str(struct tsr_convert *cv, const char *key,

@@ -109,6 +109,8 @@ tsr_status tsr_convert_out_arr_i32(struct tsr_convert *cv, const char *key, cons
                                    int64_t n);
 tsr_status tsr_convert_out_arr_f32(struct tsr_convert *cv, const char *key, const float *v,
                                    int64_t n);
+tsr_status tsr_convert_out_arr_bool(struct tsr_convert *cv, const char *key, const bool *v,
+                                    int64_t n);
 tsr_status tsr_convert_out_tensor(struct tsr_convert *cv, const char *name, bool quantize,
                                   int32_t n_dims, const int64_t *ne, const float *data);
 /* core/convert_tokenizer.c */

@@ -319,6 +319,7 @@ static const struct tsr_host g_services = {
     .top_k = tsr_api_top_k,
     .argmax = tsr_argmax,
     .gguf_bool = host_gguf_bool,
+    .out_arr_bool = tsr_convert_out_arr_bool,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

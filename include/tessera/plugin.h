@@ -436,6 +436,7 @@ struct tsr_host {
   struct tsr_tensor *(*top_k)(struct tsr_graph *g, struct tsr_tensor *a, int32_t k);
   struct tsr_tensor *(*argmax)(struct tsr_graph *g, struct tsr_tensor *a);
   tsr_status (*gguf_bool)(const struct tsr_gguf *model, const char *key, bool *out);
+  tsr_status (*out_arr_bool)(struct tsr_convert *cv, const char *key, const bool *v, int64_t n);
   /* later minors append here */
 };
 

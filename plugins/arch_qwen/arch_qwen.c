@@ -7,12 +7,14 @@
 ** ([lin, lin, lin, full] for 4); a NextN/MTP block appended by the converter
 ** (nextn_predict_layers) is a full-attention layer with its own KV cache.
 **
-** This version describes models (for negotiation and the memory plan); it
-** builds no graphs yet, and says so wherever a graph is asked of it.
+** describe() gives the host the layer plan (negotiation, memory plan);
+** convert() (convert_qwen*.c) writes GGUFs from Hugging Face checkpoints;
+** build() (forward_qwen3.c) runs qwen2, qwen3 and qwen3moe.
 */
 #include <stdio.h>
 #include <string.h>
 
+#include "convert_qwen.h"
 #include "forward_qwen.h"
 #include "tessera/plugin.h"
 
@@ -122,6 +124,8 @@ static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "qwen2,qwen3,qwen3moe,qwen3next,qwen35,qwen35moe",
     .describe = qwen_describe,
+    .hf_types = QWEN_HF_TYPES, /* convert_qwen.c */
+    .convert = qwen_convert,
     .build = tsr_qwen_build,
 };
 
@@ -137,7 +141,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .struct_size = sizeof(struct tsr_plugin_descriptor),
     .name = "arch_qwen",
     .version = "0.1.0",
-    .description = "Qwen 2/3/3-MoE/3.5/Next layer plans from GGUF (describe only; no graphs yet)",
+    .description = "Qwen 2/3/3-MoE/3.5/Next: layer plans, HF conversion, qwen2/qwen3/qwen3moe forward pass",
     .provides = g_provides,
     .n_provides = 1,
     .init = qwen_init,

@@ -201,6 +201,41 @@ static float *run_attention(struct tsr_setup *s, const char *attention, const fl
   return result;
 }
 
+/* The whole model's logits for a fixed token sequence through one attention
+** implementation (the default model is Qwen3-shaped; arch_qwen runs it). */
+static float *run_model(struct tsr_setup *s, const char *attention, int64_t *n_out) {
+  enum { N = 24 };
+  struct tsr_graph *g = tsr_graph_new(4096);
+  struct tsr_arch_forward fw = {
+      .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = N,
+      .tokens = tsr_new_tensor_1d(g, TSR_I32, N), .positions = tsr_new_tensor_1d(g, TSR_I32, N),
+      .attention = tsr_plugin_host_attention(s->host, attention, NULL), .layers = s->layers,
+      .n_layers = s->n_layers};
+  CHECK(fw.attention != NULL);
+  float *out = NULL;
+  if (fw.attention) CHECK_OK(s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw));
+  struct tsr_graph_plan plan;
+  void *arena = NULL;
+  if (fw.logits && tsr_graph_status(g) == TSR_OK) {
+    tsr_graph_mark_output(fw.logits);
+    CHECK_OK(tsr_graph_alloc(g, &plan, &arena));
+    for (int i = 0; i < N; i++) {
+      ((int32_t *)fw.tokens->data)[i] = (i * 37 + 11) % 256;
+      ((int32_t *)fw.positions->data)[i] = i;
+    }
+    struct tsr_backend *be;
+    CHECK_OK(tsr_backend_cpu_new(2, &be));
+    CHECK_OK(tsr_backend_compute(be, g));
+    tsr_backend_free(be);
+    *n_out = tsr_tensor_nelements(fw.logits);
+    out = malloc((size_t)*n_out * sizeof *out);
+    memcpy(out, fw.logits->data, (size_t)*n_out * sizeof *out);
+  }
+  free(arena);
+  tsr_graph_free(g);
+  return out;
+}
+
 static void test_example_plugin_from_profile_ab_swaps_with_flash(void) {
   char profile[256];
   snprintf(profile, sizeof profile, "/tmp/tsr_plugin_profile_%d.yaml", (int)getpid());
@@ -237,6 +272,13 @@ static void test_example_plugin_from_profile_ab_swaps_with_flash(void) {
   CHECK(a && b && memcmp(a, b, sizeof(float) * D * HQ * NQ) == 0);
   CHECK(ex && tsr_plugin_engaged_total(ex) == 1);
   CHECK_OK(tsr_plugin_host_require_engaged(s->host, &name, 1));
+  /* the same on the whole model: every layer's attention swapped */
+  int64_t na = 0, nb = 0;
+  float *la = run_model(s, "flash", &na), *lb = run_model(s, "example_attention", &nb);
+  CHECK(la && lb && na == nb && na > 0 && memcmp(la, lb, (size_t)na * sizeof *la) == 0);
+  CHECK(ex && tsr_plugin_engaged_total(ex) == 1 + (uint64_t)s->n_layers);
+  free(la);
+  free(lb);
   const char *arch = "arch_qwen";
   CHECK_ERR_HAS(tsr_plugin_host_require_engaged(s->host, &arch, 1), "arch_qwen");
   free(a);

@@ -228,6 +228,31 @@ static tsr_status host_gguf_bool(const struct tsr_gguf *m, const char *key, bool
   if (st == TSR_OK) *out = v != 0;
   return st;
 }
+static tsr_status host_gguf_arr_len(const struct tsr_gguf *m, const char *key, int64_t *n) {
+  const struct tsr_gguf_kv *kv;
+  tsr_status st = tsr_gguf_get_arr(m, key, TSR_GGUF_TYPE_COUNT, &kv);
+  if (st == TSR_OK) *n = (int64_t)kv->n;
+  return st;
+}
+static tsr_status host_gguf_arr_i64(const struct tsr_gguf *m, const char *key, int64_t i,
+                                    int64_t *out) {
+  const struct tsr_gguf_kv *kv;
+  tsr_status st = tsr_gguf_get_arr(m, key, TSR_GGUF_TYPE_COUNT, &kv);
+  if (st == TSR_OK && i < 0)
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: negative index %lld", key, (long long)i);
+  if (st == TSR_OK) st = tsr_gguf_arr_i64(m, kv, (uint64_t)i, out);
+  return st;
+}
+static tsr_status host_gguf_arr_bool(const struct tsr_gguf *m, const char *key, int64_t i,
+                                     bool *out) {
+  const struct tsr_gguf_kv *kv;
+  tsr_status st = tsr_gguf_get_arr(m, key, TSR_GGUF_BOOL, &kv);
+  if (st == TSR_OK && (i < 0 || (uint64_t)i >= kv->n))
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: index %lld outside its %llu elements", key,
+                       (long long)i, (unsigned long long)kv->n);
+  if (st == TSR_OK) *out = ((const uint8_t *)kv->data)[i] != 0;
+  return st;
+}
 static int host_gguf_has(const struct tsr_gguf *m, const char *key) {
   return tsr_gguf_find_key(m, key) >= 0;
 }
@@ -320,6 +345,9 @@ static const struct tsr_host g_services = {
     .argmax = tsr_argmax,
     .gguf_bool = host_gguf_bool,
     .out_arr_bool = tsr_convert_out_arr_bool,
+    .gguf_arr_len = host_gguf_arr_len,
+    .gguf_arr_i64 = host_gguf_arr_i64,
+    .gguf_arr_bool = host_gguf_arr_bool,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

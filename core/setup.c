@@ -164,6 +164,7 @@ static tsr_status plan_memory(struct tsr_setup *s) {
   uint64_t sequences = (uint64_t)(p->server.parallel > 0 ? p->server.parallel : 1);
   for (int i = 0; i < s->n_layers; i++) {
     const struct tsr_arch_layer *l = &s->layers[i];
+    if (l->kv_shared_from) continue; /* reads another layer's K/V: owns no cache */
     if (l->kind == TSR_LAYER_LINEAR) {
       m->kv[l->kind] += (uint64_t)l->state_bytes * sequences;
       m->kv_cells[l->kind] = sequences;

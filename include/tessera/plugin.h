@@ -203,11 +203,16 @@ struct tsr_kv_codec_v1 {
 
 /* ---- arch, version 1 ----------------------------------------------------- */
 
-/* One layer of the model as the arch sees it. */
+/* One layer of the model as the arch sees it. An array element, so its
+** layout is fixed for ABI major 1 (no appended fields). */
 struct tsr_arch_layer {
   enum tsr_layer_kind kind;
   int32_t n_head, n_head_kv, head_dim_k, head_dim_v, window;
   int64_t state_bytes; /* LINEAR: recurrent state per sequence; else 0 */
+  /* 0: the layer owns its K/V; j+1: it reads layer j's (KV sharing, e.g.
+  ** Gemma 4 E2B); -1: it reads the paired target model's (drafters). A layer
+  ** that reads another's K/V has no cache of its own. */
+  int32_t kv_shared_from;
 };
 
 struct tsr_gguf; /* the host's validated GGUF reader, read through host calls */
@@ -437,6 +442,13 @@ struct tsr_host {
   struct tsr_tensor *(*argmax)(struct tsr_graph *g, struct tsr_tensor *a);
   tsr_status (*gguf_bool)(const struct tsr_gguf *model, const char *key, bool *out);
   tsr_status (*out_arr_bool)(struct tsr_convert *cv, const char *key, const bool *v, int64_t n);
+  /* GGUF arrays (per-layer hyperparameters): length, then elements with the
+  ** scalar getters' conversion rules; errors name the key */
+  tsr_status (*gguf_arr_len)(const struct tsr_gguf *model, const char *key, int64_t *n);
+  tsr_status (*gguf_arr_i64)(const struct tsr_gguf *model, const char *key, int64_t i,
+                             int64_t *out);
+  tsr_status (*gguf_arr_bool)(const struct tsr_gguf *model, const char *key, int64_t i,
+                              bool *out);
   /* later minors append here */
 };
 

@@ -1,0 +1,150 @@
+/*
+** arch_gemma4: Gemma 4 layer plans from GGUF, and `tessera convert` for
+** Gemma 4 checkpoints (convert_gemma4.c).
+**
+** GGUF architectures: `gemma4` (dense, MoE, per-layer-input E2B/E4B) and
+** `gemma4-assistant` (the MTP drafter, whose layers all read the target's
+** K/V). Sliding and full layers come from the per-layer bool array
+** attention.sliding_window_pattern (true = sliding), as llama.cpp writes it;
+** full layers use key_length/value_length (512) and sliding layers the
+** _swa variants (256); attention.head_count_kv is a scalar or a per-layer
+** array (full layers of k_eq_v models have fewer KV heads).
+**
+** This version describes models (negotiation, memory plan); it builds no
+** graphs yet.
+*/
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gemma4.h"
+
+#define MAX_KEY 128
+
+
+static const char *key_of(char *buf, const char *arch, const char *suffix) {
+  snprintf(buf, MAX_KEY, "%s.%s", arch, suffix);
+  return buf;
+}
+
+static tsr_status get_i32(const struct tsr_host *host, const struct tsr_gguf *m, const char *arch,
+                          const char *suffix, int32_t *out) {
+  char key[MAX_KEY];
+  uint32_t v;
+  tsr_status st = host->gguf_u32(m, key_of(key, arch, suffix), &v);
+  if (st != TSR_OK) return st;
+  if (v > (uint32_t)INT32_MAX)
+    return host->set_error(TSR_ERR_FORMAT, "%s is %u, out of range", key, v);
+  *out = (int32_t)v;
+  return TSR_OK;
+}
+
+/* A per-layer array: n i32 values, or n bools. */
+static tsr_status read_array(const struct tsr_host *host, const struct tsr_gguf *m,
+                             const char *key, int32_t n, int32_t *i32_out, bool *bool_out) {
+  int64_t len;
+  tsr_status st = host->gguf_arr_len(m, key, &len);
+  if (st != TSR_OK) return st;
+  if (len != n)
+    return host->set_error(TSR_ERR_FORMAT, "%s has %lld elements for %d layers", key,
+                           (long long)len, n);
+  for (int32_t l = 0; l < n && st == TSR_OK; l++) {
+    if (bool_out) {
+      st = host->gguf_arr_bool(m, key, l, &bool_out[l]);
+    } else {
+      int64_t v;
+      st = host->gguf_arr_i64(m, key, l, &v);
+      if (st == TSR_OK && (v < 0 || v > INT32_MAX))
+        st = host->set_error(TSR_ERR_FORMAT, "%s[%d] is %lld, out of range", key, l, (long long)v);
+      if (st == TSR_OK) i32_out[l] = (int32_t)v;
+    }
+  }
+  return st;
+}
+
+/* head_count_kv: one value for every layer, or one per layer. */
+static tsr_status read_head_count_kv(const struct tsr_host *host, const struct tsr_gguf *m,
+                                     const char *arch, struct gemma4_hparams *hp) {
+  char key[MAX_KEY];
+  key_of(key, arch, "attention.head_count_kv");
+  uint32_t v;
+  if (host->gguf_has(m, key) && host->gguf_u32(m, key, &v) == TSR_OK) {
+    for (int32_t l = 0; l < hp->n_layer; l++) hp->n_head_kv[l] = (int32_t)v;
+    return TSR_OK;
+  }
+  if (!host->gguf_has(m, key)) return host->gguf_u32(m, key, &v); /* names the missing key */
+  return read_array(host, m, key, hp->n_layer, hp->n_head_kv, NULL);
+}
+
+static tsr_status read_hparams(const struct tsr_host *host, const struct tsr_gguf *m,
+                               const char *arch, struct gemma4_hparams *hp) {
+  memset(hp, 0, sizeof *hp);
+  tsr_status st = get_i32(host, m, arch, "block_count", &hp->n_layer);
+  if (st == TSR_OK && (hp->n_layer <= 0 || hp->n_layer > GEMMA4_MAX_LAYERS))
+    st = host->set_error(TSR_ERR_FORMAT, "%s.block_count is %d (1..%d supported)", arch,
+                         hp->n_layer, GEMMA4_MAX_LAYERS);
+  if (st == TSR_OK) st = get_i32(host, m, arch, "attention.head_count", &hp->n_head);
+  if (st == TSR_OK) st = get_i32(host, m, arch, "attention.key_length", &hp->head_dim_k);
+  if (st == TSR_OK) st = get_i32(host, m, arch, "attention.value_length", &hp->head_dim_v);
+  if (st == TSR_OK) st = get_i32(host, m, arch, "attention.key_length_swa", &hp->head_dim_k_swa);
+  if (st == TSR_OK)
+    st = get_i32(host, m, arch, "attention.value_length_swa", &hp->head_dim_v_swa);
+  if (st == TSR_OK) st = get_i32(host, m, arch, "attention.sliding_window", &hp->window);
+  char key[MAX_KEY];
+  /* optional in llama.cpp's loader: absent means no KV sharing */
+  if (st == TSR_OK && host->gguf_has(m, key_of(key, arch, "attention.shared_kv_layers")))
+    st = get_i32(host, m, arch, "attention.shared_kv_layers", &hp->n_kv_shared);
+  if (st == TSR_OK) st = read_head_count_kv(host, m, arch, hp);
+  if (st == TSR_OK) {
+    key_of(key, arch, "attention.sliding_window_pattern");
+    if (!host->gguf_has(m, key))
+      st = host->set_error(TSR_ERR_FORMAT, "%s: missing key %s (which layers slide)", arch, key);
+    else
+      st = read_array(host, m, key, hp->n_layer, NULL, hp->swa);
+  }
+  return st;
+}
+
+static tsr_status gemma4_describe(void *ctx, const struct tsr_host *host, const struct tsr_gguf *m,
+                                  struct tsr_arch_layer *layers, int32_t n_max, int32_t *n_layers) {
+  (void)ctx;
+  const char *arch;
+  tsr_status st = host->gguf_str(m, "general.architecture", &arch);
+  if (st != TSR_OK) return st;
+  struct gemma4_hparams hp; /* 2.6 KB */
+  st = read_hparams(host, m, arch, &hp);
+  if (st == TSR_OK) st = gemma4_plan(host, arch, &hp, layers, n_max, NULL);
+  if (st == TSR_OK) *n_layers = hp.n_layer;
+  return st;
+}
+
+static const struct tsr_arch_v1 g_arch = {
+    .struct_size = sizeof(struct tsr_arch_v1),
+    .names = "gemma4,gemma4-assistant",
+    .describe = gemma4_describe,
+    .hf_types = "gemma4,gemma4_text,gemma4_assistant",
+    .convert = gemma4_convert,
+};
+
+static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *self) {
+  return host->register_arch(self, &g_arch);
+}
+
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}};
+
+static const struct tsr_plugin_descriptor g_descriptor = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_plugin_descriptor),
+    .name = "arch_gemma4",
+    .version = "0.1.0",
+    .description = "Gemma 4 (dense, MoE, E2B/E4B, assistant) layer plans and HF conversion "
+                   "(no graphs yet)",
+    .provides = g_provides,
+    .n_provides = 1,
+    .init = gemma4_init,
+};
+
+TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *tsr_plugin_entry(void) {
+  return &g_descriptor;
+}

@@ -1,0 +1,57 @@
+/*
+** arch_gemma4 internals shared by the plugin's files and its tests.
+**
+** gemma4_plan() is the layer plan as a pure function of the hyperparameters,
+** so the tests can check it on any GGUF (their own and converted fixtures)
+** whatever the host can read; arch_gemma4.c fills the hyperparameters from
+** the GGUF through host calls and hands them here.
+*/
+#ifndef TSR_ARCH_GEMMA4_H
+#define TSR_ARCH_GEMMA4_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera/plugin.h"
+
+/* llama.cpp's LLAMA_MAX_LAYERS; gemma4 31B has 60. */
+#define GEMMA4_MAX_LAYERS 512
+
+/* What the plan needs, as the GGUF states it (keys under "<arch>."). */
+struct gemma4_hparams {
+  int32_t n_layer;                     /* block_count */
+  int32_t n_head;                      /* attention.head_count */
+  int32_t n_head_kv[GEMMA4_MAX_LAYERS]; /* attention.head_count_kv, per layer */
+  int32_t head_dim_k, head_dim_v;      /* attention.key_length / value_length: full layers */
+  int32_t head_dim_k_swa, head_dim_v_swa; /* ..._swa: sliding layers */
+  int32_t window;                      /* attention.sliding_window */
+  int32_t n_kv_shared;                 /* attention.shared_kv_layers */
+  bool swa[GEMMA4_MAX_LAYERS];         /* attention.sliding_window_pattern: true = sliding */
+};
+
+/*
+** Fills layers[0..n_layer) and, when kv_source is not NULL, kv_source[l]:
+** -1 for a layer that owns its K/V cache, else the layer whose K/V it reads.
+**
+** KV sharing (E2B/E4B, the assistant drafter): the last n_kv_shared layers
+** compute no K/V. Each reads the K/V of the last layer below the shared
+** block that has its own kind (sliding or full): its kv_shared_from is that
+** layer + 1 and its head count and dims are those of the K/V it reads (it
+** owns no cache; the memory plan counts none). When no such layer exists in
+** this model (the assistant: every layer is shared) the source is the paired
+** target's: kv_source -2, kv_shared_from -1.
+**
+** `arch` names the model in messages. Errors go through host->set_error.
+*/
+tsr_status gemma4_plan(const struct tsr_host *host, const char *arch,
+                       const struct gemma4_hparams *hp, struct tsr_arch_layer *layers,
+                       int32_t n_layers_max, int32_t *kv_source);
+
+#define GEMMA4_KV_OWN (-1)
+#define GEMMA4_KV_TARGET (-2)
+
+/* tessera convert for model_type gemma4, gemma4_text and gemma4_assistant
+** (convert_gemma4.c). */
+tsr_status gemma4_convert(void *ctx, const struct tsr_host *host, struct tsr_convert *cv);
+
+#endif

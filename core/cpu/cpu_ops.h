@@ -36,6 +36,31 @@ static inline void tsr_cpu_split(const struct tsr_cpu_compute *c, int64_t n,
   *hi = b < n ? b : n;
 }
 
+/* Row r of t's rows, as (i1, i2, i3). */
+static inline void tsr_cpu_row_coords(const struct tsr_tensor *t, int64_t r, int64_t *i1,
+                                      int64_t *i2, int64_t *i3) {
+  *i1 = r % t->ne[1];
+  r /= t->ne[1];
+  *i2 = r % t->ne[2];
+  *i3 = r / t->ne[2];
+}
+
+static inline const char *tsr_cpu_row_at(const struct tsr_tensor *t, int64_t i1, int64_t i2,
+                                         int64_t i3) {
+  return (const char *)t->data + i1 * (int64_t)t->nb[1] + i2 * (int64_t)t->nb[2] +
+         i3 * (int64_t)t->nb[3];
+}
+
+/* Element j of an f32 row with element stride nb0 (memcpy: views may be unaligned). */
+static inline float tsr_cpu_load_f32(const char *row, size_t nb0, int64_t j) {
+  float v;
+  __builtin_memcpy(&v, row + j * (int64_t)nb0, sizeof v);
+  return v;
+}
+
+/* n values of an f32 row with element stride nb0, into contiguous y. */
+void tsr_cpu_load_row_f32(float *y, const char *row, size_t nb0, int64_t n);
+
 /* One row (n values) of any dequantizable tensor to f32; plain types honour
 ** nb[0], so strided views work (cpu_rows.c). */
 void tsr_cpu_row_to_f32(const struct tsr_tensor *t, const char *row, float *out, int64_t n);

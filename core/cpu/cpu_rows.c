@@ -23,3 +23,11 @@ void tsr_cpu_row_to_f32(const struct tsr_tensor *t, const char *row, float *out,
     for (int64_t i = 0; i < n; i++) tr->to_f32(row + (size_t)i * nb0, &out[i], 1);
   }
 }
+
+void tsr_cpu_load_row_f32(float *y, const char *row, size_t nb0, int64_t n) {
+  if (nb0 == sizeof(float)) {
+    memcpy(y, row, (size_t)n * sizeof(float));
+    return;
+  }
+  for (int64_t j = 0; j < n; j++) y[j] = tsr_cpu_load_f32(row, nb0, j);
+}

@@ -15,34 +15,6 @@
 
 #include "cpu_ops.h"
 
-/* Row r of t's rows, as (i1, i2, i3). */
-static inline void row_coords(const struct tsr_tensor *t, int64_t r, int64_t *i1, int64_t *i2,
-                              int64_t *i3) {
-  *i1 = r % t->ne[1];
-  r /= t->ne[1];
-  *i2 = r % t->ne[2];
-  *i3 = r / t->ne[2];
-}
-
-static inline const char *row_at(const struct tsr_tensor *t, int64_t i1, int64_t i2, int64_t i3) {
-  return (const char *)t->data + i1 * (int64_t)t->nb[1] + i2 * (int64_t)t->nb[2] +
-         i3 * (int64_t)t->nb[3];
-}
-
-/* Element j of a row with element stride nb0 (memcpy: views may be unaligned). */
-static inline float load_f32(const char *row, size_t nb0, int64_t j) {
-  float v;
-  memcpy(&v, row + j * (int64_t)nb0, sizeof v);
-  return v;
-}
-
-static void load_row(float *y, const char *row, size_t nb0, int64_t n) {
-  if (nb0 == sizeof(float)) {
-    memcpy(y, row, (size_t)n * sizeof(float));
-    return;
-  }
-  for (int64_t j = 0; j < n; j++) y[j] = load_f32(row, nb0, j);
-}
 
 /* ---- add, mul ----------------------------------------------------------- */
 
@@ -55,23 +27,23 @@ static inline void binary(const struct tsr_cpu_compute *c, struct tsr_tensor *ds
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     int64_t i1, i2, i3;
-    row_coords(dst, r, &i1, &i2, &i3);
+    tsr_cpu_row_coords(dst, r, &i1, &i2, &i3);
     float *y = (float *)dst->data + r * ne0;
-    const char *br = row_at(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
-    load_row(y, row_at(a, i1, i2, i3), a->nb[0], ne0);
+    const char *br = tsr_cpu_row_at(b, i1 % b->ne[1], i2 % b->ne[2], i3 % b->ne[3]);
+    tsr_cpu_load_row_f32(y, tsr_cpu_row_at(a, i1, i2, i3), a->nb[0], ne0);
     if (bne0 == 1) {
-      const float v = load_f32(br, bs, 0);
+      const float v = tsr_cpu_load_f32(br, bs, 0);
       for (int64_t j = 0; j < ne0; j++) y[j] = mul ? y[j] * v : y[j] + v;
     } else if (bne0 == ne0 && bs == sizeof(float)) {
       for (int64_t j = 0; j < ne0; j++) {
-        const float v = load_f32(br, sizeof(float), j);
+        const float v = tsr_cpu_load_f32(br, sizeof(float), j);
         y[j] = mul ? y[j] * v : y[j] + v;
       }
     } else {
       /* b's row repeats ne0/bne0 times along the row */
       for (int64_t j0 = 0; j0 < ne0; j0 += bne0)
         for (int64_t j = 0; j < bne0; j++) {
-          const float v = load_f32(br, bs, j);
+          const float v = tsr_cpu_load_f32(br, bs, j);
           y[j0 + j] = mul ? y[j0 + j] * v : y[j0 + j] + v;
         }
     }
@@ -143,9 +115,9 @@ static void map_rows(const struct tsr_cpu_compute *c, struct tsr_tensor *dst, en
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     int64_t i1, i2, i3;
-    row_coords(dst, r, &i1, &i2, &i3);
+    tsr_cpu_row_coords(dst, r, &i1, &i2, &i3);
     float *y = (float *)dst->data + r * ne0;
-    load_row(y, row_at(a, i1, i2, i3), a->nb[0], ne0);
+    tsr_cpu_load_row_f32(y, tsr_cpu_row_at(a, i1, i2, i3), a->nb[0], ne0);
     switch (m) {
     case MAP_SCALE:
       for (int64_t j = 0; j < ne0; j++) y[j] *= p;
@@ -190,12 +162,12 @@ TSR_CPU_KERNEL(glu) {
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     int64_t i1, i2, i3;
-    row_coords(dst, r, &i1, &i2, &i3);
+    tsr_cpu_row_coords(dst, r, &i1, &i2, &i3);
     float *y = (float *)dst->data + r * ne0;
-    load_row(y, row_at(a, i1, i2, i3) + gate_off * (int64_t)a->nb[0], a->nb[0], ne0);
+    tsr_cpu_load_row_f32(y, tsr_cpu_row_at(a, i1, i2, i3) + gate_off * (int64_t)a->nb[0], a->nb[0], ne0);
     activate(act, y, ne0);
     const size_t us = up_t->nb[0];
-    const char *ur = row_at(up_t, i1, i2, i3) + up_off * (int64_t)us;
-    for (int64_t j = 0; j < ne0; j++) y[j] *= load_f32(ur, us, j);
+    const char *ur = tsr_cpu_row_at(up_t, i1, i2, i3) + up_off * (int64_t)us;
+    for (int64_t j = 0; j < ne0; j++) y[j] *= tsr_cpu_load_f32(ur, us, j);
   }
 }

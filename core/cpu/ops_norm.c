@@ -13,33 +13,6 @@
 #include "../dtype.h"
 #include "cpu_ops.h"
 
-static inline void row_coords(const struct tsr_tensor *t, int64_t r, int64_t *i1, int64_t *i2,
-                              int64_t *i3) {
-  *i1 = r % t->ne[1];
-  r /= t->ne[1];
-  *i2 = r % t->ne[2];
-  *i3 = r / t->ne[2];
-}
-
-static inline const char *row_at(const struct tsr_tensor *t, int64_t i1, int64_t i2, int64_t i3) {
-  return (const char *)t->data + i1 * (int64_t)t->nb[1] + i2 * (int64_t)t->nb[2] +
-         i3 * (int64_t)t->nb[3];
-}
-
-/* Element j of a row with element stride nb0 (memcpy: views may be unaligned). */
-static inline float load_f32(const char *row, size_t nb0, int64_t j) {
-  float v;
-  memcpy(&v, row + j * (int64_t)nb0, sizeof v);
-  return v;
-}
-
-static void load_row(float *y, const char *row, size_t nb0, int64_t n) {
-  if (nb0 == sizeof(float)) {
-    memcpy(y, row, (size_t)n * sizeof(float));
-    return;
-  }
-  for (int64_t j = 0; j < n; j++) y[j] = load_f32(row, nb0, j);
-}
 
 static double sum_squares(const float *y, int64_t n) {
   double s = 0.0;
@@ -58,17 +31,17 @@ TSR_CPU_KERNEL(rms_norm) {
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     int64_t i1, i2, i3;
-    row_coords(dst, r, &i1, &i2, &i3);
+    tsr_cpu_row_coords(dst, r, &i1, &i2, &i3);
     float *y = (float *)dst->data + r * ne0;
-    load_row(y, row_at(a, i1, i2, i3), a->nb[0], ne0);
+    tsr_cpu_load_row_f32(y, tsr_cpu_row_at(a, i1, i2, i3), a->nb[0], ne0);
     const float s = (float)(1.0 / sqrt(sum_squares(y, ne0) / (double)ne0 + eps));
     if (!w) {
       for (int64_t j = 0; j < ne0; j++) y[j] *= s;
       continue;
     }
-    const char *wr = row_at(w, i1 % w->ne[1], i2 % w->ne[2], i3 % w->ne[3]);
+    const char *wr = tsr_cpu_row_at(w, i1 % w->ne[1], i2 % w->ne[2], i3 % w->ne[3]);
     const size_t ws = w->nb[0];
-    for (int64_t j = 0; j < ne0; j++) y[j] = (y[j] * s) * load_f32(wr, ws, j);
+    for (int64_t j = 0; j < ne0; j++) y[j] = (y[j] * s) * tsr_cpu_load_f32(wr, ws, j);
   }
 }
 
@@ -85,9 +58,9 @@ TSR_CPU_KERNEL(l2_norm) {
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     int64_t i1, i2, i3;
-    row_coords(dst, r, &i1, &i2, &i3);
+    tsr_cpu_row_coords(dst, r, &i1, &i2, &i3);
     float *y = (float *)dst->data + r * ne0;
-    load_row(y, row_at(a, i1, i2, i3), a->nb[0], ne0);
+    tsr_cpu_load_row_f32(y, tsr_cpu_row_at(a, i1, i2, i3), a->nb[0], ne0);
     const float s = (float)(1.0 / sqrt(sum_squares(y, ne0) + eps));
     for (int64_t j = 0; j < ne0; j++) y[j] *= s;
   }
@@ -107,13 +80,13 @@ TSR_CPU_KERNEL(softmax) {
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     int64_t i1, i2, i3;
-    row_coords(dst, r, &i1, &i2, &i3);
+    tsr_cpu_row_coords(dst, r, &i1, &i2, &i3);
     float *y = (float *)dst->data + r * ne0;
-    load_row(y, row_at(a, i1, i2, i3), a->nb[0], ne0);
+    tsr_cpu_load_row_f32(y, tsr_cpu_row_at(a, i1, i2, i3), a->nb[0], ne0);
     for (int64_t j = 0; j < ne0; j++) y[j] *= scale;
     if (m) {
       /* the mask is [ne0, ne1] and repeats over dims 2 and 3 */
-      const char *mr = row_at(m, i1, i2 % m->ne[2], i3 % m->ne[3]);
+      const char *mr = tsr_cpu_row_at(m, i1, i2 % m->ne[2], i3 % m->ne[3]);
       const int64_t ms = (int64_t)m->nb[0];
       if (m->dtype == TSR_F16) {
         for (int64_t j = 0; j < ne0; j++) {
@@ -122,7 +95,7 @@ TSR_CPU_KERNEL(softmax) {
           y[j] += tsr_f16_to_f32(h);
         }
       } else {
-        for (int64_t j = 0; j < ne0; j++) y[j] += load_f32(mr, (size_t)ms, j);
+        for (int64_t j = 0; j < ne0; j++) y[j] += tsr_cpu_load_f32(mr, (size_t)ms, j);
       }
     }
     float max = -INFINITY;
@@ -173,7 +146,7 @@ TSR_CPU_KERNEL(rope) {
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
   for (int64_t r = lo; r < hi; r++) {
     const int64_t i1 = r % n_heads, i2 = r / n_heads;
-    const char *x = row_at(a, i1, i2, 0);
+    const char *x = tsr_cpu_row_at(a, i1, i2, 0);
     float *y = (float *)dst->data + r * ne0;
     int32_t p;
     memcpy(&p, (const char *)pos->data + i2 * (int64_t)pos->nb[0], sizeof p);
@@ -184,7 +157,7 @@ TSR_CPU_KERNEL(rope) {
         for (int64_t k = 0; k < n; k++) {
           const int64_t i = first + k;
           double theta = (double)p * freq_scale * pow(base, -2.0 * (double)i / n_rot);
-          if (ff) theta /= load_f32((const char *)ff->data, ff->nb[0], i);
+          if (ff) theta /= tsr_cpu_load_f32((const char *)ff->data, ff->nb[0], i);
           cos_c[k] = (float)cos(theta);
           sin_c[k] = (float)sin(theta);
         }
@@ -194,7 +167,7 @@ TSR_CPU_KERNEL(rope) {
       for (int64_t k = 0; k < n; k++) {
         const int64_t i = first + k;
         const int64_t j0 = neox ? i : 2 * i, j1 = neox ? i + half : 2 * i + 1;
-        const float x0 = load_f32(x, as, j0), x1 = load_f32(x, as, j1);
+        const float x0 = tsr_cpu_load_f32(x, as, j0), x1 = tsr_cpu_load_f32(x, as, j1);
         y[j0] = x0 * cos_c[k] - x1 * sin_c[k];
         y[j1] = x0 * sin_c[k] + x1 * cos_c[k];
       }

@@ -3,9 +3,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "error.h"
-#include "op_test_util.h"
-
 #include "layout_test_util.h"
 
 /* ---- add, mul ----------------------------------------------------------- */

@@ -3,9 +3,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "error.h"
-#include "op_test_util.h"
-
 #include "layout_test_util.h"
 
 static double *alloc_like(const struct tsr_tensor *t) {

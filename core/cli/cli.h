@@ -4,7 +4,15 @@
 #ifndef TSR_CLI_H
 #define TSR_CLI_H
 
+#include <stdbool.h>
+#include <string.h>
+
 enum { TSR_EXIT_OK = 0, TSR_EXIT_RUNTIME = 1, TSR_EXIT_USAGE = 2 };
+
+/* "--help", "-h" (and "help" where a subcommand name is expected) */
+static inline bool tsr_cli_is_help(const char *arg) {
+  return !strcmp(arg, "--help") || !strcmp(arg, "-h") || !strcmp(arg, "help");
+}
 
 int tsr_cli_gguf(int argc, char **argv);
 int tsr_cli_gen_model(int argc, char **argv);

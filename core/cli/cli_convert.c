@@ -34,7 +34,7 @@ int tsr_cli_convert(int argc, char **argv) {
   struct tsr_convert_options o = {.outtype = TSR_F16};
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    if (tsr_cli_is_help(a)) {
       usage(stdout);
       return TSR_EXIT_OK;
     } else if (!strcmp(a, "--outtype") && i + 1 < argc) {

@@ -206,7 +206,7 @@ int tsr_cli_gen_model(int argc, char **argv) {
   long seed = 1, layers = -1, vocab = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    if (tsr_cli_is_help(a)) {
       gen_model_usage(stdout);
       return TSR_EXIT_OK;
     }

@@ -161,7 +161,7 @@ static void print_info(const struct tsr_gguf *g) {
 static int cmd_info(int argc, char **argv) {
   const char *path = NULL;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    if (tsr_cli_is_help(argv[i])) {
       usage(stdout);
       return TSR_EXIT_OK;
     }
@@ -202,7 +202,7 @@ int tsr_cli_gguf(int argc, char **argv) {
     usage(stderr);
     return TSR_EXIT_USAGE;
   }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+  if (tsr_cli_is_help(argv[1])) {
     usage(stdout);
     return TSR_EXIT_OK;
   }

@@ -24,7 +24,7 @@ int tsr_cli_parity(int argc, char **argv) {
   double max_rel = 1e-4, min_argmax = 1.0, max_kl = INFINITY;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    if (tsr_cli_is_help(a)) {
       parity_usage(stdout);
       return TSR_EXIT_OK;
     }

@@ -17,7 +17,7 @@ int tsr_cli_plugins(int argc, char **argv) {
   const char *dirs[16];
   int n_dirs = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    if (tsr_cli_is_help(argv[i])) {
       printf("usage: tessera plugins [--path DIR]...\n"
              "Lists the built-in plugin and every plugin folder on the search path\n"
              "(--path dirs, $TESSERA_PLUGIN_PATH, the build tree, the install prefix)\n"

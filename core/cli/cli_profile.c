@@ -14,7 +14,7 @@ static void profile_usage(FILE *f) {
 }
 
 int tsr_cli_profile(int argc, char **argv) {
-  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+  if (argc >= 2 && (tsr_cli_is_help(argv[1]))) {
     profile_usage(stdout);
     return TSR_EXIT_OK;
   }

@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     usage(stderr);
     return TSR_EXIT_USAGE;
   }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+  if (tsr_cli_is_help(argv[1])) {
     usage(stdout);
     return TSR_EXIT_OK;
   }
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     const struct subcommand *sc = &g_subcommands[i];
     if (strcmp(argv[1], sc->name)) continue;
     if (sc->run) return sc->run(argc - 1, argv + 1);
-    bool help = argc > 2 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h"));
+    bool help = argc > 2 && (tsr_cli_is_help(argv[2]));
     fprintf(help ? stdout : stderr, "tessera %s: %s\nnot built in this version of tessera (%s)\n",
             sc->name, sc->summary, tsr_version());
     return help ? TSR_EXIT_OK : TSR_EXIT_USAGE;

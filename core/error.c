@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Thread_local char g_message[1024];
 
@@ -55,4 +56,13 @@ const char *tsr_status_name(tsr_status st) {
 const char *tsr_version(void) {
   return TSR_STR(TSR_VERSION_MAJOR) "." TSR_STR(TSR_VERSION_MINOR) "." TSR_STR(
       TSR_VERSION_PATCH);
+}
+
+tsr_status tsr_exe_dir(char *buf, size_t cap) {
+  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+  if (n <= 0 || (size_t)n >= cap - 1) return tsr_error_set(TSR_ERR_IO, "cannot read /proc/self/exe");
+  buf[n] = '\0';
+  char *slash = strrchr(buf, '/');
+  if (slash) *slash = '\0';
+  return TSR_OK;
 }

@@ -18,6 +18,10 @@ void tsr_error_prefix(const char *fmt, ...) TSR_PRINTF(1, 2);
 
 void tsr_error_clear(void);
 
+/* Directory of the running executable (from /proc/self/exe), for paths that
+** must follow a build tree copied elsewhere. */
+tsr_status tsr_exe_dir(char *buf, size_t cap);
+
 /* Overflow-checked size arithmetic: return 0 and leave *out untouched on
 ** overflow. Every size derived from untrusted input goes through these. */
 static inline int tsr_size_mul(size_t a, size_t b, size_t *out) {

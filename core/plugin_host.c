@@ -1,5 +1,6 @@
 /* Plugin loading, the services table, the registry and engagement counts. */
 #include <dirent.h>
+#include <limits.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
@@ -596,6 +597,13 @@ static void reset_default_dirs(struct tsr_plugin_host *h) {
     snprintf(buf, sizeof buf, "%s", env);
     for (char *save = NULL, *d = strtok_r(buf, ":", &save); d; d = strtok_r(NULL, ":", &save))
       add_dir(h, d);
+  }
+  /* the build tree beside this executable, wherever the tree was copied */
+  char exe_dir[1024];
+  if (tsr_exe_dir(exe_dir, sizeof exe_dir) == TSR_OK) {
+    char rel[1100], real[PATH_MAX];
+    snprintf(rel, sizeof rel, "%s/../../plugins", exe_dir);
+    if (is_dir(rel) && realpath(rel, real)) add_dir(h, real);
   }
   add_dir(h, TSR_BUILD_PLUGIN_DIR);
   add_dir(h, TSR_INSTALL_PLUGIN_DIR);

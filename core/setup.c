@@ -17,6 +17,13 @@
 const char *tsr_default_model_path(void) {
   const char *env = getenv("TESSERA_DEFAULT_MODEL");
   if (env && *env) return env;
+  /* beside the executable: a build tree copied to another machine */
+  static char beside[1100];
+  char dir[1024];
+  if (tsr_exe_dir(dir, sizeof dir) == TSR_OK) {
+    snprintf(beside, sizeof beside, "%s/default-model.gguf", dir);
+    if (access(beside, R_OK) == 0) return beside;
+  }
   if (*TSR_BUILD_DEFAULT_MODEL && access(TSR_BUILD_DEFAULT_MODEL, R_OK) == 0)
     return TSR_BUILD_DEFAULT_MODEL;
   if (*TSR_INSTALL_DEFAULT_MODEL && access(TSR_INSTALL_DEFAULT_MODEL, R_OK) == 0)

@@ -9,13 +9,16 @@
 **
 ** describe() gives the host the layer plan (negotiation, memory plan);
 ** convert() (convert_qwen*.c) writes GGUFs from Hugging Face checkpoints;
-** build() (forward_qwen3.c) runs qwen2, qwen3 and qwen3moe.
+** build() runs qwen2, qwen3 and qwen3moe (forward_qwen3.c) and qwen35 and
+** qwen35moe (forward_qwen35.c, with the conv1d and delta_rule ops that init
+** registers, ops_deltanet.c).
 */
 #include <stdio.h>
 #include <string.h>
 
 #include "convert_qwen.h"
 #include "forward_qwen.h"
+#include "ops_deltanet.h"
 #include "tessera/plugin.h"
 
 #define MAX_KEY 96
@@ -120,17 +123,40 @@ static tsr_status qwen_describe(void *ctx, const struct tsr_host *host, const st
   return TSR_OK;
 }
 
+/* Op ids live in the process-wide registry and the plugin is never
+** unloaded, so a second host in the same process reuses them. */
+static struct tsr_qwen_ops g_ops = {-1, -1};
+
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "qwen2,qwen3,qwen3moe,qwen3next,qwen35,qwen35moe",
+    .ctx = &g_ops,
     .describe = qwen_describe,
     .hf_types = QWEN_HF_TYPES, /* convert_qwen.c */
     .convert = qwen_convert,
     .build = tsr_qwen_build,
 };
 
+static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *self) {
+  tsr_status st = TSR_OK;
+  if (g_ops.conv1d < 0) {
+    int32_t id;
+    st = host->register_op(self, "conv1d", &id);
+    if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", tsr_qwen_conv1d_cpu, NULL);
+    if (st == TSR_OK) g_ops.conv1d = id;
+  }
+  if (st == TSR_OK && g_ops.delta_rule < 0) {
+    int32_t id;
+    st = host->register_op(self, "delta_rule", &id);
+    if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", tsr_qwen_delta_rule_cpu, NULL);
+    if (st == TSR_OK) g_ops.delta_rule = id;
+  }
+  return st;
+}
+
 static tsr_status qwen_init(const struct tsr_host *host, struct tsr_plugin *self) {
-  return host->register_arch(self, &g_arch);
+  tsr_status st = register_ops(host, self);
+  return st == TSR_OK ? host->register_arch(self, &g_arch) : st;
 }
 
 static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}};
@@ -141,7 +167,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .struct_size = sizeof(struct tsr_plugin_descriptor),
     .name = "arch_qwen",
     .version = "0.1.0",
-    .description = "Qwen 2/3/3-MoE/3.5/Next: layer plans, HF conversion, qwen2/qwen3/qwen3moe forward pass",
+    .description = "Qwen 2/3/3-MoE/3.5/Next: layer plans, HF conversion, qwen2/qwen3/qwen3moe/qwen35/qwen35moe forward passes",
     .provides = g_provides,
     .n_provides = 1,
     .init = qwen_init,

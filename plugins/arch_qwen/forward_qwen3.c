@@ -48,30 +48,29 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   return st;
 }
 
-/* weight of layer il, e.g. blk.3.attn_q.weight */
-static struct tsr_tensor *layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                                       int il, const char *name) {
+struct tsr_tensor *tsr_qwen_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                         int il, const char *name) {
   char full[96];
   snprintf(full, sizeof full, "blk.%d.%s", il, name);
   return h->weight(fw->g, fw->model, full);
 }
 
-static struct tsr_tensor *optional_layer_weight(const struct tsr_host *h,
-                                                struct tsr_arch_forward *fw, int il,
-                                                const char *name) {
+struct tsr_tensor *tsr_qwen_optional_layer_weight(const struct tsr_host *h,
+                                                  struct tsr_arch_forward *fw, int il,
+                                                  const char *name) {
   char full[96];
   snprintf(full, sizeof full, "blk.%d.%s", il, name);
   return h->has_weight(fw->model, full) ? h->weight(fw->g, fw->model, full) : NULL;
 }
 
 /* x·W (+ b when the file has the bias, as Qwen2's q/k/v do) */
-static struct tsr_tensor *linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
-                                 const char *name, struct tsr_tensor *x) {
+struct tsr_tensor *tsr_qwen_linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                   const char *name, struct tsr_tensor *x) {
   char w_name[64], b_name[64];
   snprintf(w_name, sizeof w_name, "%s.weight", name);
   snprintf(b_name, sizeof b_name, "%s.bias", name);
-  struct tsr_tensor *y = h->mat_mul(fw->g, layer_weight(h, fw, il, w_name), x);
-  struct tsr_tensor *b = optional_layer_weight(h, fw, il, b_name);
+  struct tsr_tensor *y = h->mat_mul(fw->g, tsr_qwen_layer_weight(h, fw, il, w_name), x);
+  struct tsr_tensor *b = tsr_qwen_optional_layer_weight(h, fw, il, b_name);
   return b ? h->add(fw->g, y, b) : y;
 }
 
@@ -80,15 +79,15 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
                                           struct tsr_tensor *x) {
   struct tsr_graph *g = fw->g;
   const int64_t n = fw->n_tokens, hd = hp->head_dim;
-  struct tsr_tensor *q = linear(h, fw, il, "attn_q", x);
-  struct tsr_tensor *k = linear(h, fw, il, "attn_k", x);
-  struct tsr_tensor *v = linear(h, fw, il, "attn_v", x);
+  struct tsr_tensor *q = tsr_qwen_linear(h, fw, il, "attn_q", x);
+  struct tsr_tensor *k = tsr_qwen_linear(h, fw, il, "attn_k", x);
+  struct tsr_tensor *v = tsr_qwen_linear(h, fw, il, "attn_v", x);
   q = h->reshape(g, q, 3, (int64_t[]){hd, hp->n_head, n});
   k = h->reshape(g, k, 3, (int64_t[]){hd, hp->n_head_kv, n});
   v = h->reshape(g, v, 3, (int64_t[]){hd, hp->n_head_kv, n});
   /* Qwen3 normalises q and k per head before RoPE; Qwen2 has no such norm */
-  struct tsr_tensor *q_norm = optional_layer_weight(h, fw, il, "attn_q_norm.weight");
-  struct tsr_tensor *k_norm = optional_layer_weight(h, fw, il, "attn_k_norm.weight");
+  struct tsr_tensor *q_norm = tsr_qwen_optional_layer_weight(h, fw, il, "attn_q_norm.weight");
+  struct tsr_tensor *k_norm = tsr_qwen_optional_layer_weight(h, fw, il, "attn_k_norm.weight");
   if (q_norm) q = h->rms_norm(g, q, q_norm, hp->eps);
   if (k_norm) k = h->rms_norm(g, k, k_norm, hp->eps);
   q = h->rope(g, q, fw->positions, NULL, (int32_t)hd, 1, hp->rope_base, 1.0f);
@@ -107,39 +106,47 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .causal = true};
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   o = h->reshape(g, o, 2, (int64_t[]){hd * hp->n_head, n});
-  return linear(h, fw, il, "attn_output", o);
+  return tsr_qwen_linear(h, fw, il, "attn_output", o);
 }
 
-static struct tsr_tensor *mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
-                                    struct tsr_tensor *x) {
-  struct tsr_tensor *gate = linear(h, fw, il, "ffn_gate", x);
-  struct tsr_tensor *up = linear(h, fw, il, "ffn_up", x);
-  return linear(h, fw, il, "ffn_down", h->glu(fw->g, gate, up, 0 /* swiglu */, false));
+struct tsr_tensor *tsr_qwen_mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                      const char *suffix, struct tsr_tensor *x) {
+  char name[32];
+  snprintf(name, sizeof name, "ffn_gate%s", suffix);
+  struct tsr_tensor *gate = tsr_qwen_linear(h, fw, il, name, x);
+  snprintf(name, sizeof name, "ffn_up%s", suffix);
+  struct tsr_tensor *up = tsr_qwen_linear(h, fw, il, name, x);
+  snprintf(name, sizeof name, "ffn_down%s", suffix);
+  return tsr_qwen_linear(h, fw, il, name, h->glu(fw->g, gate, up, 0 /* swiglu */, false));
 }
 
 /* Top-k routed SwiGLU experts: p = softmax(router·x); the k largest are
 ** weighted by p (or by p renormalised over the k, when expert_norm). */
-static struct tsr_tensor *moe_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                                    const struct qwen_hparams *hp, int il, struct tsr_tensor *x) {
+struct tsr_tensor *tsr_qwen_moe_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                      const struct tsr_qwen_moe *moe, int il,
+                                      struct tsr_tensor *x) {
   struct tsr_graph *g = fw->g;
-  const int64_t n = fw->n_tokens, k = hp->n_expert_used, e = hp->n_expert;
-  struct tsr_tensor *logits = h->mat_mul(g, layer_weight(h, fw, il, "ffn_gate_inp.weight"), x);
+  const int64_t n = fw->n_tokens, k = moe->n_expert_used, e = moe->n_expert;
+  struct tsr_tensor *router = tsr_qwen_layer_weight(h, fw, il, "ffn_gate_inp.weight");
+  struct tsr_tensor *logits = h->mat_mul(g, router, x);
   struct tsr_tensor *probs = h->softmax(g, logits, NULL, 1.0f);
   struct tsr_tensor *ids = h->top_k(g, probs, (int32_t)k); /* [k, n] */
   /* renormalised top-k probabilities are the softmax of the chosen logits */
-  struct tsr_tensor *source = hp->expert_norm ? logits : probs;
+  struct tsr_tensor *source = moe->expert_norm ? logits : probs;
   struct tsr_tensor *chosen =
       h->get_rows(g, h->reshape(g, source, 3, (int64_t[]){1, e, n}), ids); /* [1, k, n] */
-  if (hp->expert_norm)
+  if (moe->expert_norm)
     chosen = h->reshape(g, h->softmax(g, h->reshape(g, chosen, 2, (int64_t[]){k, n}), NULL, 1.0f),
                         3, (int64_t[]){1, k, n});
 
-  struct tsr_tensor *xe = h->reshape(g, x, 3, (int64_t[]){hp->n_embd, 1, n});
-  struct tsr_tensor *gate = h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_gate_exps.weight"), xe, ids);
-  struct tsr_tensor *up = h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_up_exps.weight"), xe, ids);
+  struct tsr_tensor *xe = h->reshape(g, x, 3, (int64_t[]){moe->n_embd, 1, n});
+  struct tsr_tensor *gate_exps = tsr_qwen_layer_weight(h, fw, il, "ffn_gate_exps.weight");
+  struct tsr_tensor *up_exps = tsr_qwen_layer_weight(h, fw, il, "ffn_up_exps.weight");
+  struct tsr_tensor *down_exps = tsr_qwen_layer_weight(h, fw, il, "ffn_down_exps.weight");
+  struct tsr_tensor *gate = h->mat_mul_id(g, gate_exps, xe, ids);
+  struct tsr_tensor *up = h->mat_mul_id(g, up_exps, xe, ids);
   struct tsr_tensor *act = h->glu(g, gate, up, 0 /* swiglu */, false); /* [ff, k, n] */
-  struct tsr_tensor *down =
-      h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_down_exps.weight"), act, ids); /* [embd, k, n] */
+  struct tsr_tensor *down = h->mat_mul_id(g, down_exps, act, ids); /* [embd, k, n] */
   struct tsr_tensor *weighted = h->mul(g, down, chosen);
   if (!weighted) return NULL;
   /* sum over the k experts: k strided views added together */
@@ -147,7 +154,7 @@ static struct tsr_tensor *moe_block(const struct tsr_host *h, struct tsr_arch_fo
   h->tensor_info(weighted, &info);
   struct tsr_tensor *sum = NULL;
   for (int64_t j = 0; j < k; j++) {
-    struct tsr_tensor *slice = h->view(g, weighted, 2, (int64_t[]){hp->n_embd, n},
+    struct tsr_tensor *slice = h->view(g, weighted, 2, (int64_t[]){moe->n_embd, n},
                                        (size_t[]){info.nb[0], info.nb[2]}, (size_t)j * info.nb[1]);
     sum = sum ? h->add(g, sum, slice) : h->cont(g, slice);
   }
@@ -155,21 +162,29 @@ static struct tsr_tensor *moe_block(const struct tsr_host *h, struct tsr_arch_fo
 }
 
 tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
-  (void)ctx;
-  struct qwen_hparams hp;
-  tsr_status st = read_hparams(h, fw->model, fw, &hp);
+  const char *arch;
+  tsr_status st = h->gguf_str(fw->model, "general.architecture", &arch);
   if (st != TSR_OK) return st;
+  if (!strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe")) return tsr_qwen35_build(ctx, h, fw);
+  struct qwen_hparams hp;
+  if ((st = read_hparams(h, fw->model, fw, &hp)) != TSR_OK) return st;
   if (strcmp(hp.arch, "qwen2") && strcmp(hp.arch, "qwen3") && strcmp(hp.arch, "qwen3moe"))
     return h->set_error(TSR_ERR_UNSUPPORTED, "arch_qwen: forward pass of '%s' is not built in "
-                        "this version (qwen2, qwen3, qwen3moe are)", hp.arch);
+                        "this version (qwen2, qwen3, qwen3moe, qwen35, qwen35moe are)", hp.arch);
+  const struct tsr_qwen_moe moe = {.n_embd = hp.n_embd, .n_expert = hp.n_expert,
+                                   .n_expert_used = hp.n_expert_used,
+                                   .expert_norm = hp.expert_norm};
   struct tsr_graph *g = fw->g;
   struct tsr_tensor *x = h->get_rows(g, h->weight(g, fw->model, "token_embd.weight"), fw->tokens);
   fw->embed = x;
   for (int il = 0; il < fw->n_layers; il++) {
-    struct tsr_tensor *a = h->rms_norm(g, x, layer_weight(h, fw, il, "attn_norm.weight"), hp.eps);
+    struct tsr_tensor *a =
+        h->rms_norm(g, x, tsr_qwen_layer_weight(h, fw, il, "attn_norm.weight"), hp.eps);
     x = h->add(g, x, attention_block(h, fw, &hp, il, a));
-    struct tsr_tensor *m = h->rms_norm(g, x, layer_weight(h, fw, il, "ffn_norm.weight"), hp.eps);
-    x = h->add(g, x, hp.n_expert ? moe_block(h, fw, &hp, il, m) : mlp_block(h, fw, il, m));
+    struct tsr_tensor *m =
+        h->rms_norm(g, x, tsr_qwen_layer_weight(h, fw, il, "ffn_norm.weight"), hp.eps);
+    x = h->add(g, x, hp.n_expert ? tsr_qwen_moe_block(h, fw, &moe, il, m)
+                                 : tsr_qwen_mlp_block(h, fw, il, "", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
   x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);

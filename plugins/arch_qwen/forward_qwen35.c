@@ -1,0 +1,244 @@
+/*
+** The Qwen3.5 / Qwen3.5-MoE hybrid forward pass (GGUF archs qwen35,
+** qwen35moe), read top to bottom like the model card:
+**   token embedding;
+**   per trunk layer  h += Mixer(RMSNorm(h)); h += FFN(RMSNorm(h)), where the
+**     mixer is a Gated DeltaNet (linear) layer, or every
+**     full_attention_interval-th layer a gated full-attention layer, and the
+**     FFN a dense SwiGLU (qwen35) or routed experts plus a sigmoid-gated
+**     shared expert (qwen35moe);
+**   final norm; LM head (tied to the embedding when output.weight is absent).
+** The converter folded the zero-centred norms' +1 into the GGUF weights, so
+** every norm here is a plain x̂·w. The NextN/MTP block the converter appends
+** after the trunk is not part of this pass (transformers ignores it too).
+**
+** Whole-sequence prefill: the conv and delta-rule states start at zero and
+** are not carried to a later call yet.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "forward_qwen.h"
+#include "ops_deltanet.h"
+
+struct qwen35_hparams {
+  const char *arch;
+  uint32_t n_embd, n_rot;
+  float eps, rope_base;
+  /* full attention, from describe()'s plan */
+  int32_t n_head, n_head_kv, head_dim;
+  /* Gated DeltaNet */
+  uint32_t conv_kernel, dk, hk, hv, dv;
+  uint32_t n_nextn;
+  struct tsr_qwen_moe moe; /* n_expert 0: dense FFN */
+};
+
+static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_arch_forward *fw,
+                               struct qwen35_hparams *hp) {
+  const struct tsr_gguf *m = fw->model;
+  char key[96];
+  uint32_t inner = 0, n_expert = 0, n_used = 0;
+  tsr_status st = h->gguf_str(m, "general.architecture", &hp->arch);
+  if (st != TSR_OK) return st;
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, hp->arch), key)
+  st = h->gguf_u32(m, KEY("embedding_length"), &hp->n_embd);
+  if (st == TSR_OK) st = h->gguf_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
+  if (st == TSR_OK) st = h->gguf_f32(m, KEY("rope.freq_base"), &hp->rope_base);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("rope.dimension_count"), &hp->n_rot);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.conv_kernel"), &hp->conv_kernel);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.state_size"), &hp->dk);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.group_count"), &hp->hk);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.time_step_rank"), &hp->hv);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.inner_size"), &inner);
+  hp->n_nextn = 0;
+  if (st == TSR_OK && h->gguf_has(m, KEY("nextn_predict_layers")))
+    st = h->gguf_u32(m, key, &hp->n_nextn);
+  hp->moe = (struct tsr_qwen_moe){.n_embd = hp->n_embd, .expert_norm = true};
+  if (st == TSR_OK && h->gguf_has(m, KEY("expert_count"))) {
+    st = h->gguf_u32(m, key, &n_expert);
+    if (st == TSR_OK) st = h->gguf_u32(m, KEY("expert_used_count"), &n_used);
+    if (st == TSR_OK && h->gguf_has(m, KEY("expert_weights_norm")))
+      st = h->gguf_bool(m, key, &hp->moe.expert_norm);
+  }
+#undef KEY
+  if (st != TSR_OK) return st;
+  hp->moe.n_expert = n_expert;
+  hp->moe.n_expert_used = n_used;
+  /* describe() validated the ssm keys' consistency; the kernel's limit is ours */
+  hp->dv = hp->hv ? inner / hp->hv : 0;
+  if (hp->dk > TSR_DELTA_MAX_DIM || hp->dv > TSR_DELTA_MAX_DIM)
+    return h->set_error(TSR_ERR_UNSUPPORTED, "%s: linear-attention head dims %u x %u exceed the "
+                        "delta-rule kernel's %d", hp->arch, hp->dk, hp->dv, TSR_DELTA_MAX_DIM);
+  hp->n_head = 0;
+  for (int32_t il = 0; il < fw->n_layers && !hp->n_head; il++)
+    if (fw->layers[il].kind == TSR_LAYER_FULL) {
+      hp->n_head = fw->layers[il].n_head;
+      hp->n_head_kv = fw->layers[il].n_head_kv;
+      hp->head_dim = fw->layers[il].head_dim_k;
+    }
+  if (hp->n_nextn >= (uint32_t)fw->n_layers)
+    return h->set_error(TSR_ERR_FORMAT, "%s: no trunk layers", hp->arch);
+  return TSR_OK;
+}
+
+#define W(name) tsr_qwen_layer_weight(h, fw, il, name)
+
+/* Gated full attention: q_proj holds [q_h | gate_h] per head; q and k are
+** RMS-normalised per head, RoPE'd on their first n_rot dims (NeoX pairs),
+** and the attention output is gated by sigmoid(gate) before o_proj. */
+static struct tsr_tensor *gated_attention(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                          const struct qwen35_hparams *hp, int il,
+                                          struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  const int64_t n = fw->n_tokens, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+  struct tsr_tensor *qg = h->reshape(g, tsr_qwen_linear(h, fw, il, "attn_q", x), 3,
+                                     (int64_t[]){2 * hd, nh, n});
+  if (!qg) return NULL;
+  struct tsr_tensor_info qi;
+  h->tensor_info(qg, &qi);
+  const size_t f = sizeof(float);
+  const int64_t half[3] = {hd, nh, n};
+  const size_t nb[3] = {f, qi.nb[1], qi.nb[2]};
+  struct tsr_tensor *q = h->view(g, qg, 3, half, nb, 0);
+  struct tsr_tensor *gate = h->view(g, qg, 3, half, nb, (size_t)hd * f);
+  struct tsr_tensor *k = h->reshape(g, tsr_qwen_linear(h, fw, il, "attn_k", x), 3,
+                                    (int64_t[]){hd, nkv, n});
+  struct tsr_tensor *v = h->reshape(g, tsr_qwen_linear(h, fw, il, "attn_v", x), 3,
+                                    (int64_t[]){hd, nkv, n});
+  q = h->rms_norm(g, q, W("attn_q_norm.weight"), hp->eps);
+  k = h->rms_norm(g, k, W("attn_k_norm.weight"), hp->eps);
+  /* Qwen3.5's interleaved M-RoPE is plain partial NeoX RoPE for text: all
+  ** three position components are the token position */
+  q = h->rope(g, q, fw->positions, NULL, (int32_t)hp->n_rot, 1, hp->rope_base, 1.0f);
+  k = h->rope(g, k, fw->positions, NULL, (int32_t)hp->n_rot, 1, hp->rope_base, 1.0f);
+  struct tsr_layer_desc desc = {
+      .struct_size = sizeof desc, .layer = il, .kind = TSR_LAYER_FULL, .n_head = (int32_t)nh,
+      .n_head_kv = (int32_t)nkv, .head_dim_k = (int32_t)hd, .head_dim_v = (int32_t)hd,
+      .k_codec = "f32", .v_codec = "f32", .backend = "cpu"};
+  struct tsr_attn_call call = {
+      .struct_size = sizeof call, .layer = &desc, .q = h->permute(g, q, 0, 2, 1, 3),
+      .k = h->permute(g, k, 0, 2, 1, 3), .v = h->permute(g, v, 0, 2, 1, 3),
+      .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
+      .causal = true};
+  if (!call.q || !call.k || !call.v) return NULL;
+  struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call); /* [hd, nh, n] */
+  o = h->mul(g, o, h->unary(g, gate, 2 /* sigmoid */));
+  o = h->reshape(g, o, 2, (int64_t[]){hd * nh, n});
+  return tsr_qwen_linear(h, fw, il, "attn_output", o);
+}
+
+/* Gated DeltaNet: qkv -> causal depthwise conv -> SiLU -> split; q and k
+** L2-normalised per head, q scaled by dk^-1/2; beta = sigmoid(b), decay
+** g = ssm_a·softplus(a + dt_bias) (ssm_a = -exp(A_log)); the delta rule per
+** value head (key heads tiled over the value heads, the GGUF's order); then
+** RMSNorm(o; ssm_norm) ⊙ silu(z) per head and out_proj. */
+static struct tsr_tensor *gated_deltanet(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                         const struct tsr_qwen_ops *ops,
+                                         const struct qwen35_hparams *hp, int il,
+                                         struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  const int64_t n = fw->n_tokens, dk = hp->dk, hk = hp->hk, dv = hp->dv, hv = hp->hv;
+  const int64_t n_ch = 2 * hk * dk + hv * dv;
+  const size_t f = sizeof(float);
+  struct tsr_tensor *qkv = tsr_qwen_linear(h, fw, il, "attn_qkv", x); /* [n_ch, n] */
+  struct tsr_tensor *z = tsr_qwen_linear(h, fw, il, "attn_gate", x);  /* [hv*dv, n] */
+  struct tsr_tensor *b = tsr_qwen_linear(h, fw, il, "ssm_beta", x);   /* [hv, n] */
+  struct tsr_tensor *a = tsr_qwen_linear(h, fw, il, "ssm_alpha", x);  /* [hv, n] */
+  struct tsr_tensor *conv_w = W("ssm_conv1d.weight");
+  if (!qkv || !conv_w) return NULL;
+  struct tsr_tensor *conv_src[2] = {qkv, conv_w};
+  struct tsr_tensor *mixed =
+      h->custom_op(g, ops->conv1d, 2, (int64_t[]){n_ch, n}, conv_src, 2, NULL, 0);
+  mixed = h->unary(g, mixed, 1 /* silu */);
+  const size_t row = (size_t)n_ch * f;
+  const size_t qk_nb[3] = {f, (size_t)dk * f, row};
+  struct tsr_tensor *q = h->view(g, mixed, 3, (int64_t[]){dk, hk, n}, qk_nb, 0);
+  struct tsr_tensor *k = h->view(g, mixed, 3, (int64_t[]){dk, hk, n}, qk_nb, (size_t)(hk * dk) * f);
+  struct tsr_tensor *v = h->view(g, mixed, 3, (int64_t[]){dv, hv, n}, (size_t[]){f, dv * f, row},
+                                 (size_t)(2 * hk * dk) * f);
+  q = h->scale(g, h->l2_norm(g, q, 1e-6f), 1.0f / sqrtf((float)dk));
+  k = h->l2_norm(g, k, 1e-6f);
+  struct tsr_tensor *beta = h->unary(g, b, 2 /* sigmoid */);
+  struct tsr_tensor *decay = h->unary(g, h->add(g, a, W("ssm_dt.bias")), 3 /* softplus */);
+  decay = h->mul(g, decay, W("ssm_a"));
+  struct tsr_tensor *delta_src[5] = {q, k, v, decay, beta};
+  for (int i = 0; i < 5; i++)
+    if (!delta_src[i]) return NULL;
+  const int32_t order = TSR_DELTA_TILED;
+  struct tsr_tensor *od =
+      h->custom_op(g, ops->delta_rule, 3, (int64_t[]){dv, hv, n + dk}, delta_src, 5, &order, 1);
+  if (!od) return NULL;
+  struct tsr_tensor_info oi;
+  h->tensor_info(od, &oi);
+  /* the outputs are the first n steps; the final state after them is unused for now */
+  struct tsr_tensor *o = h->view(g, od, 3, (int64_t[]){dv, hv, n},
+                                 (size_t[]){oi.nb[0], oi.nb[1], oi.nb[2]}, 0);
+  o = h->rms_norm(g, o, W("ssm_norm.weight"), hp->eps);
+  o = h->mul(g, o, h->reshape(g, h->unary(g, z, 1 /* silu */), 3, (int64_t[]){dv, hv, n}));
+  o = h->reshape(g, o, 2, (int64_t[]){hv * dv, n});
+  return tsr_qwen_linear(h, fw, il, "ssm_out", o);
+}
+
+/* Routed experts plus the shared expert, gated by sigmoid(w_sg·x). */
+static struct tsr_tensor *moe_ffn(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                  const struct qwen35_hparams *hp, int il, struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  struct tsr_tensor *routed = tsr_qwen_moe_block(h, fw, &hp->moe, il, x);
+  char name[64];
+  snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", il);
+  if (!h->has_weight(fw->model, name)) return routed;
+  struct tsr_tensor *shared = tsr_qwen_mlp_block(h, fw, il, "_shexp", x);
+  struct tsr_tensor *gate_logit = tsr_qwen_linear(h, fw, il, "ffn_gate_inp_shexp", x); /* [1, n] */
+  struct tsr_tensor *gate = h->unary(g, gate_logit, 2 /* sigmoid */);
+  return h->add(g, routed, h->mul(g, shared, gate));
+}
+
+/* The conv kernel reads its weight as f32 {K, channels}; the converter
+** keeps it f32 whatever the outtype. */
+static tsr_status check_conv_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                    const struct qwen35_hparams *hp, int il) {
+  char name[64];
+  snprintf(name, sizeof name, "blk.%d.ssm_conv1d.weight", il);
+  struct tsr_tensor *w = h->weight(fw->g, fw->model, name);
+  if (!w) return TSR_ERR_FORMAT; /* the graph holds the error naming it */
+  struct tsr_tensor_info wi;
+  h->tensor_info(w, &wi);
+  const int64_t n_ch = 2 * (int64_t)hp->hk * hp->dk + (int64_t)hp->hv * hp->dv;
+  if (wi.dtype != 0 /* f32 */ || wi.ne[0] != hp->conv_kernel || wi.ne[1] != n_ch)
+    return h->set_error(TSR_ERR_FORMAT, "%s: want f32 {%u, %lld}, have dtype %d {%lld, %lld}",
+                        name, hp->conv_kernel, (long long)n_ch, wi.dtype, (long long)wi.ne[0],
+                        (long long)wi.ne[1]);
+  return TSR_OK;
+}
+
+tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
+  const struct tsr_qwen_ops *ops = ctx;
+  struct qwen35_hparams hp;
+  tsr_status st = read_hparams(h, fw, &hp);
+  if (st != TSR_OK) return st;
+  struct tsr_graph *g = fw->g;
+  struct tsr_tensor *x = h->get_rows(g, h->weight(g, fw->model, "token_embd.weight"), fw->tokens);
+  fw->embed = x;
+  /* the NextN block(s) after the trunk belong to the speculator, not this pass */
+  const int n_trunk = fw->n_layers - (int)hp.n_nextn;
+  for (int il = 0; il < n_trunk; il++) {
+    if (fw->layers[il].kind == TSR_LAYER_LINEAR && (st = check_conv_weight(h, fw, &hp, il)))
+      return st;
+    struct tsr_tensor *a = h->rms_norm(g, x, W("attn_norm.weight"), hp.eps);
+    a = fw->layers[il].kind == TSR_LAYER_LINEAR ? gated_deltanet(h, fw, ops, &hp, il, a)
+                                                : gated_attention(h, fw, &hp, il, a);
+    x = h->add(g, x, a);
+    /* llama.cpp's name for the pre-FFN norm in the hybrids */
+    struct tsr_tensor *m = h->rms_norm(g, x, W("post_attention_norm.weight"), hp.eps);
+    x = h->add(g, x, hp.moe.n_expert ? moe_ffn(h, fw, &hp, il, m)
+                                     : tsr_qwen_mlp_block(h, fw, il, "", m));
+    if (fw->hidden) fw->hidden[il] = x;
+  }
+  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  const char *head =
+      h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+  fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
+  /* on failure the graph holds the first builder error and its message */
+  return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
+}

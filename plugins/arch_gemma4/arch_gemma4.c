@@ -10,8 +10,8 @@
 ** _swa variants (256); attention.head_count_kv is a scalar or a per-layer
 ** array (full layers of k_eq_v models have fewer KV heads).
 **
-** This version describes models (negotiation, memory plan); it builds no
-** graphs yet.
+** build() is the forward pass of `gemma4` models (forward_gemma4.c); the
+** assistant drafter describes itself but does not run yet.
 */
 #include <stddef.h>
 #include <stdio.h>
@@ -118,16 +118,22 @@ static tsr_status gemma4_describe(void *ctx, const struct tsr_host *host, const 
   return st;
 }
 
+/* the id of this plugin's rope op, once init registered it */
+static int32_t g_rope_op = -1;
+
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "gemma4,gemma4-assistant",
+    .ctx = &g_rope_op,
     .describe = gemma4_describe,
     .hf_types = "gemma4,gemma4_text,gemma4_assistant",
     .convert = gemma4_convert,
+    .build = gemma4_build,
 };
 
 static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *self) {
-  return host->register_arch(self, &g_arch);
+  tsr_status st = gemma4_rope_register(host, self, &g_rope_op);
+  return st == TSR_OK ? host->register_arch(self, &g_arch) : st;
 }
 
 static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}};
@@ -139,7 +145,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .name = "arch_gemma4",
     .version = "0.1.0",
     .description = "Gemma 4 (dense, MoE, E2B/E4B, assistant) layer plans and HF conversion "
-                   "(no graphs yet)",
+                   "and forward pass",
     .provides = g_provides,
     .n_provides = 1,
     .init = gemma4_init,

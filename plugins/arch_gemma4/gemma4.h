@@ -54,4 +54,17 @@ tsr_status gemma4_plan(const struct tsr_host *host, const char *arch,
 ** (convert_gemma4.c). */
 tsr_status gemma4_convert(void *ctx, const struct tsr_host *host, struct tsr_convert *cv);
 
+/* The forward pass of `gemma4` models (forward_gemma4.c): the arch's build().
+** ctx points at the int32 op id of the plugin's rope (-1: the core's rope). */
+tsr_status gemma4_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+
+/* RoPE rounded as transformers rounds it (rope_gemma4.c): registers the op
+** and its CPU kernel once (*op_id stays as it is when already >= 0), and
+** appends it: x f32 [D, H, N], pos i32 [N], ff f32 [D/2] or NULL. */
+tsr_status gemma4_rope_register(const struct tsr_host *host, struct tsr_plugin *self,
+                                int32_t *op_id);
+struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g, int32_t op_id,
+                               struct tsr_tensor *x, struct tsr_tensor *pos,
+                               struct tsr_tensor *ff, float base);
+
 #endif

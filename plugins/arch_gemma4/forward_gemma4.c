@@ -1,0 +1,285 @@
+/*
+** The Gemma 4 forward pass (dense, MoE, per-layer-input E2B/E4B), read top
+** to bottom like transformers' Gemma4TextModel:
+**
+**   h = embed[id] * sqrt(H)
+**   per layer: h += post_attn_norm(Attn(attn_norm(h)))
+**              h += post_ffw_norm(MLP(ffn_norm(h)) [+ MoE beside it])
+**              h += post_norm(proj(gelu(inp_gate(h)) * ple[l]))   (E2B/E4B)
+**              h *= layer_output_scale
+**   logits = softcap(embed . output_norm(h))
+**
+** Norms multiply by w itself (the converter adds no +1). Attention has
+** scale 1 (q and k are RMS-normed per head); V is normed without a weight.
+** Sliding layers use NeoX RoPE over the whole head with freq_base_swa; full
+** layers rotate the whole head with freq_base, and rope_freqs divides the
+** angles of the pairs "proportional" RoPE leaves still by 1e30.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gemma4.h"
+
+struct g4_hparams {
+  uint32_t n_embd, n_expert, n_expert_used, n_embd_per_layer;
+  uint32_t n_rot, n_rot_swa; /* rope.dimension_count(_swa); 0 when absent */
+  float eps, rope_base, rope_base_swa, softcap;
+};
+
+struct g4_kv {
+  struct tsr_tensor *k, *v; /* [D, N, Hkv] views, after norm and RoPE */
+};
+
+static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *m,
+                               struct g4_hparams *hp) {
+  const char *arch;
+  char key[96];
+  memset(hp, 0, sizeof *hp);
+  tsr_status st = h->gguf_str(m, "general.architecture", &arch);
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+  if (st == TSR_OK && strcmp(arch, "gemma4"))
+    return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: forward pass of '%s' is not built in "
+                        "this version (gemma4 is)", arch);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("embedding_length"), &hp->n_embd);
+  if (st == TSR_OK) st = h->gguf_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
+  if (st == TSR_OK) st = h->gguf_f32(m, KEY("rope.freq_base"), &hp->rope_base);
+  /* llama.cpp's default when the converter saw no sliding rope_theta */
+  hp->rope_base_swa = 10000.0f;
+  if (st == TSR_OK && h->gguf_has(m, KEY("rope.freq_base_swa")))
+    st = h->gguf_f32(m, key, &hp->rope_base_swa);
+  if (st == TSR_OK && h->gguf_has(m, KEY("rope.dimension_count")))
+    st = h->gguf_u32(m, key, &hp->n_rot);
+  if (st == TSR_OK && h->gguf_has(m, KEY("rope.dimension_count_swa")))
+    st = h->gguf_u32(m, key, &hp->n_rot_swa);
+  if (st == TSR_OK && h->gguf_has(m, KEY("final_logit_softcapping")))
+    st = h->gguf_f32(m, key, &hp->softcap);
+  if (st == TSR_OK && h->gguf_has(m, KEY("embedding_length_per_layer_input")))
+    st = h->gguf_u32(m, key, &hp->n_embd_per_layer);
+  if (st == TSR_OK && h->gguf_has(m, KEY("expert_count"))) {
+    st = h->gguf_u32(m, key, &hp->n_expert);
+    if (st == TSR_OK) st = h->gguf_u32(m, KEY("expert_used_count"), &hp->n_expert_used);
+  }
+#undef KEY
+  return st;
+}
+
+static struct tsr_tensor *layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                       int il, const char *name) {
+  char full[96];
+  snprintf(full, sizeof full, "blk.%d.%s", il, name);
+  return h->weight(fw->g, fw->model, full);
+}
+
+static bool has_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                             const char *name) {
+  char full[96];
+  snprintf(full, sizeof full, "blk.%d.%s", il, name);
+  return h->has_weight(fw->model, full);
+}
+
+static struct tsr_tensor *norm(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                               const struct g4_hparams *hp, int il, const char *name,
+                               struct tsr_tensor *x) {
+  return h->rms_norm(fw->g, x, layer_weight(h, fw, il, name), hp->eps);
+}
+
+static struct tsr_tensor *linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                 const char *name, struct tsr_tensor *x) {
+  return h->mat_mul(fw->g, layer_weight(h, fw, il, name), x);
+}
+
+/* NeoX RoPE with the layer kind's base; full layers carry rope_freqs. Over
+** the whole head (every released Gemma 4) it rounds as transformers does
+** (rope_gemma4.c says why); a partial rotary falls back to the core's. */
+static struct tsr_tensor *rotate(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                 const struct g4_hparams *hp, int32_t rope_op,
+                                 const struct tsr_arch_layer *L, struct tsr_tensor *x) {
+  const bool swa = L->kind == TSR_LAYER_SLIDING;
+  const float base = swa ? hp->rope_base_swa : hp->rope_base;
+  uint32_t n_rot = swa ? hp->n_rot_swa : hp->n_rot;
+  if (!n_rot) n_rot = (uint32_t)L->head_dim_k;
+  struct tsr_tensor *ff = NULL;
+  if (!swa && h->has_weight(fw->model, "rope_freqs.weight"))
+    ff = h->weight(fw->g, fw->model, "rope_freqs.weight");
+  if (rope_op >= 0 && n_rot == (uint32_t)L->head_dim_k)
+    return gemma4_rope(h, fw->g, rope_op, x, fw->positions, ff, base);
+  return h->rope(fw->g, x, fw->positions, ff, (int32_t)n_rot, 1, base, 1.0f);
+}
+
+/* Self-attention of layer il. A layer that owns its K/V stores them in
+** kv[il]; a KV-shared layer reads its source layer's. */
+static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                          const struct g4_hparams *hp, int32_t rope_op, int il,
+                                          struct g4_kv *kv, struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  const struct tsr_arch_layer *L = &fw->layers[il];
+  const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
+  struct tsr_tensor *q = h->reshape(g, linear(h, fw, il, "attn_q.weight", x), 3,
+                                    (int64_t[]){hd, nh, n});
+  q = rotate(h, fw, hp, rope_op, L, norm(h, fw, hp, il, "attn_q_norm.weight", q));
+  q = h->permute(g, q, 0, 2, 1, 3);
+
+  if (L->kv_shared_from > 0) {
+    kv[il] = kv[L->kv_shared_from - 1];
+  } else {
+    struct tsr_tensor *k_raw = h->reshape(g, linear(h, fw, il, "attn_k.weight", x), 3,
+                                          (int64_t[]){hd, nkv, n});
+    /* k_eq_v full layers have no attn_v: V is the raw K projection */
+    struct tsr_tensor *v = has_layer_weight(h, fw, il, "attn_v.weight")
+                               ? h->reshape(g, linear(h, fw, il, "attn_v.weight", x), 3,
+                                            (int64_t[]){hd, nkv, n})
+                               : k_raw;
+    struct tsr_tensor *k =
+        rotate(h, fw, hp, rope_op, L, norm(h, fw, hp, il, "attn_k_norm.weight", k_raw));
+    v = h->rms_norm(g, v, NULL, hp->eps);
+    kv[il].k = h->permute(g, k, 0, 2, 1, 3);
+    kv[il].v = h->permute(g, v, 0, 2, 1, 3);
+  }
+
+  struct tsr_layer_desc desc = {
+      .struct_size = sizeof desc, .layer = il, .kind = L->kind, .n_head = L->n_head,
+      .n_head_kv = L->n_head_kv, .head_dim_k = L->head_dim_k, .head_dim_v = L->head_dim_v,
+      .window = L->window, .k_codec = "f32", .v_codec = "f32", .backend = "cpu"};
+  struct tsr_attn_call call = {
+      .struct_size = sizeof call, .layer = &desc, .q = q, .k = kv[il].k, .v = kv[il].v,
+      .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f, .causal = true,
+      .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0};
+  if (!q || !call.k || !call.v) return NULL;
+  struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
+  if (!o) return NULL;
+  o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
+  return linear(h, fw, il, "attn_output.weight", o);
+}
+
+/* down(gelu_tanh(gate . x) * up . x) */
+static struct tsr_tensor *mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                    struct tsr_tensor *x) {
+  struct tsr_tensor *gate = linear(h, fw, il, "ffn_gate.weight", x);
+  struct tsr_tensor *up = linear(h, fw, il, "ffn_up.weight", x);
+  return linear(h, fw, il, "ffn_down.weight", h->glu(fw->g, gate, up, 1 /* geglu */, false));
+}
+
+/* The routed experts beside the dense MLP. The router reads the raw
+** residual r: p = softmax(W . (rms(r) * scale / sqrt(H))); the top k are
+** renormalised and multiplied by their expert's scale. The experts read
+** pre_ffw_norm_2(r). */
+static struct tsr_tensor *moe_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                    const struct g4_hparams *hp, int il, struct tsr_tensor *r) {
+  struct tsr_graph *g = fw->g;
+  const int64_t n = fw->n_tokens, k = hp->n_expert_used, e = hp->n_expert, H = hp->n_embd;
+  struct tsr_tensor *ri = h->rms_norm(g, r, layer_weight(h, fw, il, "ffn_gate_inp.scale"), hp->eps);
+  ri = h->scale(g, ri, 1.0f / sqrtf((float)H));
+  struct tsr_tensor *logits = linear(h, fw, il, "ffn_gate_inp.weight", ri); /* [e, n] */
+  struct tsr_tensor *ids = h->top_k(g, h->softmax(g, logits, NULL, 1.0f), (int32_t)k); /* [k, n] */
+  /* the renormalised top-k probabilities are the softmax of the chosen logits */
+  struct tsr_tensor *chosen =
+      h->get_rows(g, h->reshape(g, logits, 3, (int64_t[]){1, e, n}), ids); /* [1, k, n] */
+  struct tsr_tensor *w = h->softmax(g, h->reshape(g, chosen, 2, (int64_t[]){k, n}), NULL, 1.0f);
+  struct tsr_tensor *scale_tab = h->reshape(g, layer_weight(h, fw, il, "ffn_down_exps.scale"), 2,
+                                            (int64_t[]){1, e});
+  struct tsr_tensor *flat_ids = h->reshape(g, ids, 1, (int64_t[]){k * n});
+  struct tsr_tensor *expert_scale =
+      h->reshape(g, h->get_rows(g, scale_tab, flat_ids), 2, (int64_t[]){k, n});
+  w = h->reshape(g, h->mul(g, w, expert_scale), 3, (int64_t[]){1, k, n});
+
+  struct tsr_tensor *y = norm(h, fw, hp, il, "pre_ffw_norm_2.weight", r);
+  y = h->reshape(g, y, 3, (int64_t[]){H, 1, n});
+  struct tsr_tensor *gate_up =
+      h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_gate_up_exps.weight"), y, ids); /* [2I,k,n] */
+  struct tsr_tensor *act = h->glu(g, gate_up, NULL, 1 /* geglu */, false);           /* [I,k,n] */
+  struct tsr_tensor *down =
+      h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_down_exps.weight"), act, ids); /* [H,k,n] */
+  struct tsr_tensor *weighted = h->mul(g, down, w);
+  if (!weighted) return NULL;
+  struct tsr_tensor_info info;
+  h->tensor_info(weighted, &info);
+  struct tsr_tensor *sum = NULL;
+  for (int64_t j = 0; j < k; j++) {
+    struct tsr_tensor *slice = h->view(g, weighted, 2, (int64_t[]){H, n},
+                                       (size_t[]){info.nb[0], info.nb[2]}, (size_t)j * info.nb[1]);
+    sum = sum ? h->add(g, sum, slice) : h->cont(g, slice);
+  }
+  return sum;
+}
+
+/* Per-layer inputs (E2B/E4B), [P, L, n]:
+** (rms_norm(W_proj . e / sqrt(H)) + E_ple[id] * sqrt(P)) / sqrt(2). */
+static struct tsr_tensor *per_layer_inputs(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                           const struct g4_hparams *hp, struct tsr_tensor *e) {
+  struct tsr_graph *g = fw->g;
+  const int64_t P = hp->n_embd_per_layer, L = fw->n_layers, n = fw->n_tokens;
+  struct tsr_tensor *tok =
+      h->get_rows(g, h->weight(g, fw->model, "per_layer_token_embd.weight"), fw->tokens);
+  tok = h->reshape(g, h->scale(g, tok, sqrtf((float)P)), 3, (int64_t[]){P, L, n});
+  struct tsr_tensor *proj =
+      h->mat_mul(g, h->weight(g, fw->model, "per_layer_model_proj.weight"), e);
+  proj = h->reshape(g, h->scale(g, proj, 1.0f / sqrtf((float)hp->n_embd)), 3,
+                    (int64_t[]){P, L, n});
+  proj = h->rms_norm(g, proj, h->weight(g, fw->model, "per_layer_proj_norm.weight"), hp->eps);
+  return h->scale(g, h->add(g, proj, tok), 1.0f / sqrtf(2.0f));
+}
+
+static struct tsr_tensor *per_layer_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                          const struct g4_hparams *hp, int il,
+                                          struct tsr_tensor *ple, struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  const int64_t P = hp->n_embd_per_layer, n = fw->n_tokens;
+  struct tsr_tensor_info info;
+  h->tensor_info(ple, &info);
+  struct tsr_tensor *pl = h->cont(g, h->view(g, ple, 2, (int64_t[]){P, n},
+                                             (size_t[]){info.nb[0], info.nb[2]},
+                                             (size_t)il * info.nb[1]));
+  struct tsr_tensor *gate = h->unary(g, linear(h, fw, il, "inp_gate.weight", x), 0 /* gelu */);
+  struct tsr_tensor *y = linear(h, fw, il, "proj.weight", h->mul(g, gate, pl));
+  return norm(h, fw, hp, il, "post_norm.weight", y);
+}
+
+tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
+  const int32_t rope_op = ctx ? *(const int32_t *)ctx : -1;
+  struct g4_hparams hp;
+  tsr_status st = read_hparams(h, fw->model, &hp);
+  if (st != TSR_OK) return st;
+  if (fw->n_layers > GEMMA4_MAX_LAYERS)
+    return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: %d layers", fw->n_layers);
+  for (int il = 0; il < fw->n_layers; il++) {
+    const int32_t src = fw->layers[il].kv_shared_from;
+    if (src < 0 || src > il)
+      return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: layer %d reads %s K/V (only a "
+                          "model's own earlier layers are supported by this forward pass)", il,
+                          src < 0 ? "a paired target model's" : "a later layer's");
+  }
+  struct tsr_graph *g = fw->g;
+  struct tsr_tensor *emb = h->weight(g, fw->model, "token_embd.weight");
+  struct tsr_tensor *x = h->scale(g, h->get_rows(g, emb, fw->tokens), sqrtf((float)hp.n_embd));
+  fw->embed = x;
+  struct tsr_tensor *ple = NULL;
+  if (hp.n_embd_per_layer > 0 && h->has_weight(fw->model, "per_layer_token_embd.weight"))
+    ple = per_layer_inputs(h, fw, &hp, x);
+
+  struct g4_kv kv[GEMMA4_MAX_LAYERS] = {{0}}; /* 8 KB */
+  for (int il = 0; il < fw->n_layers; il++) {
+    struct tsr_tensor *a =
+        attention_block(h, fw, &hp, rope_op, il, kv, norm(h, fw, &hp, il, "attn_norm.weight", x));
+    x = h->add(g, x, norm(h, fw, &hp, il, "post_attention_norm.weight", a));
+    struct tsr_tensor *m = mlp_block(h, fw, il, norm(h, fw, &hp, il, "ffn_norm.weight", x));
+    if (hp.n_expert && has_layer_weight(h, fw, il, "ffn_gate_inp.weight")) {
+      m = norm(h, fw, &hp, il, "post_ffw_norm_1.weight", m);
+      struct tsr_tensor *e = norm(h, fw, &hp, il, "post_ffw_norm_2.weight",
+                                  moe_block(h, fw, &hp, il, x));
+      m = h->add(g, m, e);
+    }
+    x = h->add(g, x, norm(h, fw, &hp, il, "post_ffw_norm.weight", m));
+    if (ple) x = h->add(g, x, per_layer_block(h, fw, &hp, il, ple, x));
+    x = h->mul(g, x, layer_weight(h, fw, il, "layer_output_scale.weight"));
+    if (fw->hidden) fw->hidden[il] = x;
+  }
+  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  const char *head =
+      h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+  struct tsr_tensor *logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
+  if (logits && hp.softcap > 0) logits = h->softcap(g, logits, hp.softcap);
+  fw->logits = logits;
+  /* on failure the graph holds the first builder error and its message */
+  return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
+}

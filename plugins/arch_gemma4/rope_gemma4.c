@@ -1,0 +1,105 @@
+/*
+** Gemma 4's RoPE, rounded as transformers rounds it (plugin op
+** "arch_gemma4.rope_f32", CPU kernel).
+**
+** The core's rope computes each angle in double. transformers computes it in
+** float32 whatever the model's dtype: inv_freq = 1 / base^(2i/D) rounded to
+** f32, then angle = f32(inv_freq * pos). At position p the angle's rounding
+** is up to half an ulp of p * inv_freq (8e-6 rad near p = 160), and with
+** attention scale 1 on RMS-normed heads the logits are large (|q.k| up to
+** ~D), so that rounding moves the E2B fixture's logits by ~5e-5 of their
+** scale: half the parity bar. Rounding the same way as the reference removes
+** that part of the difference; the result is as exact as the core's rope,
+** only rounded differently.
+**
+** NeoX pairing (i, i + D/2) over the whole head. freq_factors (rope_freqs,
+** full layers) divide the angle: 1 for the rotated pairs, 1e30 for the
+** pairs proportional RoPE leaves still, whose angle becomes ~0.
+**
+** Sources: x f32 [D, H, N] (contiguous rows), pos i32 [N], optionally
+** ff f32 [D/2]. Params: base as the bits of a float.
+*/
+#include <math.h>
+#include <string.h>
+
+#include "gemma4.h"
+
+#define GGUF_TYPE_F32 0
+#define GGUF_TYPE_I32 26
+
+static float inv_freq_f32(float base, int64_t i, int64_t d) {
+  /* transformers: arange(0, D, 2).float() / D, then base ** that, then 1 / that */
+  const float e = (float)(2 * i) / (float)d;
+  const float p = (float)pow((double)base, (double)e);
+  return 1.0f / p;
+}
+
+static void rope_kernel(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                        const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ctx;
+  const struct tsr_tensor_info *x = &src[0], *pos = &src[1];
+  const struct tsr_tensor_info *ff = n_src > 2 ? &src[2] : NULL;
+  float base;
+  memcpy(&base, &params[0], sizeof base);
+  const int64_t d = x->ne[0], half = d / 2, nh = x->ne[1], n = x->ne[2];
+  const int64_t rows = nh * n * x->ne[3];
+  for (int64_t r = ith; r < rows; r += nth) {
+    const int64_t h = r % nh, t = (r / nh) % n, b = r / (nh * n);
+    const float *xr = (const float *)((const char *)x->data + h * x->nb[1] + t * x->nb[2] +
+                                      b * x->nb[3]);
+    float *yr = (float *)((char *)dst->data + h * dst->nb[1] + t * dst->nb[2] + b * dst->nb[3]);
+    const float p = (float)*(const int32_t *)((const char *)pos->data + t * pos->nb[0]);
+    for (int64_t i = 0; i < half; i++) {
+      float theta = inv_freq_f32(base, i, d) * p;
+      if (ff) theta = theta / *(const float *)((const char *)ff->data + i * ff->nb[0]);
+      const float c = cosf(theta), s = sinf(theta);
+      const float x0 = xr[i], x1 = xr[i + half];
+      /* q*cos + rotate_half(q)*sin, each product rounded on its own */
+      const float a0 = x0 * c, b0 = x1 * s, a1 = x1 * c, b1 = x0 * s;
+      yr[i] = a0 - b0;
+      yr[i + half] = a1 + b1;
+    }
+  }
+}
+
+tsr_status gemma4_rope_register(const struct tsr_host *host, struct tsr_plugin *self,
+                                int32_t *op_id) {
+  /* the host's op registry lives for the process; a plugin object that is
+  ** initialised again (a second host in one process) keeps its first id */
+  if (*op_id >= 0) return TSR_OK;
+  int32_t id;
+  tsr_status st = host->register_op(self, "rope_f32", &id);
+  if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", rope_kernel, NULL);
+  if (st == TSR_OK) *op_id = id;
+  return st;
+}
+
+struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g, int32_t op_id,
+                               struct tsr_tensor *x, struct tsr_tensor *pos,
+                               struct tsr_tensor *ff, float base) {
+  if (!x || !pos) return NULL;
+  struct tsr_tensor_info xi, pi;
+  host->tensor_info(x, &xi);
+  host->tensor_info(pos, &pi);
+  if (xi.dtype != GGUF_TYPE_F32 || pi.dtype != GGUF_TYPE_I32 || xi.ne[0] % 2 ||
+      xi.nb[0] != sizeof(float) || pi.ne[0] != xi.ne[2]) {
+    host->set_error(TSR_ERR_INVALID_ARG, "arch_gemma4 rope: x must be f32 [D even, H, N] with "
+                    "contiguous rows and pos i32 [N] (D %lld, N %lld, pos %lld)",
+                    (long long)xi.ne[0], (long long)xi.ne[2], (long long)pi.ne[0]);
+    return NULL;
+  }
+  if (ff) {
+    struct tsr_tensor_info fi;
+    host->tensor_info(ff, &fi);
+    if (fi.dtype != GGUF_TYPE_F32 || fi.ne[0] != xi.ne[0] / 2) {
+      host->set_error(TSR_ERR_FORMAT, "arch_gemma4 rope: rope_freqs has %lld entries for head "
+                      "dim %lld (needs head dim / 2, f32)", (long long)fi.ne[0],
+                      (long long)xi.ne[0]);
+      return NULL;
+    }
+  }
+  int32_t params[1];
+  memcpy(&params[0], &base, sizeof base);
+  struct tsr_tensor *src[3] = {x, pos, ff};
+  return host->custom_op(g, op_id, 4, xi.ne, src, ff ? 3 : 2, params, 1);
+}

@@ -135,6 +135,11 @@ static tsr_status open_model(const char *path, const struct tsr_parity_options *
                          tsr_plugin_version(owner), arch);
   const char *attn = opt->attention ? opt->attention : "flash";
   m->attention = tsr_plugin_host_attention(m->host, attn, NULL);
+  if (!m->attention) { /* a plugin's attention: load the attention providers on the path */
+    st = tsr_plugin_host_load_providers(m->host, TSR_IFACE_ATTENTION);
+    if (st != TSR_OK) return st;
+    m->attention = tsr_plugin_host_attention(m->host, attn, NULL);
+  }
   if (!m->attention)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "attention '%s' is not provided by any loaded plugin",
                          attn);
@@ -292,6 +297,10 @@ tsr_status tsr_parity_run(const char *model_path, const char *golden_path,
     out->n_seqs = (int)i + 1;
   }
   finish_stats(&out->total, total_kl);
+  if (st == TSR_OK) {
+    tsr_plugin_host_print_engagement(m.host, stderr);
+    st = tsr_plugin_host_require_engaged(m.host, opt->require_engaged, opt->n_require_engaged);
+  }
   tsr_gguf_close(gold);
   close_model(&m);
   return st;

@@ -46,6 +46,8 @@ struct tsr_parity_options {
   int n_threads;             /* <= 0: all cores */
   const char *attention;     /* NULL: flash */
   const char *plugin_dir;    /* extra plugin search directory, or NULL */
+  const char *const *require_engaged; /* plugins that must have counted work */
+  int n_require_engaged;
 };
 
 /* Compares one row: updates stats with a (ours) against b (golden). */

@@ -127,6 +127,16 @@ static tsr_status qwen_describe(void *ctx, const struct tsr_host *host, const st
 ** unloaded, so a second host in the same process reuses them. */
 static struct tsr_qwen_ops g_ops = {-1, -1};
 
+static struct tsr_plugin *g_self;
+
+/* Counts the forward graphs it built, so --require-engaged arch_qwen can
+** tell a run that really went through this plugin. */
+static tsr_status qwen_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw) {
+  tsr_status st = tsr_qwen_build(ctx, host, fw);
+  if (st == TSR_OK) host->engaged(g_self, "forward_graphs", 1);
+  return st;
+}
+
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "qwen2,qwen3,qwen3moe,qwen3next,qwen35,qwen35moe",
@@ -134,7 +144,7 @@ static const struct tsr_arch_v1 g_arch = {
     .describe = qwen_describe,
     .hf_types = QWEN_HF_TYPES, /* convert_qwen.c */
     .convert = qwen_convert,
-    .build = tsr_qwen_build,
+    .build = qwen_build,
 };
 
 static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *self) {
@@ -155,6 +165,7 @@ static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *s
 }
 
 static tsr_status qwen_init(const struct tsr_host *host, struct tsr_plugin *self) {
+  g_self = self;
   tsr_status st = register_ops(host, self);
   return st == TSR_OK ? host->register_arch(self, &g_arch) : st;
 }

@@ -27,8 +27,11 @@
 ** walks it with double-precision cumulative sums, choosing the first token
 ** whose cumulative weight exceeds u * total (u uniform in [0, 1)). So a small
 ** u picks the most likely token, and the result depends only on the logits,
-** the parameters and the seed: the generator is this file's own (splitmix64),
-** never rand(). Each non-greedy sample consumes exactly one draw of it.
+** the parameters and the seed: the generator is the sampler's own (splitmix64),
+** never rand(), and each non-greedy sample consumes exactly one draw of it (a
+** call that fails consumes none). The weights come from libm's exp() in
+** double; a libm rounding its last bit differently could change a draw only
+** when u falls within ~1e-16 of a boundary between two tokens.
 **
 ** Greedy (temperature 0) is the argmax, ties to the lower id, and ignores the
 ** other settings (each of them keeps the argmax anyway); it uses no randomness.

@@ -12,6 +12,11 @@
 **
 ** build() is the forward pass of `gemma4` models (forward_gemma4.c); the
 ** assistant drafter describes itself but does not run yet.
+**
+** `gemma3` (Gemma 4's predecessor) shares the plan: one head dim for both
+** kinds (key_length/value_length) and, as llama.cpp's loader implies it,
+** every 6th layer full when the GGUF has no sliding_window_pattern. Its
+** forward pass is forward_gemma3.c.
 */
 #include <stddef.h>
 #include <stdio.h>
@@ -86,9 +91,17 @@ static tsr_status read_hparams(const struct tsr_host *host, const struct tsr_ggu
   if (st == TSR_OK) st = get_i32(host, m, arch, "attention.head_count", &hp->n_head);
   if (st == TSR_OK) st = get_i32(host, m, arch, "attention.key_length", &hp->head_dim_k);
   if (st == TSR_OK) st = get_i32(host, m, arch, "attention.value_length", &hp->head_dim_v);
-  if (st == TSR_OK) st = get_i32(host, m, arch, "attention.key_length_swa", &hp->head_dim_k_swa);
-  if (st == TSR_OK)
-    st = get_i32(host, m, arch, "attention.value_length_swa", &hp->head_dim_v_swa);
+  /* Gemma 3's sliding and full layers share one head dim */
+  const bool gemma3 = !strcmp(arch, "gemma3");
+  if (gemma3) {
+    hp->head_dim_k_swa = hp->head_dim_k;
+    hp->head_dim_v_swa = hp->head_dim_v;
+  } else {
+    if (st == TSR_OK)
+      st = get_i32(host, m, arch, "attention.key_length_swa", &hp->head_dim_k_swa);
+    if (st == TSR_OK)
+      st = get_i32(host, m, arch, "attention.value_length_swa", &hp->head_dim_v_swa);
+  }
   if (st == TSR_OK) st = get_i32(host, m, arch, "attention.sliding_window", &hp->window);
   char key[MAX_KEY];
   /* optional in llama.cpp's loader: absent means no KV sharing */
@@ -97,7 +110,9 @@ static tsr_status read_hparams(const struct tsr_host *host, const struct tsr_ggu
   if (st == TSR_OK) st = read_head_count_kv(host, m, arch, hp);
   if (st == TSR_OK) {
     key_of(key, arch, "attention.sliding_window_pattern");
-    if (!host->gguf_has(m, key))
+    if (gemma3 && !host->gguf_has(m, key))
+      for (int32_t l = 0; l < hp->n_layer; l++) hp->swa[l] = gemma3_layer_slides(l);
+    else if (!host->gguf_has(m, key))
       st = host->set_error(TSR_ERR_FORMAT, "%s: missing key %s (which layers slide)", arch, key);
     else
       st = read_array(host, m, key, hp->n_layer, NULL, hp->swa);
@@ -121,14 +136,22 @@ static tsr_status gemma4_describe(void *ctx, const struct tsr_host *host, const 
 /* the id of this plugin's rope op, once init registered it */
 static int32_t g_rope_op = -1;
 
+/* gemma3 and gemma4 share the plan; each has its own forward pass */
+static tsr_status gemma_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw) {
+  const char *arch;
+  tsr_status st = host->gguf_str(fw->model, "general.architecture", &arch);
+  if (st != TSR_OK) return st;
+  return !strcmp(arch, "gemma3") ? gemma3_build(ctx, host, fw) : gemma4_build(ctx, host, fw);
+}
+
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
-    .names = "gemma4,gemma4-assistant",
+    .names = "gemma4,gemma4-assistant,gemma3",
     .ctx = &g_rope_op,
     .describe = gemma4_describe,
     .hf_types = "gemma4,gemma4_text,gemma4_assistant",
     .convert = gemma4_convert,
-    .build = gemma4_build,
+    .build = gemma_build,
 };
 
 static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *self) {
@@ -144,8 +167,8 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .struct_size = sizeof(struct tsr_plugin_descriptor),
     .name = "arch_gemma4",
     .version = "0.1.0",
-    .description = "Gemma 4 (dense, MoE, E2B/E4B, assistant) layer plans and HF conversion "
-                   "and forward pass",
+    .description = "Gemma 4 (dense, MoE, E2B/E4B, assistant) layer plans, HF conversion "
+                   "and forward pass; Gemma 3 layer plan and forward pass",
     .provides = g_provides,
     .n_provides = 1,
     .init = gemma4_init,

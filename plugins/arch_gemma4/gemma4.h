@@ -47,6 +47,13 @@ tsr_status gemma4_plan(const struct tsr_host *host, const char *arch,
                        const struct gemma4_hparams *hp, struct tsr_arch_layer *layers,
                        int32_t n_layers_max, int32_t *kv_source);
 
+/* Gemma 3's implied pattern (llama.cpp: swa pattern 6; transformers: layer_types
+** default): 5 sliding layers, then a full one. */
+#define GEMMA3_SWA_PERIOD 6
+static inline bool gemma3_layer_slides(int32_t l) {
+  return l % GEMMA3_SWA_PERIOD != GEMMA3_SWA_PERIOD - 1;
+}
+
 #define GEMMA4_KV_OWN (-1)
 #define GEMMA4_KV_TARGET (-2)
 
@@ -57,6 +64,9 @@ tsr_status gemma4_convert(void *ctx, const struct tsr_host *host, struct tsr_con
 /* The forward pass of `gemma4` models (forward_gemma4.c): the arch's build().
 ** ctx points at the int32 op id of the plugin's rope (-1: the core's rope). */
 tsr_status gemma4_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+
+/* The forward pass of `gemma3` models (forward_gemma3.c); ctx as gemma4_build's. */
+tsr_status gemma3_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
 
 /* RoPE rounded as transformers rounds it (rope_gemma4.c): registers the op
 ** and its CPU kernel once (*op_id stays as it is when already >= 0), and

@@ -1,0 +1,168 @@
+/*
+** The Gemma 3 forward pass, read top to bottom like transformers'
+** Gemma3TextModel:
+**
+**   h = embed[id] * sqrt(H)
+**   per layer: h += post_attn_norm(Attn(attn_norm(h)))
+**              h += post_ffw_norm(MLP(ffn_norm(h)))
+**   logits = embed . output_norm(h)            (tied head, no softcap)
+**
+** What differs from Gemma 4 (forward_gemma4.c):
+** - Norms are Gemma's x * (1 + w); llama.cpp's converter stores 1 + w, so the
+**   file's weight multiplies directly (transformers subtracts 1 on load and
+**   adds it back in the norm).
+** - Attention scales q.k by query_pre_attn_scalar^-1/2. The GGUF has no key for
+**   it; llama.cpp implies head_dim, except on the 62-layer 27B, which uses
+**   H / n_head. V has no norm. No logit softcaps.
+** - NeoX RoPE over the whole head: base 10000 on sliding layers (implied, or
+**   rope.freq_base_swa when present) and rope.freq_base on full ones, where
+**   the larger models add linear scaling (rope.scaling.factor).
+*/
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "gemma4.h"
+
+struct g3_hparams {
+  uint32_t n_embd, n_head, n_layer;
+  float eps, rope_base, rope_base_swa;
+  float rope_scale; /* full layers' position scale: 1 / rope.scaling.factor */
+  float attn_scale;
+};
+
+static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *m,
+                               struct g3_hparams *hp) {
+  char key[96];
+  memset(hp, 0, sizeof *hp);
+#define KEY(suffix) (snprintf(key, sizeof key, "gemma3." suffix), key)
+  tsr_status st = h->gguf_u32(m, KEY("embedding_length"), &hp->n_embd);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("attention.head_count"), &hp->n_head);
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("block_count"), &hp->n_layer);
+  if (st == TSR_OK) st = h->gguf_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
+  if (st == TSR_OK) st = h->gguf_f32(m, KEY("rope.freq_base"), &hp->rope_base);
+  hp->rope_base_swa = 10000.0f; /* Gemma 3's local base, which llama.cpp implies */
+  if (st == TSR_OK && h->gguf_has(m, KEY("rope.freq_base_swa")))
+    st = h->gguf_f32(m, key, &hp->rope_base_swa);
+  hp->rope_scale = 1.0f;
+  if (st == TSR_OK && h->gguf_has(m, KEY("rope.scaling.type"))) {
+    const char *type;
+    st = h->gguf_str(m, key, &type);
+    if (st == TSR_OK && strcmp(type, "linear") && strcmp(type, "none"))
+      st = h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: gemma3.rope.scaling.type '%s' is not "
+                        "supported (linear and none are)", type);
+  }
+  if (st == TSR_OK && h->gguf_has(m, KEY("rope.scaling.factor"))) {
+    float factor;
+    st = h->gguf_f32(m, key, &factor);
+    if (st == TSR_OK && !(factor > 0.0f))
+      st = h->set_error(TSR_ERR_FORMAT, "gemma3.rope.scaling.factor is %g", (double)factor);
+    if (st == TSR_OK) hp->rope_scale = 1.0f / factor;
+  }
+  uint32_t head_dim = 0;
+  if (st == TSR_OK) st = h->gguf_u32(m, KEY("attention.key_length"), &head_dim);
+#undef KEY
+  if (st == TSR_OK && (hp->n_head == 0 || head_dim == 0))
+    st = h->set_error(TSR_ERR_FORMAT, "gemma3: head_count %u, key_length %u", hp->n_head,
+                      head_dim);
+  if (st == TSR_OK) {
+    const float qpas = hp->n_layer == 62 ? (float)(hp->n_embd / hp->n_head) : (float)head_dim;
+    hp->attn_scale = 1.0f / sqrtf(qpas);
+  }
+  return st;
+}
+
+static struct tsr_tensor *layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                       int il, const char *name) {
+  char full[96];
+  snprintf(full, sizeof full, "blk.%d.%s", il, name);
+  return h->weight(fw->g, fw->model, full);
+}
+
+static struct tsr_tensor *norm(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                               const struct g3_hparams *hp, int il, const char *name,
+                               struct tsr_tensor *x) {
+  return h->rms_norm(fw->g, x, layer_weight(h, fw, il, name), hp->eps);
+}
+
+static struct tsr_tensor *linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                 const char *name, struct tsr_tensor *x) {
+  return h->mat_mul(fw->g, layer_weight(h, fw, il, name), x);
+}
+
+/* NeoX RoPE with the layer kind's base. Unscaled, it rounds as transformers
+** does (rope_gemma4.c says why); a scaled full layer uses the core's rope. */
+static struct tsr_tensor *rotate(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                 const struct g3_hparams *hp, int32_t rope_op,
+                                 const struct tsr_arch_layer *L, struct tsr_tensor *x) {
+  const bool swa = L->kind == TSR_LAYER_SLIDING;
+  const float base = swa ? hp->rope_base_swa : hp->rope_base;
+  const float scale = swa ? 1.0f : hp->rope_scale;
+  if (rope_op >= 0 && scale == 1.0f) return gemma4_rope(h, fw->g, rope_op, x, fw->positions,
+                                                        NULL, base);
+  return h->rope(fw->g, x, fw->positions, NULL, L->head_dim_k, 1 /* neox */, base, scale);
+}
+
+static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                          const struct g3_hparams *hp, int32_t rope_op, int il,
+                                          struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  const struct tsr_arch_layer *L = &fw->layers[il];
+  const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
+  struct tsr_tensor *q =
+      h->reshape(g, linear(h, fw, il, "attn_q.weight", x), 3, (int64_t[]){hd, nh, n});
+  struct tsr_tensor *k =
+      h->reshape(g, linear(h, fw, il, "attn_k.weight", x), 3, (int64_t[]){hd, nkv, n});
+  struct tsr_tensor *v = h->reshape(g, linear(h, fw, il, "attn_v.weight", x), 3,
+                                    (int64_t[]){L->head_dim_v, nkv, n});
+  q = rotate(h, fw, hp, rope_op, L, norm(h, fw, hp, il, "attn_q_norm.weight", q));
+  k = rotate(h, fw, hp, rope_op, L, norm(h, fw, hp, il, "attn_k_norm.weight", k));
+
+  struct tsr_layer_desc desc = {
+      .struct_size = sizeof desc, .layer = il, .kind = L->kind, .n_head = L->n_head,
+      .n_head_kv = L->n_head_kv, .head_dim_k = L->head_dim_k, .head_dim_v = L->head_dim_v,
+      .window = L->window, .k_codec = "f32", .v_codec = "f32", .backend = "cpu"};
+  struct tsr_attn_call call = {
+      .struct_size = sizeof call, .layer = &desc, .q = h->permute(g, q, 0, 2, 1, 3),
+      .k = h->permute(g, k, 0, 2, 1, 3), .v = h->permute(g, v, 0, 2, 1, 3),
+      .q_pos = fw->positions, .kv_pos = fw->positions, .scale = hp->attn_scale, .causal = true,
+      .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0};
+  if (!call.q || !call.k || !call.v) return NULL;
+  struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
+  if (!o) return NULL;
+  o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
+  return linear(h, fw, il, "attn_output.weight", o);
+}
+
+/* down(gelu_tanh(gate . x) * up . x) */
+static struct tsr_tensor *mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                    struct tsr_tensor *x) {
+  struct tsr_tensor *gate = linear(h, fw, il, "ffn_gate.weight", x);
+  struct tsr_tensor *up = linear(h, fw, il, "ffn_up.weight", x);
+  return linear(h, fw, il, "ffn_down.weight", h->glu(fw->g, gate, up, 1 /* geglu */, false));
+}
+
+tsr_status gemma3_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
+  const int32_t rope_op = ctx ? *(const int32_t *)ctx : -1;
+  struct g3_hparams hp;
+  tsr_status st = read_hparams(h, fw->model, &hp);
+  if (st != TSR_OK) return st;
+  struct tsr_graph *g = fw->g;
+  struct tsr_tensor *emb = h->weight(g, fw->model, "token_embd.weight");
+  struct tsr_tensor *x = h->scale(g, h->get_rows(g, emb, fw->tokens), sqrtf((float)hp.n_embd));
+  fw->embed = x;
+  for (int il = 0; il < fw->n_layers; il++) {
+    struct tsr_tensor *a =
+        attention_block(h, fw, &hp, rope_op, il, norm(h, fw, &hp, il, "attn_norm.weight", x));
+    x = h->add(g, x, norm(h, fw, &hp, il, "post_attention_norm.weight", a));
+    struct tsr_tensor *m = mlp_block(h, fw, il, norm(h, fw, &hp, il, "ffn_norm.weight", x));
+    x = h->add(g, x, norm(h, fw, &hp, il, "post_ffw_norm.weight", m));
+    if (fw->hidden) fw->hidden[il] = x;
+  }
+  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  const char *head =
+      h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+  fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
+  /* on failure the graph holds the first builder error and its message */
+  return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
+}

@@ -72,24 +72,6 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   return st;
 }
 
-static struct tsr_tensor *layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                                       int il, const char *name) {
-  char full[96];
-  snprintf(full, sizeof full, "blk.%d.%s", il, name);
-  return h->weight(fw->g, fw->model, full);
-}
-
-static struct tsr_tensor *norm(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                               const struct g3_hparams *hp, int il, const char *name,
-                               struct tsr_tensor *x) {
-  return h->rms_norm(fw->g, x, layer_weight(h, fw, il, name), hp->eps);
-}
-
-static struct tsr_tensor *linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
-                                 const char *name, struct tsr_tensor *x) {
-  return h->mat_mul(fw->g, layer_weight(h, fw, il, name), x);
-}
-
 /* NeoX RoPE with the layer kind's base. Unscaled, it rounds as transformers
 ** does (rope_gemma4.c says why); a scaled full layer uses the core's rope. */
 static struct tsr_tensor *rotate(const struct tsr_host *h, struct tsr_arch_forward *fw,
@@ -110,13 +92,13 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   const struct tsr_arch_layer *L = &fw->layers[il];
   const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
   struct tsr_tensor *q =
-      h->reshape(g, linear(h, fw, il, "attn_q.weight", x), 3, (int64_t[]){hd, nh, n});
+      h->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3, (int64_t[]){hd, nh, n});
   struct tsr_tensor *k =
-      h->reshape(g, linear(h, fw, il, "attn_k.weight", x), 3, (int64_t[]){hd, nkv, n});
-  struct tsr_tensor *v = h->reshape(g, linear(h, fw, il, "attn_v.weight", x), 3,
+      h->reshape(g, gemma_linear(h, fw, il, "attn_k.weight", x), 3, (int64_t[]){hd, nkv, n});
+  struct tsr_tensor *v = h->reshape(g, gemma_linear(h, fw, il, "attn_v.weight", x), 3,
                                     (int64_t[]){L->head_dim_v, nkv, n});
-  q = rotate(h, fw, hp, rope_op, L, norm(h, fw, hp, il, "attn_q_norm.weight", q));
-  k = rotate(h, fw, hp, rope_op, L, norm(h, fw, hp, il, "attn_k_norm.weight", k));
+  q = rotate(h, fw, hp, rope_op, L, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q));
+  k = rotate(h, fw, hp, rope_op, L, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k));
 
   struct tsr_layer_desc desc = {
       .struct_size = sizeof desc, .layer = il, .kind = L->kind, .n_head = L->n_head,
@@ -131,15 +113,7 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   if (!o) return NULL;
   o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
-  return linear(h, fw, il, "attn_output.weight", o);
-}
-
-/* down(gelu_tanh(gate . x) * up . x) */
-static struct tsr_tensor *mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
-                                    struct tsr_tensor *x) {
-  struct tsr_tensor *gate = linear(h, fw, il, "ffn_gate.weight", x);
-  struct tsr_tensor *up = linear(h, fw, il, "ffn_up.weight", x);
-  return linear(h, fw, il, "ffn_down.weight", h->glu(fw->g, gate, up, 1 /* geglu */, false));
+  return gemma_linear(h, fw, il, "attn_output.weight", o);
 }
 
 tsr_status gemma3_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
@@ -153,10 +127,10 @@ tsr_status gemma3_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
   fw->embed = x;
   for (int il = 0; il < fw->n_layers; il++) {
     struct tsr_tensor *a =
-        attention_block(h, fw, &hp, rope_op, il, norm(h, fw, &hp, il, "attn_norm.weight", x));
-    x = h->add(g, x, norm(h, fw, &hp, il, "post_attention_norm.weight", a));
-    struct tsr_tensor *m = mlp_block(h, fw, il, norm(h, fw, &hp, il, "ffn_norm.weight", x));
-    x = h->add(g, x, norm(h, fw, &hp, il, "post_ffw_norm.weight", m));
+        attention_block(h, fw, &hp, rope_op, il, gemma_norm(h, fw, hp.eps, il, "attn_norm.weight", x));
+    x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_attention_norm.weight", a));
+    struct tsr_tensor *m = gemma_mlp_block(h, fw, il, gemma_norm(h, fw, hp.eps, il, "ffn_norm.weight", x));
+    x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_ffw_norm.weight", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
   x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);

@@ -64,8 +64,8 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   return st;
 }
 
-static struct tsr_tensor *layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                                       int il, const char *name) {
+struct tsr_tensor *gemma_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                      int il, const char *name) {
   char full[96];
   snprintf(full, sizeof full, "blk.%d.%s", il, name);
   return h->weight(fw->g, fw->model, full);
@@ -78,15 +78,14 @@ static bool has_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *
   return h->has_weight(fw->model, full);
 }
 
-static struct tsr_tensor *norm(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                               const struct g4_hparams *hp, int il, const char *name,
-                               struct tsr_tensor *x) {
-  return h->rms_norm(fw->g, x, layer_weight(h, fw, il, name), hp->eps);
+struct tsr_tensor *gemma_norm(const struct tsr_host *h, struct tsr_arch_forward *fw, float eps,
+                              int il, const char *name, struct tsr_tensor *x) {
+  return h->rms_norm(fw->g, x, gemma_layer_weight(h, fw, il, name), eps);
 }
 
-static struct tsr_tensor *linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
-                                 const char *name, struct tsr_tensor *x) {
-  return h->mat_mul(fw->g, layer_weight(h, fw, il, name), x);
+struct tsr_tensor *gemma_linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                const char *name, struct tsr_tensor *x) {
+  return h->mat_mul(fw->g, gemma_layer_weight(h, fw, il, name), x);
 }
 
 /* NeoX RoPE with the layer kind's base; full layers carry rope_freqs. Over
@@ -115,23 +114,23 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   struct tsr_graph *g = fw->g;
   const struct tsr_arch_layer *L = &fw->layers[il];
   const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
-  struct tsr_tensor *q = h->reshape(g, linear(h, fw, il, "attn_q.weight", x), 3,
+  struct tsr_tensor *q = h->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3,
                                     (int64_t[]){hd, nh, n});
-  q = rotate(h, fw, hp, rope_op, L, norm(h, fw, hp, il, "attn_q_norm.weight", q));
+  q = rotate(h, fw, hp, rope_op, L, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q));
   q = h->permute(g, q, 0, 2, 1, 3);
 
   if (L->kv_shared_from > 0) {
     kv[il] = kv[L->kv_shared_from - 1];
   } else {
-    struct tsr_tensor *k_raw = h->reshape(g, linear(h, fw, il, "attn_k.weight", x), 3,
+    struct tsr_tensor *k_raw = h->reshape(g, gemma_linear(h, fw, il, "attn_k.weight", x), 3,
                                           (int64_t[]){hd, nkv, n});
     /* k_eq_v full layers have no attn_v: V is the raw K projection */
     struct tsr_tensor *v = has_layer_weight(h, fw, il, "attn_v.weight")
-                               ? h->reshape(g, linear(h, fw, il, "attn_v.weight", x), 3,
+                               ? h->reshape(g, gemma_linear(h, fw, il, "attn_v.weight", x), 3,
                                             (int64_t[]){hd, nkv, n})
                                : k_raw;
     struct tsr_tensor *k =
-        rotate(h, fw, hp, rope_op, L, norm(h, fw, hp, il, "attn_k_norm.weight", k_raw));
+        rotate(h, fw, hp, rope_op, L, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k_raw));
     v = h->rms_norm(g, v, NULL, hp->eps);
     kv[il].k = h->permute(g, k, 0, 2, 1, 3);
     kv[il].v = h->permute(g, v, 0, 2, 1, 3);
@@ -149,15 +148,15 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   if (!o) return NULL;
   o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
-  return linear(h, fw, il, "attn_output.weight", o);
+  return gemma_linear(h, fw, il, "attn_output.weight", o);
 }
 
 /* down(gelu_tanh(gate . x) * up . x) */
-static struct tsr_tensor *mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
-                                    struct tsr_tensor *x) {
-  struct tsr_tensor *gate = linear(h, fw, il, "ffn_gate.weight", x);
-  struct tsr_tensor *up = linear(h, fw, il, "ffn_up.weight", x);
-  return linear(h, fw, il, "ffn_down.weight", h->glu(fw->g, gate, up, 1 /* geglu */, false));
+struct tsr_tensor *gemma_mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                   struct tsr_tensor *x) {
+  struct tsr_tensor *gate = gemma_linear(h, fw, il, "ffn_gate.weight", x);
+  struct tsr_tensor *up = gemma_linear(h, fw, il, "ffn_up.weight", x);
+  return gemma_linear(h, fw, il, "ffn_down.weight", h->glu(fw->g, gate, up, 1 /* geglu */, false));
 }
 
 /* The routed experts beside the dense MLP. The router reads the raw
@@ -168,28 +167,28 @@ static struct tsr_tensor *moe_block(const struct tsr_host *h, struct tsr_arch_fo
                                     const struct g4_hparams *hp, int il, struct tsr_tensor *r) {
   struct tsr_graph *g = fw->g;
   const int64_t n = fw->n_tokens, k = hp->n_expert_used, e = hp->n_expert, H = hp->n_embd;
-  struct tsr_tensor *ri = h->rms_norm(g, r, layer_weight(h, fw, il, "ffn_gate_inp.scale"), hp->eps);
+  struct tsr_tensor *ri = h->rms_norm(g, r, gemma_layer_weight(h, fw, il, "ffn_gate_inp.scale"), hp->eps);
   ri = h->scale(g, ri, 1.0f / sqrtf((float)H));
-  struct tsr_tensor *logits = linear(h, fw, il, "ffn_gate_inp.weight", ri); /* [e, n] */
+  struct tsr_tensor *logits = gemma_linear(h, fw, il, "ffn_gate_inp.weight", ri); /* [e, n] */
   struct tsr_tensor *ids = h->top_k(g, h->softmax(g, logits, NULL, 1.0f), (int32_t)k); /* [k, n] */
   /* the renormalised top-k probabilities are the softmax of the chosen logits */
   struct tsr_tensor *chosen =
       h->get_rows(g, h->reshape(g, logits, 3, (int64_t[]){1, e, n}), ids); /* [1, k, n] */
   struct tsr_tensor *w = h->softmax(g, h->reshape(g, chosen, 2, (int64_t[]){k, n}), NULL, 1.0f);
-  struct tsr_tensor *scale_tab = h->reshape(g, layer_weight(h, fw, il, "ffn_down_exps.scale"), 2,
+  struct tsr_tensor *scale_tab = h->reshape(g, gemma_layer_weight(h, fw, il, "ffn_down_exps.scale"), 2,
                                             (int64_t[]){1, e});
   struct tsr_tensor *flat_ids = h->reshape(g, ids, 1, (int64_t[]){k * n});
   struct tsr_tensor *expert_scale =
       h->reshape(g, h->get_rows(g, scale_tab, flat_ids), 2, (int64_t[]){k, n});
   w = h->reshape(g, h->mul(g, w, expert_scale), 3, (int64_t[]){1, k, n});
 
-  struct tsr_tensor *y = norm(h, fw, hp, il, "pre_ffw_norm_2.weight", r);
+  struct tsr_tensor *y = gemma_norm(h, fw, hp->eps, il, "pre_ffw_norm_2.weight", r);
   y = h->reshape(g, y, 3, (int64_t[]){H, 1, n});
   struct tsr_tensor *gate_up =
-      h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_gate_up_exps.weight"), y, ids); /* [2I,k,n] */
+      h->mat_mul_id(g, gemma_layer_weight(h, fw, il, "ffn_gate_up_exps.weight"), y, ids); /* [2I,k,n] */
   struct tsr_tensor *act = h->glu(g, gate_up, NULL, 1 /* geglu */, false);           /* [I,k,n] */
   struct tsr_tensor *down =
-      h->mat_mul_id(g, layer_weight(h, fw, il, "ffn_down_exps.weight"), act, ids); /* [H,k,n] */
+      h->mat_mul_id(g, gemma_layer_weight(h, fw, il, "ffn_down_exps.weight"), act, ids); /* [H,k,n] */
   struct tsr_tensor *weighted = h->mul(g, down, w);
   if (!weighted) return NULL;
   struct tsr_tensor_info info;
@@ -230,9 +229,9 @@ static struct tsr_tensor *per_layer_block(const struct tsr_host *h, struct tsr_a
   struct tsr_tensor *pl = h->cont(g, h->view(g, ple, 2, (int64_t[]){P, n},
                                              (size_t[]){info.nb[0], info.nb[2]},
                                              (size_t)il * info.nb[1]));
-  struct tsr_tensor *gate = h->unary(g, linear(h, fw, il, "inp_gate.weight", x), 0 /* gelu */);
-  struct tsr_tensor *y = linear(h, fw, il, "proj.weight", h->mul(g, gate, pl));
-  return norm(h, fw, hp, il, "post_norm.weight", y);
+  struct tsr_tensor *gate = h->unary(g, gemma_linear(h, fw, il, "inp_gate.weight", x), 0 /* gelu */);
+  struct tsr_tensor *y = gemma_linear(h, fw, il, "proj.weight", h->mul(g, gate, pl));
+  return gemma_norm(h, fw, hp->eps, il, "post_norm.weight", y);
 }
 
 tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
@@ -260,18 +259,18 @@ tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
   struct g4_kv kv[GEMMA4_MAX_LAYERS] = {{0}}; /* 8 KB */
   for (int il = 0; il < fw->n_layers; il++) {
     struct tsr_tensor *a =
-        attention_block(h, fw, &hp, rope_op, il, kv, norm(h, fw, &hp, il, "attn_norm.weight", x));
-    x = h->add(g, x, norm(h, fw, &hp, il, "post_attention_norm.weight", a));
-    struct tsr_tensor *m = mlp_block(h, fw, il, norm(h, fw, &hp, il, "ffn_norm.weight", x));
+        attention_block(h, fw, &hp, rope_op, il, kv, gemma_norm(h, fw, hp.eps, il, "attn_norm.weight", x));
+    x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_attention_norm.weight", a));
+    struct tsr_tensor *m = gemma_mlp_block(h, fw, il, gemma_norm(h, fw, hp.eps, il, "ffn_norm.weight", x));
     if (hp.n_expert && has_layer_weight(h, fw, il, "ffn_gate_inp.weight")) {
-      m = norm(h, fw, &hp, il, "post_ffw_norm_1.weight", m);
-      struct tsr_tensor *e = norm(h, fw, &hp, il, "post_ffw_norm_2.weight",
+      m = gemma_norm(h, fw, hp.eps, il, "post_ffw_norm_1.weight", m);
+      struct tsr_tensor *e = gemma_norm(h, fw, hp.eps, il, "post_ffw_norm_2.weight",
                                   moe_block(h, fw, &hp, il, x));
       m = h->add(g, m, e);
     }
-    x = h->add(g, x, norm(h, fw, &hp, il, "post_ffw_norm.weight", m));
+    x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_ffw_norm.weight", m));
     if (ple) x = h->add(g, x, per_layer_block(h, fw, &hp, il, ple, x));
-    x = h->mul(g, x, layer_weight(h, fw, il, "layer_output_scale.weight"));
+    x = h->mul(g, x, gemma_layer_weight(h, fw, il, "layer_output_scale.weight"));
     if (fw->hidden) fw->hidden[il] = x;
   }
   x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);

@@ -77,4 +77,16 @@ struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g,
                                struct tsr_tensor *x, struct tsr_tensor *pos,
                                struct tsr_tensor *ff, float base);
 
+/* Building blocks shared by the Gemma 3 and Gemma 4 forward passes
+** (forward_gemma4.c): layer il's weight by suffix ("attn_q.weight"), its
+** RMSNorm, its projection, and the GeGLU MLP down(gelu_tanh(gate.x) * up.x). */
+struct tsr_tensor *gemma_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                      int il, const char *name);
+struct tsr_tensor *gemma_norm(const struct tsr_host *h, struct tsr_arch_forward *fw, float eps,
+                              int il, const char *name, struct tsr_tensor *x);
+struct tsr_tensor *gemma_linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                const char *name, struct tsr_tensor *x);
+struct tsr_tensor *gemma_mlp_block(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
+                                   struct tsr_tensor *x);
+
 #endif

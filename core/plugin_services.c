@@ -1,0 +1,344 @@
+/*
+** The services table plugins get in init(): logging, errors, state,
+** settings, capability and op registration, engagement, GGUF reading,
+** conversion and graph building. Entries only ever append (plugin.h).
+*/
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "error.h"
+#include "graph.h"
+#include "gguf.h"
+#include "op_registry.h"
+#include "plugin_graph_api.h"
+#include "plugin_host_internal.h"
+
+static void host_log(struct tsr_plugin *self, enum tsr_log_level level, const char *fmt, ...) {
+  static const char *names[] = {"debug", "info", "warn", "error"};
+  if (level < TSR_LOG_INFO && !getenv("TESSERA_DEBUG")) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[%s] %s: ", self ? self->desc->name : "?",
+          (level >= 0 && level <= 3) ? names[level] : "log");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static tsr_status host_set_error(tsr_status st, const char *fmt, ...) {
+  char msg[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return tsr_error_set(st, "%s", msg);
+}
+
+static void host_set_state(struct tsr_plugin *self, void *state) { self->state = state; }
+static void *host_get_state(const struct tsr_plugin *self) { return self->state; }
+
+static const struct plugin_setting *find_setting(const struct tsr_plugin *p, const char *key) {
+  for (int i = 0; i < p->n_settings; i++)
+    if (!strcmp(p->settings[i].decl->key, key)) return &p->settings[i];
+  return NULL;
+}
+
+static tsr_status setting_of_type(const struct tsr_plugin *p, const char *key,
+                                  enum tsr_setting_type want, const struct plugin_setting **out) {
+  const struct plugin_setting *s = find_setting(p, key);
+  if (!s)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s asked for setting '%s', which it does "
+                         "not declare", p->desc->name, key);
+  bool ok = s->decl->type == want || (want == TSR_SETTING_STRING && s->decl->type == TSR_SETTING_ENUM);
+  if (!ok)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s read setting '%s' with the wrong type",
+                         p->desc->name, key);
+  *out = s;
+  return TSR_OK;
+}
+
+static tsr_status host_setting_i64(const struct tsr_plugin *self, const char *key, int64_t *out) {
+  const struct plugin_setting *s;
+  tsr_status st = setting_of_type(self, key, TSR_SETTING_INT, &s);
+  if (st == TSR_OK) *out = strtoll(s->value, NULL, 10);
+  return st;
+}
+static tsr_status host_setting_f64(const struct tsr_plugin *self, const char *key, double *out) {
+  const struct plugin_setting *s;
+  tsr_status st = setting_of_type(self, key, TSR_SETTING_FLOAT, &s);
+  if (st == TSR_OK) *out = strtod(s->value, NULL);
+  return st;
+}
+static tsr_status host_setting_bool(const struct tsr_plugin *self, const char *key, bool *out) {
+  const struct plugin_setting *s;
+  tsr_status st = setting_of_type(self, key, TSR_SETTING_BOOL, &s);
+  if (st == TSR_OK) *out = !strcmp(s->value, "true");
+  return st;
+}
+static tsr_status host_setting_str(const struct tsr_plugin *self, const char *key,
+                                   const char **out) {
+  const struct plugin_setting *s;
+  tsr_status st = setting_of_type(self, key, TSR_SETTING_STRING, &s);
+  if (st == TSR_OK) *out = s->value;
+  return st;
+}
+
+/* Copies a plugin's struct: no more than it declared, no more than we know. */
+static void copy_sized(void *dst, size_t dst_size, const void *src, uint32_t src_size) {
+  memset(dst, 0, dst_size);
+  memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
+}
+
+static tsr_status add_cap(struct tsr_plugin *self, struct cap_list *list, const char *iface,
+                          const char *name, const void *impl, uint32_t impl_size, size_t known) {
+  if (!impl || impl_size < 2 * sizeof(void *) || !name || !*name)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s registered a %s without a name or "
+                         "struct_size", self->desc->name, iface);
+  bool provides = false;
+  for (uint32_t i = 0; i < self->desc->n_provides; i++)
+    provides |= !strcmp(self->desc->provides[i].name, iface);
+  if (!provides)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s registered %s '%s' but its descriptor "
+                         "does not provide %s", self->desc->name, iface, name, iface);
+  for (int i = 0; i < list->n; i++) {
+    const char *other = (const char *)*(const char *const *)((const char *)&list->items[i].u +
+                                                             offsetof(struct tsr_attention_v1, name));
+    if (!strcmp(other, name))
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "%s '%s' from plugin %s is already registered "
+                           "by plugin %s", iface, name, self->desc->name,
+                           list->items[i].owner->desc->name);
+  }
+  if (list->n == TSR_HOST_MAX_CAPS)
+    return tsr_error_set(TSR_ERR_NOMEM, "more than %d %s registrations", TSR_HOST_MAX_CAPS, iface);
+  struct registered *r = &list->items[list->n++];
+  r->owner = self;
+  copy_sized(&r->u, known, impl, impl_size);
+  return TSR_OK;
+}
+
+/* Every v1 struct starts with struct_size then name, so the name sits at the
+** same offset in each; checked here rather than assumed. */
+_Static_assert(offsetof(struct tsr_attention_v1, name) == offsetof(struct tsr_kv_codec_v1, name),
+               "name offset");
+_Static_assert(offsetof(struct tsr_attention_v1, name) ==
+                   offsetof(struct tsr_decode_policy_v1, name), "name offset");
+_Static_assert(offsetof(struct tsr_attention_v1, name) == offsetof(struct tsr_speculator_v1, name),
+               "name offset");
+_Static_assert(offsetof(struct tsr_attention_v1, name) == offsetof(struct tsr_arch_v1, names),
+               "name offset");
+
+static tsr_status host_register_attention(struct tsr_plugin *self, const struct tsr_attention_v1 *a) {
+  if (a && (!a->negotiate || !a->build))
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: attention '%s' lacks negotiate or build",
+                         self->desc->name, a->name ? a->name : "?");
+  return add_cap(self, &self->host->attention, TSR_IFACE_ATTENTION, a ? a->name : NULL, a,
+                 a ? a->struct_size : 0, sizeof(struct tsr_attention_v1));
+}
+
+static tsr_status host_register_kv_codec(struct tsr_plugin *self, const struct tsr_kv_codec_v1 *c) {
+  if (c && (c->block_size <= 0 || c->block_bytes == 0 || !c->encode_rows || !c->backends))
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: kv codec '%s' needs a block size, "
+                         "block bytes, backends and encode_rows", self->desc->name,
+                         c->name ? c->name : "?");
+  return add_cap(self, &self->host->codecs, TSR_IFACE_KV_CODEC, c ? c->name : NULL, c,
+                 c ? c->struct_size : 0, sizeof(struct tsr_kv_codec_v1));
+}
+
+static tsr_status host_register_arch(struct tsr_plugin *self, const struct tsr_arch_v1 *a) {
+  if (a && !a->describe)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: arch '%s' lacks describe",
+                         self->desc->name, a->names ? a->names : "?");
+  return add_cap(self, &self->host->archs, TSR_IFACE_ARCH, a ? a->names : NULL, a,
+                 a ? a->struct_size : 0, sizeof(struct tsr_arch_v1));
+}
+
+static tsr_status host_register_decode_policy(struct tsr_plugin *self,
+                                              const struct tsr_decode_policy_v1 *p) {
+  return add_cap(self, &self->host->policies, TSR_IFACE_DECODE_POLICY, p ? p->name : NULL, p,
+                 p ? p->struct_size : 0, sizeof(struct tsr_decode_policy_v1));
+}
+
+static tsr_status host_register_speculator(struct tsr_plugin *self,
+                                           const struct tsr_speculator_v1 *s) {
+  return add_cap(self, &self->host->speculators, TSR_IFACE_SPECULATOR, s ? s->name : NULL, s,
+                 s ? s->struct_size : 0, sizeof(struct tsr_speculator_v1));
+}
+
+static void host_engaged(struct tsr_plugin *self, const char *counter, uint64_t n) {
+  struct tsr_plugin_host *h = self->host;
+  pthread_mutex_lock(&h->counter_lock);
+  struct plugin_counter *c = NULL;
+  for (int i = 0; i < self->n_counters && !c; i++)
+    if (!strcmp(self->counters[i].name, counter)) c = &self->counters[i];
+  if (!c && self->n_counters < TSR_PLUGIN_MAX_COUNTERS) {
+    c = &self->counters[self->n_counters++];
+    snprintf(c->name, sizeof c->name, "%s", counter);
+    c->value = 0;
+  }
+  if (c) c->value += n;
+  pthread_mutex_unlock(&h->counter_lock);
+}
+
+static tsr_status host_register_op(struct tsr_plugin *self, const char *name, int32_t *op_id) {
+  char full[64];
+  /* op names are namespaced by plugin so two plugins cannot collide */
+  if ((size_t)snprintf(full, sizeof full, "%s.%s", self->desc->name, name) >= sizeof full)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: op name '%s' too long", self->desc->name,
+                         name);
+  return tsr_op_registry_add(full, op_id);
+}
+
+static tsr_status host_register_kernel(struct tsr_plugin *self, int32_t op_id, const char *backend,
+                                       tsr_plugin_kernel_fn fn, void *ctx) {
+  (void)self;
+  return tsr_op_registry_add_kernel(op_id, backend, fn, ctx);
+}
+
+static struct tsr_tensor *host_custom_op(struct tsr_graph *g, int32_t op_id, int32_t n_dims,
+                                         const int64_t *ne, struct tsr_tensor *const *src,
+                                         int32_t n_src, const int32_t *params, int32_t n_params) {
+  return tsr_custom_op(g, op_id, n_dims, ne, src, n_src, params, n_params);
+}
+
+static tsr_status host_gguf_u32(const struct tsr_gguf *m, const char *key, uint32_t *out) {
+  return tsr_gguf_get_u32(m, key, out);
+}
+static tsr_status host_gguf_f32(const struct tsr_gguf *m, const char *key, float *out) {
+  return tsr_gguf_get_f32(m, key, out);
+}
+static tsr_status host_gguf_str(const struct tsr_gguf *m, const char *key, const char **out) {
+  return tsr_gguf_get_str(m, key, out);
+}
+static tsr_status host_gguf_bool(const struct tsr_gguf *m, const char *key, bool *out) {
+  int v = 0;
+  tsr_status st = tsr_gguf_get_bool(m, key, &v);
+  if (st == TSR_OK) *out = v != 0;
+  return st;
+}
+static tsr_status host_gguf_arr_len(const struct tsr_gguf *m, const char *key, int64_t *n) {
+  const struct tsr_gguf_kv *kv;
+  tsr_status st = tsr_gguf_get_arr(m, key, TSR_GGUF_TYPE_COUNT, &kv);
+  if (st == TSR_OK) *n = (int64_t)kv->n;
+  return st;
+}
+static tsr_status host_gguf_arr_i64(const struct tsr_gguf *m, const char *key, int64_t i,
+                                    int64_t *out) {
+  const struct tsr_gguf_kv *kv;
+  tsr_status st = tsr_gguf_get_arr(m, key, TSR_GGUF_TYPE_COUNT, &kv);
+  if (st == TSR_OK && i < 0)
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: negative index %lld", key, (long long)i);
+  if (st == TSR_OK) st = tsr_gguf_arr_i64(m, kv, (uint64_t)i, out);
+  return st;
+}
+static tsr_status host_gguf_arr_bool(const struct tsr_gguf *m, const char *key, int64_t i,
+                                     bool *out) {
+  const struct tsr_gguf_kv *kv;
+  tsr_status st = tsr_gguf_get_arr(m, key, TSR_GGUF_BOOL, &kv);
+  if (st == TSR_OK && (i < 0 || (uint64_t)i >= kv->n))
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: index %lld outside its %llu elements", key,
+                       (long long)i, (unsigned long long)kv->n);
+  if (st == TSR_OK) *out = ((const uint8_t *)kv->data)[i] != 0;
+  return st;
+}
+static int host_gguf_has(const struct tsr_gguf *m, const char *key) {
+  return tsr_gguf_find_key(m, key) >= 0;
+}
+
+static struct tsr_tensor *host_flash_attn(struct tsr_graph *g, const struct tsr_attn_call *c) {
+  struct tsr_attn_params p = {.scale = c->scale, .softcap = c->softcap, .causal = c->causal,
+                              .window = c->window};
+  return tsr_flash_attn(g, c->q, c->k, c->v, c->mask, c->q_pos, c->kv_pos, &p);
+}
+static struct tsr_tensor *host_cast(struct tsr_graph *g, struct tsr_tensor *a, int32_t dtype) {
+  return tsr_cast(g, a, (enum tsr_dtype)dtype);
+}
+
+static const struct tsr_host g_services = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_host),
+    .log = host_log,
+    .set_error = host_set_error,
+    .set_state = host_set_state,
+    .get_state = host_get_state,
+    .setting_i64 = host_setting_i64,
+    .setting_f64 = host_setting_f64,
+    .setting_bool = host_setting_bool,
+    .setting_str = host_setting_str,
+    .register_attention = host_register_attention,
+    .register_kv_codec = host_register_kv_codec,
+    .register_arch = host_register_arch,
+    .register_decode_policy = host_register_decode_policy,
+    .register_speculator = host_register_speculator,
+    .engaged = host_engaged,
+    .register_op = host_register_op,
+    .register_kernel = host_register_kernel,
+    .custom_op = host_custom_op,
+    .gguf_u32 = host_gguf_u32,
+    .gguf_f32 = host_gguf_f32,
+    .gguf_str = host_gguf_str,
+    .gguf_has = host_gguf_has,
+    .tensor_info = tsr_tensor_get_info,
+    .flash_attn = host_flash_attn,
+    .cast = host_cast,
+    .scale = tsr_scale,
+    .mat_mul = tsr_mat_mul,
+    .add = tsr_add,
+    .mul = tsr_mul,
+    .hf_has = tsr_convert_hf_has,
+    .hf_i64 = tsr_convert_hf_i64,
+    .hf_f64 = tsr_convert_hf_f64,
+    .hf_bool = tsr_convert_hf_bool,
+    .hf_str = tsr_convert_hf_str,
+    .hf_arr_len = tsr_convert_hf_arr_len,
+    .hf_arr_i64 = tsr_convert_hf_arr_i64,
+    .hf_arr_f64 = tsr_convert_hf_arr_f64,
+    .hf_arr_str = tsr_convert_hf_arr_str,
+    .hf_n_tensors = tsr_convert_hf_n_tensors,
+    .hf_tensor_name = tsr_convert_hf_tensor_name,
+    .hf_tensor_has = tsr_convert_hf_tensor_has,
+    .hf_tensor_shape = tsr_convert_hf_tensor_shape,
+    .hf_tensor_read = tsr_convert_hf_tensor_read,
+    .hf_skip_prefix = tsr_convert_hf_skip_prefix,
+    .out_u32 = tsr_convert_out_u32,
+    .out_i32 = tsr_convert_out_i32,
+    .out_f32 = tsr_convert_out_f32,
+    .out_bool = tsr_convert_out_bool,
+    .out_str = tsr_convert_out_str,
+    .out_arr_i32 = tsr_convert_out_arr_i32,
+    .out_arr_f32 = tsr_convert_out_arr_f32,
+    .out_tensor = tsr_convert_out_tensor,
+    .convert_tokenizer = tsr_convert_tokenizer,
+    .weight = tsr_api_weight,
+    .has_weight = tsr_api_has_weight,
+    .new_tensor = tsr_api_new_tensor,
+    .set_name = tsr_api_set_name,
+    .mark_output = tsr_graph_mark_output,
+    .get_rows = tsr_get_rows,
+    .mat_mul_id = tsr_mat_mul_id,
+    .rms_norm = tsr_rms_norm,
+    .l2_norm = tsr_l2_norm,
+    .rope = tsr_api_rope,
+    .softmax = tsr_softmax,
+    .unary = tsr_api_unary,
+    .glu = tsr_api_glu,
+    .softcap = tsr_softcap,
+    .concat = tsr_api_concat,
+    .cont = tsr_cont,
+    .reshape = tsr_api_reshape,
+    .view = tsr_api_view,
+    .permute = tsr_api_permute,
+    .top_k = tsr_api_top_k,
+    .argmax = tsr_argmax,
+    .gguf_bool = host_gguf_bool,
+    .out_arr_bool = tsr_convert_out_arr_bool,
+    .gguf_arr_len = host_gguf_arr_len,
+    .gguf_arr_i64 = host_gguf_arr_i64,
+    .gguf_arr_bool = host_gguf_arr_bool,
+};
+
+const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }
+

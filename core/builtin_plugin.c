@@ -19,12 +19,25 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
   if (layer->kind == TSR_LAYER_LINEAR)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash does not run linear-attention layers");
   const char *codecs[2] = {layer->k_codec, layer->v_codec};
+  const int32_t dims[2] = {layer->head_dim_k, layer->head_dim_v};
   enum tsr_read_path *paths[2] = {k_path, v_path};
   for (int i = 0; i < 2; i++) {
-    /* f32 and f16 are read as stored; anything else is lifted to f16 first,
-    ** which the host allows only for a codec that can decode to f16 */
-    bool native = !strcmp(codecs[i], "f16") || !strcmp(codecs[i], "f32");
-    *paths[i] = native ? TSR_READ_NATIVE : TSR_READ_LIFT;
+    /* f32 and f16 are read as stored; bf16 and the GGUF block types are
+    ** decoded by the kernel itself, a tile at a time (cpu/ops_attention.c);
+    ** a codec that is no core dtype is lifted to f16 first, which the host
+    ** allows only for a codec that can decode to f16 */
+    const int dt = tsr_dtype_from_name(codecs[i]);
+    const struct tsr_dtype_traits *tr = dt >= 0 ? tsr_dtype_traits(dt) : NULL;
+    if (tr && dims[i] > 0 && dims[i] % tr->block_size)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash reads %s codec %s in whole blocks of "
+                           "%lld values; head dim %d is not a multiple", i ? "V" : "K",
+                           codecs[i], (long long)tr->block_size, (int)dims[i]);
+    if (dt == TSR_F32 || dt == TSR_F16)
+      *paths[i] = TSR_READ_NATIVE;
+    else if (tr && tr->to_f32 && (tr->is_quantized || dt == TSR_BF16))
+      *paths[i] = TSR_READ_IN_REGISTER;
+    else
+      *paths[i] = TSR_READ_LIFT;
   }
   return TSR_OK; /* mixed pairs are fine: each side is read on its own path */
 }

@@ -529,9 +529,22 @@ struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q, str
                                   const struct tsr_attn_params *p) {
   SRCS("flash_attn", q, k, v);
   if (!want_dtype(g, "flash_attn", q, TSR_F32)) return NULL;
-  if ((k->dtype != TSR_F32 && k->dtype != TSR_F16) || k->dtype != v->dtype)
-    return fail(g, TSR_ERR_INVALID_ARG, "flash_attn: K %s and V %s must both be f32 or both f16",
-                tsr_dtype_name(k->dtype), tsr_dtype_name(v->dtype));
+  /* K and V are read independently: any float or block type the kernel can
+  ** decode row by row, so each row must be whole blocks, packed */
+  const struct tsr_tensor *kv[2] = {k, v};
+  for (int i = 0; i < 2; i++) {
+    const struct tsr_tensor *x = kv[i];
+    const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)x->dtype);
+    const bool readable = tr && tr->to_f32 && (tr->is_quantized || x->dtype == TSR_F32 ||
+                                               x->dtype == TSR_F16 || x->dtype == TSR_BF16);
+    if (!readable)
+      return fail(g, TSR_ERR_INVALID_ARG, "flash_attn: %s %s is %s, which attention cannot "
+                  "decode", i ? "V" : "K", label(x), tsr_dtype_name(x->dtype));
+    if (x->ne[0] % tr->block_size || (tr->block_size > 1 && x->nb[0] != tr->type_size))
+      return fail(g, TSR_ERR_INVALID_ARG, "flash_attn: %s %s is %s with head dim %lld, not "
+                  "whole packed blocks of %lld", i ? "V" : "K", label(x),
+                  tsr_dtype_name(x->dtype), (long long)x->ne[0], (long long)tr->block_size);
+  }
   if (q->ne[0] != k->ne[0] || k->ne[1] != v->ne[1] || k->ne[2] != v->ne[2] ||
       q->ne[2] % k->ne[2] || q->ne[3] != 1 || k->ne[3] != 1 || v->ne[3] != 1)
     return fail(g, TSR_ERR_INVALID_ARG, "flash_attn: q %s, k %s, v %s do not pair", SHAPE(q),

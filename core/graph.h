@@ -115,8 +115,11 @@ struct tsr_attn_params {
   bool causal;     /* needs positions */
   int32_t window;  /* >0: key visible iff q_pos - k_pos < window (needs positions) */
 };
-/* Built-in attention `flash`: q f32[D,Nq,Hq]; k,v f32/f16 [D,Nkv,Hkv] (Hq a
-** multiple of Hkv); mask f32/f16 [Nkv,Nq] additive or NULL; q_pos i32[Nq] and
+/* Built-in attention `flash`: q f32[D,Nq,Hq]; k [D,Nkv,Hkv] and v [Dv,Nkv,Hkv]
+** (Hq a multiple of Hkv), each of its own dtype: f32, f16, bf16 or any block
+** type with a dequantizer (q8_0, q4_0, k-quants...), whose head dim must then
+** be a multiple of the block size; block rows are decoded a tile at a time,
+** never the whole cache. mask f32/f16 [Nkv,Nq] additive or NULL; q_pos i32[Nq] and
 ** kv_pos i32[Nkv] or NULL; a negative kv_pos marks an empty cache cell, never
 ** attended. Out f32 [Dv,Hq,Nq]. A fully masked row gives zeros, never NaN. */
 struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q,

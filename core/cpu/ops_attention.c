@@ -14,6 +14,11 @@
 ** with no visible key is all zeros. The running max starts at -inf and only
 ** moves to a finite value when a visible key arrives, so exp(-inf - -inf)
 ** never happens.
+**
+** K and V each keep their own dtype. Packed f32 and f16 rows are read in
+** place; bf16 and block-quantized rows (q8_0, q4_0, k-quants...) are decoded
+** one row at a time into per-thread scratch, once per (tile, run of q heads)
+** and only for visible keys, so a step never converts the whole cache.
 */
 #include <math.h>
 #include <string.h>
@@ -24,6 +29,35 @@
 
 #define FA_TILE 64
 
+/* How a K or V row becomes f32 values the dot and axpy can use. */
+enum fa_read {
+  FA_IN_PLACE_F32, /* packed f32: used where it lies */
+  FA_IN_PLACE_F16, /* packed f16: the f16 dot/axpy read it where it lies */
+  FA_DECODE,       /* packed bf16 or whole blocks: to_f32 into scratch */
+  FA_GATHER,       /* dim 0 strided (f32, f16, bf16): element by element */
+};
+
+struct fa_rows {
+  enum fa_read read;
+  enum tsr_dtype dtype;
+  size_t nb0;
+  tsr_to_f32_fn to_f32;
+};
+
+static struct fa_rows rows_of(const struct tsr_tensor *t) {
+  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)t->dtype);
+  struct fa_rows r = {.dtype = t->dtype, .nb0 = t->nb[0], .to_f32 = tr->to_f32};
+  if (t->nb[0] != tr->type_size)
+    r.read = FA_GATHER; /* the builder lets only block-size-1 types get here */
+  else if (t->dtype == TSR_F32)
+    r.read = FA_IN_PLACE_F32;
+  else if (t->dtype == TSR_F16)
+    r.read = FA_IN_PLACE_F16;
+  else
+    r.read = FA_DECODE;
+  return r;
+}
+
 /* Read-only description of one node, shared by every unit it computes. */
 struct fa_node {
   const struct tsr_tensor *q, *k, *v, *mask, *q_pos, *kv_pos;
@@ -31,8 +65,7 @@ struct fa_node {
   bool causal;
   int32_t window;
   int64_t D, Dv, Nq, Nkv, Hq, Hkv, group;
-  bool kv_f16;
-  bool k_dense, v_dense; /* dim 0 is packed: rows can be read in place */
+  struct fa_rows k_rows, v_rows;
   size_t qpos_stride, kvpos_stride; /* 0: positions need the general lookup */
 };
 
@@ -45,7 +78,7 @@ struct fa_scratch {
   float *s;    /* [group][FA_TILE] logits of the tile, then their weights */
   float *bias; /* [FA_TILE] mask value per key; -inf for a hidden key */
   float *m, *l; /* [group] running max and running sum */
-  float *k;    /* [D] a K row gathered from a dim-0-strided view */
+  float *k;    /* [D] a K row decoded or gathered, when it cannot be read in place */
   float *v;    /* [Dv] likewise for V */
   size_t Dp, Dvp;
 };
@@ -104,6 +137,36 @@ static void gather_row(const char *row, size_t nb0, bool f16, float *out, int64_
   for (int64_t i = 0; i < n; i++) out[i] = load_f(row + (size_t)i * nb0, f16);
 }
 
+/* A row that cannot be read in place, as n f32 values in out. */
+static void row_to_f32(const struct fa_rows *r, const char *row, float *out, int64_t n) {
+  if (r->read == FA_DECODE) {
+    r->to_f32(row, out, n);
+  } else if (r->dtype == TSR_BF16) {
+    for (int64_t i = 0; i < n; i++)
+      out[i] = tsr_bf16_to_f32(*(const uint16_t *)(row + (size_t)i * r->nb0));
+  } else {
+    gather_row(row, r->nb0, r->dtype == TSR_F16, out, n);
+  }
+}
+
+static float row_dot(const struct fa_rows *r, const char *row, const float *decoded,
+                     const float *q, int64_t n) {
+  switch (r->read) {
+  case FA_IN_PLACE_F32: return tsr_vec_dot_f32((const float *)row, q, n);
+  case FA_IN_PLACE_F16: return tsr_vec_dot_f16_f32((const uint16_t *)row, q, n);
+  default: return tsr_vec_dot_f32(decoded, q, n);
+  }
+}
+
+static void row_axpy(const struct fa_rows *r, float *acc, float p, const char *row,
+                     const float *decoded, int64_t n) {
+  switch (r->read) {
+  case FA_IN_PLACE_F32: tsr_vec_axpy_f32(acc, p, (const float *)row, n); break;
+  case FA_IN_PLACE_F16: tsr_vec_axpy_f16(acc, p, (const uint16_t *)row, n); break;
+  default: tsr_vec_axpy_f32(acc, p, decoded, n); break;
+  }
+}
+
 static bool key_hidden(const struct fa_node *a, int32_t qp, int64_t j) {
   int32_t kp = pos_at(a->kv_pos, a->kvpos_stride, j);
   if (kp < 0) return true;
@@ -138,12 +201,9 @@ static void tile_logits(const struct fa_node *a, const struct fa_scratch *s, int
       continue;
     }
     const char *krow = kbase + (size_t)(j0 + t) * a->k->nb[1];
-    if (!a->k_dense) gather_row(krow, a->k->nb[0], a->kv_f16, s->k, a->D);
+    if (a->k_rows.read >= FA_DECODE) row_to_f32(&a->k_rows, krow, s->k, a->D);
     for (int64_t g = 0; g < nh; g++) {
-      const float *q = s->q + (size_t)g * s->Dp;
-      float x = !a->k_dense ? tsr_vec_dot_f32(s->k, q, a->D)
-                : a->kv_f16 ? tsr_vec_dot_f16_f32((const uint16_t *)krow, q, a->D)
-                            : tsr_vec_dot_f32((const float *)krow, q, a->D);
+      float x = row_dot(&a->k_rows, krow, s->k, s->q + (size_t)g * s->Dp, a->D);
       x *= a->scale;
       if (a->softcap > 0.0f) x = a->softcap * tanhf(x / a->softcap);
       s->s[g * FA_TILE + t] = x + s->bias[t];
@@ -183,17 +243,16 @@ static void tile_values(const struct fa_node *a, const struct fa_scratch *s, int
   for (int64_t t = 0; t < n; t++) {
     if (s->bias[t] == -INFINITY) continue;
     const char *vrow = vbase + (size_t)(j0 + t) * a->v->nb[1];
-    if (!a->v_dense) gather_row(vrow, a->v->nb[0], a->kv_f16, s->v, a->Dv);
+    if (a->v_rows.read >= FA_DECODE) {
+      bool used = false; /* a row whose weights all underflowed is not decoded */
+      for (int64_t g = 0; g < nh && !used; g++) used = s->s[g * FA_TILE + t] != 0.0f;
+      if (!used) continue;
+      row_to_f32(&a->v_rows, vrow, s->v, a->Dv);
+    }
     for (int64_t g = 0; g < nh; g++) {
       const float p = s->s[g * FA_TILE + t];
-      float *acc = s->acc + (size_t)g * s->Dvp;
       if (p == 0.0f) continue; /* underflowed: skip the row (and any inf it holds) */
-      if (!a->v_dense)
-        tsr_vec_axpy_f32(acc, p, s->v, a->Dv);
-      else if (a->kv_f16)
-        tsr_vec_axpy_f16(acc, p, (const uint16_t *)vrow, a->Dv);
-      else
-        tsr_vec_axpy_f32(acc, p, (const float *)vrow, a->Dv);
+      row_axpy(&a->v_rows, s->acc + (size_t)g * s->Dvp, p, vrow, s->v, a->Dv);
     }
   }
 }
@@ -247,10 +306,8 @@ TSR_CPU_KERNEL(flash_attn) {
   a.Nkv = a.k->ne[1];
   a.Hkv = a.k->ne[2];
   a.group = a.Hq / a.Hkv;
-  a.kv_f16 = a.k->dtype == TSR_F16;
-  const size_t es = a.kv_f16 ? sizeof(uint16_t) : sizeof(float);
-  a.k_dense = a.k->nb[0] == es;
-  a.v_dense = a.v->nb[0] == es;
+  a.k_rows = rows_of(a.k);
+  a.v_rows = rows_of(a.v);
   a.qpos_stride = pos_stride(a.q_pos);
   a.kvpos_stride = pos_stride(a.kv_pos);
   const struct fa_scratch s = scratch_carve(c, &a);

@@ -1,10 +1,13 @@
 /* Built-in attention `flash` on the CPU against a double-precision reference
-** that materializes the whole logit matrix and takes a plain softmax. */
+** that materializes the whole logit matrix and takes a plain softmax. K and V
+** of a quantized dtype are compared against the reference on their
+** dequantized values, so any error left is the kernel's own. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "backend.h"
+#include "composition.h"
 #include "dtype.h"
 #include "graph.h"
 #include "harness.h"
@@ -12,12 +15,13 @@
 enum kv_layout {
   KV_DENSE,    /* k [D,Nkv,Hkv] packed */
   KV_CACHE,    /* a window of cells in a cache stored [D,Hkv,cells]: permuted and offset */
-  KV_STRIDED0, /* every other element of a wider row: dim 0 is not packed */
+  KV_STRIDED0, /* every other element of a wider row: dim 0 is not packed (plain types) */
+  KV_CELLS,    /* the first Nkv cells of a cache stored [D,cells,Hkv] */
 };
 
 struct attn_case {
   int D, Dv, Nq, Nkv, Hq, Hkv;
-  enum tsr_dtype kv;
+  enum tsr_dtype kdt, vdt;
   bool q_permuted; /* q stored [D,Hq,Nq] as a projection writes it, then permuted */
   enum kv_layout layout;
   bool has_mask;
@@ -30,8 +34,9 @@ struct attn_case {
 /* Logical values, in the order the reference reads them. */
 struct attn_data {
   float *q;       /* [Hq][Nq][D] */
-  float *k;       /* [Hkv][Nkv][D] */
+  float *k;       /* [Hkv][Nkv][D], as the kernel will decode them */
   float *v;       /* [Hkv][Nkv][Dv] */
+  void *kq, *vq;  /* the same rows encoded, for block types (NULL for plain types) */
   float *mask;    /* [Nq][Nkv] or NULL */
   int32_t *qpos;  /* [Nq] or NULL */
   int32_t *kvpos; /* [Nkv] or NULL */
@@ -44,8 +49,31 @@ static float round_to(enum tsr_dtype dt, float x) {
 static void store(enum tsr_dtype dt, void *base, size_t i, float x) {
   if (dt == TSR_F16)
     ((uint16_t *)base)[i] = tsr_f32_to_f16(x);
+  else if (dt == TSR_BF16)
+    ((uint16_t *)base)[i] = tsr_f32_to_bf16(x);
   else
     ((float *)base)[i] = x;
+}
+
+static bool is_block(enum tsr_dtype dt) { return tsr_dtype_block_size(dt) > 1; }
+
+/* Random rows through dt's reference encoder and back: x then holds what the
+** kernel will read. For block types the encoded rows are returned, since a
+** k-quant encoder need not reproduce its own output from the decoded values. */
+static void *random_rows(enum tsr_dtype dt, float *x, size_t rows, int n) {
+  const size_t rs = tsr_dtype_row_size(dt, n);
+  char *enc = malloc(rows * rs);
+  for (size_t i = 0; i < rows * (size_t)n; i++) x[i] = tsr_test_normal();
+  for (size_t r = 0; r < rows; r++) {
+    if (tsr_dtype_from_f32(dt, x + r * n, enc + r * rs, n) != TSR_OK ||
+        tsr_dtype_to_f32(dt, enc + r * rs, x + r * n, n) != TSR_OK) {
+      fprintf(stderr, "cannot encode %s rows of %d\n", tsr_dtype_name(dt), n);
+      exit(1);
+    }
+  }
+  if (is_block(dt)) return enc;
+  free(enc);
+  return NULL;
 }
 
 /* Random data; prefill sits at the end of the keys (q_pos = Nkv - Nq + i). */
@@ -57,8 +85,8 @@ static struct attn_data data_new(const struct attn_case *c) {
   d.k = malloc(nk * sizeof(float));
   d.v = malloc(nv * sizeof(float));
   for (size_t i = 0; i < nq; i++) d.q[i] = tsr_test_normal();
-  for (size_t i = 0; i < nk; i++) d.k[i] = round_to(c->kv, tsr_test_normal());
-  for (size_t i = 0; i < nv; i++) d.v[i] = round_to(c->kv, tsr_test_normal());
+  d.kq = random_rows(c->kdt, d.k, nk / c->D, c->D);
+  d.vq = random_rows(c->vdt, d.v, nv / c->Dv, c->Dv);
   if (c->has_mask) {
     d.mask = malloc((size_t)c->Nq * c->Nkv * sizeof(float));
     for (size_t i = 0; i < (size_t)c->Nq * c->Nkv; i++) {
@@ -77,6 +105,7 @@ static struct attn_data data_new(const struct attn_case *c) {
 
 static void data_free(struct attn_data *d) {
   free(d->q), free(d->k), free(d->v), free(d->mask), free(d->qpos), free(d->kvpos);
+  free(d->kq), free(d->vq);
   memset(d, 0, sizeof *d);
 }
 
@@ -134,44 +163,55 @@ static struct tsr_backend *backend(int threads) {
 }
 
 /* Lays out K or V (logical [H][N][Dx]) as the layout asks; storage is NaN
-** outside the viewed elements, so reading a byte too far shows up. */
-static struct tsr_tensor *make_kv(struct tsr_graph *g, const struct attn_case *c, int Dx,
-                                  const float *src, void **storage) {
-  const int N = c->Nkv, H = c->Hkv;
-  const size_t es = tsr_dtype_type_size(c->kv);
-  const float nan = NAN;
+** (all bits set, which is NaN in every float and every block scale) outside
+** the viewed rows, so reading a byte too far shows up. Block types copy the
+** encoded rows; plain types are stored from the values. */
+static struct tsr_tensor *make_kv(struct tsr_graph *g, const struct attn_case *c,
+                                  enum tsr_dtype dt, int Dx, const float *src, const void *enc,
+                                  void **storage) {
+  const int N = c->Nkv, H = c->Hkv, cell0 = 3, cells = N + 7;
+  const size_t es = tsr_dtype_type_size(dt), rs = tsr_dtype_row_size(dt, Dx);
   int64_t ne[3];
-  size_t nb[3], offs = 0, n_elems;
+  size_t nb[3], offs = 0, bytes;
   if (c->layout == KV_CACHE) {
-    const int cell0 = 3, cells = N + 7;
     ne[0] = Dx, ne[1] = H, ne[2] = cells;
-    nb[0] = es, nb[1] = (size_t)H * Dx * es, nb[2] = (size_t)Dx * es; /* [Dx, N, H] order */
-    offs = (size_t)cell0 * H * Dx * es;
-    n_elems = (size_t)Dx * H * cells;
+    nb[0] = es, nb[1] = (size_t)H * rs, nb[2] = rs; /* [Dx, N, H] order */
+    offs = (size_t)cell0 * H * rs;
+    bytes = rs * H * cells;
+  } else if (c->layout == KV_CELLS) {
+    ne[0] = Dx, ne[1] = cells, ne[2] = H;
+    nb[0] = es, nb[1] = rs, nb[2] = (size_t)cells * rs;
+    bytes = rs * H * cells;
   } else if (c->layout == KV_STRIDED0) {
     ne[0] = 2 * Dx, ne[1] = N, ne[2] = H;
-    nb[0] = 2 * es, nb[1] = 2 * (size_t)Dx * es, nb[2] = 2 * (size_t)Dx * N * es;
-    n_elems = 2 * (size_t)Dx * N * H;
+    nb[0] = 2 * es, nb[1] = 2 * rs, nb[2] = 2 * rs * N;
+    bytes = 2 * rs * N * H;
   } else {
     ne[0] = Dx, ne[1] = N, ne[2] = H;
-    n_elems = (size_t)Dx * N * H;
+    bytes = rs * N * H;
   }
-  *storage = malloc(n_elems * es);
-  for (size_t i = 0; i < n_elems; i++) store(c->kv, *storage, i, nan);
+  char *buf = *storage = malloc(bytes);
+  memset(buf, 0xff, bytes);
   for (int h = 0; h < H; h++)
-    for (int j = 0; j < N; j++)
-      for (int e = 0; e < Dx; e++) {
-        const float x = src[((size_t)h * N + j) * Dx + e];
-        size_t at;
-        if (c->layout == KV_CACHE)
-          at = (((size_t)3 + j) * H + h) * Dx + e;
-        else if (c->layout == KV_STRIDED0)
-          at = ((size_t)h * N + j) * 2 * Dx + 2 * (size_t)e;
-        else
-          at = ((size_t)h * N + j) * Dx + e;
-        store(c->kv, *storage, at, x);
+    for (int j = 0; j < N; j++) {
+      const size_t r = (size_t)h * N + j;
+      size_t at; /* byte offset of the row in storage */
+      if (c->layout == KV_CACHE)
+        at = (((size_t)cell0 + j) * H + h) * rs;
+      else if (c->layout == KV_CELLS)
+        at = ((size_t)h * cells + j) * rs;
+      else if (c->layout == KV_STRIDED0)
+        at = r * 2 * rs;
+      else
+        at = r * rs;
+      if (enc) {
+        memcpy(buf + at, (const char *)enc + r * rs, rs);
+        continue;
       }
-  struct tsr_tensor *t = tsr_new_external(g, c->kv, 3, ne, *storage);
+      const size_t step = c->layout == KV_STRIDED0 ? 2 : 1;
+      for (int e = 0; e < Dx; e++) store(dt, buf + at, step * (size_t)e, src[r * Dx + e]);
+    }
+  struct tsr_tensor *t = tsr_new_external(g, dt, 3, ne, buf);
   if (c->layout == KV_DENSE) return t;
   return tsr_view(g, t, 3, (int64_t[]){Dx, N, H}, nb, offs);
 }
@@ -195,8 +235,8 @@ static tsr_status run_flash(const struct attn_case *c, const struct attn_data *d
     memcpy(qs, d->q, nq * sizeof(float));
     q = tsr_new_external(g, TSR_F32, 3, (int64_t[]){c->D, c->Nq, c->Hq}, qs);
   }
-  struct tsr_tensor *k = make_kv(g, c, c->D, d->k, &ks);
-  struct tsr_tensor *v = make_kv(g, c, c->Dv, d->v, &vs);
+  struct tsr_tensor *k = make_kv(g, c, c->kdt, c->D, d->k, d->kq, &ks);
+  struct tsr_tensor *v = make_kv(g, c, c->vdt, c->Dv, d->v, d->vq, &vs);
   struct tsr_tensor *mask = NULL, *qp = NULL, *kp = NULL;
   if (d->mask) {
     const size_t n = (size_t)c->Nq * c->Nkv;
@@ -236,9 +276,9 @@ static int count_off(const struct attn_case *c, const double *ref, const float *
     if (!(err <= worst_err)) worst_err = err, worst = i;
   }
   if (bad && report)
-    fprintf(stderr, "  D=%d Dv=%d Nq=%d Nkv=%d Hq=%d Hkv=%d %s: %d off, worst [%zu] %.9g vs %.9g\n",
-            c->D, c->Dv, c->Nq, c->Nkv, c->Hq, c->Hkv, tsr_dtype_name(c->kv), bad, worst,
-            got[worst], ref[worst]);
+    fprintf(stderr, "  D=%d Dv=%d Nq=%d Nkv=%d Hq=%d Hkv=%d K %s V %s: %d off, worst [%zu] "
+            "%.9g vs %.9g\n", c->D, c->Dv, c->Nq, c->Nkv, c->Hq, c->Hkv, tsr_dtype_name(c->kdt),
+            tsr_dtype_name(c->vdt), bad, worst, got[worst], ref[worst]);
   return bad;
 }
 
@@ -267,7 +307,7 @@ static void check_random_case(const struct attn_case *c, double tol) {
 
 static struct attn_case plain(int D, int Nq, int Nkv, int Hq, int Hkv, enum tsr_dtype kv) {
   return (struct attn_case){.D = D, .Dv = D, .Nq = Nq, .Nkv = Nkv, .Hq = Hq, .Hkv = Hkv,
-                            .kv = kv, .scale = 1.0f / sqrtf((float)D)};
+                            .kdt = kv, .vdt = kv, .scale = 1.0f / sqrtf((float)D)};
 }
 
 /* ---- tests ----------------------------------------------------------------- */
@@ -554,7 +594,8 @@ static void test_builder_rejects_impossible_attention(void) {
   CHECK(builder_refuses(4, 2, TSR_F32, TSR_F32, false, 0, true, 0, "needs positions"));
   CHECK(builder_refuses(4, 2, TSR_F32, TSR_F32, false, 0, false, 8, "needs positions"));
   CHECK(builder_refuses(6, 4, TSR_F32, TSR_F32, true, 0, true, 0, "do not pair"));
-  CHECK(builder_refuses(4, 2, TSR_F32, TSR_F16, false, 0, false, 0, "both be f32 or both f16"));
+  CHECK(builder_refuses(4, 2, TSR_I32, TSR_F16, false, 0, false, 0, "K (unnamed) is i32"));
+  CHECK(builder_refuses(4, 2, TSR_F16, TSR_IQ4_NL, false, 0, false, 0, "V (unnamed) is iq4_nl"));
   CHECK(builder_refuses(4, 2, TSR_F32, TSR_F32, false, 3, false, 0, "mask"));
   /* and the same shapes, done right, are accepted */
   struct tsr_graph *g = tsr_graph_new(16);
@@ -567,6 +608,206 @@ static void test_builder_rejects_impossible_attention(void) {
   struct tsr_tensor *o = tsr_flash_attn(g, q, k, v, NULL, qp, kp, &p);
   CHECK(o && o->ne[0] == 48 && o->ne[1] == 4 && o->ne[2] == 4);
   tsr_graph_free(g);
+}
+
+/* A block row must be whole blocks: head dim 80 is 2.5 blocks of q8_0 and a
+** third of a q4_K block. The graph refuses such a block tensor when it is
+** made; flash's builder checks again for a tensor whose shape it did not see
+** made (faked here by editing one), naming the side, tensor, dtype and dim. */
+static void test_builder_refuses_head_dim_not_a_multiple_of_the_block(void) {
+  const struct {
+    enum tsr_dtype k, v;
+    const char *msg;
+  } cases[] = {
+      {TSR_Q4_K, TSR_F16, "K w_k is q4_K with head dim 80, not whole packed blocks of 256"},
+      {TSR_F16, TSR_Q4_K, "V w_v is q4_K with head dim 80"},
+      {TSR_Q8_0, TSR_Q8_0, "K w_k is q8_0 with head dim 80, not whole packed blocks of 32"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct tsr_graph *g = tsr_graph_new(16);
+    CHECK(tsr_new_tensor_3d(g, cases[i].k == TSR_F16 ? cases[i].v : cases[i].k, 80, 64, 2) ==
+          NULL);
+    CHECK(tsr_graph_status(g) == TSR_ERR_INVALID_ARG && strstr(tsr_error_message(), "80"));
+    tsr_graph_free(g);
+
+    g = tsr_graph_new(16);
+    struct tsr_tensor *q = tsr_new_tensor_3d(g, TSR_F32, 80, 1, 4);
+    struct tsr_tensor *k = tsr_new_tensor_3d(g, cases[i].k, 256, 64, 2);
+    struct tsr_tensor *v = tsr_new_tensor_3d(g, cases[i].v, 256, 64, 2);
+    k->ne[0] = v->ne[0] = 80;
+    tsr_tensor_set_name(k, "w_k");
+    tsr_tensor_set_name(v, "w_v");
+    const struct tsr_attn_params p = {0.125f, 0.0f, false, 0};
+    CHECK(tsr_flash_attn(g, q, k, v, NULL, NULL, NULL, &p) == NULL);
+    CHECK(tsr_graph_status(g) == TSR_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(tsr_error_message(), cases[i].msg), "got: %s", tsr_error_message());
+    tsr_graph_free(g);
+  }
+  /* the same dtypes with D = 256 are accepted */
+  struct tsr_graph *g = tsr_graph_new(16);
+  struct tsr_tensor *q = tsr_new_tensor_3d(g, TSR_F32, 256, 1, 4);
+  struct tsr_tensor *k = tsr_new_tensor_3d(g, TSR_Q4_K, 256, 64, 2);
+  struct tsr_tensor *v = tsr_new_tensor_3d(g, TSR_Q8_0, 256, 64, 2);
+  const struct tsr_attn_params p = {0.125f, 0.0f, false, 0};
+  CHECK(tsr_flash_attn(g, q, k, v, NULL, NULL, NULL, &p) != NULL);
+  tsr_graph_free(g);
+}
+
+/* Negotiation tells, at load, which codecs flash reads itself and which
+** head dims their blocks cannot tile. */
+static void test_negotiation_reads_block_codecs_in_register(void) {
+  struct tsr_plugin_host *h;
+  CHECK_OK(tsr_plugin_host_new(&h));
+  struct tsr_arch_layer layer = {.kind = TSR_LAYER_FULL, .n_head = 8, .n_head_kv = 2,
+                                 .head_dim_k = 128, .head_dim_v = 128};
+  struct tsr_composition_request r = {.backend = "cpu", .attention = "flash", .layers = &layer,
+                                      .n_layers = 1};
+  struct tsr_composition c;
+  const char *native[] = {"f32", "f16"}, *in_reg[] = {"bf16", "q8_0", "q5_1", "q5_0", "q4_1",
+                                                       "q4_0"};
+  for (size_t i = 0; i < 2; i++)
+    for (size_t j = 0; j < 6; j++) {
+      r.k_codec[TSR_LAYER_FULL] = native[i], r.v_codec[TSR_LAYER_FULL] = in_reg[j];
+      CHECK_OK(tsr_compose(h, &r, &c));
+      CHECK(c.groups[0].k_path == TSR_READ_NATIVE && c.groups[0].v_path == TSR_READ_IN_REGISTER);
+      r.k_codec[TSR_LAYER_FULL] = in_reg[j], r.v_codec[TSR_LAYER_FULL] = in_reg[5 - j];
+      CHECK_OK(tsr_compose(h, &r, &c));
+      CHECK(c.groups[0].k_path == TSR_READ_IN_REGISTER &&
+            c.groups[0].v_path == TSR_READ_IN_REGISTER);
+    }
+  layer.head_dim_v = 80; /* 2.5 blocks of 32 */
+  r.k_codec[TSR_LAYER_FULL] = "f16", r.v_codec[TSR_LAYER_FULL] = "q4_0";
+  tsr_status st = tsr_compose(h, &r, &c);
+  CHECK(st == TSR_ERR_UNSUPPORTED);
+  CHECK_MSG(strstr(tsr_error_message(), "layer 0") &&
+                strstr(tsr_error_message(), "V codec q4_0 in whole blocks of 32 values; head "
+                                            "dim 80"),
+            "got: %s", tsr_error_message());
+  r.v_codec[TSR_LAYER_FULL] = "bf16"; /* one value a block: any head dim */
+  CHECK_OK(tsr_compose(h, &r, &c));
+  tsr_plugin_host_free(h);
+}
+
+/* ---- K and V in every scalar codec ----------------------------------------- */
+
+static const enum tsr_dtype g_codecs[] = {
+    TSR_F32,  TSR_F16,  TSR_BF16, TSR_Q8_0, TSR_Q5_1, TSR_Q5_0, TSR_Q4_1,
+    TSR_Q4_0, TSR_Q2_K, TSR_Q3_K, TSR_Q4_K, TSR_Q5_K, TSR_Q6_K, TSR_Q8_K,
+};
+#define N_CODECS (sizeof g_codecs / sizeof g_codecs[0])
+
+/* Against the reference on 1 thread, and bit for bit the same on 3. */
+static void check_codec_case(const struct attn_case *c) {
+  struct attn_data d = data_new(c);
+  const size_t n = (size_t)c->Nq * c->Hq * c->Dv;
+  double *ref = malloc(n * sizeof(double));
+  float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+  reference(c, &d, ref);
+  memset(a, 0xff, n * sizeof(float));
+  memset(b, 0xff, n * sizeof(float));
+  CHECK_OK(run_flash(c, &d, 1, a));
+  CHECK_MSG(count_off(c, ref, a, TOL, true) == 0, "K %s V %s", tsr_dtype_name(c->kdt),
+            tsr_dtype_name(c->vdt));
+  CHECK_OK(run_flash(c, &d, 3, b));
+  CHECK_MSG(memcmp(a, b, n * sizeof(float)) == 0, "K %s V %s: 3 threads differ from 1",
+            tsr_dtype_name(c->kdt), tsr_dtype_name(c->vdt));
+  free(ref), free(a), free(b);
+  data_free(&d);
+}
+
+static int head_dim_for(enum tsr_dtype k, enum tsr_dtype v) {
+  return tsr_dtype_block_size(k) == 256 || tsr_dtype_block_size(v) == 256 ? 256 : 128;
+}
+
+/* Decode (one query, a sliding window, cells past the window) and causal
+** prefill, both with GQA and the cache read as a view of its first cells. */
+static void check_codec_pair(enum tsr_dtype k, enum tsr_dtype v) {
+  const int D = head_dim_for(k, v);
+  struct attn_case c = plain(D, 1, 230, 8, 2, TSR_F32);
+  c.kdt = k, c.vdt = v;
+  c.layout = KV_CELLS;
+  c.positions = c.causal = true;
+  c.window = 150;
+  check_codec_case(&c);
+  c = plain(D, 20, 140, 6, 2, TSR_F32);
+  c.kdt = k, c.vdt = v;
+  c.layout = KV_CELLS;
+  c.positions = c.causal = true;
+  c.window = 100;
+  check_codec_case(&c);
+}
+
+static void test_every_codec_pair_of_one_type_matches_reference(void) {
+  tsr_test_seed(24);
+  for (size_t i = 0; i < N_CODECS; i++) check_codec_pair(g_codecs[i], g_codecs[i]);
+}
+
+static void test_asymmetric_codec_pairs_match_reference(void) {
+  tsr_test_seed(25);
+  const enum tsr_dtype pairs[][2] = {
+      {TSR_Q8_0, TSR_Q4_0}, {TSR_F16, TSR_Q4_0},  {TSR_Q4_0, TSR_F16},  {TSR_BF16, TSR_Q8_0},
+      {TSR_Q8_0, TSR_F32},  {TSR_Q5_1, TSR_Q4_1}, {TSR_Q6_K, TSR_Q8_0}, {TSR_F16, TSR_Q4_K},
+  };
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+    check_codec_pair(pairs[i][0], pairs[i][1]);
+  /* every codec as K against f16 V, and as V against f16 K */
+  for (size_t i = 0; i < N_CODECS; i++) {
+    struct attn_case c = plain(head_dim_for(g_codecs[i], TSR_F16), 3, 100, 4, 1, TSR_F16);
+    c.kdt = g_codecs[i];
+    c.positions = c.causal = true;
+    check_codec_case(&c);
+    c.kdt = TSR_F16, c.vdt = g_codecs[i];
+    c.layout = KV_CACHE;
+    check_codec_case(&c);
+  }
+}
+
+/* V narrower than K in another codec, an additive mask, softcap, and a
+** permuted q: the decoded-row path goes through every feature. */
+static void test_quantized_kv_with_mask_softcap_and_narrow_v(void) {
+  tsr_test_seed(26);
+  struct attn_case c = plain(128, 5, 170, 4, 2, TSR_F32);
+  c.kdt = TSR_Q8_0, c.vdt = TSR_Q4_1;
+  c.Dv = 64;
+  c.q_permuted = true;
+  c.layout = KV_CACHE;
+  c.has_mask = true, c.mask_dt = TSR_F16;
+  c.softcap = 30.0f;
+  check_codec_case(&c);
+  /* bf16 through a dim-0-strided view: gathered element by element */
+  c = plain(80, 3, 70, 4, 2, TSR_BF16);
+  c.layout = KV_STRIDED0;
+  check_codec_case(&c);
+}
+
+/* A fully hidden row is zeros and empty cells are never decoded into the
+** answer, whatever bytes they hold. */
+static void test_quantized_cache_with_empty_cells_and_hidden_rows(void) {
+  tsr_test_seed(27);
+  struct attn_case c = plain(64, 3, 130, 4, 2, TSR_Q4_0);
+  c.vdt = TSR_Q8_0;
+  c.positions = c.causal = true;
+  struct attn_data d = data_new(&c);
+  for (int j = 0; j < c.Nkv; j += 3) d.kvpos[j] = -1;
+  d.qpos[0] = -5; /* older than every key: a zero row */
+  const size_t n = (size_t)c.Nq * c.Hq * c.Dv;
+  double *ref = malloc(n * sizeof(double));
+  float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+  reference(&c, &d, ref);
+  CHECK_OK(run_flash(&c, &d, 1, a));
+  CHECK(count_off(&c, ref, a, TOL, true) == 0);
+  CHECK(all_zero(a, (size_t)c.Hq * c.Dv));
+  /* poison the empty cells' blocks: all bits set decodes to NaN */
+  const size_t krs = tsr_dtype_row_size(c.kdt, c.D), vrs = tsr_dtype_row_size(c.vdt, c.Dv);
+  for (int h = 0; h < c.Hkv; h++)
+    for (int j = 0; j < c.Nkv; j += 3) {
+      memset((char *)d.kq + ((size_t)h * c.Nkv + j) * krs, 0xff, krs);
+      memset((char *)d.vq + ((size_t)h * c.Nkv + j) * vrs, 0xff, vrs);
+    }
+  CHECK_OK(run_flash(&c, &d, 2, b));
+  CHECK(memcmp(a, b, n * sizeof(float)) == 0);
+  free(ref), free(a), free(b);
+  data_free(&d);
 }
 
 int main(void) {
@@ -584,6 +825,12 @@ int main(void) {
   TSR_RUN(test_large_logits_neither_overflow_nor_underflow);
   TSR_RUN(test_thread_count_does_not_change_results);
   TSR_RUN(test_builder_rejects_impossible_attention);
+  TSR_RUN(test_builder_refuses_head_dim_not_a_multiple_of_the_block);
+  TSR_RUN(test_negotiation_reads_block_codecs_in_register);
+  TSR_RUN(test_every_codec_pair_of_one_type_matches_reference);
+  TSR_RUN(test_asymmetric_codec_pairs_match_reference);
+  TSR_RUN(test_quantized_kv_with_mask_softcap_and_narrow_v);
+  TSR_RUN(test_quantized_cache_with_empty_cells_and_hidden_rows);
   for (int i = 0; i < 5; i++) tsr_backend_free(backends[i]);
   return TSR_TEST_EXIT();
 }

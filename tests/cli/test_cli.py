@@ -82,7 +82,7 @@ def test_example_deployment_extends_default():
     # the example asks for cuda, which this build cannot negotiate: refused, naming the layer
     path = os.path.join(SOURCE, "conf", "example-deployment.yaml")
     code, out, err = run("profile", "check", path, "--set", "backend=cpu")
-    expect(code, out, err, 0, "context: 131072", "K q8_0 (lift to f16)")
+    expect(code, out, err, 0, "context: 131072", "K q8_0 (in-register)")
     code, out, err = run("profile", "check", path)
     expect(code, out, err, 2, "flash has no kernel for backend 'cuda'", "layer 0")
 

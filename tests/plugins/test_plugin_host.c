@@ -138,7 +138,7 @@ static void test_negotiation_names_layer_plugin_and_codec(void) {
   struct tsr_composition c;
   CHECK_OK(tsr_compose(h, &r, &c));
   CHECK(c.n_groups == 2 && c.groups[1].kind == TSR_LAYER_FULL && c.groups[1].n_layers == 2);
-  CHECK(c.groups[1].k_path == TSR_READ_LIFT && c.groups[1].v_path == TSR_READ_NATIVE);
+  CHECK(c.groups[1].k_path == TSR_READ_IN_REGISTER && c.groups[1].v_path == TSR_READ_NATIVE);
   CHECK(!strcmp(c.groups[1].layer_list, "1-2"));
 
   r.k_codec[TSR_LAYER_FULL] = "q9_0";

@@ -6,6 +6,7 @@
 
 #include "error.h"
 #include "graph.h"
+#include "kv_cache.h"
 
 #ifndef TSR_BUILD_DEFAULT_MODEL
 #define TSR_BUILD_DEFAULT_MODEL ""
@@ -117,16 +118,46 @@ static tsr_status negotiate(struct tsr_setup *s) {
   return st;
 }
 
-/* Bytes of one row of head_dim values in a codec. */
-static tsr_status codec_row_bytes(const struct tsr_setup *s, const char *codec, int32_t head_dim,
-                                  int layer, uint64_t *out) {
-  const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(s->host, codec, NULL);
-  if (!c) return tsr_error_set(TSR_ERR_INTERNAL, "codec %s vanished after negotiation", codec);
-  if (head_dim % c->block_size)
-    return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d: head dim %d is not a multiple of codec "
-                         "%s's block of %lld values", layer, head_dim, codec,
-                         (long long)c->block_size);
-  *out = (uint64_t)(head_dim / c->block_size) * c->block_bytes;
+/* The KV cache's bytes by the cache's own formula (kv_cache.h), so the plan
+** is exactly what tsr_kv_cache_new allocates. */
+static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) {
+  const struct tsr_profile *p = s->profile;
+  struct tsr_kv_layer_codecs *codecs = calloc(s->n_layers > 0 ? (size_t)s->n_layers : 1,
+                                              sizeof *codecs);
+  if (!codecs) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  tsr_status st = TSR_OK;
+  for (int i = 0; i < s->n_layers && st == TSR_OK; i++) {
+    const struct tsr_arch_layer *l = &s->layers[i];
+    if (l->kind == TSR_LAYER_LINEAR || l->kv_shared_from) continue; /* owns no K/V */
+    enum tsr_profile_layer_kind pk = profile_kind(l->kind);
+    const char *names[2] = {tsr_profile_k_codec(p, pk), tsr_profile_v_codec(p, pk)};
+    const struct tsr_kv_codec_v1 *c[2];
+    for (int j = 0; j < 2 && st == TSR_OK; j++) {
+      c[j] = tsr_plugin_host_kv_codec(s->host, names[j], NULL);
+      if (!c[j])
+        st = tsr_error_set(TSR_ERR_INTERNAL, "codec %s vanished after negotiation", names[j]);
+    }
+    if (st == TSR_OK) codecs[i] = (struct tsr_kv_layer_codecs){c[0], c[1]};
+  }
+  if (p->context > INT32_MAX)
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: context %lld is more cells than a KV cache "
+                       "indexes", tsr_profile_where(p, "context"), (long long)p->context);
+  struct tsr_kv_cache_params params = {
+      .n_ctx = (int32_t)p->context,
+      .n_seq = p->server.parallel > 0 ? (int32_t)p->server.parallel : 1,
+      .n_ubatch = (int32_t)(p->ubatch < p->context ? p->ubatch : p->context),
+  };
+  struct tsr_kv_plan kv;
+  if (st == TSR_OK) st = tsr_kv_cache_plan_bytes(s->layers, s->n_layers, codecs, &params, &kv);
+  free(codecs);
+  if (st != TSR_OK) {
+    tsr_error_prefix("%s: KV cache", p->path);
+    return st;
+  }
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
+    m->kv[k] = kv.kind_bytes[k];
+    m->kv_cells[k] = kv.kind_cells[k];
+  }
   return TSR_OK;
 }
 
@@ -168,28 +199,9 @@ static tsr_status plan_memory(struct tsr_setup *s) {
   memset(m, 0, sizeof *m);
   for (int64_t i = 0; i < tsr_gguf_n_tensors(s->model); i++)
     m->weights += tsr_gguf_tensor_at(s->model, i)->nbytes;
-  uint64_t sequences = (uint64_t)(p->server.parallel > 0 ? p->server.parallel : 1);
-  for (int i = 0; i < s->n_layers; i++) {
-    const struct tsr_arch_layer *l = &s->layers[i];
-    if (l->kv_shared_from) continue; /* reads another layer's K/V: owns no cache */
-    if (l->kind == TSR_LAYER_LINEAR) {
-      m->kv[l->kind] += (uint64_t)l->state_bytes * sequences;
-      m->kv_cells[l->kind] = sequences;
-      continue;
-    }
-    /* sliding layers keep a ring of window + ubatch cells */
-    uint64_t cells = (uint64_t)p->context;
-    if (l->kind == TSR_LAYER_SLIDING && (uint64_t)l->window + (uint64_t)p->ubatch < cells)
-      cells = (uint64_t)l->window + (uint64_t)p->ubatch;
-    enum tsr_profile_layer_kind pk = profile_kind(l->kind);
-    uint64_t k_row = 0, v_row = 0;
-    tsr_status st = codec_row_bytes(s, tsr_profile_k_codec(p, pk), l->head_dim_k, i, &k_row);
-    if (st == TSR_OK) st = codec_row_bytes(s, tsr_profile_v_codec(p, pk), l->head_dim_v, i, &v_row);
-    if (st != TSR_OK) return st;
-    m->kv[l->kind] += cells * (uint64_t)l->n_head_kv * (k_row + v_row);
-    m->kv_cells[l->kind] = cells;
-  }
-  tsr_status st = plan_compute(s, m);
+  tsr_status st = plan_kv(s, m);
+  if (st != TSR_OK) return st;
+  st = plan_compute(s, m);
   if (st != TSR_OK) return st;
   m->total = m->weights + m->compute;
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) m->total += m->kv[k];

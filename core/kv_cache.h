@@ -1,0 +1,190 @@
+/*
+** The KV cache: where every attention layer's keys and values live between
+** forward passes, and the recurrent state of linear-attention layers.
+**
+** Pools. Cells are shared by all sequences (a unified cache, as llama.cpp's):
+**   FULL     n_ctx cells. Its cell metadata always exists, even for a model
+**            without full-attention layers, and records every token of every
+**            sequence: n_ctx is the context of all sequences together and
+**            seq_pos_max reads it.
+**   SLIDING  one pool for all sliding-window layers, of
+**            min(n_ctx, n_seq * (window + n_ubatch)) cells, window being the
+**            largest window of the sliding layers. It is a ring: when
+**            prepare picks cells it first releases every cell no query of
+**            this batch or a later one can see (below), and reuses them.
+**   LINEAR   per linear layer, n_seq state slots of state_bytes (f32, zeroed).
+** A layer with kv_shared_from != 0 reads another layer's K/V and owns nothing.
+**
+** Storage. Each owning attention layer has a K buffer and a V buffer, each
+** one 64-byte aligned allocation laid out [head_dim, cells, n_head_kv] in its
+** codec: ne0 = head dim (whole codec blocks), ne1 = cells, ne2 = kv heads; a
+** row is one head of one cell. That is the k [D, Nkv, Hkv] the core flash op
+** reads, so the whole pool is handed to attention as is. K and V codecs are
+** chosen per layer by the caller (asymmetric pairs are normal).
+**
+** Bytes. tsr_kv_cache_plan_bytes computes, without allocating, exactly what
+** tsr_kv_cache_new allocates (tsr_kv_cache_bytes): every K, V and state
+** buffer and the per-pool cell metadata, each rounded up to 64 bytes. The
+** memory plan (core/setup.c) calls it, so the plan and the allocation are
+** one formula.
+**
+** Cells. Each pool cell holds a position (-1: empty) and a bitmask of the
+** sequences that hold it (a cell copied to another sequence is shared, not
+** duplicated). Per step:
+**   1. tsr_kv_cache_prepare(pos[], seq[], n) picks one cell per token in each
+**      pool and records its position and sequence;
+**   2. the engine copies slots.cells[pool] into each layer's cells_idx input
+**      and fills the attention inputs with tsr_kv_cache_fill_kv_pos (one
+**      sequence) or tsr_kv_cache_fill_mask (several);
+**   3. the graph writes K/V through tsr_kv_cache_store and attends over the
+**      k_all / v_all it returns.
+**
+** The ring's release rule. A query at position P sees a key at q iff
+** P - q < window, and positions grow within a sequence. So at prepare a cell
+** is released when every sequence holding it has tokens in this batch and
+** q <= p_min(s) - window for each, p_min(s) being the smallest position of s
+** in the batch. Cells of sequences absent from the batch are kept. After a
+** step of single tokens the ring holds exactly the last `window` positions.
+** Rolling a sequence back (seq_rm of its tail) is safe on the ring as long as
+** it keeps position p_min - 1 of its last batch (what speculative decoding
+** does); an older rollback would need positions the ring has released.
+**
+** Recurrent state cannot be rolled back: seq_rm / seq_cp of part of a
+** sequence are refused when the model has linear layers; removing a whole
+** sequence zeroes its state slots and copying a whole sequence copies them.
+**
+** Context shift (dropping a prefix and re-rotating the kept keys) and
+** prompt-prefix reuse across requests build on these calls and come next.
+*/
+#ifndef TSR_KV_CACHE_H
+#define TSR_KV_CACHE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "tessera/plugin.h"
+
+#define TSR_KV_MAX_SEQ 64 /* sequences are bits of a uint64_t */
+
+enum tsr_kv_pool {
+  TSR_KV_POOL_FULL = 0,
+  TSR_KV_POOL_SLIDING = 1,
+  TSR_KV_POOL_COUNT = 2,
+};
+
+struct tsr_kv_cache_params {
+  int32_t n_ctx;    /* cells of the full-attention pool, all sequences together */
+  int32_t n_seq;    /* 1..TSR_KV_MAX_SEQ */
+  int32_t n_ubatch; /* most tokens one prepare writes */
+};
+
+/* K and V codec of one layer; read only for layers that own K/V. */
+struct tsr_kv_layer_codecs {
+  const struct tsr_kv_codec_v1 *k, *v;
+};
+
+struct tsr_kv_plan {
+  uint64_t bytes;                               /* everything; = tsr_kv_cache_bytes */
+  uint64_t kind_bytes[TSR_LAYER_KIND_COUNT];    /* per layer kind, pool metadata included
+                                                ** (FULL's even without full layers) */
+  uint64_t kind_cells[TSR_LAYER_KIND_COUNT];    /* cells of the kind's pool (LINEAR: state
+                                                ** slots per layer); 0 if no layer owns one */
+  int32_t window;                               /* the sliding pool's window */
+};
+
+struct tsr_kv_cache;
+
+/* Exact bytes tsr_kv_cache_new would allocate. Errors name the layer (and
+** codec): a head dim that is not whole codec blocks, a missing codec, a bad
+** window or state size, a KV-shared layer whose source owns nothing. */
+tsr_status tsr_kv_cache_plan_bytes(const struct tsr_arch_layer *layers, int32_t n_layers,
+                                   const struct tsr_kv_layer_codecs *codecs,
+                                   const struct tsr_kv_cache_params *params,
+                                   struct tsr_kv_plan *out);
+/* layers and codecs are copied (the codec structs are referenced: they must
+** outlive the cache). Everything starts empty and zeroed. */
+tsr_status tsr_kv_cache_new(const struct tsr_arch_layer *layers, int32_t n_layers,
+                            const struct tsr_kv_layer_codecs *codecs,
+                            const struct tsr_kv_cache_params *params, struct tsr_kv_cache **out);
+void tsr_kv_cache_free(struct tsr_kv_cache *c);
+/* Bytes allocated, counted at allocation. */
+uint64_t tsr_kv_cache_bytes(const struct tsr_kv_cache *c);
+
+int32_t tsr_kv_cache_n_cells(const struct tsr_kv_cache *c, enum tsr_kv_pool pool);
+/* The pool a layer's K/V live in (a shared layer: its source's), or -1. */
+int tsr_kv_cache_layer_pool(const struct tsr_kv_cache *c, int32_t layer);
+/* One cell's position (-1 empty) and sequence bitmask. */
+int32_t tsr_kv_cache_cell_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool, int32_t cell);
+uint64_t tsr_kv_cache_cell_seqs(const struct tsr_kv_cache *c, enum tsr_kv_pool pool, int32_t cell);
+
+/* ---- one step ------------------------------------------------------------ */
+
+/* cells[pool][i]: the cell of token i in that pool; NULL for a pool no layer
+** uses. Owned by the cache, valid until the next prepare. */
+struct tsr_kv_slots {
+  int32_t n;
+  const int32_t *cells[TSR_KV_POOL_COUNT];
+};
+
+/* Picks cells for n tokens (n <= n_ubatch; pos >= 0; seq in [0, n_seq)) in
+** every pool (FULL: empty cells; SLIDING: empty or released cells), records
+** their positions and sequences. Not enough cells: TSR_ERR_NOMEM ("context
+** full: ...") and the cache is unchanged. */
+tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, const int32_t *seq,
+                                int32_t n, struct tsr_kv_slots *out);
+/* kv_pos[cell] = the cell's position, -1 if empty (flash hides kv_pos < 0).
+** For one sequence: it ignores which sequence holds a cell. */
+void tsr_kv_cache_fill_kv_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool,
+                              int32_t *kv_pos);
+/* Additive mask [cells x n] (mask[j * cells + cell], the flash op's
+** [Nkv, Nq]): 0 where the cell is visible to query j, else -INFINITY. Visible
+** iff the cell holds q_seq[j], and pos <= q_pos[j] when causal, and
+** q_pos[j] - pos < window when window > 0. */
+void tsr_kv_cache_fill_mask(const struct tsr_kv_cache *c, enum tsr_kv_pool pool,
+                            const int32_t *q_pos, const int32_t *q_seq, int n, bool causal,
+                            int32_t window, float *mask);
+
+/* ---- graph wiring --------------------------------------------------------- */
+
+struct tsr_graph;
+struct tsr_tensor;
+
+/* Appends the writes of one layer's new K and V (f32 [head_dim, n, n_head_kv],
+** views allowed) into the cells cells_idx (i32 [n], this layer's pool's
+** slots) and returns in k_all / v_all the whole pool as [D, cells, Hkv] in
+** the layer's codecs: the set_rows results, so they come after the writes
+** in graph order. A shared layer's views after this call in the same graph
+** are these same tensors. On error the graph's error is set and the
+** outputs are NULL. */
+void tsr_kv_cache_store(struct tsr_graph *g, struct tsr_kv_cache *c, int32_t layer,
+                        struct tsr_tensor *k, struct tsr_tensor *v, struct tsr_tensor *cells_idx,
+                        struct tsr_tensor **k_all, struct tsr_tensor **v_all);
+/* The K/V a layer reads without writing: for a KV-shared layer its source's
+** (the very tensors store returned when the source was stored in g, else
+** plain views of the buffers); for an owning layer its own buffers. */
+void tsr_kv_cache_layer_views(struct tsr_graph *g, struct tsr_kv_cache *c, int32_t layer,
+                              struct tsr_tensor **k_all, struct tsr_tensor **v_all);
+
+/* ---- sequences ------------------------------------------------------------ */
+
+/* Removes positions [p0, p1) of seq (seq < 0: every sequence; p0 < 0: from
+** 0; p1 < 0: to the end). Refused for part of a sequence when there are
+** linear layers (their state cannot roll back); the cache is then unchanged. */
+tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t p1);
+/* dst also holds src's cells at positions [p0, p1) (shared, no copy); a whole
+** copy also copies linear state slots, a partial one is refused with linear
+** layers. dst should hold nothing at those positions. */
+tsr_status tsr_kv_cache_seq_cp(struct tsr_kv_cache *c, int32_t src, int32_t dst, int32_t p0,
+                               int32_t p1);
+/* Drops every sequence but seq. */
+void tsr_kv_cache_seq_keep(struct tsr_kv_cache *c, int32_t seq);
+/* Largest position of seq, -1 if it holds none. */
+int32_t tsr_kv_cache_seq_pos_max(const struct tsr_kv_cache *c, int32_t seq);
+/* Empties every pool and zeroes every state. */
+void tsr_kv_cache_clear(struct tsr_kv_cache *c);
+
+/* A linear layer's state slot for seq: state_bytes / 4 floats; NULL for a
+** layer without state or a bad seq. */
+float *tsr_kv_cache_state(struct tsr_kv_cache *c, int32_t layer, int32_t seq);
+
+#endif

@@ -1,0 +1,48 @@
+/*
+** The KV cache's own structs, shared by kv_cache.c (cells, sequences) and
+** kv_cache_graph.c (graph wiring). Nothing outside the cache includes this.
+*/
+#ifndef TSR_KV_CACHE_INTERNAL_H
+#define TSR_KV_CACHE_INTERNAL_H
+
+#include "kv_cache.h"
+
+struct tsr_kv__pool {
+  int32_t n_cells; /* 0: the pool does not exist */
+  int32_t window;  /* SLIDING: the largest window of its layers */
+  uint64_t meta_bytes[3]; /* allocation sizes of pos, seqs, slots */
+  int32_t *pos;    /* per cell; -1 empty */
+  uint64_t *seqs;  /* per cell: bit s set when sequence s holds it */
+  int32_t *slots;  /* the last prepare's cells, n_ubatch long */
+};
+
+struct tsr_kv__layer {
+  struct tsr_arch_layer desc;
+  int pool;  /* where its K/V live (a shared layer: its source's); -1: none */
+  int32_t owner; /* the layer whose buffers it reads (itself when it owns them) */
+  const struct tsr_kv_codec_v1 *kc, *vc;
+  size_t k_row, v_row;           /* bytes of one head of one cell */
+  uint64_t k_bytes, v_bytes, state_bytes; /* allocation sizes (64-byte multiples) */
+  void *k, *v;
+  float *state; /* LINEAR: n_seq slots of desc.state_bytes */
+  /* the set_rows results of the last store, and the graph they belong to */
+  struct tsr_graph *g;
+  int g_index;
+  struct tsr_tensor *k_all, *v_all;
+};
+
+struct tsr_kv_cache {
+  struct tsr_kv_cache_params params;
+  struct tsr_kv__pool pools[TSR_KV_POOL_COUNT];
+  struct tsr_kv__layer *layers;
+  int32_t n_layers;
+  bool has_linear;
+  uint64_t bytes; /* counted as allocated */
+};
+
+tsr_status tsr_kv__layout(const struct tsr_arch_layer *layers, int32_t n_layers,
+                          const struct tsr_kv_layer_codecs *codecs,
+                          const struct tsr_kv_cache_params *p, struct tsr_kv__layer *lay,
+                          struct tsr_kv__pool *pools, struct tsr_kv_plan *plan);
+
+#endif

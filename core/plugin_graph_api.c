@@ -3,6 +3,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "graph.h"
+#include "kv_cache.h"
 #include "plugin_graph_api.h"
 
 struct tsr_tensor *tsr_api_weight(struct tsr_graph *g, const struct tsr_gguf *model,
@@ -70,4 +71,38 @@ struct tsr_tensor *tsr_api_permute(struct tsr_graph *g, struct tsr_tensor *a, in
 
 struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int32_t k) {
   return tsr_top_k(g, a, k);
+}
+
+tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct tsr_tensor *k,
+                             struct tsr_tensor *v, struct tsr_tensor **k_all,
+                             struct tsr_tensor **v_all, struct tsr_tensor **kv_pos) {
+  *k_all = *v_all = *kv_pos = NULL;
+  if (!fw->kv || layer < 0 || layer >= fw->n_layers)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kv_attend: no KV cache, or layer %d outside "
+                         "0..%d", layer, fw->n_layers - 1);
+  int pool = tsr_kv_cache_layer_pool(fw->kv, layer);
+  if (pool < 0 || !fw->kv_cells[pool] || !fw->kv_pos[pool])
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kv_attend: layer %d has no K/V in the cache",
+                         layer);
+  if (fw->layers[layer].kv_shared_from)
+    tsr_kv_cache_layer_views(fw->g, fw->kv, layer, k_all, v_all);
+  else
+    tsr_kv_cache_store(fw->g, fw->kv, layer, k, v, fw->kv_cells[pool], k_all, v_all);
+  *kv_pos = fw->kv_pos[pool];
+  tsr_status st = tsr_graph_status(fw->g);
+  return st != TSR_OK ? st : (*k_all && *v_all) ? TSR_OK : TSR_ERR_INTERNAL;
+}
+
+struct tsr_tensor *tsr_api_kv_state(struct tsr_arch_forward *fw, int32_t layer, int64_t n_floats) {
+  float *state = fw->kv && layer >= 0 && layer < fw->n_layers
+                     ? tsr_kv_cache_state(fw->kv, layer, fw->seq)
+                     : NULL;
+  if (!state || n_floats <= 0 || n_floats * 4 > fw->layers[layer].state_bytes) {
+    tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG,
+                   "kv_state: no recurrent state slot of that size for this layer");
+    return NULL;
+  }
+  struct tsr_tensor *t = tsr_new_external(fw->g, TSR_F32, 1, &n_floats, state);
+  tsr_tensor_set_name(t, "state.%d", layer);
+  return t;
 }

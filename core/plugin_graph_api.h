@@ -26,4 +26,9 @@ struct tsr_tensor *tsr_api_permute(struct tsr_graph *g, struct tsr_tensor *a, in
                                    int32_t ax1, int32_t ax2, int32_t ax3);
 struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int32_t k);
 
+tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct tsr_tensor *k,
+                             struct tsr_tensor *v, struct tsr_tensor **k_all,
+                             struct tsr_tensor **v_all, struct tsr_tensor **kv_pos);
+struct tsr_tensor *tsr_api_kv_state(struct tsr_arch_forward *fw, int32_t layer, int64_t n_floats);
+
 #endif

@@ -338,6 +338,8 @@ static const struct tsr_host g_services = {
     .gguf_arr_len = host_gguf_arr_len,
     .gguf_arr_i64 = host_gguf_arr_i64,
     .gguf_arr_bool = host_gguf_arr_bool,
+    .kv_attend = tsr_api_kv_attend,
+    .kv_state = tsr_api_kv_state,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

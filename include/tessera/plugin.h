@@ -218,6 +218,7 @@ struct tsr_arch_layer {
 struct tsr_gguf; /* the host's validated GGUF reader, read through host calls */
 
 struct tsr_convert; /* the host's context for one `tessera convert` run */
+struct tsr_kv_cache; /* the host's KV cache */
 
 /* One forward pass over a batch of tokens of one sequence, all positions
 ** attending causally to the batch itself (whole-sequence prefill; the KV
@@ -238,6 +239,14 @@ struct tsr_arch_forward {
   struct tsr_tensor **hidden;     /* when not NULL: n_layers slots for the f32
                                   ** [n_embd, n_tokens] residual after each layer */
   struct tsr_tensor *embed;       /* optional: the scaled input embedding */
+  /* With a KV cache (kv NULL: whole-sequence prefill over the batch alone):
+  ** the batch holds the next positions of sequence seq, and attention reads
+  ** every earlier position of it through the cache (host->kv_attend); linear
+  ** layers carry their state (host->kv_state). Host-filled inputs: */
+  struct tsr_kv_cache *kv;
+  int32_t seq;
+  struct tsr_tensor *kv_cells[2]; /* i32 [n_tokens]: the batch's cells per pool (full, sliding) */
+  struct tsr_tensor *kv_pos[2];   /* i32 [cells]: each cell's position, -1 when empty */
 };
 
 struct tsr_arch_v1 {
@@ -449,6 +458,15 @@ struct tsr_host {
                              int64_t *out);
   tsr_status (*gguf_arr_bool)(const struct tsr_gguf *model, const char *key, int64_t i,
                               bool *out);
+  /* KV cache (fw->kv set): writes layer's new k and v (f32 [head_dim,
+  ** n_tokens, n_head_kv], views allowed; ignored for a KV-shared layer) and
+  ** returns the K, V and kv_pos of the layer's whole pool, for attention */
+  tsr_status (*kv_attend)(struct tsr_arch_forward *fw, int32_t layer, struct tsr_tensor *k,
+                          struct tsr_tensor *v, struct tsr_tensor **k_all,
+                          struct tsr_tensor **v_all, struct tsr_tensor **kv_pos);
+  /* a linear layer's recurrent state for fw->seq: n_floats f32 over the
+  ** cache's slot (read it; cpy the new state into it) */
+  struct tsr_tensor *(*kv_state)(struct tsr_arch_forward *fw, int32_t layer, int64_t n_floats);
   /* later minors append here */
 };
 

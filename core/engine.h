@@ -1,0 +1,47 @@
+/*
+** The engine: one loaded model ready to run token batches through its KV
+** cache. Built from a profile (tsr_setup: plugins, model, composition,
+** memory plan), it allocates the KV cache with the negotiated codecs and a
+** backend, and evaluates batches of tokens of a sequence: prefill splits a
+** batch into ubatches, decode is a batch of one.
+*/
+#ifndef TSR_ENGINE_H
+#define TSR_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "setup.h"
+
+struct tsr_engine;
+
+struct tsr_engine_options {
+  const char *profile_path;  /* NULL: the default profile the build ships */
+  const char *const *sets;   /* --set overrides */
+  int n_sets;
+  const char *model_path;    /* overrides the profile's model (tessera run -m), or NULL */
+  int n_threads;             /* <= 0: the profile's threads (0 there: all cores) */
+};
+
+tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engine **out);
+void tsr_engine_free(struct tsr_engine *e);
+
+/* The resolved profile, host, model, composition and memory plan. */
+const struct tsr_setup *tsr_engine_setup(const struct tsr_engine *e);
+int32_t tsr_engine_n_vocab(const struct tsr_engine *e);
+
+/* Runs n tokens at the next positions of sequence seq (0 when serving one):
+** prefill in ubatches of the profile's ubatch size, decode when n is 1.
+** Writes the logits of the last token to logits_last (n_vocab floats), and
+** when logits_all is not NULL those of every token (n x n_vocab). A
+** context that is full is TSR_ERR_NOMEM naming n_ctx; the cache is then as
+** before the call. */
+tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
+                           float *logits_last, float *logits_all);
+
+/* Next position of seq (= tokens it holds). */
+int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq);
+/* Forgets positions [p0, p1) of seq (p1 < 0: to the end). */
+tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1);
+
+#endif

@@ -4,6 +4,9 @@
 ** (q/k RMSNorm per head before NeoX RoPE on Qwen3, biases on Qwen2) and a
 ** pre-norm SwiGLU MLP or a top-k mixture of SwiGLU experts; final norm; LM
 ** head (tied to the embedding when output.weight is absent).
+** With a KV cache (fw->kv) attention writes the batch's k/v into it and
+** attends over every cell of the sequence (host->kv_attend); without one,
+** over the batch alone.
 */
 #include <math.h>
 #include <stdio.h>
@@ -104,6 +107,8 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .struct_size = sizeof call, .layer = &desc, .q = q, .k = k, .v = v,
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
       .causal = true};
+  /* with a cache: write this batch's k/v, attend over every cell of the sequence */
+  if (fw->kv && h->kv_attend(fw, il, k, v, &call.k, &call.v, &call.kv_pos) != TSR_OK) return NULL;
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   o = h->reshape(g, o, 2, (int64_t[]){hd * hp->n_head, n});
   return tsr_qwen_linear(h, fw, il, "attn_output", o);

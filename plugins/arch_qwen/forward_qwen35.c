@@ -12,8 +12,14 @@
 ** every norm here is a plain x̂·w. The NextN/MTP block the converter appends
 ** after the trunk is not part of this pass (transformers ignores it too).
 **
-** Whole-sequence prefill: the conv and delta-rule states start at zero and
-** are not carried to a later call yet.
+** Without a KV cache (fw->kv NULL) the batch is the whole sequence: the conv
+** and delta-rule states start at zero and are dropped. With one, full
+** attention reads the cache through host->kv_attend and each Gated DeltaNet
+** layer carries its state in its slot (host->kv_state), laid out in f32 as
+**   [K-1, C]       conv history: the last conv_kernel-1 inputs of each of
+**                  the C = 2*Hk*dk + Hv*dv conv channels, oldest first;
+**   [dv, Hv, dk]   the delta-rule state S (slot[j, h, i] = S_h[i][j]),
+** the conv1d and delta_rule ops reading it and writing it back in place.
 */
 #include <math.h>
 #include <stdio.h>
@@ -122,6 +128,9 @@ static struct tsr_tensor *gated_attention(const struct tsr_host *h, struct tsr_a
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
       .causal = true};
   if (!call.q || !call.k || !call.v) return NULL;
+  /* with a cache: write this batch's k/v, attend over every cell of the sequence */
+  if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call.k, &call.v, &call.kv_pos) != TSR_OK)
+    return NULL;
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call); /* [hd, nh, n] */
   o = h->mul(g, o, h->unary(g, gate, 2 /* sigmoid */));
   o = h->reshape(g, o, 2, (int64_t[]){hd * nh, n});
@@ -147,9 +156,20 @@ static struct tsr_tensor *gated_deltanet(const struct tsr_host *h, struct tsr_ar
   struct tsr_tensor *a = tsr_qwen_linear(h, fw, il, "ssm_alpha", x);  /* [hv, n] */
   struct tsr_tensor *conv_w = W("ssm_conv1d.weight");
   if (!qkv || !conv_w) return NULL;
-  struct tsr_tensor *conv_src[2] = {qkv, conv_w};
-  struct tsr_tensor *mixed =
-      h->custom_op(g, ops->conv1d, 2, (int64_t[]){n_ch, n}, conv_src, 2, NULL, 0);
+  /* with a cache: the state slot (layout at the top of this file) */
+  struct tsr_tensor *conv_hist = NULL, *s_state = NULL;
+  if (fw->kv) {
+    const int64_t k1 = hp->conv_kernel - 1, n_conv = k1 * n_ch;
+    struct tsr_tensor *slot = h->kv_state(fw, il, n_conv + hv * dk * dv);
+    if (!slot) return NULL;
+    conv_hist = h->view(g, slot, 2, (int64_t[]){k1, n_ch}, (size_t[]){f, (size_t)k1 * f}, 0);
+    s_state = h->view(g, slot, 3, (int64_t[]){dv, hv, dk},
+                      (size_t[]){f, (size_t)dv * f, (size_t)(dv * hv) * f}, (size_t)n_conv * f);
+    if (!conv_hist || !s_state) return NULL;
+  }
+  struct tsr_tensor *conv_src[4] = {qkv, conv_w, conv_hist, conv_hist};
+  struct tsr_tensor *mixed = h->custom_op(g, ops->conv1d, 2, (int64_t[]){n_ch, n}, conv_src,
+                                          conv_hist ? 4 : 2, NULL, 0);
   mixed = h->unary(g, mixed, 1 /* silu */);
   const size_t row = (size_t)n_ch * f;
   const size_t qk_nb[3] = {f, (size_t)dk * f, row};
@@ -162,16 +182,17 @@ static struct tsr_tensor *gated_deltanet(const struct tsr_host *h, struct tsr_ar
   struct tsr_tensor *beta = h->unary(g, b, 2 /* sigmoid */);
   struct tsr_tensor *decay = h->unary(g, h->add(g, a, W("ssm_dt.bias")), 3 /* softplus */);
   decay = h->mul(g, decay, W("ssm_a"));
-  struct tsr_tensor *delta_src[5] = {q, k, v, decay, beta};
+  /* from the carried state, and back into it */
+  struct tsr_tensor *delta_src[6] = {q, k, v, decay, beta, s_state};
   for (int i = 0; i < 5; i++)
     if (!delta_src[i]) return NULL;
-  const int32_t order = TSR_DELTA_TILED;
-  struct tsr_tensor *od =
-      h->custom_op(g, ops->delta_rule, 3, (int64_t[]){dv, hv, n + dk}, delta_src, 5, &order, 1);
+  const int32_t params[2] = {TSR_DELTA_TILED, s_state != NULL /* write the state back */};
+  struct tsr_tensor *od = h->custom_op(g, ops->delta_rule, 3, (int64_t[]){dv, hv, n + dk},
+                                       delta_src, s_state ? 6 : 5, params, 2);
   if (!od) return NULL;
   struct tsr_tensor_info oi;
   h->tensor_info(od, &oi);
-  /* the outputs are the first n steps; the final state after them is unused for now */
+  /* the outputs are the first n steps; the final state after them is in the slot already */
   struct tsr_tensor *o = h->view(g, od, 3, (int64_t[]){dv, hv, n},
                                  (size_t[]){oi.nb[0], oi.nb[1], oi.nb[2]}, 0);
   o = h->rms_norm(g, o, W("ssm_norm.weight"), hp->eps);

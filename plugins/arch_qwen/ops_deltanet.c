@@ -24,10 +24,19 @@ static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
   *hi = *lo + per < n ? *lo + per : n;
 }
 
+/* x before t=0 reads zeros, or the carried history h[j, c] (j = 0 oldest)
+** when a state is given, which is then replaced by the last K-1 inputs. */
+static inline float conv_input(const struct tsr_tensor_info *x, const struct tsr_tensor_info *h,
+                               int64_t c, int64_t t, int64_t k) {
+  if (t >= 0) return at2(x, c, t);
+  return h ? at2(h, k - 1 + t, c) : 0.0f;
+}
+
 void tsr_qwen_conv1d_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                          const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
-  (void)ctx, (void)n_src, (void)params;
+  (void)ctx, (void)params;
   const struct tsr_tensor_info *x = &src[0], *w = &src[1];
+  const struct tsr_tensor_info *hin = n_src > 3 ? &src[2] : NULL, *hout = n_src > 3 ? &src[3] : NULL;
   const int64_t n_ch = dst->ne[0], n = dst->ne[1], k = w->ne[0];
   int64_t lo, hi;
   split(n_ch, ith, nth, &lo, &hi);
@@ -35,11 +44,16 @@ void tsr_qwen_conv1d_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_in
     float *y = (float *)((char *)dst->data + c * dst->nb[0]);
     for (int64_t t = 0; t < n; t++) {
       float acc = 0.0f;
-      /* tap j reads x[t - (k-1) + j]; taps before the sequence read zeros */
-      for (int64_t j = t + 1 >= k ? 0 : k - 1 - t; j < k; j++)
-        acc += at2(w, j, c) * at2(x, c, t - (k - 1) + j);
+      /* tap j reads x[t - (k-1) + j]; without history, taps before the sequence read zeros */
+      for (int64_t j = hin || t + 1 >= k ? 0 : k - 1 - t; j < k; j++)
+        acc += at2(w, j, c) * conv_input(x, hin, c, t - (k - 1) + j, k);
       *(float *)((char *)y + t * dst->nb[1]) = acc;
     }
+    /* new history: the last k-1 of (history ++ x); ascending j reads index n+j >= j of the
+    ** old history, so hout may alias hin */
+    for (int64_t j = 0; hout && j < k - 1; j++)
+      *(float *)((char *)hout->data + j * hout->nb[0] + c * hout->nb[1]) =
+          conv_input(x, hin, c, n + j - (k - 1), k);
   }
 }
 
@@ -86,6 +100,12 @@ void tsr_qwen_delta_rule_cpu(void *ctx, int ith, int nth, const struct tsr_tenso
         }
       }
     }
+    if (s0 && params[1]) /* the final state back into the initial one: this head's only */
+      for (int64_t i = 0; i < dk; i++) {
+        const float *s = ROW(i);
+        for (int64_t j = 0; j < dv; j++)
+          *(float *)((char *)s0->data + j * s0->nb[0] + h * s0->nb[1] + i * s0->nb[2]) = s[j];
+      }
 #undef ROW
   }
 }

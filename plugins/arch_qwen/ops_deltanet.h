@@ -5,15 +5,21 @@
 **
 **   conv1d      depthwise causal convolution over time, no bias:
 **               x f32 [C, N], w [K, C] (GGUF ssm_conv1d) -> [C, N],
-**               y[c,t] = sum_j w[c,j] * x[c, t-K+1+j], x before t=0 is zero.
+**               y[c,t] = sum_j w[c,j] * x[c, t-K+1+j], x before t=0 is zero;
+**               or, with srcs 2 and 3 (history in / out, f32 [K-1, C], may be
+**               the same memory), x before t=0 is history[K-1+t, c] and the
+**               last K-1 inputs are written to history out (a decode step).
 **   delta_rule  the gated delta rule per value head, state S [dk x dv]:
 **               S <- exp(g)*S; u = S^T k; S <- S + k (beta (v - u))^T; o = S^T q.
 **               srcs q [dk, Hk, N], k [dk, Hk, N], v [dv, Hv, N], g [Hv, N],
 **               beta [Hv, N], optional initial state [dv, Hv, dk] (else zero);
 **               dst [dv, Hv, N + dk]: o for t < N, then the final state
-**               (dst[j, h, N + i] = S_h[i][j]), which the kernel works in.
+**               (dst[j, h, N + i] = S_h[i][j]), which the kernel works in;
+**               params[1] (when the initial state is given): 1 also writes
+**               the final state back over it (the KV cache's state slot).
 **               params[0]: how value head h picks its key head:
-**               0 tiled (h mod Hk, qwen35 GGUFs), 1 grouped (h / (Hv/Hk)).
+**               0 tiled (h mod Hk, qwen35 GGUFs), 1 grouped (h / (Hv/Hk));
+**               both params are always read.
 ** Sources are read through their byte strides (views need no copy); all
 ** are f32, which the builder checks.
 */

@@ -123,8 +123,8 @@ static void delta_run(const struct delta_case *c, int64_t t0, int64_t n, float *
       info(c->g + t0 * c->hv, c->hv, n, 1, 0), info(c->beta + t0 * c->hv, c->hv, n, 1, 0),
       s0 ? info(s0, c->dv, c->hv, c->dk, 0) : info(NULL, 1, 1, 1, 0)};
   struct tsr_tensor_info out = info(dst, c->dv, c->hv, n + c->dk, 0);
-  const int32_t order = grouped ? TSR_DELTA_GROUPED : TSR_DELTA_TILED;
-  run_split(tsr_qwen_delta_rule_cpu, nth, &out, src, s0 ? 6 : 5, &order);
+  const int32_t params[2] = {grouped ? TSR_DELTA_GROUPED : TSR_DELTA_TILED, 0};
+  run_split(tsr_qwen_delta_rule_cpu, nth, &out, src, s0 ? 6 : 5, params);
 }
 
 static double max_diff(const float *a, const double *b, int64_t n) {
@@ -185,10 +185,65 @@ static void test_delta_rule_state_carries_across_calls(void) {
   delta_case_free(&c);
 }
 
+/* The conv over a sequence split in three, its history carried in place
+** (one token in the middle: a decode step), equals the conv over the whole. */
+static void test_conv1d_history_carries_across_calls(void) {
+  tsr_test_seed(29);
+  const int64_t n_ch = 5, n = 9, k = 4, cuts[4] = {0, 4, 5, 9};
+  float *x = random_floats(n_ch * n, -1, 1), *w = random_floats(k * n_ch, -1, 1);
+  float *whole = malloc((size_t)(n_ch * n) * sizeof *whole);
+  float *split = malloc((size_t)(n_ch * n) * sizeof *split);
+  float hist[3 * 5] = {0}; /* [k-1, n_ch], zero before the sequence */
+  struct tsr_tensor_info src[4] = {info(x, n_ch, n, 1, 0), info(w, k, n_ch, 1, 0),
+                                   info(hist, k - 1, n_ch, 1, 0), info(hist, k - 1, n_ch, 1, 0)};
+  struct tsr_tensor_info dst = info(whole, n_ch, n, 1, 0);
+  run_split(tsr_qwen_conv1d_cpu, 2, &dst, src, 2, NULL);
+  for (int part = 0; part < 3; part++) {
+    const int64_t t0 = cuts[part], m = cuts[part + 1] - t0;
+    src[0] = info(x + t0 * n_ch, n_ch, m, 1, 0);
+    dst = info(split + t0 * n_ch, n_ch, m, 1, 0);
+    run_split(tsr_qwen_conv1d_cpu, 2, &dst, src, 4, NULL);
+  }
+  double worst = 0;
+  for (int64_t i = 0; i < n_ch * n; i++) worst = fmax(worst, fabs(split[i] - whole[i]));
+  /* the history now holds the last k-1 inputs, oldest first */
+  for (int64_t c = 0; c < n_ch; c++)
+    for (int64_t j = 0; j < k - 1; j++)
+      worst = fmax(worst, fabs(hist[c * (k - 1) + j] - x[(n - (k - 1) + j) * n_ch + c]));
+  CHECK_MSG(worst < 1e-6, "split vs whole: max difference %g", worst);
+  free(x), free(w), free(whole), free(split);
+}
+
+/* With params[1] the final state is written back over the initial one. */
+static void test_delta_rule_writes_state_back_in_place(void) {
+  tsr_test_seed(31);
+  struct delta_case c = delta_case_new(4, 2, 4, 4, 6);
+  const int64_t step = c.dv * c.hv, ns = step * c.dk;
+  float *whole = malloc((size_t)(step * (c.n + c.dk)) * sizeof *whole);
+  float *out = malloc((size_t)(step * (c.n + c.dk)) * sizeof *out);
+  float *state = calloc((size_t)ns, sizeof *state);
+  delta_run(&c, 0, c.n, NULL, 0, 1, whole);
+  struct tsr_tensor_info src[6] = {
+      info(c.q, c.dk, c.hk, c.n, 0), info(c.k, c.dk, c.hk, c.n, 0),
+      info(c.v, c.dv, c.hv, c.n, 0), info(c.g, c.hv, c.n, 1, 0), info(c.beta, c.hv, c.n, 1, 0),
+      info(state, c.dv, c.hv, c.dk, 0)};
+  struct tsr_tensor_info dst = info(out, c.dv, c.hv, c.n + c.dk, 0);
+  const int32_t params[2] = {TSR_DELTA_TILED, 1};
+  run_split(tsr_qwen_delta_rule_cpu, 3, &dst, src, 6, params);
+  double worst = 0;
+  for (int64_t i = 0; i < ns; i++) worst = fmax(worst, fabs(state[i] - whole[step * c.n + i]));
+  CHECK_MSG(worst < 1e-6, "written-back state vs final state: max difference %g", worst);
+  CHECK(fabs(state[0]) + fabs(state[ns - 1]) > 0); /* something was written */
+  free(whole), free(out), free(state);
+  delta_case_free(&c);
+}
+
 int main(void) {
   TSR_RUN(test_conv1d_matches_causal_reference);
   TSR_RUN(test_delta_rule_matches_reference_tiled);
   TSR_RUN(test_delta_rule_matches_reference_grouped);
   TSR_RUN(test_delta_rule_state_carries_across_calls);
+  TSR_RUN(test_conv1d_history_carries_across_calls);
+  TSR_RUN(test_delta_rule_writes_state_back_in_place);
   return TSR_TEST_EXIT();
 }

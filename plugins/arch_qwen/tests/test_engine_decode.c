@@ -1,0 +1,211 @@
+/*
+** The engine over arch_qwen with a KV cache: a whole golden sequence in one
+** call reproduces the reference logits; prefill then token-by-token decode
+** reproduces that call's logits; a full context is refused with the cache
+** unchanged; removing positions and evaluating them again gives the same
+** logits. usage: test_engine_decode MODEL.gguf GOLDEN.gguf (a fixture
+** converted at f32; run_engine_decode.sh converts it).
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+#include "gguf.h"
+#include "tests/harness.h"
+
+#define N_PREFILL 100
+
+static const char *g_model;
+static const int32_t *g_ids;
+static const float *g_golden; /* [n_vocab, g_n] */
+static int32_t g_n, g_vocab;
+static float *g_whole;        /* (a)'s logits, the reference for the decode tests */
+
+/* max |a-b| / max |b| over one row, the parity tool's measure */
+static double row_rel(const float *a, const float *b, int64_t n) {
+  double d = 0, scale = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double x = fabs((double)a[i] - b[i]);
+    if (!(x <= d)) d = x; /* NaN fails */
+    if (fabs(b[i]) > scale) scale = fabs(b[i]);
+  }
+  return scale > 0 ? d / scale : d;
+}
+
+static int64_t argmax(const float *a, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (a[i] > a[best]) best = i;
+  return best;
+}
+
+/* An engine on the built-in default profile, the fixture as model, and sets. */
+static struct tsr_engine *engine(const char *const *sets, int n_sets) {
+  struct tsr_engine_options opt = {.sets = sets, .n_sets = n_sets, .model_path = g_model,
+                                   .n_threads = 2};
+  struct tsr_engine *e = NULL;
+  CHECK_OK(tsr_engine_new(&opt, &e));
+  if (e) CHECK(tsr_engine_n_vocab(e) == g_vocab);
+  return e;
+}
+
+static const char *const k_f32_kv[] = {"kv.k=f32", "kv.v=f32", "ubatch=64"};
+
+static void test_whole_sequence_in_one_call_matches_golden(void) {
+  struct tsr_engine *e = engine(k_f32_kv, 3); /* 160 tokens: three ubatches */
+  if (!e) return;
+  float *last = malloc((size_t)g_vocab * sizeof *last);
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids, g_n, last, g_whole));
+  double worst = 0;
+  for (int32_t p = 0; p < g_n; p++) {
+    double r = row_rel(g_whole + (size_t)p * g_vocab, g_golden + (size_t)p * g_vocab, g_vocab);
+    if (!(r <= worst)) worst = r;
+  }
+  printf("  (a) whole sequence vs golden: max rel %.3e over %d positions\n", worst, g_n);
+  CHECK_MSG(worst <= 1e-4, "max rel %g", worst);
+  CHECK(!memcmp(last, g_whole + (size_t)(g_n - 1) * g_vocab, (size_t)g_vocab * sizeof *last));
+  CHECK(tsr_engine_seq_len(e, 0) == g_n);
+  free(last);
+  tsr_engine_free(e);
+}
+
+/* Prefill N_PREFILL tokens, decode the rest one at a time; the logits of
+** every decoded position against (a). Returns the engine for more. */
+static struct tsr_engine *prefill_decode(const char *const *sets, int n_sets, double *max_rel,
+                                         int *agree, float *rows) {
+  struct tsr_engine *e = engine(sets, n_sets);
+  if (!e) return NULL;
+  float *out = malloc((size_t)g_vocab * sizeof *out);
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids, N_PREFILL, out, NULL));
+  *max_rel = row_rel(out, g_whole + (size_t)(N_PREFILL - 1) * g_vocab, g_vocab);
+  *agree = 0;
+  for (int32_t p = N_PREFILL; p < g_n; p++) {
+    tsr_status st = tsr_engine_eval(e, 0, g_ids + p, 1, out, NULL);
+    CHECK_MSG(st == TSR_OK, "decode at %d: %s", p, tsr_error_message());
+    if (st != TSR_OK) break;
+    const float *ref = g_whole + (size_t)p * g_vocab;
+    double r = row_rel(out, ref, g_vocab);
+    if (!(r <= *max_rel)) *max_rel = r;
+    *agree += argmax(out, g_vocab) == argmax(ref, g_vocab);
+    if (rows) memcpy(rows + (size_t)(p - N_PREFILL) * g_vocab, out, (size_t)g_vocab * sizeof *out);
+  }
+  CHECK(tsr_engine_seq_len(e, 0) == g_n);
+  free(out);
+  return e;
+}
+
+static void test_decode_token_by_token_matches_one_call(void) {
+  double rel;
+  int agree;
+  const int n_dec = g_n - N_PREFILL;
+  float *rows = malloc((size_t)n_dec * g_vocab * sizeof *rows);
+  struct tsr_engine *e = prefill_decode(k_f32_kv, 3, &rel, &agree, rows);
+  if (!e) return;
+  printf("  (b) f32 KV: prefill %d + decode %d vs one call: max rel %.3e, argmax %d/%d\n",
+         N_PREFILL, n_dec, rel, agree, n_dec);
+  CHECK_MSG(rel <= 1e-4, "max rel %g", rel);
+  CHECK(agree == n_dec);
+
+  /* (d) drop the decoded tail and run it again in one call: the same logits. A model with
+  ** recurrent layers cannot drop part of a sequence: refused, nothing changes, and the
+  ** whole sequence is dropped and run again instead. */
+  float *again = malloc((size_t)g_n * g_vocab * sizeof *again);
+  tsr_status st = tsr_engine_seq_rm(e, 0, N_PREFILL, -1);
+  int32_t from = N_PREFILL;
+  if (st == TSR_ERR_UNSUPPORTED) {
+    CHECK(tsr_engine_seq_len(e, 0) == g_n);
+    CHECK_OK(tsr_engine_seq_rm(e, 0, 0, -1));
+    from = 0;
+  }
+  CHECK(st == TSR_OK || st == TSR_ERR_UNSUPPORTED);
+  CHECK(tsr_engine_seq_len(e, 0) == from);
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids + from, g_n - from, NULL, again));
+  double worst = 0;
+  for (int32_t p = N_PREFILL; p < g_n; p++) {
+    double r = row_rel(again + (size_t)(p - from) * g_vocab,
+                       rows + (size_t)(p - N_PREFILL) * g_vocab, g_vocab);
+    if (!(r <= worst)) worst = r;
+  }
+  printf("  (d) seq_rm [%d, end) and eval again vs decode: max rel %.3e\n", from, worst);
+  CHECK_MSG(worst <= 1e-4, "max rel %g", worst);
+  CHECK(tsr_engine_seq_len(e, 0) == g_n);
+  free(again);
+  free(rows);
+  tsr_engine_free(e);
+}
+
+static void test_decode_with_f16_kv_keeps_argmax(void) {
+  static const char *const sets[] = {"ubatch=64"}; /* the default profile's f16 KV */
+  double rel;
+  int agree;
+  struct tsr_engine *e = prefill_decode(sets, 1, &rel, &agree, NULL);
+  if (!e) return;
+  printf("  (b) f16 KV: decode vs one call with f32 KV: max rel %.3e, argmax %d/%d\n", rel, agree,
+         g_n - N_PREFILL);
+  CHECK(agree == g_n - N_PREFILL);
+  CHECK_MSG(rel <= 2e-2, "max rel %g", rel);
+  tsr_engine_free(e);
+}
+
+static void test_full_context_is_refused_and_cache_unchanged(void) {
+  static const char *const sets[] = {"kv.k=f32", "kv.v=f32", "context=32"};
+  struct tsr_engine *e = engine(sets, 3);
+  if (!e) return;
+  float *out = malloc((size_t)g_vocab * sizeof *out), *ref = malloc((size_t)g_vocab * sizeof *ref);
+  /* 40 tokens into an empty 32-cell context */
+  CHECK(tsr_engine_eval(e, 0, g_ids, 40, out, NULL) == TSR_ERR_NOMEM);
+  CHECK(strstr(tsr_error_message(), "32") != NULL);
+  CHECK(tsr_engine_seq_len(e, 0) == 0);
+  /* 10 held, 30 more do not fit; 10 still held and the next token still right */
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids, 10, out, NULL));
+  CHECK(tsr_engine_eval(e, 0, g_ids + 10, 30, out, NULL) == TSR_ERR_NOMEM);
+  CHECK(tsr_engine_seq_len(e, 0) == 10);
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids + 10, 1, out, NULL));
+  double r = row_rel(out, g_whole + (size_t)10 * g_vocab, g_vocab);
+  CHECK_MSG(r <= 1e-4, "position 10 after the refusal: max rel %g", r);
+  /* the rest of the context still fits exactly */
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids + 11, 21, out, NULL));
+  CHECK(tsr_engine_seq_len(e, 0) == 32);
+  CHECK(tsr_engine_eval(e, 0, g_ids + 32, 1, ref, NULL) == TSR_ERR_NOMEM);
+  CHECK(tsr_engine_seq_len(e, 0) == 32);
+  free(out);
+  free(ref);
+  tsr_engine_free(e);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s MODEL.gguf GOLDEN.gguf\n", argv[0]);
+    return 2;
+  }
+  g_model = argv[1];
+  struct tsr_gguf *gold = NULL;
+  if (tsr_gguf_open(argv[2], &gold) != TSR_OK) {
+    fprintf(stderr, "%s\n", tsr_error_message());
+    return 2;
+  }
+  const struct tsr_gguf_tensor *ids = tsr_gguf_find_tensor(gold, "seq.0.ids");
+  const struct tsr_gguf_tensor *lg = tsr_gguf_find_tensor(gold, "seq.0.logits");
+  if (!ids || !lg || ids->dtype != TSR_I32 || lg->dtype != TSR_F32 || lg->n_dims != 2 ||
+      lg->ne[1] != ids->n_elements || ids->n_elements <= N_PREFILL + 1) {
+    fprintf(stderr, "%s: want seq.0.ids (i32, > %d) and seq.0.logits (f32 [vocab, n])\n",
+            argv[2], N_PREFILL + 1);
+    return 2;
+  }
+  g_ids = ids->data;
+  g_n = (int32_t)ids->n_elements;
+  g_golden = lg->data;
+  g_vocab = (int32_t)lg->ne[0];
+  g_whole = calloc((size_t)g_n * g_vocab, sizeof *g_whole);
+  printf("%s: %d tokens, vocabulary %d\n", g_model, g_n, g_vocab);
+  TSR_RUN(test_whole_sequence_in_one_call_matches_golden);
+  TSR_RUN(test_decode_token_by_token_matches_one_call);
+  TSR_RUN(test_decode_with_f16_kv_keeps_argmax);
+  TSR_RUN(test_full_context_is_refused_and_cache_unchanged);
+  free(g_whole);
+  tsr_gguf_close(gold);
+  return TSR_TEST_EXIT();
+}

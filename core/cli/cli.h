@@ -20,5 +20,6 @@ int tsr_cli_plugins(int argc, char **argv);
 int tsr_cli_profile(int argc, char **argv);
 int tsr_cli_convert(int argc, char **argv);
 int tsr_cli_parity(int argc, char **argv);
+int tsr_cli_run(int argc, char **argv);
 
 #endif

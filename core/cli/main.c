@@ -13,7 +13,7 @@ struct subcommand {
 };
 
 static const struct subcommand g_subcommands[] = {
-    {"run", NULL, "generate text from a prompt with a profile"},
+    {"run", tsr_cli_run, "generate text from a prompt with a profile"},
     {"serve", NULL, "OpenAI-compatible HTTP server"},
     {"bench", NULL, "prefill/decode tokens per second at given depths"},
     {"perplexity", NULL, "perplexity and KL divergence against a saved base"},

@@ -13,7 +13,8 @@
 ** Per ubatch: tsr_kv_cache_prepare picks the cells; the graph gets the
 ** tokens, positions, each used pool's cells (i32 [n]) and kv_pos (i32
 ** [cells]) as inputs; the arch appends its forward pass with fw.kv set; the
-** graph is planned into a fresh arena, filled and run, and the logits are
+** graph is planned into the engine's arena (grown when a plan needs more),
+** filled and run, and the logits are
 ** copied out. kv_pos comes from tsr_kv_cache_fill_kv_pos, which ignores which
 ** sequence holds a cell: right for one sequence. Several sequences need the
 ** per-sequence masks (tsr_kv_cache_fill_mask) handed to attention, which
@@ -45,6 +46,8 @@ struct tsr_engine {
   const struct tsr_attention_v1 *attention;
   int32_t n_vocab, n_ubatch;
   bool has_linear;
+  void *arena;        /* kept across steps: a fresh one per step is page faults */
+  size_t arena_bytes;
 };
 
 static enum tsr_profile_layer_kind profile_kind(enum tsr_layer_kind k) {
@@ -204,6 +207,7 @@ void tsr_engine_free(struct tsr_engine *e) {
   tsr_backend_free(e->backend);
   tsr_kv_cache_free(e->kv);
   tsr_setup_free(e->setup);
+  free(e->arena);
   free(e);
 }
 
@@ -239,12 +243,23 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
   if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g); /* the first builder error */
   if (st != TSR_OK) tsr_error_prefix("building the forward pass of %d tokens", n);
-  void *arena = NULL;
   struct tsr_graph_plan plan;
   if (st == TSR_OK) {
     tsr_graph_mark_output(fw.logits);
-    st = tsr_graph_alloc(g, &plan, &arena);
+    st = tsr_graph_plan(g, &plan);
   }
+  if (st == TSR_OK && plan.arena_bytes > e->arena_bytes) {
+    void *grown = NULL;
+    if (posix_memalign(&grown, TSR_ARENA_ALIGN, plan.arena_bytes)) {
+      st = tsr_error_set(TSR_ERR_NOMEM, "cannot allocate a %zu-byte compute arena",
+                         plan.arena_bytes);
+    } else {
+      free(e->arena);
+      e->arena = grown;
+      e->arena_bytes = plan.arena_bytes;
+    }
+  }
+  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
   if (st == TSR_OK) {
     memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
     memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);
@@ -263,7 +278,6 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
       if (i == n - 1 && last) memcpy(last, src, row);
     }
   }
-  free(arena);
   tsr_graph_free(g);
   return st;
 }

@@ -17,6 +17,9 @@
 ** - NeoX RoPE over the whole head: base 10000 on sliding layers (implied, or
 **   rope.freq_base_swa when present) and rope.freq_base on full ones, where
 **   the larger models add linear scaling (rope.scaling.factor).
+** With a KV cache (fw->kv) attention writes the batch's K/V into the cache
+** (sliding layers: the ring) and attends over every cell of the sequence
+** (host->kv_attend); without one, over the batch alone.
 */
 #include <math.h>
 #include <stdio.h>
@@ -110,6 +113,9 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = hp->attn_scale, .causal = true,
       .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0};
   if (!call.q || !call.k || !call.v) return NULL;
+  /* with a cache: write this batch's k/v, attend over every cell of the sequence */
+  if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call.k, &call.v, &call.kv_pos) != TSR_OK)
+    return NULL;
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   if (!o) return NULL;
   o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});

@@ -14,6 +14,10 @@
 ** Sliding layers use NeoX RoPE over the whole head with freq_base_swa; full
 ** layers rotate the whole head with freq_base, and rope_freqs divides the
 ** angles of the pairs "proportional" RoPE leaves still by 1e30.
+** With a KV cache (fw->kv) each attention layer writes the batch's K/V into
+** its pool (sliding layers: the ring) and attends over every cell of the
+** sequence (host->kv_attend); KV-shared layers read their source's cells.
+** Without one, attention sees the batch alone.
 */
 #include <math.h>
 #include <stdio.h>
@@ -145,6 +149,13 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f, .causal = true,
       .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0};
   if (!q || !call.k || !call.v) return NULL;
+  /* with a cache: store what attention consumes (normed, rotated K; normed V)
+  ** and attend over every cell of the sequence; a shared layer stores nothing
+  ** and the host hands it its source's cells */
+  if (fw->kv && h->kv_attend(fw, il, L->kv_shared_from > 0 ? NULL : call.k,
+                             L->kv_shared_from > 0 ? NULL : call.v, &call.k, &call.v,
+                             &call.kv_pos) != TSR_OK)
+    return NULL;
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   if (!o) return NULL;
   o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});

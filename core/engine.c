@@ -2,11 +2,10 @@
 ** The engine (engine.h): a tsr_setup, the KV cache it planned, a CPU
 ** backend, and one forward graph per ubatch.
 **
-** Profile. With profile_path NULL the engine writes the build's minimal
-** default (`model: default`, plugins arch_qwen and arch_gemma4 when the
-** latter is on the plugin search path) to a temporary file and loads that:
-** tsr_setup_from_profile reads profiles from files, and conf/default.yaml is
-** not installed anywhere. model_path is appended to the overrides as
+** Profile. With profile_path NULL the engine loads a minimal built-in
+** profile from memory (`model: default`, plugins arch_qwen and arch_gemma4
+** when the latter is on the plugin search path): conf/default.yaml is not
+** installed anywhere. model_path is appended to the overrides as
 ** `model=PATH`, so messages name it as a --set and relative paths resolve
 ** against the working directory.
 **
@@ -69,27 +68,6 @@ static bool plugin_available(const char *name) {
   return found;
 }
 
-/* The default profile as a temporary file; *path is unlinked by the caller. */
-static tsr_status write_default_profile(char *path, size_t cap) {
-  const char *tmp = getenv("TMPDIR");
-  snprintf(path, cap, "%s/tessera-default-XXXXXX.yaml", tmp && *tmp ? tmp : "/tmp");
-  int fd = mkstemps(path, 5);
-  if (fd < 0) return tsr_error_set(TSR_ERR_IO, "%s: cannot create the default profile", path);
-  FILE *f = fdopen(fd, "w");
-  if (!f) {
-    close(fd);
-    unlink(path);
-    return tsr_error_set(TSR_ERR_IO, "%s: cannot write the default profile", path);
-  }
-  fprintf(f, "# the engine's built-in default profile\nmodel: default\nplugins:\n  - arch_qwen\n");
-  if (plugin_available("arch_gemma4")) fprintf(f, "  - arch_gemma4\n");
-  if (fclose(f) != 0) {
-    unlink(path);
-    return tsr_error_set(TSR_ERR_IO, "%s: cannot write the default profile", path);
-  }
-  return TSR_OK;
-}
-
 static tsr_status load_setup(const struct tsr_engine_options *opt, struct tsr_setup **out) {
   *out = NULL;
   int n_sets = opt->n_sets > 0 ? opt->n_sets : 0;
@@ -106,15 +84,16 @@ static tsr_status load_setup(const struct tsr_engine_options *opt, struct tsr_se
     snprintf(model_set, len, "model=%s", opt->model_path);
     sets[n_sets++] = model_set;
   }
-  char tmp[1024] = "";
-  tsr_status st = TSR_OK;
-  const char *profile = opt->profile_path;
-  if (!profile) {
-    st = write_default_profile(tmp, sizeof tmp);
-    profile = tmp;
+  tsr_status st;
+  if (opt->profile_path) {
+    st = tsr_setup_from_profile(opt->profile_path, sets, n_sets, out);
+  } else {
+    /* the built-in default profile: the default model, every arch plugin built */
+    char text[256];
+    snprintf(text, sizeof text, "model: default\nplugins:\n  - arch_qwen\n%s",
+             plugin_available("arch_gemma4") ? "  - arch_gemma4\n" : "");
+    st = tsr_setup_from_profile_text("(built-in default profile)", text, sets, n_sets, out);
   }
-  if (st == TSR_OK) st = tsr_setup_from_profile(profile, sets, n_sets, out);
-  if (*tmp) unlink(tmp);
   free(model_set);
   free(sets);
   return st;

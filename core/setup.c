@@ -216,12 +216,8 @@ static tsr_status plan_memory(struct tsr_setup *s) {
   return TSR_OK;
 }
 
-tsr_status tsr_setup_from_profile(const char *profile_path, const char *const *sets, int n_sets,
-                                  struct tsr_setup **out) {
-  struct tsr_setup *s = calloc(1, sizeof *s);
-  *out = s;
-  if (!s) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-  tsr_status st = tsr_profile_load(profile_path, sets, n_sets, &s->profile);
+/* Every step after the profile is loaded (st: how loading went). */
+static tsr_status finish_setup(struct tsr_setup *s, tsr_status st) {
   if (st == TSR_OK) st = tsr_plugin_host_new(&s->host);
   if (st == TSR_OK && s->profile->dir && *s->profile->dir)
     st = tsr_plugin_host_add_search_dir(s->host, s->profile->dir);
@@ -231,6 +227,23 @@ tsr_status tsr_setup_from_profile(const char *profile_path, const char *const *s
   if (st == TSR_OK) st = plan_memory(s);
   if (s->host) tsr_plugin_host_reset_engagement(s->host);
   return st;
+}
+
+tsr_status tsr_setup_from_profile(const char *profile_path, const char *const *sets, int n_sets,
+                                  struct tsr_setup **out) {
+  struct tsr_setup *s = calloc(1, sizeof *s);
+  *out = s;
+  if (!s) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  return finish_setup(s, tsr_profile_load(profile_path, sets, n_sets, &s->profile));
+}
+
+tsr_status tsr_setup_from_profile_text(const char *name, const char *text,
+                                       const char *const *sets, int n_sets,
+                                       struct tsr_setup **out) {
+  struct tsr_setup *s = calloc(1, sizeof *s);
+  *out = s;
+  if (!s) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  return finish_setup(s, tsr_profile_load_mem(name, text, strlen(text), sets, n_sets, &s->profile));
 }
 
 void tsr_setup_free(struct tsr_setup *s) {

@@ -46,6 +46,11 @@ struct tsr_setup {
 ** caller can print what succeeded) and must be freed. */
 tsr_status tsr_setup_from_profile(const char *profile_path, const char *const *sets, int n_sets,
                                   struct tsr_setup **out);
+/* The same from a profile held in memory; name labels messages and is the
+** base of relative paths (its directory). */
+tsr_status tsr_setup_from_profile_text(const char *name, const char *text,
+                                       const char *const *sets, int n_sets,
+                                       struct tsr_setup **out);
 void tsr_setup_free(struct tsr_setup *s);
 
 void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f);

@@ -1,6 +1,6 @@
 /*
 ** The core's own plugin, registered through the same services table as any
-** other: the `flash` attention and the scalar KV codecs that are GGUF types.
+** other: the `flash` attention and the scalar KV codecs (GGUF types and q6_0).
 */
 #include <string.h>
 
@@ -77,7 +77,8 @@ static void codec_decode_f16(void *ctx, const void *src, uint16_t *dst, int64_t 
   }
 }
 
-static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR_Q8_0,
+/* q6_0 is tessera's own block type (core/KV_CODECS.md), the rest are GGUF's. */
+static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR_Q8_0, TSR_Q6_0,
                                                TSR_Q5_1, TSR_Q5_0, TSR_Q4_1, TSR_Q4_0};
 #define N_CODECS (sizeof g_codec_types / sizeof g_codec_types[0])
 

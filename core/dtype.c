@@ -145,9 +145,20 @@ static const struct tsr_dtype_traits g_traits[TSR_DTYPE_COUNT] = {
     [TSR_MXFP4] = KNOWN("mxfp4", 32, 17),
 };
 
+/* tessera-only ids, indexed from TSR_DTYPE_OWN_BASE: a second small table so
+** the GGUF one stays indexed by the ids files carry. */
+static const struct tsr_dtype_traits g_own_traits[TSR_DTYPE_OWN_END - TSR_DTYPE_OWN_BASE] = {
+    [TSR_Q6_0 - TSR_DTYPE_OWN_BASE] = QUANT(q6_0, 32, 26, q6_0),
+};
+#define N_OWN (TSR_DTYPE_OWN_END - TSR_DTYPE_OWN_BASE)
+
 const struct tsr_dtype_traits *tsr_dtype_traits(int type_id) {
-  if (type_id < 0 || type_id >= TSR_DTYPE_COUNT) return NULL;
-  return g_traits[type_id].name ? &g_traits[type_id] : NULL;
+  const struct tsr_dtype_traits *tr = NULL;
+  if (type_id >= 0 && type_id < TSR_DTYPE_COUNT)
+    tr = &g_traits[type_id];
+  else if (type_id >= TSR_DTYPE_OWN_BASE && type_id < TSR_DTYPE_OWN_END)
+    tr = &g_own_traits[type_id - TSR_DTYPE_OWN_BASE];
+  return tr && tr->name ? tr : NULL;
 }
 
 int tsr_dtype_valid(int type_id) { return tsr_dtype_traits(type_id) != NULL; }
@@ -160,6 +171,9 @@ const char *tsr_dtype_name(enum tsr_dtype t) {
 int tsr_dtype_from_name(const char *name) {
   for (int i = 0; i < TSR_DTYPE_COUNT; i++)
     if (g_traits[i].name && strcasecmp(g_traits[i].name, name) == 0) return i;
+  for (int i = 0; i < N_OWN; i++)
+    if (g_own_traits[i].name && strcasecmp(g_own_traits[i].name, name) == 0)
+      return TSR_DTYPE_OWN_BASE + i;
   return -1;
 }
 

@@ -47,7 +47,14 @@ enum tsr_dtype {
   TSR_TQ1_0 = 34,
   TSR_TQ2_0 = 35,
   TSR_MXFP4 = 39,
-  TSR_DTYPE_COUNT = 40, /* one past the largest id; not a type */
+  TSR_DTYPE_COUNT = 40, /* one past the largest GGUF id; not a type */
+
+  /* tessera-only types, ids far above GGUF's so they can never collide with a
+  ** type a future GGUF adds. They are KV codecs, never stored in a file: the
+  ** GGUF reader accepts only ids below TSR_DTYPE_COUNT. */
+  TSR_DTYPE_OWN_BASE = 1000,
+  TSR_Q6_0 = 1000, /* 32 values: f16 d, 6-bit q, x = d * (q - 32); see core/KV_CODECS.md */
+  TSR_DTYPE_OWN_END = 1001, /* one past the largest tessera-only id; not a type */
 };
 
 /* Block sizes of the k-quants and the classic quants. */
@@ -56,6 +63,7 @@ enum tsr_dtype {
 #define TSR_QK5_0 32
 #define TSR_QK5_1 32
 #define TSR_QK8_0 32
+#define TSR_QK6_0 32
 #define TSR_QK8_1 32
 #define TSR_QK_K 256
 #define TSR_K_SCALE_SIZE 12
@@ -74,7 +82,7 @@ struct tsr_dtype_traits {
   tsr_from_f32_fn from_f32; /* NULL where no reference quantizer exists */
 };
 
-/* Traits of a type id; NULL for ids that are not types. */
+/* Traits of a type id (GGUF or tessera-only); NULL for ids that are not types. */
 const struct tsr_dtype_traits *tsr_dtype_traits(int type_id);
 int tsr_dtype_valid(int type_id);
 const char *tsr_dtype_name(enum tsr_dtype t);
@@ -109,6 +117,7 @@ TSR_DECLARE_QUANT(q4_1)
 TSR_DECLARE_QUANT(q5_0)
 TSR_DECLARE_QUANT(q5_1)
 TSR_DECLARE_QUANT(q8_0)
+TSR_DECLARE_QUANT(q6_0)
 TSR_DECLARE_QUANT(q2_K)
 TSR_DECLARE_QUANT(q3_K)
 TSR_DECLARE_QUANT(q4_K)

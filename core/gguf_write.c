@@ -214,6 +214,10 @@ tsr_status tsr_gguf_writer_add_tensor(struct tsr_gguf_writer *w, const char *nam
                          TSR_GGUF_MAX_NAME - 1);
   if (!tr) return tsr_error_set(TSR_ERR_INVALID_ARG, "gguf writer: tensor '%s': unknown dtype %d",
                                 name, (int)dtype);
+  /* tessera-only ids (KV codecs such as q6_0) are not GGUF types */
+  if ((int)dtype >= TSR_DTYPE_COUNT)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "gguf writer: tensor '%s': %s is not a GGUF type",
+                         name, tr->name);
   if (n_dims == 0 || n_dims > TSR_GGUF_MAX_DIMS)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "gguf writer: tensor '%s': n_dims %u not in 1..%d",
                          name, n_dims, TSR_GGUF_MAX_DIMS);

@@ -1,6 +1,7 @@
 /*
 ** GGUF block types, part 1: the 32-element blocks q4_0 q4_1 q5_0 q5_1 q8_0. The 256-element
-** k-quants (q2_K q3_K q4_K q5_K q6_K q8_K) are in quant_k.c.
+** k-quants (q2_K q3_K q4_K q5_K q6_K q8_K) are in quant_k.c. Last, q6_0: tessera's own KV
+** codec, no GGUF type (layout in core/KV_CODECS.md, tests in core/tests/test_q6_0.c).
 **
 ** Source of truth: ggml's block structs (ggml-common.h) and reference quantizers
 ** (quantize_row_*_ref in ggml-quants.c). Every quantizer repeats ggml's arithmetic step for
@@ -206,5 +207,57 @@ void tsr_quantize_row_q8_0_ref(const float *src, void *dst, int64_t n) {
     b->d = tsr_f32_to_f16(d);
     /* roundf: halves away from zero, as ggml rounds here (not to even). */
     for (int j = 0; j < TSR_QK8_0; j++) b->qs[j] = (int8_t)roundf(src[j] * id);
+  }
+}
+
+/* ---- q6_0 (tessera only): x = d * (q - 32), q in [0, 63] ----
+** Bytes: d (f16) | ql[16]: the four low bits of element j in the low nibble of ql[j], of
+** element j+16 in the high nibble (as q4_0) | qh[8]: the two high bits of elements j, j+8,
+** j+16, j+24 in bits 0-1, 2-3, 4-5, 6-7 of qh[j]. 26 bytes per 32 values, 6.5 bits/value.
+** The quantizer is q5_0's with 32 levels per side: the value of largest magnitude, sign kept,
+** maps exactly to q = 0 (the level with no positive twin), so d = that value / -32. */
+
+struct tsr_block_q6_0 {
+  uint16_t d;
+  uint8_t ql[TSR_QK6_0 / 2];
+  uint8_t qh[TSR_QK6_0 / 4];
+};
+_Static_assert(sizeof(struct tsr_block_q6_0) == 26, "q6_0 layout");
+
+void tsr_dequantize_row_q6_0(const void *src, float *dst, int64_t n) {
+  const struct tsr_block_q6_0 *b = src;
+  for (int64_t i = 0; i < n / TSR_QK6_0; i++, b++, dst += TSR_QK6_0) {
+    float d = tsr_f16_to_f32(b->d);
+    for (int j = 0; j < 8; j++) {
+      const int h = b->qh[j];
+      const int q0 = (b->ql[j] & 0x0f) | (h & 3) << 4;
+      const int q1 = (b->ql[j + 8] & 0x0f) | (h >> 2 & 3) << 4;
+      const int q2 = (b->ql[j] >> 4) | (h >> 4 & 3) << 4;
+      const int q3 = (b->ql[j + 8] >> 4) | (h >> 6 & 3) << 4;
+      dst[j] = (float)(q0 - 32) * d;
+      dst[j + 8] = (float)(q1 - 32) * d;
+      dst[j + 16] = (float)(q2 - 32) * d;
+      dst[j + 24] = (float)(q3 - 32) * d;
+    }
+  }
+}
+
+void tsr_quantize_row_q6_0_ref(const float *src, void *dst, int64_t n) {
+  struct tsr_block_q6_0 *b = dst;
+  int q[TSR_QK6_0];
+  for (int64_t i = 0; i < n / TSR_QK6_0; i++, b++, src += TSR_QK6_0) {
+    /* an all-zero block gets d = +0, not the -0 that 0 / -32 is, so it decodes to +0 */
+    const float m = signed_absmax(src, TSR_QK6_0);
+    float d = m != 0.0f ? m / -32 : 0.0f;
+    float id = d ? 1.0f / d : 0.0f;
+    b->d = tsr_f32_to_f16(d);
+    for (int j = 0; j < TSR_QK6_0; j++) {
+      q[j] = (int)(src[j] * id + 32.5f); /* |src * id| <= 32: never negative */
+      if (q[j] > 63) q[j] = 63;
+    }
+    for (int j = 0; j < 16; j++) b->ql[j] = (uint8_t)((q[j] & 0x0f) | (q[j + 16] & 0x0f) << 4);
+    for (int j = 0; j < 8; j++)
+      b->qh[j] = (uint8_t)((q[j] >> 4) | (q[j + 8] >> 4) << 2 | (q[j + 16] >> 4) << 4 |
+                           (q[j + 24] >> 4) << 6);
   }
 }

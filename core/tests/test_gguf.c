@@ -361,6 +361,10 @@ static void writer_refuses_what_the_reader_would_refuse(void) {
   CHECK(tsr_gguf_writer_add_u64(w, "general.alignment", 64) == TSR_ERR_INVALID_ARG);
   CHECK(tsr_gguf_writer_add_tensor(w, "q", TSR_Q4_0, 1, (int64_t[]){33}, NULL) ==
         TSR_ERR_INVALID_ARG);
+  /* a tessera-only KV codec id is not a GGUF type */
+  CHECK(tsr_gguf_writer_add_tensor(w, "k", TSR_Q6_0, 1, (int64_t[]){32}, NULL) ==
+        TSR_ERR_INVALID_ARG);
+  CHECK(strstr(tsr_error_message(), "not a GGUF type") != NULL);
   CHECK(tsr_gguf_writer_add_tensor(w, "z", TSR_F32, 2, (int64_t[]){4, 0}, NULL) ==
         TSR_ERR_INVALID_ARG);
   CHECK(tsr_gguf_writer_add_tensor(w, "five", TSR_F32, 5, (int64_t[]){1, 1, 1, 1, 1}, NULL) ==

@@ -762,6 +762,20 @@ static void test_asymmetric_codec_pairs_match_reference(void) {
   }
 }
 
+/* q6_0, tessera's own codec, as K and V, beside q8_0 and f16 and against f16:
+** the kernel decodes it a tile at a time like any block type. */
+static void test_q6_0_kv_matches_reference(void) {
+  tsr_test_seed(28);
+  const enum tsr_dtype pairs[][2] = {
+      {TSR_Q6_0, TSR_Q6_0}, {TSR_Q8_0, TSR_Q6_0}, {TSR_Q6_0, TSR_Q4_0}, {TSR_F16, TSR_Q6_0}};
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+    check_codec_pair(pairs[i][0], pairs[i][1]);
+  struct attn_case c = plain(64, 3, 100, 4, 1, TSR_F16);
+  c.kdt = TSR_Q6_0;
+  c.positions = c.causal = true;
+  check_codec_case(&c);
+}
+
 /* V narrower than K in another codec, an additive mask, softcap, and a
 ** permuted q: the decoded-row path goes through every feature. */
 static void test_quantized_kv_with_mask_softcap_and_narrow_v(void) {
@@ -829,6 +843,7 @@ int main(void) {
   TSR_RUN(test_negotiation_reads_block_codecs_in_register);
   TSR_RUN(test_every_codec_pair_of_one_type_matches_reference);
   TSR_RUN(test_asymmetric_codec_pairs_match_reference);
+  TSR_RUN(test_q6_0_kv_matches_reference);
   TSR_RUN(test_quantized_kv_with_mask_softcap_and_narrow_v);
   TSR_RUN(test_quantized_cache_with_empty_cells_and_hidden_rows);
   for (int i = 0; i < 5; i++) tsr_backend_free(backends[i]);

@@ -265,10 +265,10 @@ static tsr_status build_pieces(struct tsr_tokenizer *tok) {
         memcpy(p + off, t, len);
         o = off + len;
       }
-    } else if (tok->kind == TSR__TOK_SPM && type == TSR_TOKEN_BYTE &&
+    } else if (tok->kind != TSR__TOK_GPT2 && type == TSR_TOKEN_BYTE &&
                (hex = byte_token(t, len)) >= 0) {
       p[o++] = (unsigned char)hex;
-    } else if (tok->kind == TSR__TOK_SPM) {
+    } else if (tok->kind != TSR__TOK_GPT2) {
       for (size_t i = 0; i < len; i++) {
         if (i + 2 < len && t[i] == 0xE2 && t[i + 1] == 0x96 && t[i + 2] == 0x81) {
           p[o++] = ' ';
@@ -324,7 +324,8 @@ static tsr_status build_trie(struct tsr_tokenizer *tok) {
 
 static void mark_eog(struct tsr_tokenizer *tok) {
   static const char *const names[] = {"<|endoftext|>", "<|im_end|>", "<end_of_turn>",
-                                      "<|eot_id|>",    "<|eom_id|>", "<|end|>"};
+                                      "<|eot_id|>",    "<|eom_id|>", "<|end|>",
+                                      "<turn|>"}; /* Gemma 4's turn end */
   int32_t ids[] = {tok->eos, tok->eot, tok->eom};
   for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
     if (ids[i] >= 0) tok->eog[ids[i]] = 1;
@@ -342,10 +343,13 @@ static tsr_status load(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
     tok->kind = TSR__TOK_GPT2;
   else if (strcmp(model, "llama") == 0)
     tok->kind = TSR__TOK_SPM;
+  else if (strcmp(model, "gemma4") == 0)
+    tok->kind = TSR__TOK_GEMMA4;
   else
     return tsr_error_set(
         TSR_ERR_UNSUPPORTED,
-        "%s: tokenizer.ggml.model = '%s' is not supported (supported: gpt2, llama)", path, model);
+        "%s: tokenizer.ggml.model = '%s' is not supported (supported: gpt2, llama, gemma4)", path,
+        model);
   const char *pre = "default";
   if (tsr_gguf_find_key(g, "tokenizer.ggml.pre") >= 0 &&
       (st = tsr_gguf_get_str(g, "tokenizer.ggml.pre", &pre)))
@@ -365,7 +369,7 @@ static tsr_status load(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
       (st = load_id(g, "tokenizer.ggml.eot_token_id", n, &tok->eot)) ||
       (st = load_id(g, "tokenizer.ggml.eom_token_id", n, &tok->eom)))
     return st;
-  if ((st = load_bool(g, "tokenizer.ggml.add_bos_token", tok->kind == TSR__TOK_SPM,
+  if ((st = load_bool(g, "tokenizer.ggml.add_bos_token", tok->kind != TSR__TOK_GPT2,
                       &tok->add_bos)) ||
       (st = load_bool(g, "tokenizer.ggml.add_eos_token", false, &tok->add_eos)))
     return st;
@@ -385,12 +389,14 @@ static tsr_status load(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
     if ((st = tsr__pretok_compile(tok, path))) return st;
     if ((st = tsr__bpe_load_merges(tok, g))) return st;
   } else {
-    if (strcmp(pre, "default") != 0)
+    /* llama.cpp writes no pre for gemma4 and its loader implies "gemma4" */
+    bool gemma4 = tok->kind == TSR__TOK_GEMMA4;
+    if (strcmp(pre, "default") != 0 && !(gemma4 && strcmp(pre, "gemma4") == 0))
       return tsr_error_set(
           TSR_ERR_UNSUPPORTED,
           "%s: tokenizer.ggml.pre = '%s' is not supported with tokenizer.ggml.model "
-          "'llama' (supported: default)",
-          path, pre);
+          "'%s' (supported: default%s)",
+          path, pre, model, gemma4 ? ", gemma4" : "");
     /* Absent means true to llama.cpp, whose files these are. */
     bool prefix;
     if ((st = load_bool(g, "tokenizer.ggml.add_space_prefix", true, &prefix))) return st;
@@ -398,11 +404,11 @@ static tsr_status load(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
       return tsr_error_set(
           TSR_ERR_UNSUPPORTED,
           "%s: tokenizer.ggml.add_space_prefix is %s: a SentencePiece dummy prefix "
-          "is not implemented (Gemma 3 sets it false)",
+          "is not implemented (Gemma 3 and Gemma 4 set it false)",
           path,
           tsr_gguf_find_key(g, "tokenizer.ggml.add_space_prefix") < 0 ? "absent, which means true"
                                                                       : "true");
-    if ((st = tsr__spm_load(tok, g))) return st;
+    if ((st = gemma4 ? tsr__gemma4_load(tok, g) : tsr__spm_load(tok, g))) return st;
   }
   if ((st = build_pieces(tok))) return st;
   if ((st = build_trie(tok))) return st;

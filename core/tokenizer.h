@@ -1,7 +1,7 @@
 /*
 ** Tokenizers read from a GGUF's tokenizer.* keys.
 **
-** Two families:
+** Three families:
 **  - "gpt2": byte-level BPE (GPT-2's byte <-> unicode mapping, merges ranked
 **    by their order in tokenizer.ggml.merges), after a pre-tokenizer regex
 **    chosen by tokenizer.ggml.pre ("qwen2", "qwen35"; PCRE2 with Unicode
@@ -9,6 +9,13 @@
 **  - "llama": SentencePiece BPE as Gemma 3 ships it: spaces become U+2581,
 **    no pre-tokenizer, pieces merged by highest score, characters missing from
 **    the vocabulary fall back to <0xXX> byte tokens.
+**  - "gemma4": Gemma 4's tokenizer.json BPE as `tessera convert` and
+**    llama.cpp's converter write it (every score -1000): text as for "llama"
+**    (U+2581 for spaces, byte fallback, no dummy prefix), merged by rank in
+**    tokenizer.ggml.merges. The whole stretch between added tokens is one
+**    word, as in the reference (its Split-on-space pre-tokenizer runs after
+**    the normalizer has replaced every space), so pieces such as ":\n" form
+**    across newlines; llama.cpp splits newline runs off first and can differ.
 **
 ** Added tokens: every CONTROL, UNKNOWN and USER_DEFINED token is matched
 ** literally in the raw text (leftmost, then longest) before normalization.
@@ -63,7 +70,7 @@ void tsr_tokenizer_free(struct tsr_tokenizer *tok);
 /*
 ** Encodes len bytes of text (any bytes; NULs included). With add_special the
 ** model's BOS is prepended when the GGUF asks for it (add_bos_token; absent
-** means yes for "llama" and no for "gpt2"), and EOS appended when
+** means yes for "llama" and "gemma4", no for "gpt2"), and EOS appended when
 ** add_eos_token says so. *ids is malloc'd (free() it; NULL when *n is 0).
 */
 tsr_status tsr_tokenizer_encode(const struct tsr_tokenizer *tok, const char *text, size_t len,
@@ -92,14 +99,14 @@ int32_t tsr_tokenizer_pad(const struct tsr_tokenizer *tok); /* -1 if none */
 /* Whether add_special prepends BOS / appends EOS. */
 bool tsr_tokenizer_adds_bos(const struct tsr_tokenizer *tok);
 bool tsr_tokenizer_adds_eos(const struct tsr_tokenizer *tok);
-/* tokenizer.ggml.model and .pre as read ("gpt2"/"llama"; pre may be "default"). */
+/* tokenizer.ggml.model and .pre as read ("gpt2"/"llama"/"gemma4"; pre may be "default"). */
 const char *tsr_tokenizer_model_name(const struct tsr_tokenizer *tok);
 const char *tsr_tokenizer_pre_name(const struct tsr_tokenizer *tok);
 /* tokenizer.chat_template, or NULL when the GGUF has none. */
 const char *tsr_tokenizer_chat_template(const struct tsr_tokenizer *tok);
 
 /* End of generation: the eos, eot and eom ids, and the control tokens
-** <|endoftext|>, <|im_end|>, <end_of_turn>, <|eot_id|>, <|eom_id|>, <|end|>. */
+** <|endoftext|>, <|im_end|>, <end_of_turn>, <|eot_id|>, <|eom_id|>, <|end|>, <turn|>. */
 bool tsr_tokenizer_is_eog(const struct tsr_tokenizer *tok, int32_t id);
 
 /*

@@ -11,7 +11,8 @@
 ** is O(n log n) per word, so a long run of spaces or digits costs no more
 ** than its length suggests.
 **
-** gpt2: the priority is the merge's rank in tokenizer.ggml.merges.
+** gpt2, gemma4: the priority is the merge's rank in tokenizer.ggml.merges
+**       (Gemma 4's GGUF scores are all -1000: only the merges order pieces).
 ** spm:  the reference tokenizer (Hugging Face's, built from the vocabulary)
 **       orders the merges of normal pieces by the merged piece's score,
 **       higher first; then by the left part's length in characters, longer
@@ -91,7 +92,7 @@ static struct tsr__tok_cand heap_pop(struct tsr__tok_work *w) {
 
 /* ---- pair lookups -------------------------------------------------------------- */
 
-static bool gpt2_pair(const struct tsr_tokenizer *tok, int32_t l, int32_t r, uint64_t *key,
+static bool ranked_pair(const struct tsr_tokenizer *tok, int32_t l, int32_t r, uint64_t *key,
                       int32_t *merged) {
   uint64_t k = (((uint64_t)(uint32_t)l << 32) | (uint32_t)r) + 1;
   for (uint64_t i = (k * 0x9E3779B97F4A7C15ull >> 20) & tok->merge_mask;;
@@ -170,8 +171,10 @@ tsr_status tsr__bpe_encode_word(const struct tsr_tokenizer *tok, struct tsr__tok
   if (st) return st;
   for (size_t i = 0; i < len; i++) w->sym[i].id = tok->byte_tok[s[i]];
   link_syms(w, len);
-  return merge_all(tok, w, len, gpt2_pair, out);
+  return merge_all(tok, w, len, ranked_pair, out);
 }
+
+static tsr_status load_merge_table(struct tsr_tokenizer *tok, const struct tsr_gguf *g);
 
 tsr_status tsr__bpe_load_merges(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
   const char *path = tsr_gguf_path(g);
@@ -193,6 +196,13 @@ tsr_status tsr__bpe_load_merges(struct tsr_tokenizer *tok, const struct tsr_gguf
           "%s: tokenizer.ggml.tokens lacks '%.*s', the byte-level token of byte 0x%02X", path,
           (int)ul, u, b);
   }
+  return load_merge_table(tok, g);
+}
+
+/* tokenizer.ggml.merges ("A B", split at the first space past the first
+** byte) as (left id, right id) -> (rank, merged id). */
+static tsr_status load_merge_table(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
+  const char *path = tsr_gguf_path(g);
   const struct tsr_gguf_kv *kv;
   tsr_status st = tsr_gguf_get_arr(g, "tokenizer.ggml.merges", TSR_GGUF_STRING, &kv);
   if (st) return st;
@@ -259,7 +269,25 @@ tsr_status tsr__spm_encode(const struct tsr_tokenizer *tok, struct tsr__tok_work
     i += cl;
   }
   link_syms(w, n);
-  return merge_all(tok, w, n, spm_pair, out);
+  return merge_all(tok, w, n, tok->kind == TSR__TOK_GEMMA4 ? ranked_pair : spm_pair, out);
+}
+
+/* The <0xXX> token of each byte, for characters the vocabulary lacks; the
+** unknown token where a byte has none. */
+static tsr_status load_byte_tokens(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
+  const char *path = tsr_gguf_path(g);
+  for (int b = 0; b < 256; b++) {
+    char name[8];
+    snprintf(name, sizeof name, "<0x%02X>", b);
+    tok->byte_tok[b] = tsr_tokenizer_find(tok, name, 6);
+    if (tok->byte_tok[b] < 0) tok->byte_tok[b] = tok->unk;
+    if (tok->byte_tok[b] < 0)
+      return tsr_error_set(TSR_ERR_FORMAT,
+                           "%s: tokenizer.ggml.tokens has no byte token %s and there is no "
+                           "tokenizer.ggml.unknown_token_id to fall back to",
+                           path, name);
+  }
+  return TSR_OK;
 }
 
 struct scored {
@@ -320,16 +348,10 @@ tsr_status tsr__spm_load(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
     for (size_t j = 0; j < tok->text_len[i]; j++) c += (t[j] & 0xC0) != 0x80;
     tok->cp_len[i] = (uint8_t)(c > 255 ? 255 : c);
   }
-  for (int b = 0; b < 256; b++) {
-    char name[8];
-    snprintf(name, sizeof name, "<0x%02X>", b);
-    tok->byte_tok[b] = tsr_tokenizer_find(tok, name, 6);
-    if (tok->byte_tok[b] < 0) tok->byte_tok[b] = tok->unk;
-    if (tok->byte_tok[b] < 0)
-      return tsr_error_set(TSR_ERR_FORMAT,
-                           "%s: tokenizer.ggml.tokens has no byte token %s and there is no "
-                           "tokenizer.ggml.unknown_token_id to fall back to",
-                           path, name);
-  }
-  return TSR_OK;
+  return load_byte_tokens(tok, g);
+}
+
+tsr_status tsr__gemma4_load(struct tsr_tokenizer *tok, const struct tsr_gguf *g) {
+  tsr_status st = load_byte_tokens(tok, g);
+  return st ? st : load_merge_table(tok, g);
 }

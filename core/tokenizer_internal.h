@@ -15,6 +15,9 @@
 enum tsr__tok_kind {
   TSR__TOK_GPT2, /* byte-level BPE with ranked merges */
   TSR__TOK_SPM,  /* SentencePiece BPE over scores, byte fallback */
+  /* gemma4: SentencePiece-style text (spaces as U+2581, byte fallback) merged by the
+  ** ranked merges of tokenizer.ggml.merges, as Gemma 4's tokenizer.json BPE model does */
+  TSR__TOK_GEMMA4,
 };
 
 /* A byte trie over the added tokens' texts: children form a sibling list. */
@@ -42,7 +45,8 @@ struct tsr_tokenizer {
   uint32_t *map;
   uint64_t map_mask;
 
-  /* gpt2: the token of each byte's mapped character, and merges keyed by
+  /* gpt2: the token of each byte's mapped character; spm and gemma4: the
+  ** <0xXX> token of each byte. gpt2 and gemma4: merges keyed by
   ** (left id, right id) -> (rank, result id). */
   int32_t byte_tok[256];
   uint64_t *merge_key; /* (left << 32 | right) + 1, 0 is empty */
@@ -105,7 +109,8 @@ uint32_t tsr__byte_to_cp(uint8_t b);
 int tsr__cp_to_byte(uint32_t cp);
 
 /* tokenizer_bpe.c: encode one normalized segment. The gpt2 one takes one
-** pre-token (raw bytes); the spm one the whole segment (spaces already U+2581). */
+** pre-token (raw bytes); the spm one the whole segment (spaces already U+2581),
+** merged by score (spm) or by merge rank (gemma4). */
 tsr_status tsr__bpe_encode_word(const struct tsr_tokenizer *tok, struct tsr__tok_work *w,
                                 const unsigned char *s, size_t len, struct tsr__ids *out);
 tsr_status tsr__spm_encode(const struct tsr_tokenizer *tok, struct tsr__tok_work *w,
@@ -113,6 +118,7 @@ tsr_status tsr__spm_encode(const struct tsr_tokenizer *tok, struct tsr__tok_work
 /* tokenizer_bpe.c: merges and spm priorities, built at load. */
 tsr_status tsr__bpe_load_merges(struct tsr_tokenizer *tok, const struct tsr_gguf *g);
 tsr_status tsr__spm_load(struct tsr_tokenizer *tok, const struct tsr_gguf *g);
+tsr_status tsr__gemma4_load(struct tsr_tokenizer *tok, const struct tsr_gguf *g);
 
 /* tokenizer_pretok.c: compile the regex named by tokenizer.ggml.pre, and
 ** encode one raw segment (NFC, split, then BPE per pre-token). */

@@ -3,14 +3,22 @@
 **
 ** Without arguments: unit tests on tiny vocabularies written into GGUF files
 ** with the core's writer (byte mapping, merge order, pre-tokenizer splits,
-** added tokens, SentencePiece merges and byte fallback, BOS, errors,
-** streaming UTF-8).
+** added tokens, SentencePiece merges and byte fallback, Gemma 4's ranked
+** merges, BOS, errors, streaming UTF-8).
 **
 ** With --corpus EXPECTED.json: the real tokenizer named in the file's header
 ** (source_file, looked up in ${TESSERA_MODEL_CACHE:-$HOME/.cache/tessera/models})
 ** must reproduce every case's ids exactly, with and without special-token
 ** parsing, and decode them back to the expected text. A missing model file
 ** is a failure that says how to fetch it.
+**
+** With --gemma4 FIXTURE_DIR EXPECTED.json [TESSERA]: the fixture's
+** tokenizer.json converted in process (the core's tokenizer writer, as
+** `tessera convert` runs it for gemma4) must reproduce the committed ids of
+** Hugging Face tokenizers (tests/reference/make_tokenizer_expected.py) the
+** same way. With the tessera binary, the whole fixture is also converted by
+** `tessera convert`, its GGUF checked likewise, and `tessera run` must
+** generate from it.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "convert.h"
 #include "error.h"
 #include "gguf.h"
 #include "harness.h"
@@ -551,6 +560,67 @@ static void spm_decode_turns_marks_into_spaces(void) {
   tsr_tokenizer_free(tok);
 }
 
+/* ---- gemma4 -------------------------------------------------------------------- */
+
+/* The spm layout above as Gemma 4's GGUF has it: every score -1000, merges ranked. */
+static tsr_status build_gemma4(const char *pre, int space_prefix, struct tsr_tokenizer **tok) {
+  enum { NP = sizeof g_spm_pieces / sizeof g_spm_pieces[0], N = SPM_BASE + NP };
+  static char names[256][8];
+  const char *tokens[N];
+  int32_t types[N];
+  float scores[N];
+  tokens[0] = "<unk>", tokens[1] = "<s>", tokens[2] = "</s>";
+  for (int i = 0; i < 3; i++) types[i] = TSR_TOKEN_CONTROL;
+  for (int b = 0; b < 256; b++) {
+    snprintf(names[b], sizeof names[b], "<0x%02X>", b);
+    tokens[3 + b] = names[b];
+    types[3 + b] = TSR_TOKEN_BYTE;
+  }
+  for (int i = 0; i < NP; i++) {
+    tokens[SPM_BASE + i] = g_spm_pieces[i];
+    types[SPM_BASE + i] = TSR_TOKEN_NORMAL;
+  }
+  for (int i = 0; i < N; i++) scores[i] = -1000;
+  types[SPM_BASE + 12] = TSR_TOKEN_CONTROL;
+  types[SPM_BASE + 13] = TSR_TOKEN_USER_DEFINED;
+  static const char *merges[] = {"l o", "h e", "he l", "l l", "hel lo", "\xE2\x96\x81 hello"};
+  struct spec sp = {"gemma4", pre, tokens, types, N, merges, 6, scores, 1, 2, -1, space_prefix};
+  return build(&sp, tok);
+}
+
+static void gemma4_merges_by_rank_with_byte_fallback(void) {
+  struct tsr_tokenizer *tok;
+  CHECK_OK(build_gemma4(NULL, 0, &tok));
+  if (!tok) return;
+  enum { SP = SPM_BASE, H, E, L, O, HE, LL, HELL, HELLO, SHELLO, LO, HEL };
+  /* l o first, then h e, he l, and hel lo: ll and hell never form on this path */
+  CHECK(ENC(tok, "hello", false, HELLO));
+  CHECK(ENC(tok, " hello", false, SHELLO));
+  /* hell is a piece, but no merge makes it */
+  CHECK(ENC(tok, "hell", false, HEL, L));
+  CHECK(ENC(tok, "ll", false, LL));
+  /* a character the vocabulary lacks falls back to its bytes */
+  CHECK(ENC(tok, "h\xC3\xA9", false, H, 3 + 0xC3, 3 + 0xA9));
+  /* the newline is an added (user-defined) token and splits the text */
+  CHECK(ENC(tok, "lo\nlo", false, LO, SPM_BASE + 13, LO));
+  CHECK(tsr_tokenizer_adds_bos(tok)); /* absent add_bos_token means yes */
+  CHECK(!strcmp(tsr_tokenizer_model_name(tok), "gemma4"));
+  int32_t ids[] = {SHELLO, 3 + 0xC3, 3 + 0xA9, HEL};
+  char *text;
+  size_t len;
+  CHECK_OK(tsr_tokenizer_decode(tok, ids, 4, &text, &len));
+  CHECK(len == 11 && memcmp(text, " hello\xC3\xA9hel", len) == 0);
+  free(text);
+  tsr_tokenizer_free(tok);
+
+  CHECK_OK(build_gemma4("gemma4", 0, &tok)); /* llama.cpp's implied pre, written out */
+  tsr_tokenizer_free(tok);
+  CHECK(build_gemma4("qwen2", 0, &tok) == TSR_ERR_UNSUPPORTED);
+  CHECK(strstr(tsr_error_message(), "'qwen2'") != NULL);
+  CHECK(build_gemma4(NULL, 1, &tok) == TSR_ERR_UNSUPPORTED);
+  CHECK(strstr(tsr_error_message(), "add_space_prefix") != NULL);
+}
+
 /* ---- streaming ----------------------------------------------------------------- */
 
 static void utf8_stream_holds_partial_characters(void) {
@@ -593,6 +663,9 @@ static void print_ids(const char *label, const int32_t *ids, size_t n, const cJS
   fputc('\n', stderr);
 }
 
+static int check_corpus(const struct tsr_tokenizer *tok, const cJSON *root,
+                        const char *expected_path, const char *family, double load_s);
+
 static int run_corpus(const char *expected_path) {
   cJSON *root;
   if (tsr_json_load(expected_path, &root)) {
@@ -632,7 +705,15 @@ static int run_corpus(const char *expected_path) {
   }
   tsr_gguf_close(g);
   double load_s = (double)(clock() - t0) / CLOCKS_PER_SEC;
+  int fails = check_corpus(tok, root, expected_path, family, load_s);
+  tsr_tokenizer_free(tok);
+  cJSON_Delete(root);
+  return fails ? 1 : 0;
+}
 
+/* Every case of an expected-ids file against tok; returns the failures. */
+static int check_corpus(const struct tsr_tokenizer *tok, const cJSON *root,
+                        const char *expected_path, const char *family, double load_s) {
   int64_t vocab, bos, eos;
   bool add_bos;
   int fails = 0;
@@ -656,7 +737,8 @@ static int run_corpus(const char *expected_path) {
             tsr_tokenizer_eos(tok));
     fails++;
   }
-  static const char *const turn_ends[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>"};
+  static const char *const turn_ends[] = {"<|im_end|>", "<|endoftext|>", "<end_of_turn>",
+                                          "<turn|>"};
   for (size_t i = 0; i < sizeof turn_ends / sizeof turn_ends[0]; i++) {
     int32_t id = tsr_tokenizer_find(tok, turn_ends[i], strlen(turn_ends[i]));
     if (id >= 0 && !tsr_tokenizer_is_eog(tok, id)) {
@@ -720,15 +802,138 @@ static int run_corpus(const char *expected_path) {
     fprintf(stderr, "FAIL: only %d cases in %s\n", n_cases, expected_path);
     fails++;
   }
+  return fails + n_bad;
+}
+
+/* ---- gemma4: the fixtures' tokenizer.json through the converter -------------------- */
+
+static tsr_status convert_tokenizer_only(void *ctx, const struct tsr_host *h,
+                                         struct tsr_convert *cv) {
+  (void)ctx;
+  h->hf_skip_prefix(cv, ""); /* the weights are not this test's business */
+  tsr_status st = h->out_str(cv, "general.architecture", "gemma4");
+  return st ? st : h->convert_tokenizer(cv, "gemma4");
+}
+
+static tsr_status convert_in_process(const char *dir, const char *out) {
+  struct tsr_convert_options o = {.hf_dir = dir, .out_path = out, .outtype = TSR_F32};
+  struct tsr_convert *cv = NULL;
+  tsr_status st = tsr_convert_open(&o, &cv);
+  if (st) return st;
+  struct tsr_arch_v1 arch = {.struct_size = sizeof arch, .names = "gemma4",
+                             .hf_types = "gemma4", .convert = convert_tokenizer_only};
+  st = tsr_convert_with(cv, &arch, "tokenizer_only");
+  if (!st) st = tsr_convert_finish(cv, NULL);
+  tsr_convert_free(cv);
+  return st;
+}
+
+/* The expected ids against the tokenizer of a converted GGUF; returns the failures. */
+static int check_gguf(const char *path, const cJSON *root, const char *expected,
+                      const char *label) {
+  struct tsr_gguf *g;
+  struct tsr_tokenizer *tok = NULL;
+  clock_t t0 = clock();
+  if (tsr_gguf_open(path, &g)) {
+    fprintf(stderr, "FAIL: %s: %s\n", label, tsr_error_message());
+    return 1;
+  }
+  tsr_status st = tsr_tokenizer_load(g, &tok);
+  tsr_gguf_close(g);
+  if (st) {
+    fprintf(stderr, "FAIL: %s: %s\n", label, tsr_error_message());
+    return 1;
+  }
+  int fails = check_corpus(tok, root, expected, label, (double)(clock() - t0) / CLOCKS_PER_SEC);
+  if (strcmp(tsr_tokenizer_model_name(tok), "gemma4") != 0) {
+    fprintf(stderr, "FAIL: %s: tokenizer model '%s', not gemma4\n", label,
+            tsr_tokenizer_model_name(tok));
+    fails++;
+  }
   tsr_tokenizer_free(tok);
+  return fails;
+}
+
+static int file_contains(const char *path, const char *needle) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return 0;
+  static char buf[1 << 16];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  return strstr(buf, needle) != NULL;
+}
+
+/* `tessera convert` of the whole fixture, its tokenizer, and `tessera run` on it. */
+static int run_tessera(const char *tessera, const char *dir, const char *tmp, const cJSON *root,
+                       const char *expected) {
+  char gguf[512], out[512], err[512], cmd[4096];
+  snprintf(gguf, sizeof gguf, "%s/model.gguf", tmp);
+  snprintf(out, sizeof out, "%s/run.out", tmp);
+  snprintf(err, sizeof err, "%s/run.err", tmp);
+  snprintf(cmd, sizeof cmd, "'%s' convert '%s' '%s' --outtype f32 > '%s' 2>&1", tessera, dir, gguf,
+           err);
+  int rc = system(cmd), fails = 0;
+  if (rc != 0) {
+    fprintf(stderr, "FAIL: tessera convert exited with %d (%s)\n", rc, err);
+    return 1;
+  }
+  fails += check_gguf(gguf, root, expected, "gemma4 (tessera convert)");
+  /* <bos> he ll o: the prompt must reach the model as the tokenizer encodes it */
+  snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p hello -n 8 --temp 0 > '%s' 2> '%s'", tessera,
+           gguf, out, err);
+  rc = system(cmd);
+  if (rc != 0) {
+    fprintf(stderr, "FAIL: tessera run -m %s -p hello -n 8 --temp 0 exited with %d\n", gguf, rc);
+    fails++;
+  } else if (!file_contains(err, "prompt eval: 4 tokens") &&
+             !file_contains(out, "prompt eval: 4 tokens")) {
+    fprintf(stderr, "FAIL: tessera run did not report a 4-token prompt (<bos> he ll o)\n");
+    fails++;
+  } else {
+    printf("tessera run on the converted gemma4_dense: exit 0, 4-token prompt\n");
+  }
+  unlink(out);
+  unlink(err);
+  unlink(gguf);
+  return fails;
+}
+
+static int run_gemma4(const char *dir, const char *expected, const char *tessera) {
+  cJSON *root;
+  if (tsr_json_load(expected, &root)) {
+    fprintf(stderr, "FAIL: %s\n", tsr_error_message());
+    return 1;
+  }
+  char tmp[] = "/tmp/tsr_test_tok4_XXXXXX", gguf[512];
+  if (!mkdtemp(tmp)) {
+    perror("mkdtemp");
+    cJSON_Delete(root);
+    return 1;
+  }
+  snprintf(gguf, sizeof gguf, "%s/tokenizer.gguf", tmp);
+  int fails = 0;
+  if (convert_in_process(dir, gguf)) {
+    fprintf(stderr, "FAIL: converting %s: %s\n", dir, tsr_error_message());
+    fails++;
+  } else {
+    fails += check_gguf(gguf, root, expected, "gemma4 (tokenizer writer)");
+  }
+  unlink(gguf);
+  if (tessera) fails += run_tessera(tessera, dir, tmp, root, expected);
+  rmdir(tmp);
   cJSON_Delete(root);
-  return fails || n_bad ? 1 : 0;
+  return fails ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "--corpus") == 0) return run_corpus(argv[2]);
+  if ((argc == 4 || argc == 5) && strcmp(argv[1], "--gemma4") == 0)
+    return run_gemma4(argv[2], argv[3], argc == 5 ? argv[4] : NULL);
   if (argc != 1) {
-    fprintf(stderr, "usage: %s [--corpus EXPECTED.json]\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s [--corpus EXPECTED.json | --gemma4 FIXTURE_DIR EXPECTED.json [TESSERA]]\n",
+            argv[0]);
     return 2;
   }
   if (!mkdtemp(g_dir)) {
@@ -749,6 +954,7 @@ int main(int argc, char **argv) {
   TSR_RUN(spm_merges_highest_score_first);
   TSR_RUN(spm_dummy_prefix_is_refused);
   TSR_RUN(spm_decode_turns_marks_into_spaces);
+  TSR_RUN(gemma4_merges_by_rank_with_byte_fallback);
   TSR_RUN(utf8_stream_holds_partial_characters);
   rmdir(g_dir);
   return TSR_TEST_EXIT();

@@ -25,6 +25,17 @@
 ** linear layers cannot drop part of a sequence (its recurrent state holds
 ** it): there such a failure leaves the sequence as it was only when it was
 ** empty before the call, and otherwise says that the state moved on.
+**
+** Token ids. Per sequence the engine remembers the ids at positions 0..known
+** (eval appends, seq_rm and context shift cut), which is all prompt-prefix
+** reuse needs: tsr_engine_common_prefix compares a new prompt with them.
+**
+** Context shift. The moved cells are found first (both pools); the arch's
+** shift_keys appends, per owning layer, get_rows of those cells' K, a RoPE
+** by -n_discard and set_rows back in the K codec; the graph runs; only then
+** do the cells' positions change (seq_rm of the dropped span, seq_add of
+** the rest), so every refusal leaves the cache as it was. A failure while
+** the graph runs leaves keys half rotated: the sequence is dropped whole.
 */
 #include "engine.h"
 
@@ -46,6 +57,11 @@ struct tsr_engine {
   bool has_linear;
   void *arena;        /* kept across steps: a fresh one per step is page faults */
   size_t arena_bytes;
+  int32_t n_seq;
+  struct seq_ids {    /* the token ids at positions 0..n of one sequence */
+    int32_t *ids;
+    int32_t n, cap;
+  } *seq_ids;
 };
 
 static enum tsr_profile_layer_kind profile_kind(enum tsr_layer_kind k) {
@@ -167,8 +183,11 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
   }
   if (st == TSR_OK) {
     e->n_ubatch = (int32_t)(p->ubatch < p->context ? p->ubatch : p->context);
-    st = new_kv_cache(e);
+    e->n_seq = p->server.parallel > 0 ? (int32_t)p->server.parallel : 1;
+    if (!(e->seq_ids = calloc((size_t)e->n_seq, sizeof *e->seq_ids)))
+      st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   }
+  if (st == TSR_OK) st = new_kv_cache(e);
   if (st == TSR_OK) st = read_n_vocab(e);
   if (st == TSR_OK)
     st = tsr_backend_cpu_new(opt->n_threads > 0 ? opt->n_threads : p->threads, &e->backend);
@@ -186,6 +205,8 @@ void tsr_engine_free(struct tsr_engine *e) {
   tsr_kv_cache_free(e->kv);
   tsr_setup_free(e->setup);
   free(e->arena);
+  for (int32_t i = 0; e->seq_ids && i < e->n_seq; i++) free(e->seq_ids[i].ids);
+  free(e->seq_ids);
   free(e);
 }
 
@@ -196,8 +217,54 @@ int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq) {
   return tsr_kv_cache_seq_pos_max(e->kv, seq) + 1;
 }
 
+/* Forgets the remembered ids from position p on (seq < 0: every sequence). */
+static void ids_cut(struct tsr_engine *e, int32_t seq, int32_t p) {
+  if (p < 0) p = 0;
+  for (int32_t s = 0; s < e->n_seq; s++)
+    if ((seq < 0 || s == seq) && e->seq_ids[s].n > p) e->seq_ids[s].n = p;
+}
+
+/* Remembers tokens at positions p0.. of seq when they extend what is known. */
+static void ids_add(struct tsr_engine *e, int32_t seq, int32_t p0, const int32_t *t, int32_t n) {
+  struct seq_ids *q = &e->seq_ids[seq];
+  if (p0 != q->n) return; /* a gap (middle removal): positions and ids no longer pair */
+  if (q->n + n > q->cap) {
+    int32_t cap = q->cap ? q->cap : 256;
+    while (cap < q->n + n) cap *= 2;
+    int32_t *grown = realloc(q->ids, (size_t)cap * sizeof *grown);
+    if (!grown) return; /* forgetting ids only costs a later re-evaluation */
+    q->ids = grown;
+    q->cap = cap;
+  }
+  memcpy(q->ids + q->n, t, (size_t)n * sizeof *t);
+  q->n += n;
+}
+
 tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1) {
-  return tsr_kv_cache_seq_rm(e->kv, seq, p0, p1);
+  tsr_status st = tsr_kv_cache_seq_rm(e->kv, seq, p0, p1);
+  if (st == TSR_OK) ids_cut(e, seq, p0);
+  return st;
+}
+
+int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const int32_t *tokens,
+                                 int32_t n) {
+  if (seq < 0 || seq >= e->n_seq || !tokens || n <= 0) return 0;
+  const struct seq_ids *q = &e->seq_ids[seq];
+  int32_t held = tsr_engine_seq_len(e, seq), k = 0;
+  while (k < n && k < q->n && k < held && q->ids[k] == tokens[k]) k++;
+  return k;
+}
+
+/* Grows the kept compute arena to bytes. */
+static tsr_status arena_reserve(struct tsr_engine *e, size_t bytes) {
+  if (bytes <= e->arena_bytes) return TSR_OK;
+  void *grown = NULL;
+  if (posix_memalign(&grown, TSR_ARENA_ALIGN, bytes))
+    return tsr_error_set(TSR_ERR_NOMEM, "cannot allocate a %zu-byte compute arena", bytes);
+  free(e->arena);
+  e->arena = grown;
+  e->arena_bytes = bytes;
+  return TSR_OK;
 }
 
 /* One ubatch of n tokens whose cells prepare picked: build, plan, fill, run.
@@ -226,17 +293,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
     tsr_graph_mark_output(fw.logits);
     st = tsr_graph_plan(g, &plan);
   }
-  if (st == TSR_OK && plan.arena_bytes > e->arena_bytes) {
-    void *grown = NULL;
-    if (posix_memalign(&grown, TSR_ARENA_ALIGN, plan.arena_bytes)) {
-      st = tsr_error_set(TSR_ERR_NOMEM, "cannot allocate a %zu-byte compute arena",
-                         plan.arena_bytes);
-    } else {
-      free(e->arena);
-      e->arena = grown;
-      e->arena_bytes = plan.arena_bytes;
-    }
-  }
+  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
   if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
   if (st == TSR_OK) {
     memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
@@ -298,15 +355,154 @@ tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tok
                     i0 + nb == n ? logits_last : NULL);
   }
   free(pos);
+  if (st == TSR_OK) ids_add(e, seq, p0, tokens, n);
   if (st != TSR_OK && prepared) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", tsr_error_message());
     /* the sequence was empty: dropping it whole also zeroes any recurrent state */
     tsr_status rb = tsr_kv_cache_seq_rm(e->kv, seq, p0 > 0 ? p0 : -1, -1);
+    if (rb == TSR_OK) ids_cut(e, seq, p0);
     if (rb != TSR_OK)
       return tsr_error_set(st, "%s (and sequence %d keeps positions from %d: %s)", msg, seq, p0,
                            tsr_error_message());
     tsr_error_set(st, "%s", msg);
   }
   return st;
+}
+
+/* ---- context shift ----------------------------------------------------------- */
+
+/* Why the model cannot shift seq by n_discard after n_keep, or TSR_OK. */
+static tsr_status shift_refusal(struct tsr_engine *e, int32_t seq, int32_t n_keep,
+                                int32_t n_discard, int32_t len) {
+  const struct tsr_setup *s = e->setup;
+  int32_t window = 0;
+  for (int32_t i = 0; i < s->n_layers; i++) {
+    if (s->layers[i].kind == TSR_LAYER_LINEAR)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift: %s: layer %d is linear "
+                           "(recurrent): its state holds the dropped tokens and cannot forget "
+                           "them", s->model_path, i);
+    if (s->layers[i].kind == TSR_LAYER_SLIDING && s->layers[i].window > window)
+      window = s->layers[i].window;
+  }
+  if (!s->arch->shift_keys)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift: arch plugin %s cannot re-rotate "
+                         "the cached keys of %s (it has no shift_keys)",
+                         tsr_plugin_name(s->arch_owner), s->arch_name ? s->arch_name : "?");
+  if (!window) return TSR_OK;
+  /* the next query after the shift sees new positions from len - n_discard - window + 1 on:
+  ** each must still be on the sliding ring, which releases cells for good */
+  const int32_t ring = tsr_kv_cache_n_cells(e->kv, TSR_KV_POOL_SLIDING);
+  bool *on_ring = calloc((size_t)len, sizeof *on_ring);
+  if (!on_ring) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; i < ring; i++) {
+    int32_t p = tsr_kv_cache_cell_pos(e->kv, TSR_KV_POOL_SLIDING, i);
+    if (p >= 0 && p < len && (tsr_kv_cache_cell_seqs(e->kv, TSR_KV_POOL_SLIDING, i) >> seq & 1))
+      on_ring[p] = true;
+  }
+  int32_t missing = -1;
+  for (int32_t q = len - n_discard - window + 1; q < len - n_discard && missing < 0; q++) {
+    if (q < 0) continue;
+    int32_t orig = q < n_keep ? q : q + n_discard;
+    if (!on_ring[orig]) missing = orig;
+  }
+  free(on_ring);
+  if (missing >= 0)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift: %s: the sliding layers' ring (%d "
+                         "cells, window %d) has released position %d, which the shifted "
+                         "sequence would see again", s->model_path, ring, window, missing);
+  return TSR_OK;
+}
+
+/* The cells of seq at positions >= from, per pool: sh->cells repeated per kv head, and
+** sh->delta_pos. Cells shared with another sequence are refused. buf is freed by the
+** caller. */
+static tsr_status moved_cells(struct tsr_engine *e, int32_t seq, int32_t from,
+                              struct tsr_kv_shift *sh, int32_t **buf) {
+  int32_t heads = 1, total = 0;
+  for (int32_t i = 0; i < e->setup->n_layers; i++)
+    if (e->setup->layers[i].n_head_kv > heads) heads = e->setup->layers[i].n_head_kv;
+  sh->max_heads = heads;
+  for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) total += tsr_kv_cache_n_cells(e->kv, pl);
+  int32_t *b = *buf = malloc(((size_t)heads + 1) * (size_t)(total > 0 ? total : 1) * sizeof *b);
+  if (!b) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
+    const int32_t cells = tsr_kv_cache_n_cells(e->kv, pl);
+    int32_t n = 0;
+    for (int32_t i = 0; i < cells; i++) {
+      uint64_t m = tsr_kv_cache_cell_seqs(e->kv, pl, i);
+      if (!(m >> seq & 1) || tsr_kv_cache_cell_pos(e->kv, pl, i) < from) continue;
+      if (m != 1ull << seq)
+        return tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift: position %d of sequence %d is "
+                             "shared with another sequence", tsr_kv_cache_cell_pos(e->kv, pl, i),
+                             seq);
+      b[n++] = i;
+    }
+    for (int32_t h = 1; h < heads; h++) memcpy(b + (size_t)h * n, b, (size_t)n * sizeof *b);
+    int32_t *dp = b + (size_t)heads * n;
+    for (int32_t i = 0; i < n; i++) dp[i] = sh->delta;
+    sh->n_cells[pl] = n;
+    sh->cells[pl] = b;
+    sh->delta_pos[pl] = dp;
+    b = dp + n;
+  }
+  return TSR_OK;
+}
+
+tsr_status tsr_engine_context_shift(struct tsr_engine *e, int32_t seq, int32_t n_keep,
+                                    int32_t n_discard) {
+  if (seq < 0 || seq >= e->n_seq)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "context shift: sequence %d (of %d)", seq,
+                         e->n_seq);
+  const int32_t len = tsr_engine_seq_len(e, seq);
+  if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > len)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "context shift: keeping %d and dropping %d of the "
+                         "%d positions of sequence %d", n_keep, n_discard, len, seq);
+  tsr_status st = shift_refusal(e, seq, n_keep, n_discard, len);
+  if (st != TSR_OK) return st;
+  const struct tsr_setup *s = e->setup;
+  struct tsr_kv_shift sh = {.struct_size = sizeof sh, .model = s->model, .layers = s->layers,
+                            .n_layers = s->n_layers, .seq = seq, .delta = -n_discard,
+                            .kv = e->kv};
+  int32_t *buf = NULL;
+  st = moved_cells(e, seq, n_keep + n_discard, &sh, &buf);
+  struct tsr_graph *g = NULL;
+  if (st == TSR_OK && !(g = sh.g = tsr_graph_new(16 * (s->n_layers + 4) + 64)))
+    st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  if (st == TSR_OK) st = s->arch->shift_keys(s->arch->ctx, tsr_plugin_host_services(), &sh);
+  if (g && tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g);
+  if (st != TSR_OK) tsr_error_prefix("context shift of sequence %d", seq);
+  struct tsr_graph_plan plan;
+  if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
+  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
+  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
+  bool ran = false;
+  if (st == TSR_OK) {
+    ran = true;
+    st = tsr_backend_compute(e->backend, g);
+  }
+  tsr_graph_free(g);
+  free(buf);
+  if (st != TSR_OK && ran) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tsr_error_message());
+    tsr_kv_cache_seq_rm(e->kv, seq, -1, -1); /* half-rotated keys must not be read */
+    ids_cut(e, seq, 0);
+    return tsr_error_set(st, "%s (sequence %d was dropped)", msg, seq);
+  }
+  if (st != TSR_OK) return st;
+  /* the keys are rotated: now the positions follow (neither call can refuse here: no linear
+  ** layers, no shared cells, and the dropped span leaves room below the moved one) */
+  st = tsr_kv_cache_seq_rm(e->kv, seq, n_keep, n_keep + n_discard);
+  if (st == TSR_OK) st = tsr_kv_cache_seq_add(e->kv, seq, n_keep + n_discard, -1, -n_discard);
+  if (st != TSR_OK) return st;
+  struct seq_ids *q = &e->seq_ids[seq];
+  if (q->n >= n_keep + n_discard) {
+    memmove(q->ids + n_keep, q->ids + n_keep + n_discard,
+            (size_t)(q->n - n_keep - n_discard) * sizeof *q->ids);
+    q->n -= n_discard;
+  } else if (q->n > n_keep) {
+    q->n = n_keep;
+  }
+  return TSR_OK;
 }

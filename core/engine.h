@@ -44,4 +44,21 @@ int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq);
 /* Forgets positions [p0, p1) of seq (p1 < 0: to the end). */
 tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1);
 
+/* Prompt-prefix reuse: how many leading tokens of tokens[0..n) seq already
+** holds at positions 0.. (the engine remembers the ids eval gave it). A
+** caller keeps those (seq_rm from there on) and evaluates only the rest. */
+int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const int32_t *tokens,
+                                 int32_t n);
+
+/* Context shift: drops positions [n_keep, n_keep + n_discard) of seq and
+** moves the later ones down by n_discard, re-rotating their cached keys
+** through the arch's shift_keys (K is cached after RoPE), so the sequence
+** goes on as if the dropped tokens had never been there but the kept ones
+** were computed with them. Refused with TSR_ERR_UNSUPPORTED and the cache
+** unchanged, naming why, for a model with linear (recurrent) layers, an arch
+** without shift_keys, sliding layers whose ring has released positions the
+** shifted sequence would see again, or cells shared with another sequence. */
+tsr_status tsr_engine_context_shift(struct tsr_engine *e, int32_t seq, int32_t n_keep,
+                                    int32_t n_discard);
+
 #endif

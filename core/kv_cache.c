@@ -6,6 +6,7 @@
 #include "kv_cache_internal.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -426,6 +427,45 @@ tsr_status tsr_kv_cache_seq_cp(struct tsr_kv_cache *c, int32_t src, int32_t dst,
   for (int32_t i = 0; i < c->n_layers; i++) {
     float *from = tsr_kv_cache_state(c, i, src), *to = tsr_kv_cache_state(c, i, dst);
     if (from && to) memcpy(to, from, (size_t)c->layers[i].desc.state_bytes);
+  }
+  return TSR_OK;
+}
+
+tsr_status tsr_kv_cache_seq_add(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t p1,
+                                int32_t delta) {
+  if (seq < 0 || seq >= c->params.n_seq)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: sequence %d of %d", seq,
+                         c->params.n_seq);
+  if (delta == 0) return TSR_OK;
+  const uint64_t bit = 1ull << seq;
+  /* check everything first, so a refusal changes nothing */
+  for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
+    const struct tsr_kv__pool *q = &c->pools[pl];
+    int64_t lo = INT64_MAX, hi = INT64_MIN; /* where the moved positions land */
+    for (int32_t i = 0; i < q->n_cells; i++) {
+      if (!(q->seqs[i] & bit) || !in_range(q->pos[i], p0, p1)) continue;
+      int64_t to = (int64_t)q->pos[i] + delta;
+      if (q->seqs[i] != bit)
+        return tsr_error_set(TSR_ERR_UNSUPPORTED, "kv cache: moving position %d of sequence %d: "
+                             "its cell is shared with another sequence", q->pos[i], seq);
+      if (to < 0 || to > INT32_MAX)
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: moving position %d of sequence %d "
+                             "by %d leaves the positions", q->pos[i], seq, delta);
+      if (to < lo) lo = to;
+      if (to > hi) hi = to;
+    }
+    /* the moved span must land where seq holds nothing else: positions stay unique */
+    for (int32_t i = 0; i < q->n_cells; i++)
+      if ((q->seqs[i] & bit) && !in_range(q->pos[i], p0, p1) && q->pos[i] >= lo &&
+          q->pos[i] <= hi)
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: moving positions [%d, %d) of "
+                             "sequence %d by %d lands on position %d, which it holds", p0, p1,
+                             seq, delta, q->pos[i]);
+  }
+  for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
+    struct tsr_kv__pool *q = &c->pools[pl];
+    for (int32_t i = 0; i < q->n_cells; i++)
+      if ((q->seqs[i] & bit) && in_range(q->pos[i], p0, p1)) q->pos[i] += delta;
   }
   return TSR_OK;
 }

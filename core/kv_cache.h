@@ -53,8 +53,11 @@
 ** sequence are refused when the model has linear layers; removing a whole
 ** sequence zeroes its state slots and copying a whole sequence copies them.
 **
-** Context shift (dropping a prefix and re-rotating the kept keys) and
-** prompt-prefix reuse across requests build on these calls and come next.
+** Context shift (engine.h: tsr_engine_context_shift) drops positions
+** [n_keep, n_keep + n_discard) with seq_rm, moves the rest down with
+** seq_add, and has the arch re-rotate the moved cells' keys (K is stored
+** after RoPE) through tsr_kv_cache_k_buffer. Cells keep their place; only
+** their positions change, so masks and kv_pos follow by themselves.
 */
 #ifndef TSR_KV_CACHE_H
 #define TSR_KV_CACHE_H
@@ -159,6 +162,12 @@ struct tsr_tensor;
 void tsr_kv_cache_store(struct tsr_graph *g, struct tsr_kv_cache *c, int32_t layer,
                         struct tsr_tensor *k, struct tsr_tensor *v, struct tsr_tensor *cells_idx,
                         struct tsr_tensor **k_all, struct tsr_tensor **v_all);
+/* An owning layer's K buffer as an external [head_dim_k, cells, n_head_kv]
+** tensor in its codec (what context shift reads with get_rows and writes
+** back with set_rows); NULL with the graph's error set for a layer that
+** owns no K. */
+struct tsr_tensor *tsr_kv_cache_k_buffer(struct tsr_graph *g, struct tsr_kv_cache *c,
+                                         int32_t layer);
 /* The K/V a layer reads without writing: for a KV-shared layer its source's
 ** (the very tensors store returned when the source was stored in g, else
 ** plain views of the buffers); for an owning layer its own buffers. */
@@ -176,6 +185,14 @@ tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, 
 ** layers. dst should hold nothing at those positions. */
 tsr_status tsr_kv_cache_seq_cp(struct tsr_kv_cache *c, int32_t src, int32_t dst, int32_t p0,
                                int32_t p1);
+/* Adds delta to the positions [p0, p1) of seq (p0 < 0: from 0; p1 < 0: to
+** the end), in every pool. Refused, with the cache unchanged, when a moved
+** cell is also held by another sequence (its position is theirs too), or
+** when a position would become negative or land on one seq still holds
+** outside the range. It moves metadata only: re-rotating the keys is the
+** caller's (context shift). */
+tsr_status tsr_kv_cache_seq_add(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t p1,
+                                int32_t delta);
 /* Drops every sequence but seq. */
 void tsr_kv_cache_seq_keep(struct tsr_kv_cache *c, int32_t seq);
 /* Largest position of seq, -1 if it holds none. */

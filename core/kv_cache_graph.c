@@ -103,3 +103,14 @@ void tsr_kv_cache_layer_views(struct tsr_graph *g, struct tsr_kv_cache *c, int32
   *k_all = kb;
   *v_all = vb;
 }
+
+struct tsr_tensor *tsr_kv_cache_k_buffer(struct tsr_graph *g, struct tsr_kv_cache *c,
+                                         int32_t layer) {
+  if (layer < 0 || layer >= c->n_layers || c->layers[layer].pool < 0 ||
+      c->layers[layer].owner != layer) {
+    fail(g, TSR_ERR_INVALID_ARG, "kv cache: layer %d %s", layer,
+         "owns no K to shift (linear, or reads another layer's)");
+    return NULL;
+  }
+  return buffer(g, c, &c->layers[layer], layer, true);
+}

@@ -106,3 +106,50 @@ struct tsr_tensor *tsr_api_kv_state(struct tsr_arch_forward *fw, int32_t layer, 
   tsr_tensor_set_name(t, "state.%d", layer);
   return t;
 }
+
+/* The pool of an owning attention layer's K, or -1 with the graph's error set. */
+static int shift_pool(struct tsr_kv_shift *sh, int32_t layer) {
+  int pool = sh->kv && layer >= 0 && layer < sh->n_layers && !sh->layers[layer].kv_shared_from
+                 ? tsr_kv_cache_layer_pool(sh->kv, layer)
+                 : -1;
+  if (pool < 0 || sh->layers[layer].n_head_kv > sh->max_heads) {
+    tsr_graph_fail(sh->g, TSR_ERR_INVALID_ARG,
+                   "kv_shift: the layer owns no K in this cache (linear, or KV-shared)");
+    return -1;
+  }
+  return pool;
+}
+
+tsr_status tsr_api_kv_shift_k(struct tsr_kv_shift *sh, int32_t layer, struct tsr_tensor **k,
+                              struct tsr_tensor **delta_pos) {
+  *k = *delta_pos = NULL;
+  int pool = shift_pool(sh, layer);
+  if (pool < 0) return tsr_graph_status(sh->g);
+  const int64_t n = sh->n_cells[pool], heads = sh->layers[layer].n_head_kv;
+  if (n == 0) return TSR_OK;
+  /* get_rows pairs one index column with each kv head: cells[] repeats the cells per head */
+  struct tsr_tensor *idx = tsr_new_external(sh->g, TSR_I32, 2, (int64_t[]){n, heads},
+                                            (void *)(uintptr_t)sh->cells[pool]);
+  struct tsr_tensor *rows = tsr_get_rows(sh->g, tsr_kv_cache_k_buffer(sh->g, sh->kv, layer), idx);
+  *k = rows ? tsr_permute(sh->g, rows, 0, 2, 1, 3) : NULL; /* [D, n, H] -> [D, H, n] */
+  *delta_pos = tsr_new_external(sh->g, TSR_I32, 1, &(int64_t){n},
+                                (void *)(uintptr_t)sh->delta_pos[pool]);
+  tsr_status st = tsr_graph_status(sh->g);
+  return st != TSR_OK ? st : *k ? TSR_OK : TSR_ERR_INTERNAL;
+}
+
+tsr_status tsr_api_kv_shift_store(struct tsr_kv_shift *sh, int32_t layer, struct tsr_tensor *k) {
+  int pool = shift_pool(sh, layer);
+  if (pool < 0) return tsr_graph_status(sh->g);
+  const int64_t n = sh->n_cells[pool];
+  if (!k || k->ne[2] != n) {
+    tsr_graph_fail(sh->g, TSR_ERR_INVALID_ARG, "kv_shift_store: keys of another count of cells");
+    return tsr_graph_status(sh->g);
+  }
+  struct tsr_tensor *idx = tsr_new_external(sh->g, TSR_I32, 1, &(int64_t){n},
+                                            (void *)(uintptr_t)sh->cells[pool]);
+  struct tsr_tensor *rows = tsr_permute(sh->g, k, 0, 2, 1, 3); /* [D, H, n] -> [D, n, H] */
+  struct tsr_tensor *w = tsr_set_rows(sh->g, tsr_kv_cache_k_buffer(sh->g, sh->kv, layer), rows, idx);
+  if (w) tsr_graph_mark_output(w); /* nothing reads it; it must still run */
+  return tsr_graph_status(sh->g);
+}

@@ -340,6 +340,8 @@ static const struct tsr_host g_services = {
     .gguf_arr_bool = host_gguf_arr_bool,
     .kv_attend = tsr_api_kv_attend,
     .kv_state = tsr_api_kv_state,
+    .kv_shift_k = tsr_api_kv_shift_k,
+    .kv_shift_store = tsr_api_kv_shift_store,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

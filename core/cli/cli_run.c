@@ -24,11 +24,14 @@ static void run_usage(FILE *f) {
           "                   [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
           "                   [--chat] [--chat-template chatml|gemma|gemma4] [--system TEXT]\n"
           "                   [--set key=value]... [--threads N] [--require-engaged PLUGIN]...\n"
-          "                   [--verbose]\n"
+          "                   [--keep N] [--verbose]\n"
           "Streams the continuation of PROMPT to stdout (special tokens in it are parsed).\n"
           "Sampling flags override the profile's sampling defaults; --seed -1 draws a random\n"
           "seed (--verbose prints it). -n N stops after N tokens (-1: until an end-of-\n"
-          "generation token or a full context). -m without --profile runs the model with\n"
+          "generation token). A full context is shifted: the first --keep N tokens (default\n"
+          "4) stay, half of the rest is dropped, a note goes to stderr; a model that cannot\n"
+          "shift (recurrent layers) stops there (-n -1) or fails (a fixed -n). -m without\n"
+          "--profile runs the model with\n"
           "the default profile. --chat reads user lines from stdin (PROMPT, if given, is the\n"
           "first) and renders the conversation with the model's chat template, or the one\n"
           "--chat-template names. Timing goes to stderr. --require-engaged fails the run\n"
@@ -44,7 +47,7 @@ struct run_args {
   bool has_n, has_temp, has_top_k, has_top_p, has_min_p, has_seed;
   int64_t n_predict, seed;
   double temp, top_p, min_p;
-  int64_t top_k;
+  int64_t top_k, keep;
   int threads;
   bool chat, verbose;
 };
@@ -102,6 +105,7 @@ static int parse_args(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(f, "--top-p")) ok = a->has_top_p = parse_f64(v, &a->top_p);
     else if (!strcmp(f, "--min-p")) ok = a->has_min_p = parse_f64(v, &a->min_p);
     else if (!strcmp(f, "--seed")) ok = a->has_seed = parse_i64(v, INT64_MIN, INT64_MAX, &a->seed);
+    else if (!strcmp(f, "--keep")) ok = parse_i64(v, 0, INT32_MAX, &a->keep);
     else if (!strcmp(f, "--threads") || !strcmp(f, "-t")) {
       ok = parse_i64(v, 1, 4096, &iv);
       a->threads = (int)iv;
@@ -174,36 +178,21 @@ struct gen {
   struct tsr_tokenizer *tok;
   struct tsr_sampler *smp;
   float *logits;
-  int32_t *held; /* the tokens sequence 0 holds, in order */
-  size_t n_held, cap_held;
-  int32_t ubatch;
+  int32_t ubatch, keep; /* keep: tokens a context shift keeps at the start */
   bool progress, verbose;
   int64_t n_prompt, n_eval, n_sampled;
   double ms_prompt, ms_eval;
 };
 
-static tsr_status hold(struct gen *g, const int32_t *t, size_t n) {
-  if (g->n_held + n > g->cap_held) {
-    size_t cap = g->cap_held ? g->cap_held : 256;
-    while (cap < g->n_held + n) cap *= 2;
-    int32_t *p = realloc(g->held, cap * sizeof *p);
-    if (!p) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-    g->held = p;
-    g->cap_held = cap;
-  }
-  memcpy(g->held + g->n_held, t, n * sizeof *t);
-  g->n_held += n;
-  return TSR_OK;
-}
-
 /* Makes the sequence hold exactly tokens[0..n) and leaves the last one's logits in
 ** g->logits, evaluating only what differs from what it holds already. */
 static tsr_status feed(struct gen *g, const int32_t *tokens, size_t n) {
   if (n == 0) return tsr_error_set(TSR_ERR_INVALID_ARG, "the prompt is empty (0 tokens)");
-  size_t keep = 0;
-  while (keep < g->n_held && keep < n && g->held[keep] == tokens[keep]) keep++;
+  /* the engine remembers what the sequence holds: reuse the common prefix */
+  size_t keep = (size_t)tsr_engine_common_prefix(g->e, 0, tokens,
+                                                 n > INT32_MAX ? INT32_MAX : (int32_t)n);
   if (keep == n) keep = n - 1; /* the last token is evaluated again for its logits */
-  if (keep < g->n_held) {
+  if ((int32_t)keep < tsr_engine_seq_len(g->e, 0)) {
     tsr_status st = tsr_engine_seq_rm(g->e, 0, (int32_t)keep, -1);
     if (st != TSR_OK && keep > 0) {
       /* a recurrent state cannot forget part of a sequence: start it again */
@@ -211,7 +200,6 @@ static tsr_status feed(struct gen *g, const int32_t *tokens, size_t n) {
       st = tsr_engine_seq_rm(g->e, 0, 0, -1);
     }
     if (st != TSR_OK) return st;
-    g->n_held = keep;
   }
   size_t todo = n - keep;
   size_t chunk = g->progress && todo > (size_t)g->ubatch * 2 ? (size_t)g->ubatch : todo;
@@ -219,8 +207,6 @@ static tsr_status feed(struct gen *g, const int32_t *tokens, size_t n) {
   for (size_t done = 0; done < todo;) {
     size_t m = todo - done < chunk ? todo - done : chunk;
     tsr_status st = tsr_engine_eval(g->e, 0, tokens + keep + done, (int32_t)m, g->logits, NULL);
-    if (st != TSR_OK) return st;
-    st = hold(g, tokens + keep + done, m);
     if (st != TSR_OK) return st;
     done += m;
     if (chunk < todo) fprintf(stderr, "\rprefill %zu/%zu tokens", done, todo);
@@ -231,6 +217,20 @@ static tsr_status feed(struct gen *g, const int32_t *tokens, size_t n) {
   if (g->verbose)
     fprintf(stderr, "prompt: %zu tokens, %zu already held, %zu evaluated\n", n, keep, todo);
   return TSR_OK;
+}
+
+/* A full context: keep the first g->keep tokens, drop half of the rest, say so. */
+static tsr_status shift(struct gen *g) {
+  const int32_t len = tsr_engine_seq_len(g->e, 0);
+  const int32_t discard = len > g->keep ? (len - g->keep) / 2 : 0;
+  if (discard < 1)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cannot shift: --keep %d leaves nothing of the %d "
+                         "tokens to drop", g->keep, len);
+  tsr_status st = tsr_engine_context_shift(g->e, 0, g->keep, discard);
+  if (st == TSR_OK)
+    fprintf(stderr, "\n(context full at %d tokens: shifted, kept the first %d, dropped the next "
+            "%d)\n", len, g->keep, discard);
+  return st;
 }
 
 static void emit(const char *s, size_t n, char **text, size_t *len) {
@@ -276,18 +276,28 @@ static tsr_status generate(struct gen *g, int64_t max, char **text) {
     if (max >= 0 && produced == max) break; /* the last token need not be evaluated */
     double t0 = now_ms();
     st = tsr_engine_eval(g->e, 0, &t, 1, g->logits, NULL);
-    g->ms_eval += now_ms() - t0;
-    if (st == TSR_ERR_NOMEM && max < 0) {
-      /* running until the context is full is a normal way to stop */
-      fprintf(stderr, "\n(stopped: %s)\n", tsr_error_message());
-      why = "context full";
-      st = TSR_OK;
-      break;
+    if (st == TSR_ERR_NOMEM) {
+      char full[512];
+      snprintf(full, sizeof full, "%s", tsr_error_message());
+      st = shift(g);
+      if (st == TSR_OK) {
+        st = tsr_engine_eval(g->e, 0, &t, 1, g->logits, NULL);
+      } else if (st == TSR_ERR_UNSUPPORTED && max < 0) {
+        /* running until a context that cannot shift is full is a normal way to stop */
+        fprintf(stderr, "\n(stopped: %s; %s)\n", full, tsr_error_message());
+        why = "context full";
+        st = TSR_OK;
+        break;
+      } else {
+        char why_not[512];
+        snprintf(why_not, sizeof why_not, "%s", tsr_error_message());
+        st = tsr_error_set(st == TSR_ERR_UNSUPPORTED ? TSR_ERR_NOMEM : st, "%s; %s", full,
+                           why_not);
+      }
     }
+    g->ms_eval += now_ms() - t0;
     if (st != TSR_OK) break;
     g->n_eval++;
-    st = hold(g, &t, 1);
-    if (st != TSR_OK) break;
   }
   emit(buf, tsr_utf8_stream_flush(&us, buf), &out, &out_len);
   g->n_sampled += produced;
@@ -424,7 +434,7 @@ static tsr_status sampler_params(const struct run_args *a, const struct tsr_prof
 
 static int run(const struct run_args *a, struct tsr_engine *e, const char *prompt_text) {
   const struct tsr_setup *s = tsr_engine_setup(e);
-  struct gen g = {.e = e, .verbose = a->verbose};
+  struct gen g = {.e = e, .verbose = a->verbose, .keep = (int32_t)a->keep};
   g.ubatch = s->profile->ubatch > 0 ? s->profile->ubatch : 512;
   g.progress = isatty(STDERR_FILENO);
   const char *where = s->model_path;
@@ -495,14 +505,13 @@ static int run(const struct run_args *a, struct tsr_engine *e, const char *promp
   }
 done:
   free(g.logits);
-  free(g.held);
   tsr_sampler_free(g.smp);
   tsr_tokenizer_free(g.tok);
   return code;
 }
 
 int tsr_cli_run(int argc, char **argv) {
-  struct run_args a = {0};
+  struct run_args a = {.keep = 4};
   int code = parse_args(argc, argv, &a);
   if (code >= 0) return code;
   char *file_text = NULL;

@@ -367,6 +367,57 @@ static void test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_emp
   tsr_kv_cache_free(c);
 }
 
+static void test_seq_add_moves_positions_and_masks_follow(void) {
+  enum { N = 16 };
+  struct tsr_arch_layer layer = full_layer(1, 32, 32);
+  struct tsr_kv_layer_codecs codecs = {&C_F16, &C_F16};
+  struct tsr_kv_cache_params p = {.n_ctx = N, .n_seq = 2, .n_ubatch = 8};
+  struct tsr_kv_cache *c = NULL;
+  CHECK_OK(tsr_kv_cache_new(&layer, 1, &codecs, &p, &c));
+  if (!c) return;
+  int32_t pos[8] = {0, 1, 2, 3, 4, 5, 6, 7}, seq[8] = {0};
+  struct tsr_kv_slots s;
+  CHECK_OK(tsr_kv_cache_prepare(c, pos, seq, 8, &s));
+  int32_t cell_of[8];
+  memcpy(cell_of, s.cells[TSR_KV_POOL_FULL], sizeof cell_of);
+  /* a context shift: keep 0..1, drop 2..4, move 5..7 down by 3 */
+  CHECK_OK(tsr_kv_cache_seq_rm(c, 0, 2, 5));
+  CHECK_OK(tsr_kv_cache_seq_add(c, 0, 5, -1, -3));
+  CHECK(tsr_kv_cache_seq_pos_max(c, 0) == 4);
+  for (int t = 0; t < 8; t++) {
+    int32_t want = t < 2 ? t : t < 5 ? -1 : t - 3;
+    CHECK_MSG(tsr_kv_cache_cell_pos(c, TSR_KV_POOL_FULL, cell_of[t]) == want, "token %d", t);
+  }
+  /* the causal mask follows: a query at 3 now sees the moved token 5 (at 2) and not 6 */
+  float mask[N];
+  int32_t qp = 3, qs = 0;
+  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, &qp, &qs, 1, true, 0, mask);
+  int64_t want_vis = (int64_t)1 << cell_of[0] | (int64_t)1 << cell_of[1] |
+                     (int64_t)1 << cell_of[5] | (int64_t)1 << cell_of[6];
+  CHECK(visible(mask, N, 0) == want_vis);
+  /* and so does a window: 2 at query 5 sees positions 4 (token 7) and nothing else held */
+  qp = 5;
+  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, &qp, &qs, 1, true, 2, mask);
+  CHECK(visible(mask, N, 0) == (int64_t)1 << cell_of[7]);
+  /* moving onto positions seq still holds, below 0, or cells shared with another
+  ** sequence is refused and changes nothing */
+  int32_t before[N], after[N];
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, before);
+  CHECK(tsr_kv_cache_seq_add(c, 0, 2, -1, -1) == TSR_ERR_INVALID_ARG);
+  CHECK(tsr_kv_cache_seq_add(c, 0, -1, -1, -1) == TSR_ERR_INVALID_ARG);
+  CHECK_OK(tsr_kv_cache_seq_cp(c, 0, 1, 3, 5));
+  CHECK(tsr_kv_cache_seq_add(c, 0, 2, -1, 10) == TSR_ERR_UNSUPPORTED);
+  CHECK(strstr(tsr_error_message(), "shared") != NULL);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, after);
+  CHECK(memcmp(before, after, sizeof before) == 0);
+  /* a move up into free positions is fine */
+  CHECK_OK(tsr_kv_cache_seq_rm(c, 1, -1, -1));
+  CHECK_OK(tsr_kv_cache_seq_add(c, 0, 2, -1, 10));
+  CHECK(tsr_kv_cache_seq_pos_max(c, 0) == 14);
+  CHECK(tsr_kv_cache_cell_pos(c, TSR_KV_POOL_FULL, cell_of[1]) == 1);
+  tsr_kv_cache_free(c);
+}
+
 /* ---- state slots ---------------------------------------------------------------- */
 
 static void test_state_slots_are_per_sequence_zeroed_and_whole_only(void) {
@@ -457,6 +508,7 @@ int main(void) {
   TSR_RUN(test_full_pool_exhaustion_fails_and_leaves_the_cache_unchanged);
   TSR_RUN(test_two_sequences_are_isolated_shared_by_copy_and_removed_alone);
   TSR_RUN(test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_empty);
+  TSR_RUN(test_seq_add_moves_positions_and_masks_follow);
   TSR_RUN(test_state_slots_are_per_sequence_zeroed_and_whole_only);
   TSR_RUN(test_shared_layer_allocates_nothing_and_aliases_its_source);
   return TSR_TEST_EXIT();

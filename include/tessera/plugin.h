@@ -249,6 +249,27 @@ struct tsr_arch_forward {
   struct tsr_tensor *kv_pos[2];   /* i32 [cells]: each cell's position, -1 when empty */
 };
 
+/* One context shift (host->kv_shift_k / kv_shift_store): every cell of one
+** sequence whose position moves by `delta` (the same for all of them) must
+** have its stored keys rotated by delta, because K is cached after RoPE. The
+** host fills it; the arch reads g, model, layers and delta and hands the
+** struct back to the two host calls. The fields after `delta` are the host's. */
+struct tsr_kv_shift {
+  uint32_t struct_size;
+  struct tsr_graph *g;
+  const struct tsr_gguf *model;
+  const struct tsr_arch_layer *layers;
+  int32_t n_layers;
+  int32_t seq;
+  int32_t delta;                /* position change of every moved cell (-n_discard) */
+  /* host-private */
+  struct tsr_kv_cache *kv;
+  int32_t n_cells[2];           /* moved cells per pool (full, sliding) */
+  const int32_t *cells[2];      /* the moved cells, repeated once per kv head ([n, heads]) */
+  const int32_t *delta_pos[2];  /* n_cells[pool] copies of delta */
+  int32_t max_heads;            /* the most kv heads of any layer: cells[] holds that many */
+};
+
 struct tsr_arch_v1 {
   uint32_t struct_size;
   const char *names; /* comma-separated general.architecture values: "qwen3,qwen3moe" */
@@ -268,6 +289,15 @@ struct tsr_arch_v1 {
   /* Appends the forward pass of one batch of tokens to fw->g (see struct
   ** tsr_arch_forward), or NULL when the arch cannot run models yet. */
   tsr_status (*build)(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+  /* Appended (read only within the plugin's struct_size). NULL: the arch
+  ** cannot shift a context and the host refuses to. Appends to sh->g, for
+  ** every attention layer that owns K, the re-rotation of its moved cells'
+  ** keys by sh->delta with that layer's RoPE parameters: k = host->kv_shift_k(..) (f32), rope(k, delta_pos), then
+  ** host->kv_shift_store(..) (back in the cache's codec). RoPE is a rotation,
+  ** so rotating a key stored at p by delta gives the key at p + delta. An
+  ** arch whose layers do not rotate by position alone (e.g. per-layer state)
+  ** returns TSR_ERR_UNSUPPORTED with a message. */
+  tsr_status (*shift_keys)(void *ctx, const struct tsr_host *host, struct tsr_kv_shift *sh);
 };
 
 /* ---- decode_policy, version 1 ------------------------------------------ */
@@ -467,6 +497,17 @@ struct tsr_host {
   /* a linear layer's recurrent state for fw->seq: n_floats f32 over the
   ** cache's slot (read it; cpy the new state into it) */
   struct tsr_tensor *(*kv_state)(struct tsr_arch_forward *fw, int32_t layer, int64_t n_floats);
+  /* appended: context shift (struct tsr_kv_shift; check struct_size): the K of an owning
+  ** attention layer's moved cells as f32 [head_dim_k, n_head_kv, n] (the
+  ** layout rope takes, a view over get_rows of the cache), and delta_pos, an
+  ** i32 [n] position tensor holding sh->delta n times. n can be 0 (the
+  ** layer's pool moved nothing): then *k and *delta_pos are NULL and the
+  ** result is TSR_OK. A layer that owns no K is an error. */
+  tsr_status (*kv_shift_k)(struct tsr_kv_shift *sh, int32_t layer, struct tsr_tensor **k,
+                           struct tsr_tensor **delta_pos);
+  /* writes k (f32 [head_dim_k, n_head_kv, n], views allowed) back into the
+  ** same cells of the layer's K, encoded in its codec */
+  tsr_status (*kv_shift_store)(struct tsr_kv_shift *sh, int32_t layer, struct tsr_tensor *k);
   /* later minors append here */
 };
 

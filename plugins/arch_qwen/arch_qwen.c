@@ -11,7 +11,8 @@
 ** convert() (convert_qwen*.c) writes GGUFs from Hugging Face checkpoints;
 ** build() runs qwen2, qwen3 and qwen3moe (forward_qwen3.c) and qwen35 and
 ** qwen35moe (forward_qwen35.c, with the conv1d and delta_rule ops that init
-** registers, ops_deltanet.c).
+** registers, ops_deltanet.c); shift_keys() re-rotates cached keys for a
+** context shift (qwen2, qwen3, qwen3moe; the hybrids refuse).
 */
 #include <stdio.h>
 #include <string.h>
@@ -145,6 +146,7 @@ static const struct tsr_arch_v1 g_arch = {
     .hf_types = QWEN_HF_TYPES, /* convert_qwen.c */
     .convert = qwen_convert,
     .build = qwen_build,
+    .shift_keys = tsr_qwen_shift_keys, /* forward_qwen3.c */
 };
 
 static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *self) {

@@ -9,6 +9,9 @@
 /* ctx: the struct tsr_qwen_ops that init filled (ops_deltanet.h) */
 tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
 tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+/* context shift: re-rotates the moved cells' keys of every layer (qwen2, qwen3, qwen3moe;
+** the hybrids' recurrent state cannot shift and is refused) */
+tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *host, struct tsr_kv_shift *sh);
 
 /* weight of layer il, e.g. blk.3.attn_q.weight; the optional one is NULL when absent */
 struct tsr_tensor *tsr_qwen_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,

@@ -6,7 +6,8 @@
 ** head (tied to the embedding when output.weight is absent).
 ** With a KV cache (fw->kv) attention writes the batch's k/v into it and
 ** attends over every cell of the sequence (host->kv_attend); without one,
-** over the batch alone.
+** over the batch alone. Context shift (tsr_qwen_shift_keys) rotates cached
+** keys with the same RoPE (rope_keys) the forward pass applies.
 */
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +23,7 @@ struct qwen_hparams {
 };
 
 static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *m,
-                               const struct tsr_arch_forward *fw, struct qwen_hparams *hp) {
+                               const struct tsr_arch_layer *layers, struct qwen_hparams *hp) {
   char key[96];
   tsr_status st = h->gguf_str(m, "general.architecture", &hp->arch);
 #define U32(suffix, out)                                          \
@@ -34,9 +35,9 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   if (st == TSR_OK) st = F32("rope.freq_base", &hp->rope_base);
   if (st != TSR_OK) return st;
   /* describe() already validated the head shapes */
-  hp->n_head = (uint32_t)fw->layers[0].n_head;
-  hp->n_head_kv = (uint32_t)fw->layers[0].n_head_kv;
-  hp->head_dim = (uint32_t)fw->layers[0].head_dim_k;
+  hp->n_head = (uint32_t)layers[0].n_head;
+  hp->n_head_kv = (uint32_t)layers[0].n_head_kv;
+  hp->head_dim = (uint32_t)layers[0].head_dim_k;
   hp->n_expert = hp->n_expert_used = 0;
   hp->expert_norm = true; /* what Qwen3-MoE checkpoints ship; a file may say otherwise */
   snprintf(key, sizeof key, "%s.expert_count", hp->arch);
@@ -49,6 +50,14 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
 #undef U32
 #undef F32
   return st;
+}
+
+/* NeoX RoPE over the whole head at base rope.freq_base: the one rotation the
+** forward pass applies to q and k and context shift applies to cached keys. */
+static struct tsr_tensor *rope_keys(const struct tsr_host *h, struct tsr_graph *g,
+                                    const struct qwen_hparams *hp, struct tsr_tensor *x,
+                                    struct tsr_tensor *pos) {
+  return h->rope(g, x, pos, NULL, (int32_t)hp->head_dim, 1, hp->rope_base, 1.0f);
 }
 
 struct tsr_tensor *tsr_qwen_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
@@ -93,8 +102,8 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   struct tsr_tensor *k_norm = tsr_qwen_optional_layer_weight(h, fw, il, "attn_k_norm.weight");
   if (q_norm) q = h->rms_norm(g, q, q_norm, hp->eps);
   if (k_norm) k = h->rms_norm(g, k, k_norm, hp->eps);
-  q = h->rope(g, q, fw->positions, NULL, (int32_t)hd, 1, hp->rope_base, 1.0f);
-  k = h->rope(g, k, fw->positions, NULL, (int32_t)hd, 1, hp->rope_base, 1.0f);
+  q = rope_keys(h, g, hp, q, fw->positions);
+  k = rope_keys(h, g, hp, k, fw->positions);
   /* attention wants [head_dim, tokens, heads] */
   q = h->permute(g, q, 0, 2, 1, 3);
   k = h->permute(g, k, 0, 2, 1, 3);
@@ -172,7 +181,7 @@ tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_f
   if (st != TSR_OK) return st;
   if (!strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe")) return tsr_qwen35_build(ctx, h, fw);
   struct qwen_hparams hp;
-  if ((st = read_hparams(h, fw->model, fw, &hp)) != TSR_OK) return st;
+  if ((st = read_hparams(h, fw->model, fw->layers, &hp)) != TSR_OK) return st;
   if (strcmp(hp.arch, "qwen2") && strcmp(hp.arch, "qwen3") && strcmp(hp.arch, "qwen3moe"))
     return h->set_error(TSR_ERR_UNSUPPORTED, "arch_qwen: forward pass of '%s' is not built in "
                         "this version (qwen2, qwen3, qwen3moe, qwen35, qwen35moe are)", hp.arch);
@@ -197,4 +206,23 @@ tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_f
   fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
   /* on failure the graph holds the first builder error and its message */
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
+}
+
+tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *h, struct tsr_kv_shift *sh) {
+  (void)ctx;
+  const char *arch;
+  tsr_status st = h->gguf_str(sh->model, "general.architecture", &arch);
+  if (st != TSR_OK) return st;
+  if (strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && strcmp(arch, "qwen3moe"))
+    return h->set_error(TSR_ERR_UNSUPPORTED, "arch_qwen: '%s' cannot shift its context (its "
+                        "linear layers' recurrent state holds every token; qwen2, qwen3 and "
+                        "qwen3moe can)", arch);
+  struct qwen_hparams hp;
+  if ((st = read_hparams(h, sh->model, sh->layers, &hp)) != TSR_OK) return st;
+  for (int32_t il = 0; il < sh->n_layers && st == TSR_OK; il++) {
+    struct tsr_tensor *k, *delta_pos;
+    st = h->kv_shift_k(sh, il, &k, &delta_pos);
+    if (st == TSR_OK && k) st = h->kv_shift_store(sh, il, rope_keys(h, sh->g, &hp, k, delta_pos));
+  }
+  return st;
 }

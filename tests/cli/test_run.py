@@ -199,4 +199,45 @@ def test_plain_prompt_on_a_chat_model_is_not_templated():
     assert "rendered prompt" not in err and "<|im_start|>" not in err, err
 
 
+def converted_fixture(name):
+    path = os.path.join(TMP, name + ".gguf")
+    if not os.path.exists(path):
+        fixture = os.path.join(SOURCE, "tests", "reference", "fixtures", name)
+        p = subprocess.run([TESSERA, "convert", fixture, path, "--outtype", "f32", "--quiet"],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, f"convert: {p.stderr}"
+    return path
+
+
+@case
+def test_full_context_shifts_and_generation_goes_on():
+    model = converted_fixture("qwen3_tied")
+    code, out, err = run("-m", model, "-p", "Hello world", "--set", "context=32", "-n", "80",
+                         "--temp", "0", "--verbose")
+    ok(code, out, err)
+    assert generated(err) == 80, err
+    notes = re.findall(r"context full at 32 tokens: shifted, kept the first 4, dropped the next "
+                       r"(\d+)", err)
+    assert len(notes) >= 2, err
+    code, out, err = run("-m", model, "-p", "Hello world", "--set", "context=32", "-n", "40",
+                         "--temp", "0", "--verbose", "--keep", "10")
+    ok(code, out, err)
+    assert generated(err) == 40 and "kept the first 10, dropped the next 11" in err, err
+    code, out, err = run("-m", model, "-p", "Hello world", "--keep", "-3")
+    assert code == 2 and "--keep" in err, f"exit {code}: {err}"
+
+
+@case
+def test_model_that_cannot_shift_stops_or_fails_as_before():
+    model = converted_fixture("qwen3_5")
+    args = ("-m", model, "-p", "Hello world", "--set", "context=32", "--temp", "0", "--verbose")
+    code, out, err = run(*args, "-n", "-1")
+    ok(code, out, err)
+    assert "(stopped: context full" in err and "linear (recurrent)" in err, err
+    assert "shifted" not in err, err
+    code, out, err = run(*args, "-n", "80")
+    assert code == 1, f"exit {code}: {err}"
+    assert "context full" in err and "linear (recurrent)" in err, err
+
+
 sys.exit(1 if failures else 0)

@@ -42,13 +42,11 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
   return TSR_OK; /* mixed pairs are fine: each side is read on its own path */
 }
 
-static struct tsr_plugin *g_core_self;
-
 static struct tsr_tensor *flash_build(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                       const struct tsr_attn_call *call) {
-  (void)ctx;
   struct tsr_tensor *out = host->flash_attn(g, call);
-  if (out) host->engaged(g_core_self, "flash_layers_built", 1);
+  /* ctx is the registering plugin (several hosts may live in one process) */
+  if (out) host->engaged(ctx, "flash_layers_built", 1);
   return out;
 }
 
@@ -83,8 +81,9 @@ static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR
 #define N_CODECS (sizeof g_codec_types / sizeof g_codec_types[0])
 
 static tsr_status core_init(const struct tsr_host *host, struct tsr_plugin *self) {
-  g_core_self = self;
-  tsr_status st = host->register_attention(self, &g_flash);
+  struct tsr_attention_v1 flash = g_flash; /* the host keeps its own copy */
+  flash.ctx = self;
+  tsr_status st = host->register_attention(self, &flash);
   static struct tsr_kv_codec_v1 codecs[N_CODECS];
   for (size_t i = 0; i < N_CODECS && st == TSR_OK; i++) {
     const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)g_codec_types[i]);

@@ -15,6 +15,7 @@
 ** context shift (qwen2, qwen3, qwen3moe; the hybrids refuse).
 */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "convert_qwen.h"
@@ -128,20 +129,26 @@ static tsr_status qwen_describe(void *ctx, const struct tsr_host *host, const st
 ** unloaded, so a second host in the same process reuses them. */
 static struct tsr_qwen_ops g_ops = {-1, -1};
 
-static struct tsr_plugin *g_self;
+/* One per host that loaded the plugin (several hosts may share the library
+** in one process): its handle, for counting, and the op ids. */
+struct qwen_instance {
+  struct tsr_qwen_ops ops;
+  struct tsr_plugin *self;
+};
 
 /* Counts the forward graphs it built, so --require-engaged arch_qwen can
 ** tell a run that really went through this plugin. */
 static tsr_status qwen_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw) {
-  tsr_status st = tsr_qwen_build(ctx, host, fw);
-  if (st == TSR_OK) host->engaged(g_self, "forward_graphs", 1);
+  struct qwen_instance *inst = ctx;
+  tsr_status st = tsr_qwen_build(&inst->ops, host, fw);
+  if (st == TSR_OK) host->engaged(inst->self, "forward_graphs", 1);
   return st;
 }
 
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "qwen2,qwen3,qwen3moe,qwen3next,qwen35,qwen35moe",
-    .ctx = &g_ops,
+    .ctx = NULL, /* each registration carries its own struct qwen_instance */
     .describe = qwen_describe,
     .hf_types = QWEN_HF_TYPES, /* convert_qwen.c */
     .convert = qwen_convert,
@@ -167,9 +174,20 @@ static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *s
 }
 
 static tsr_status qwen_init(const struct tsr_host *host, struct tsr_plugin *self) {
-  g_self = self;
   tsr_status st = register_ops(host, self);
-  return st == TSR_OK ? host->register_arch(self, &g_arch) : st;
+  if (st != TSR_OK) return st;
+  struct qwen_instance *inst = calloc(1, sizeof *inst);
+  if (!inst) return host->set_error(TSR_ERR_NOMEM, "arch_qwen: out of memory");
+  inst->ops = g_ops;
+  inst->self = self;
+  host->set_state(self, inst);
+  struct tsr_arch_v1 arch = g_arch; /* the host keeps its own copy */
+  arch.ctx = inst;
+  return host->register_arch(self, &arch);
+}
+
+static void qwen_destroy(const struct tsr_host *host, struct tsr_plugin *self) {
+  free(host->get_state(self));
 }
 
 static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}};
@@ -184,6 +202,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .provides = g_provides,
     .n_provides = 1,
     .init = qwen_init,
+    .destroy = qwen_destroy,
 };
 
 TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *tsr_plugin_entry(void) {

@@ -19,8 +19,6 @@
 #define EXAMPLE_ABI_MINOR_SKEW 0
 #endif
 
-static struct tsr_plugin *g_self;
-
 static tsr_status example_negotiate(void *ctx, const struct tsr_layer_desc *layer,
                                     enum tsr_read_path *k_path, enum tsr_read_path *v_path) {
   (void)ctx;
@@ -34,9 +32,10 @@ static tsr_status example_negotiate(void *ctx, const struct tsr_layer_desc *laye
 
 static struct tsr_tensor *example_build(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                         const struct tsr_attn_call *call) {
-  (void)ctx;
   struct tsr_tensor *out = host->flash_attn(g, call);
-  if (out) host->engaged(g_self, "layers_built", 1);
+  /* ctx is this registration's plugin handle: one library may serve
+  ** several hosts in a process, so no global holds it */
+  if (out) host->engaged(ctx, "layers_built", 1);
   return out;
 }
 
@@ -52,12 +51,13 @@ static const struct tsr_plugin_setting g_settings[] = {
 };
 
 static tsr_status example_init(const struct tsr_host *host, struct tsr_plugin *self) {
-  g_self = self;
   bool verbose = false;
   tsr_status st = host->setting_bool(self, "verbose", &verbose);
   if (st != TSR_OK) return st;
   if (verbose) host->log(self, TSR_LOG_INFO, "loaded; wrapping flash");
-  return host->register_attention(self, &g_attention);
+  struct tsr_attention_v1 attention = g_attention; /* the host keeps a copy */
+  attention.ctx = self;
+  return host->register_attention(self, &attention);
 }
 
 static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ATTENTION, 1}};

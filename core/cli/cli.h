@@ -21,5 +21,7 @@ int tsr_cli_profile(int argc, char **argv);
 int tsr_cli_convert(int argc, char **argv);
 int tsr_cli_parity(int argc, char **argv);
 int tsr_cli_run(int argc, char **argv);
+int tsr_cli_perplexity(int argc, char **argv);
+int tsr_cli_logit_eq(int argc, char **argv);
 
 #endif

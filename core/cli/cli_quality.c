@@ -1,0 +1,90 @@
+#include "cli_quality.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "logprobs.h"
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    n += fread(buf + n, 1, cap - 1 - n, f);
+    if (n < cap - 1) break;
+    char *grown = realloc(buf, cap * 2);
+    if (!grown) free(buf);
+    buf = grown;
+    cap *= 2;
+  }
+  int bad = ferror(f);
+  fclose(f);
+  if (!buf || bad) {
+    free(buf);
+    errno = bad ? EIO : ENOMEM;
+    return NULL;
+  }
+  buf[n] = 0;
+  *len = n;
+  return buf;
+}
+
+tsr_status tsr_qtext_load(const char *path, const struct tsr_tokenizer *tok, struct tsr_qtext *t) {
+  memset(t, 0, sizeof *t);
+  if (!(t->bytes = slurp(path, &t->len)))
+    return tsr_error_set(TSR_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+  t->hash = tsr_fnv1a64(TSR_FNV1A64_INIT, t->bytes, t->len);
+  /* the file is text, not a prompt: special-token names in it stay text */
+  tsr_status st = tsr_tokenizer_encode(tok, t->bytes, t->len, false, false, &t->ids, &t->n_ids);
+  if (st != TSR_OK) tsr_error_prefix("%s", path);
+  return st;
+}
+
+void tsr_qtext_free(struct tsr_qtext *t) {
+  free(t->bytes);
+  free(t->ids);
+  memset(t, 0, sizeof *t);
+}
+
+uint64_t tsr_vocab_hash(const struct tsr_tokenizer *tok) {
+  uint64_t h = TSR_FNV1A64_INIT;
+  int32_t n = tsr_tokenizer_n_vocab(tok);
+  h = tsr_fnv1a64(h, &n, sizeof n);
+  for (int32_t i = 0; i < n; i++) {
+    const char *s = tsr_tokenizer_token_text(tok, i);
+    int32_t type = (int32_t)tsr_tokenizer_token_type(tok, i);
+    h = tsr_fnv1a64(h, s ? s : "", s ? strlen(s) + 1 : 1);
+    h = tsr_fnv1a64(h, &type, sizeof type);
+  }
+  return h;
+}
+
+tsr_status tsr_qtext_eval_window(struct tsr_engine *e, const struct tsr_tokenizer *tok,
+                                 const struct tsr_qtext *t, int32_t ctx, int64_t w,
+                                 int32_t *window, float *logits) {
+  memcpy(window, t->ids + (size_t)w * (size_t)ctx, (size_t)ctx * sizeof *window);
+  if (tsr_tokenizer_adds_bos(tok) && tsr_tokenizer_bos(tok) >= 0) window[0] = tsr_tokenizer_bos(tok);
+  tsr_status st = tsr_engine_seq_rm(e, 0, 0, -1);
+  if (st == TSR_OK) st = tsr_engine_eval(e, 0, window, ctx, NULL, logits);
+  if (st != TSR_OK) tsr_error_prefix("window %lld", (long long)w + 1);
+  return st;
+}
+
+double tsr_mean_of(const struct tsr_mean_acc *a) { return a->n ? a->sum / (double)a->n : 0; }
+
+double tsr_mean_stderr(const struct tsr_mean_acc *a) {
+  if (a->n < 2) return 0;
+  double m = a->sum / (double)a->n, var = a->sum2 / (double)a->n - m * m;
+  return var > 0 ? sqrt(var / (double)(a->n - 1)) : 0;
+}
+
+double tsr_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}

@@ -1,0 +1,169 @@
+"""`tessera perplexity` and `tessera logit-eq` on the qwen3_tied fixture converted at f32.
+
+usage: test_quality_tools.py TESSERA_BINARY SOURCE_ROOT DEFAULT_MODEL.gguf
+The fixture has random weights, but its distributions are peaked (mean entropy ~1.7 of
+ln 512 = 6.2 nats), so the KL instruments are valid on it; the build's default model is
+near-flat and serves to check the validity gate. Prints "ok   name" / "FAIL name" per case.
+"""
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+
+TESSERA, SOURCE, DEFAULT_MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
+TMP = tempfile.mkdtemp(prefix="tsr_quality_")
+failures = 0
+
+
+def tessera(*args):
+    p = subprocess.run([TESSERA, *args], capture_output=True, timeout=300)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def ok(code, out, err):
+    assert code == 0, f"exit {code}; stderr: {err.strip()}"
+    return out
+
+
+def case(fn):
+    global failures
+    try:
+        fn()
+        print(f"ok   {fn.__name__}")
+    except AssertionError as e:
+        failures += 1
+        print(f"FAIL {fn.__name__}")
+        print(f"  {e}", file=sys.stderr)
+    return fn
+
+
+def value(out, label):
+    m = re.search(r"^" + re.escape(label) + r"\s+(\S+)", out, re.M)
+    assert m, f"no '{label}' line in:\n{out}"
+    return float(m.group(1))
+
+
+MODEL = os.path.join(TMP, "qwen3_tied.f32.gguf")
+ok(*tessera("convert", os.path.join(SOURCE, "tests", "reference", "fixtures", "qwen3_tied"),
+            MODEL, "--outtype", "f32"))
+rng = random.Random(7)
+words = ("the old lighthouse keeper walked along the shore every night and watched the ships "
+         "sail past the rocks while storms gathered over a grey sea").split()
+TEXT = os.path.join(TMP, "text.txt")
+with open(TEXT, "w") as f:
+    f.write(" ".join(rng.choice(words) for _ in range(700)))
+OTHER = os.path.join(TMP, "other.txt")
+with open(OTHER, "w") as f:
+    f.write(" ".join(rng.choice(words) for _ in range(700)))
+PPL = ["perplexity", TEXT, "-m", MODEL, "--ctx", "64"]
+BASE = os.path.join(TMP, "base.gguf")
+
+
+def kl_run(*sets):
+    args = [a for s in sets for a in ("--set", s)]
+    return ok(*tessera(*PPL, "--kl-divergence", BASE, *args))
+
+
+@case
+def test_perplexity_is_finite_and_above_one_and_writes_a_base():
+    out = ok(*tessera(*PPL, "--kl-divergence-base", BASE))
+    ppl = value(out, "PPL")
+    assert math.isfinite(ppl) and ppl > 1, f"PPL {ppl}"
+    windows = int(re.search(r"(\d+) windows of 64", out).group(1))
+    assert value(out, "tokens scored") == windows * 31, out  # positions 32..62 of each window
+    assert os.path.getsize(BASE) > windows * 31 * 512 * 2, "base smaller than its log-probs"
+
+
+@case
+def test_same_configuration_against_its_base_gives_zero_kl_and_same_top():
+    out = kl_run()
+    assert value(out, "mean KL") < 1e-6, out
+    assert value(out, "max KL") < 1e-5, out
+    assert value(out, "same top") == 100.0, out
+    assert value(out, "PPL(base)") == value(out, "PPL(cand)"), out
+
+
+@case
+def test_kl_grows_as_kv_bits_shrink_and_q8_0_control_is_near_lossless():
+    q8 = kl_run("kv.k=q8_0", "kv.v=q8_0")
+    q4 = kl_run("kv.k=q4_0", "kv.v=q4_0")
+    k8, k4 = value(q8, "mean KL"), value(q4, "mean KL")
+    assert 0 < k8 < k4, f"KL q8_0 {k8}, q4_0 {k4}"
+    assert k8 < 0.01, f"q8_0 control KL {k8}"
+    assert value(q8, "same top") > value(q4, "same top"), (q8, q4)
+
+
+@case
+def test_base_of_another_ctx_or_text_is_refused():
+    code, _, err = tessera("perplexity", TEXT, "-m", MODEL, "--ctx", "32", "--kl-divergence", BASE)
+    assert code == 2 and "window size (--ctx) differs" in err, f"exit {code}: {err}"
+    code, _, err = tessera("perplexity", OTHER, "-m", MODEL, "--ctx", "64", "--kl-divergence",
+                           BASE)
+    assert code == 2 and "the text differs" in err, f"exit {code}: {err}"
+
+
+@case
+def test_near_flat_base_is_refused_unless_allowed():
+    flat = os.path.join(TMP, "flat.gguf")
+    args = ["perplexity", TEXT, "-m", DEFAULT_MODEL, "--ctx", "64"]
+    ok(*tessera(*args, "--kl-divergence-base", flat))
+    code, _, err = tessera(*args, "--kl-divergence", flat)
+    assert code == 1 and "near-flat" in err, f"exit {code}: {err}"
+    out = ok(*tessera(*args, "--kl-divergence", flat, "--allow-flat-base"))
+    assert "WARNING: near-flat base" in out, out
+
+
+@case
+def test_logit_eq_of_a_configuration_with_itself_agrees_fully():
+    out = ok(*tessera("logit-eq", TEXT, "-m", MODEL, "--ctx", "64"))
+    assert value(out, "real_frac") == 0, out
+    assert value(out, "mean_tv") == 0, out
+    assert value(out, "full_agree") == 1, out
+
+
+@case
+def test_logit_eq_sees_a_q4_0_kv_cache_and_exits_0():
+    out = ok(*tessera("logit-eq", TEXT, "-m", MODEL, "--ctx", "64", "--cand-set", "kv.k=q4_0",
+                      "--cand-set", "kv.v=q4_0"))
+    assert value(out, "real_frac") > 0, out
+    assert value(out, "mean_tv") > 0, out
+    assert value(out, "full_agree") < 1, out
+
+
+@case
+def test_logit_eq_compares_two_profiles():
+    a, b = os.path.join(TMP, "a.yaml"), os.path.join(TMP, "b.yaml")
+    for path, k in ((a, "f16"), (b, "q8_0")):
+        with open(path, "w") as f:
+            f.write(f"model: {MODEL}\ncontext: 128\nplugins: [arch_qwen]\nkv: {{k: {k}, v: f16}}\n")
+    out = ok(*tessera("logit-eq", TEXT, "--ref", a, "--cand", b))
+    assert "kv k=q8_0" in out and value(out, "mean_tv") > 0, out
+    assert re.search(r"windows of 128", out), out  # the profile's context when under 512
+
+
+@case
+def test_bad_flags_exit_2():
+    for args in (["perplexity"], ["perplexity", TEXT], ["perplexity", TEXT, "-m", MODEL, "--ctx", "x"],
+                 ["perplexity", TEXT, "-m", MODEL, "--bogus", "1"],
+                 ["perplexity", TEXT, "-m", MODEL, "--kl-divergence", BASE,
+                  "--kl-divergence-base", BASE],
+                 ["perplexity", os.path.join(TMP, "missing.txt"), "-m", MODEL],
+                 ["logit-eq", TEXT], ["logit-eq", TEXT, "--ref", "x.yaml"],
+                 ["logit-eq", TEXT, "-m", MODEL, "--top-k", "0"],
+                 ["logit-eq", TEXT, "-m", MODEL, "--ctx", "4096"]):
+        code, _, err = tessera(*args)
+        assert code == 2, f"{args}: exit {code}: {err}"
+        assert err.strip(), f"{args}: no message"
+
+
+@case
+def test_help_exits_0():
+    for tool in ("perplexity", "logit-eq"):
+        out = ok(*tessera(tool, "--help"))
+        assert "usage: tessera " + tool in out, out
+
+
+sys.exit(1 if failures else 0)

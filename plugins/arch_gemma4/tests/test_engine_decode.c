@@ -24,6 +24,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "tests/harness.h"
+#include "tests/logits_test_util.h"
 
 #define N_PREFILL 100
 #define WINDOW 32 /* the fixtures' sliding_window */
@@ -35,31 +36,13 @@ static int32_t g_n, g_vocab;
 static double g_max_rel_golden = 1e-4, g_max_rel_self = 1e-5;
 static float *g_whole; /* (a)'s logits, the reference for (b) and (c) */
 
-/* max |a-b| / max |b| over one row, the parity tool's measure */
-static double row_rel(const float *a, const float *b, int64_t n) {
-  double d = 0, scale = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double x = fabs((double)a[i] - b[i]);
-    if (!(x <= d)) d = x; /* NaN fails */
-    if (fabs(b[i]) > scale) scale = fabs(b[i]);
-  }
-  return scale > 0 ? d / scale : d;
-}
-
 static double rows_rel(const float *a, const float *b, int32_t rows) {
   double worst = 0;
   for (int32_t p = 0; p < rows; p++) {
-    double r = row_rel(a + (size_t)p * g_vocab, b + (size_t)p * g_vocab, g_vocab);
+    double r = tsr_test_row_rel(a + (size_t)p * g_vocab, b + (size_t)p * g_vocab, g_vocab);
     if (!(r <= worst)) worst = r;
   }
   return worst;
-}
-
-static int64_t argmax(const float *a, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; i++)
-    if (a[i] > a[best]) best = i;
-  return best;
 }
 
 /* An engine on the built-in default profile, the fixture as model, and sets;
@@ -106,7 +89,7 @@ static void prefill_decode(const char *const *sets, int n_sets, double *max_rel,
   if (!e) return;
   float *out = malloc((size_t)g_vocab * sizeof *out);
   CHECK_OK(tsr_engine_eval(e, 0, g_ids, N_PREFILL, out, NULL));
-  *max_rel = row_rel(out, g_whole + (size_t)(N_PREFILL - 1) * g_vocab, g_vocab);
+  *max_rel = tsr_test_row_rel(out, g_whole + (size_t)(N_PREFILL - 1) * g_vocab, g_vocab);
   for (int32_t p = N_PREFILL; p < g_n; p++) {
     tsr_status st = tsr_engine_eval(e, 0, g_ids + p, 1, out, NULL);
     CHECK_MSG(st == TSR_OK, "decode at %d: %s", p, tsr_error_message());
@@ -115,9 +98,9 @@ static void prefill_decode(const char *const *sets, int n_sets, double *max_rel,
       break;
     }
     const float *ref = g_whole + (size_t)p * g_vocab;
-    double r = row_rel(out, ref, g_vocab);
+    double r = tsr_test_row_rel(out, ref, g_vocab);
     if (!(r <= *max_rel)) *max_rel = r;
-    *agree += argmax(out, g_vocab) == argmax(ref, g_vocab);
+    *agree += tsr_test_argmax(out, g_vocab) == tsr_test_argmax(ref, g_vocab);
     *bitwise += !memcmp(out, ref, (size_t)g_vocab * sizeof *out);
   }
   CHECK(tsr_engine_seq_len(e, 0) == g_n);

@@ -16,6 +16,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "tests/harness.h"
+#include "tests/logits_test_util.h"
 
 #define N_PREFILL 40
 
@@ -23,23 +24,6 @@ static const char *g_model;
 static const int32_t *g_ids, *g_top; /* g_top: [k, n], top-1 first */
 static int32_t g_n, g_k, g_vocab;
 static float *g_whole; /* one call's logits, f32 KV */
-
-static double row_rel(const float *a, const float *b, int64_t n) {
-  double d = 0, scale = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double x = fabs((double)a[i] - b[i]);
-    if (!(x <= d)) d = x; /* NaN fails */
-    if (fabs(b[i]) > scale) scale = fabs(b[i]);
-  }
-  return scale > 0 ? d / scale : d;
-}
-
-static int32_t argmax(const float *a, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; i++)
-    if (a[i] > a[best]) best = i;
-  return (int32_t)best;
-}
 
 static struct tsr_engine *engine(const char *kv) {
   char k[32], v[32];
@@ -60,7 +44,7 @@ static void test_one_call_top1_matches_golden(void) {
   CHECK_OK(tsr_engine_eval(e, 0, g_ids, g_n, NULL, g_whole));
   int agree = 0;
   for (int32_t p = 0; p < g_n; p++)
-    agree += argmax(g_whole + (size_t)p * g_vocab, g_vocab) == g_top[(size_t)p * g_k];
+    agree += tsr_test_argmax(g_whole + (size_t)p * g_vocab, g_vocab) == g_top[(size_t)p * g_k];
   printf("  one call, f32 KV: top-1 = golden at %d/%d positions\n", agree, g_n);
   CHECK(agree == g_n);
   tsr_engine_free(e);
@@ -75,7 +59,7 @@ static void prefill_decode(const char *kv, int *agree, double *max_rel) {
   if (!e) return;
   float *out = malloc((size_t)g_vocab * sizeof *out);
   CHECK_OK(tsr_engine_eval(e, 0, g_ids, N_PREFILL, out, NULL));
-  *max_rel = row_rel(out, g_whole + (size_t)(N_PREFILL - 1) * g_vocab, g_vocab);
+  *max_rel = tsr_test_row_rel(out, g_whole + (size_t)(N_PREFILL - 1) * g_vocab, g_vocab);
   for (int32_t p = N_PREFILL; p < g_n; p++) {
     tsr_status st = tsr_engine_eval(e, 0, g_ids + p, 1, out, NULL);
     CHECK_MSG(st == TSR_OK, "decode at %d: %s", p, tsr_error_message());
@@ -83,9 +67,9 @@ static void prefill_decode(const char *kv, int *agree, double *max_rel) {
       *max_rel = INFINITY;
       break;
     }
-    double r = row_rel(out, g_whole + (size_t)p * g_vocab, g_vocab);
+    double r = tsr_test_row_rel(out, g_whole + (size_t)p * g_vocab, g_vocab);
     if (!(r <= *max_rel)) *max_rel = r;
-    *agree += argmax(out, g_vocab) == g_top[(size_t)p * g_k];
+    *agree += tsr_test_argmax(out, g_vocab) == g_top[(size_t)p * g_k];
   }
   CHECK(tsr_engine_seq_len(e, 0) == g_n);
   free(out);

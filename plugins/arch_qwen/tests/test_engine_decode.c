@@ -15,6 +15,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "tests/harness.h"
+#include "tests/logits_test_util.h"
 
 #define N_PREFILL 100
 
@@ -23,24 +24,6 @@ static const int32_t *g_ids;
 static const float *g_golden; /* [n_vocab, g_n] */
 static int32_t g_n, g_vocab;
 static float *g_whole;        /* (a)'s logits, the reference for the decode tests */
-
-/* max |a-b| / max |b| over one row, the parity tool's measure */
-static double row_rel(const float *a, const float *b, int64_t n) {
-  double d = 0, scale = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double x = fabs((double)a[i] - b[i]);
-    if (!(x <= d)) d = x; /* NaN fails */
-    if (fabs(b[i]) > scale) scale = fabs(b[i]);
-  }
-  return scale > 0 ? d / scale : d;
-}
-
-static int64_t argmax(const float *a, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; i++)
-    if (a[i] > a[best]) best = i;
-  return best;
-}
 
 /* An engine on the built-in default profile, the fixture as model, and sets. */
 static struct tsr_engine *engine(const char *const *sets, int n_sets) {
@@ -61,7 +44,7 @@ static void test_whole_sequence_in_one_call_matches_golden(void) {
   CHECK_OK(tsr_engine_eval(e, 0, g_ids, g_n, last, g_whole));
   double worst = 0;
   for (int32_t p = 0; p < g_n; p++) {
-    double r = row_rel(g_whole + (size_t)p * g_vocab, g_golden + (size_t)p * g_vocab, g_vocab);
+    double r = tsr_test_row_rel(g_whole + (size_t)p * g_vocab, g_golden + (size_t)p * g_vocab, g_vocab);
     if (!(r <= worst)) worst = r;
   }
   printf("  (a) whole sequence vs golden: max rel %.3e over %d positions\n", worst, g_n);
@@ -80,16 +63,16 @@ static struct tsr_engine *prefill_decode(const char *const *sets, int n_sets, do
   if (!e) return NULL;
   float *out = malloc((size_t)g_vocab * sizeof *out);
   CHECK_OK(tsr_engine_eval(e, 0, g_ids, N_PREFILL, out, NULL));
-  *max_rel = row_rel(out, g_whole + (size_t)(N_PREFILL - 1) * g_vocab, g_vocab);
+  *max_rel = tsr_test_row_rel(out, g_whole + (size_t)(N_PREFILL - 1) * g_vocab, g_vocab);
   *agree = 0;
   for (int32_t p = N_PREFILL; p < g_n; p++) {
     tsr_status st = tsr_engine_eval(e, 0, g_ids + p, 1, out, NULL);
     CHECK_MSG(st == TSR_OK, "decode at %d: %s", p, tsr_error_message());
     if (st != TSR_OK) break;
     const float *ref = g_whole + (size_t)p * g_vocab;
-    double r = row_rel(out, ref, g_vocab);
+    double r = tsr_test_row_rel(out, ref, g_vocab);
     if (!(r <= *max_rel)) *max_rel = r;
-    *agree += argmax(out, g_vocab) == argmax(ref, g_vocab);
+    *agree += tsr_test_argmax(out, g_vocab) == tsr_test_argmax(ref, g_vocab);
     if (rows) memcpy(rows + (size_t)(p - N_PREFILL) * g_vocab, out, (size_t)g_vocab * sizeof *out);
   }
   CHECK(tsr_engine_seq_len(e, 0) == g_n);
@@ -125,7 +108,7 @@ static void test_decode_token_by_token_matches_one_call(void) {
   CHECK_OK(tsr_engine_eval(e, 0, g_ids + from, g_n - from, NULL, again));
   double worst = 0;
   for (int32_t p = N_PREFILL; p < g_n; p++) {
-    double r = row_rel(again + (size_t)(p - from) * g_vocab,
+    double r = tsr_test_row_rel(again + (size_t)(p - from) * g_vocab,
                        rows + (size_t)(p - N_PREFILL) * g_vocab, g_vocab);
     if (!(r <= worst)) worst = r;
   }
@@ -164,7 +147,7 @@ static void test_full_context_is_refused_and_cache_unchanged(void) {
   CHECK(tsr_engine_eval(e, 0, g_ids + 10, 30, out, NULL) == TSR_ERR_NOMEM);
   CHECK(tsr_engine_seq_len(e, 0) == 10);
   CHECK_OK(tsr_engine_eval(e, 0, g_ids + 10, 1, out, NULL));
-  double r = row_rel(out, g_whole + (size_t)10 * g_vocab, g_vocab);
+  double r = tsr_test_row_rel(out, g_whole + (size_t)10 * g_vocab, g_vocab);
   CHECK_MSG(r <= 1e-4, "position 10 after the refusal: max rel %g", r);
   /* the rest of the context still fits exactly */
   CHECK_OK(tsr_engine_eval(e, 0, g_ids + 11, 21, out, NULL));

@@ -21,6 +21,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "tests/harness.h"
+#include "tests/logits_test_util.h"
 
 enum { CTX = 64, KEEP = 4, DISCARD = 16 };
 
@@ -28,23 +29,6 @@ static const char *g_model;
 static const int32_t *g_ids;
 static int32_t g_n, g_vocab;
 static bool g_linear; /* the model has recurrent layers: shift must be refused */
-
-static double row_rel(const float *a, const float *b, int64_t n) {
-  double d = 0, scale = 0;
-  for (int64_t i = 0; i < n; i++) {
-    double x = fabs((double)a[i] - b[i]);
-    if (!(x <= d)) d = x;
-    if (fabs(b[i]) > scale) scale = fabs(b[i]);
-  }
-  return scale > 0 ? d / scale : d;
-}
-
-static int64_t argmax(const float *a, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; i++)
-    if (a[i] > a[best]) best = i;
-  return best;
-}
 
 static struct tsr_engine *engine(const char *kv) {
   char k[32], v[32];
@@ -92,17 +76,17 @@ static void test_shift_without_prefix_equals_dropping_positions(void) {
   if (g_linear) return;
   float *a = malloc((size_t)g_vocab * sizeof *a), *b = malloc((size_t)g_vocab * sizeof *b);
   if (shifted("f32", 0, a) && unshifted("f32", 0, b)) {
-    double r = row_rel(a, b, g_vocab);
+    double r = tsr_test_row_rel(a, b, g_vocab);
     printf("  f32 KV: shift(keep 0, discard %d) vs dropped without shift: max rel %.3e, "
-           "argmax %s\n", DISCARD, r, argmax(a, g_vocab) == argmax(b, g_vocab) ? "equal" : "differs");
+           "argmax %s\n", DISCARD, r, tsr_test_argmax(a, g_vocab) == tsr_test_argmax(b, g_vocab) ? "equal" : "differs");
     CHECK_MSG(r <= 1e-4, "max rel %g", r);
-    CHECK(argmax(a, g_vocab) == argmax(b, g_vocab));
+    CHECK(tsr_test_argmax(a, g_vocab) == tsr_test_argmax(b, g_vocab));
   }
   if (shifted("q8_0", 0, a) && unshifted("f32", 0, b)) {
-    double r = row_rel(a, b, g_vocab);
+    double r = tsr_test_row_rel(a, b, g_vocab);
     printf("  q8_0 KV: shift vs f32 dropped without shift: max rel %.3e, argmax %s\n", r,
-           argmax(a, g_vocab) == argmax(b, g_vocab) ? "equal" : "differs");
-    CHECK(argmax(a, g_vocab) == argmax(b, g_vocab));
+           tsr_test_argmax(a, g_vocab) == tsr_test_argmax(b, g_vocab) ? "equal" : "differs");
+    CHECK(tsr_test_argmax(a, g_vocab) == tsr_test_argmax(b, g_vocab));
     CHECK_MSG(r <= 5e-2, "max rel %g", r);
   }
   free(a);
@@ -120,11 +104,11 @@ static void test_shift_with_kept_prefix_against_from_scratch(void) {
   struct tsr_engine *e = engine("f32");
   if (e && shifted("f32", KEEP, a)) {
     CHECK_OK(tsr_engine_eval(e, 0, kept, CTX - DISCARD + 1, b, NULL));
-    double r = row_rel(a, b, g_vocab);
+    double r = tsr_test_row_rel(a, b, g_vocab);
     printf("  f32 KV: shift(keep %d, discard %d) vs from scratch (tokens 0..%d, %d..%d at "
            "0..%d): max rel %.3e, argmax %s (reported)\n", KEEP, DISCARD, KEEP - 1,
            KEEP + DISCARD, CTX, CTX - DISCARD, r,
-           argmax(a, g_vocab) == argmax(b, g_vocab) ? "equal" : "differs");
+           tsr_test_argmax(a, g_vocab) == tsr_test_argmax(b, g_vocab) ? "equal" : "differs");
     CHECK(isfinite(r));
   }
   tsr_engine_free(e);
@@ -146,7 +130,7 @@ static void test_shift_is_refused_for_recurrent_layers_and_keeps_the_cache(void)
   struct tsr_engine *ref = engine("f32");
   if (ref) {
     CHECK_OK(tsr_engine_eval(ref, 0, g_ids, 33, b, NULL));
-    CHECK(row_rel(a, b, g_vocab) <= 1e-4);
+    CHECK(tsr_test_row_rel(a, b, g_vocab) <= 1e-4);
   }
   tsr_engine_free(ref);
   tsr_engine_free(e);

@@ -4,10 +4,23 @@
 #ifndef TSR_CLI_H
 #define TSR_CLI_H
 
+#include <errno.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { TSR_EXIT_OK = 0, TSR_EXIT_RUNTIME = 1, TSR_EXIT_USAGE = 2 };
+
+/* A whole decimal integer in [lo, hi]; false for anything else. */
+static inline bool tsr_cli_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
 
 /* "--help", "-h" (and "help" where a subcommand name is expected) */
 static inline bool tsr_cli_is_help(const char *arg) {

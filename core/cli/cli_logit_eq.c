@@ -70,15 +70,6 @@ static int usage_error(const char *fmt, const char *a) {
   return TSR_EXIT_USAGE;
 }
 
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 static int parse_args(int argc, char **argv, struct leq_args *a) {
   const char *both[MAX_SETS], *ref[MAX_SETS], *cand[MAX_SETS];
   int n_both = 0, n_ref = 0, n_cand = 0;
@@ -101,11 +92,11 @@ static int parse_args(int argc, char **argv, struct leq_args *a) {
     if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
     else if (!strcmp(f, "--ref")) a->ref.profile = v;
     else if (!strcmp(f, "--cand")) a->cand.profile = v;
-    else if (!strcmp(f, "--ctx") || !strcmp(f, "-c")) ok = parse_i64(v, 2, 1 << 24, &a->ctx);
-    else if (!strcmp(f, "--chunks")) ok = parse_i64(v, 1, INT32_MAX, &a->chunks);
-    else if (!strcmp(f, "--top-k")) ok = parse_i64(v, 1, 1 << 20, &a->top_k);
+    else if (!strcmp(f, "--ctx") || !strcmp(f, "-c")) ok = tsr_cli_parse_i64(v, 2, 1 << 24, &a->ctx);
+    else if (!strcmp(f, "--chunks")) ok = tsr_cli_parse_i64(v, 1, INT32_MAX, &a->chunks);
+    else if (!strcmp(f, "--top-k")) ok = tsr_cli_parse_i64(v, 1, 1 << 20, &a->top_k);
     else if (!strcmp(f, "--threads") || !strcmp(f, "-t")) {
-      ok = parse_i64(v, 1, 4096, &iv);
+      ok = tsr_cli_parse_i64(v, 1, 4096, &iv);
       a->threads = (int)iv;
     } else if (!strcmp(f, "--set") || !strcmp(f, "--ref-set") || !strcmp(f, "--cand-set")) {
       const char **list = f[2] == 's' ? both : f[2] == 'r' ? ref : cand;

@@ -84,15 +84,6 @@ static int usage_error(const char *fmt, const char *a) {
   return TSR_EXIT_USAGE;
 }
 
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 /* Returns -1 when parsing succeeded, else the exit code. */
 static int parse_args(int argc, char **argv, struct ppl_args *a) {
   const char *user_sets[MAX_SETS];
@@ -117,10 +108,10 @@ static int parse_args(int argc, char **argv, struct ppl_args *a) {
     else if (!strcmp(f, "--profile")) a->profile = v;
     else if (!strcmp(f, "--kl-divergence-base")) a->base_out = v;
     else if (!strcmp(f, "--kl-divergence")) a->base_in = v;
-    else if (!strcmp(f, "--ctx") || !strcmp(f, "-c")) ok = parse_i64(v, 4, 1 << 24, &a->ctx);
-    else if (!strcmp(f, "--chunks")) ok = parse_i64(v, 1, INT32_MAX, &a->chunks);
+    else if (!strcmp(f, "--ctx") || !strcmp(f, "-c")) ok = tsr_cli_parse_i64(v, 4, 1 << 24, &a->ctx);
+    else if (!strcmp(f, "--chunks")) ok = tsr_cli_parse_i64(v, 1, INT32_MAX, &a->chunks);
     else if (!strcmp(f, "--threads") || !strcmp(f, "-t")) {
-      ok = parse_i64(v, 1, 4096, &iv);
+      ok = tsr_cli_parse_i64(v, 1, 4096, &iv);
       a->threads = (int)iv;
     } else if (!strcmp(f, "--set")) {
       if (n_user == MAX_SETS) return usage_error("more than 64 --set%s", "");

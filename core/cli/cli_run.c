@@ -59,15 +59,6 @@ static int usage_error(const char *fmt, const char *a, const char *b) {
   return TSR_EXIT_USAGE;
 }
 
-static bool parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out) {
-  char *end;
-  errno = 0;
-  long long v = strtoll(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) return false;
-  *out = v;
-  return true;
-}
-
 static bool parse_f64(const char *s, double *out) {
   char *end;
   errno = 0;
@@ -99,15 +90,15 @@ static int parse_args(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(f, "--system")) a->system = v;
     else if (!strcmp(f, "--chat-template")) a->chat_template = v;
     else if (!strcmp(f, "-n") || !strcmp(f, "--n-predict"))
-      ok = a->has_n = parse_i64(v, -1, INT32_MAX, &a->n_predict);
+      ok = a->has_n = tsr_cli_parse_i64(v, -1, INT32_MAX, &a->n_predict);
     else if (!strcmp(f, "--temp")) ok = a->has_temp = parse_f64(v, &a->temp);
-    else if (!strcmp(f, "--top-k")) ok = a->has_top_k = parse_i64(v, 0, INT32_MAX, &a->top_k);
+    else if (!strcmp(f, "--top-k")) ok = a->has_top_k = tsr_cli_parse_i64(v, 0, INT32_MAX, &a->top_k);
     else if (!strcmp(f, "--top-p")) ok = a->has_top_p = parse_f64(v, &a->top_p);
     else if (!strcmp(f, "--min-p")) ok = a->has_min_p = parse_f64(v, &a->min_p);
-    else if (!strcmp(f, "--seed")) ok = a->has_seed = parse_i64(v, INT64_MIN, INT64_MAX, &a->seed);
-    else if (!strcmp(f, "--keep")) ok = parse_i64(v, 0, INT32_MAX, &a->keep);
+    else if (!strcmp(f, "--seed")) ok = a->has_seed = tsr_cli_parse_i64(v, INT64_MIN, INT64_MAX, &a->seed);
+    else if (!strcmp(f, "--keep")) ok = tsr_cli_parse_i64(v, 0, INT32_MAX, &a->keep);
     else if (!strcmp(f, "--threads") || !strcmp(f, "-t")) {
-      ok = parse_i64(v, 1, 4096, &iv);
+      ok = tsr_cli_parse_i64(v, 1, 4096, &iv);
       a->threads = (int)iv;
     } else if (!strcmp(f, "--set")) {
       if (a->n_sets == MAX_SETS) return usage_error("more than 64 --set%s%s", "", "");

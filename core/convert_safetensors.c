@@ -177,10 +177,11 @@ static tsr_status open_file(struct tsr_st_set *s, const char *path) {
                          "length", path, f->size);
   }
   f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int map_errno = errno; /* close() may change it */
   close(fd);
   if (f->map == MAP_FAILED) {
     f->map = NULL;
-    return tsr_error_set(TSR_ERR_IO, "%s: mmap failed: %s", path, strerror(errno));
+    return tsr_error_set(TSR_ERR_IO, "%s: mmap failed: %s", path, strerror(map_errno));
   }
   const unsigned char *base = f->map;
   uint64_t hlen = 0;

@@ -252,6 +252,9 @@ int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const 
   const struct seq_ids *q = &e->seq_ids[seq];
   int32_t held = tsr_engine_seq_len(e, seq), k = 0;
   while (k < n && k < q->n && k < held && q->ids[k] == tokens[k]) k++;
+  /* resuming below what the sliding ring still holds would attend to
+  ** released keys: then nothing can be reused */
+  if (k < held && k < tsr_kv_cache_seq_resume_min(e->kv, seq)) return 0;
   return k;
 }
 
@@ -290,8 +293,14 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   if (st != TSR_OK) tsr_error_prefix("building the forward pass of %d tokens", n);
   struct tsr_graph_plan plan;
   if (st == TSR_OK) {
-    tsr_graph_mark_output(fw.logits);
-    st = tsr_graph_plan(g, &plan);
+    /* the ABI's shape: f32 [n_vocab, n_tokens], rows of n_vocab floats */
+    if (!fw.logits || fw.logits->dtype != TSR_F32 || fw.logits->ne[0] != e->n_vocab ||
+        fw.logits->ne[1] != n || fw.logits->ne[2] != 1 || fw.logits->ne[3] != 1 ||
+        fw.logits->nb[0] != sizeof(float))
+      st = tsr_error_set(TSR_ERR_INTERNAL, "arch plugin %s returned logits that are not f32 "
+                         "[%d, %d]", tsr_plugin_name(s->arch_owner), e->n_vocab, n);
+    if (st == TSR_OK) tsr_graph_mark_output(fw.logits);
+    if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
   }
   if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
   if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
@@ -361,11 +370,18 @@ tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tok
     snprintf(msg, sizeof msg, "%s", tsr_error_message());
     /* the sequence was empty: dropping it whole also zeroes any recurrent state */
     tsr_status rb = tsr_kv_cache_seq_rm(e->kv, seq, p0 > 0 ? p0 : -1, -1);
-    if (rb == TSR_OK) ids_cut(e, seq, p0);
-    if (rb != TSR_OK)
-      return tsr_error_set(st, "%s (and sequence %d keeps positions from %d: %s)", msg, seq, p0,
-                           tsr_error_message());
-    tsr_error_set(st, "%s", msg);
+    if (rb == TSR_OK) {
+      ids_cut(e, seq, p0);
+      return tsr_error_set(st, "%s", msg);
+    }
+    /* the tail cannot be cut (recurrent state, or ring keys released by this
+    ** call's earlier ubatches): drop the sequence whole rather than leave
+    ** cells whose contents were never written */
+    char why[512];
+    snprintf(why, sizeof why, "%s", tsr_error_message());
+    tsr_kv_cache_seq_rm(e->kv, seq, -1, -1);
+    ids_cut(e, seq, 0);
+    return tsr_error_set(st, "%s (sequence %d was dropped whole: %s)", msg, seq, why);
   }
   return st;
 }

@@ -41,12 +41,16 @@ tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tok
 
 /* Next position of seq (= tokens it holds). */
 int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq);
-/* Forgets positions [p0, p1) of seq (p1 < 0: to the end). */
+/* Forgets positions [p0, p1) of seq (p1 < 0: to the end). Refused, naming
+** why, when seq could not resume at p0 (recurrent state, or sliding-ring
+** keys already released). */
 tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1);
 
 /* Prompt-prefix reuse: how many leading tokens of tokens[0..n) seq already
 ** holds at positions 0.. (the engine remembers the ids eval gave it). A
-** caller keeps those (seq_rm from there on) and evaluates only the rest. */
+** caller keeps those (seq_rm from there on) and evaluates only the rest.
+** 0 when the sequence cannot resume there (a sliding ring has released the
+** keys a query at that position needs): everything is evaluated again. */
 int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const int32_t *tokens,
                                  int32_t n);
 

@@ -180,6 +180,7 @@ tsr_status tsr_kv_cache_new(const struct tsr_arch_layer *layers, int32_t n_layer
   *out = NULL;
   struct tsr_kv_cache *c = calloc(1, sizeof *c);
   if (!c) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int s = 0; s < TSR_KV_MAX_SEQ; s++) c->released[s] = -1;
   c->layers = calloc(n_layers > 0 ? (size_t)n_layers : 1, sizeof *c->layers);
   if (!c->layers) {
     free(c);
@@ -316,6 +317,10 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
     int32_t k = 0;
     for (int32_t i = 0; i < ring->n_cells; i++) {
       if (!ring_dead(ring, i, in_batch, p_min)) continue;
+      for (uint64_t m = ring->seqs[i]; m; m &= m - 1) {
+        int s = __builtin_ctzll(m);
+        if (ring->pos[i] > c->released[s]) c->released[s] = ring->pos[i];
+      }
       ring->pos[i] = -1;
       ring->seqs[i] = 0;
       if (k < n) ring->slots[k++] = i;
@@ -389,6 +394,16 @@ tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, 
     return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: sequence %d of %d", seq,
                          c->params.n_seq);
   uint64_t which = seq < 0 ? ~0ull : 1ull << seq;
+  /* keeping positions below p0 and resuming at p0 needs the ring's keys
+  ** (p0 - window, p0): refuse when the ring has released them */
+  const int32_t window = c->pools[TSR_KV_POOL_SLIDING].window;
+  for (int32_t s = 0; s < c->params.n_seq && c->pools[TSR_KV_POOL_SLIDING].n_cells; s++)
+    if ((which >> s & 1) && p0 > 0 && (p1 < 0 || p1 > tsr_kv_cache_seq_pos_max(c, s)) &&
+        c->released[s] >= 0 && p0 - window < c->released[s])
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "kv cache: sequence %d cannot resume at "
+                           "position %d: the sliding ring (window %d) has released its keys up "
+                           "to position %d; remove the whole sequence instead", s, p0, window,
+                           c->released[s]);
   if (c->has_linear)
     for (int32_t s = 0; s < c->params.n_seq; s++)
       if ((which >> s & 1) && covers_part(c, s, p0, p1))
@@ -405,7 +420,10 @@ tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, 
   }
   /* no partial removal reached here with state, so each touched state's sequence is gone */
   for (int32_t s = 0; s < c->params.n_seq; s++)
-    if ((which >> s & 1) && tsr_kv_cache_seq_pos_max(c, s) < 0) state_zero(c, s);
+    if ((which >> s & 1) && tsr_kv_cache_seq_pos_max(c, s) < 0) {
+      state_zero(c, s);
+      c->released[s] = -1; /* an empty sequence starts over */
+    }
   return TSR_OK;
 }
 
@@ -428,6 +446,8 @@ tsr_status tsr_kv_cache_seq_cp(struct tsr_kv_cache *c, int32_t src, int32_t dst,
     float *from = tsr_kv_cache_state(c, i, src), *to = tsr_kv_cache_state(c, i, dst);
     if (from && to) memcpy(to, from, (size_t)c->layers[i].desc.state_bytes);
   }
+  /* dst now needs what src's ring released */
+  if (c->released[src] > c->released[dst]) c->released[dst] = c->released[src];
   return TSR_OK;
 }
 
@@ -497,7 +517,12 @@ void tsr_kv_cache_clear(struct tsr_kv_cache *c) {
     struct tsr_kv__pool *q = &c->pools[pl];
     for (int32_t i = 0; i < q->n_cells; i++) q->pos[i] = -1, q->seqs[i] = 0;
   }
-  for (int32_t s = 0; s < c->params.n_seq; s++) state_zero(c, s);
+  for (int32_t s = 0; s < c->params.n_seq; s++) state_zero(c, s), c->released[s] = -1;
+}
+
+int32_t tsr_kv_cache_seq_resume_min(const struct tsr_kv_cache *c, int32_t seq) {
+  if (seq < 0 || seq >= c->params.n_seq || c->released[seq] < 0) return 0;
+  return c->released[seq] + c->pools[TSR_KV_POOL_SLIDING].window;
 }
 
 float *tsr_kv_cache_state(struct tsr_kv_cache *c, int32_t layer, int32_t seq) {

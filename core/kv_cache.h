@@ -195,6 +195,11 @@ tsr_status tsr_kv_cache_seq_add(struct tsr_kv_cache *c, int32_t seq, int32_t p0,
                                 int32_t delta);
 /* Drops every sequence but seq. */
 void tsr_kv_cache_seq_keep(struct tsr_kv_cache *c, int32_t seq);
+/* The smallest position seq can resume at after removing its tail: a query
+** at p needs the sliding ring's keys (p - window, p], and the ring may have
+** released older ones (0 when nothing was released). seq_rm of a tail below
+** it is refused. */
+int32_t tsr_kv_cache_seq_resume_min(const struct tsr_kv_cache *c, int32_t seq);
 /* Largest position of seq, -1 if it holds none. */
 int32_t tsr_kv_cache_seq_pos_max(const struct tsr_kv_cache *c, int32_t seq);
 /* Empties every pool and zeroes every state. */

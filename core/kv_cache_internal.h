@@ -38,6 +38,10 @@ struct tsr_kv_cache {
   int32_t n_layers;
   bool has_linear;
   uint64_t bytes; /* counted as allocated */
+  /* per sequence: the largest position the sliding ring released (-1: none).
+  ** A query at p needs keys (p - window, p], so the sequence can resume at p
+  ** only when p - window >= released[s]. */
+  int32_t released[TSR_KV_MAX_SEQ];
 };
 
 tsr_status tsr_kv__layout(const struct tsr_arch_layer *layers, int32_t n_layers,

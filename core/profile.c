@@ -235,7 +235,7 @@ static const struct section sampling = SECTION(sampling_fields);
 typedef struct tsr_profile_server SV;
 static const struct field server_fields[] = {
     STR("host", SV, host), INT("port", SV, port, 1, 65535),
-    INT("parallel", SV, parallel, 1, 1024), OPT_STR("api_key_env", SV, api_key_env)};
+    INT("parallel", SV, parallel, 1, 64), OPT_STR("api_key_env", SV, api_key_env)};
 static const struct section server = SECTION(server_fields);
 
 static const char *const backends[] = {"cpu", "cuda", NULL};

@@ -238,6 +238,32 @@ static void test_sliding_ring_keeps_exactly_the_window_and_never_fills(void) {
   tsr_kv_cache_free(c);
 }
 
+/* A tail removal that would resume below the keys the ring still holds is
+** refused: a query there would attend to released keys, silently wrong. */
+static void test_ring_refuses_to_resume_below_its_released_keys(void) {
+  struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
+  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
+  struct tsr_kv_cache_params p = {.n_ctx = 64, .n_seq = 1, .n_ubatch = 2};
+  struct tsr_kv_cache *c = NULL;
+  CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  if (!c) return;
+  CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 0);
+  for (int32_t t = 0; t < 20; t++) {
+    int32_t seq = 0;
+    struct tsr_kv_slots s;
+    CHECK_OK(tsr_kv_cache_prepare(c, &t, &seq, 1, &s));
+  }
+  /* positions 0..15 were released; a query at p needs p-3..p */
+  CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 15 + 4);
+  CHECK(tsr_kv_cache_seq_rm(c, 0, 10, -1) == TSR_ERR_UNSUPPORTED);
+  CHECK(strstr(tsr_error_message(), "released") != NULL);
+  CHECK(tsr_kv_cache_seq_pos_max(c, 0) == 19); /* refused: unchanged */
+  CHECK_OK(tsr_kv_cache_seq_rm(c, 0, 19, -1)); /* 19 still has 16..18 */
+  CHECK_OK(tsr_kv_cache_seq_rm(c, 0, -1, -1)); /* the whole sequence is always fine */
+  CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 0);
+  tsr_kv_cache_free(c);
+}
+
 /* ---- exhaustion -------------------------------------------------------------- */
 
 static void test_full_pool_exhaustion_fails_and_leaves_the_cache_unchanged(void) {
@@ -505,6 +531,7 @@ int main(void) {
   TSR_RUN(test_head_dim_not_whole_codec_blocks_is_refused_naming_layer_and_codec);
   TSR_RUN(test_store_writes_every_ubatch_byte_exact_for_its_codec);
   TSR_RUN(test_sliding_ring_keeps_exactly_the_window_and_never_fills);
+  TSR_RUN(test_ring_refuses_to_resume_below_its_released_keys);
   TSR_RUN(test_full_pool_exhaustion_fails_and_leaves_the_cache_unchanged);
   TSR_RUN(test_two_sequences_are_isolated_shared_by_copy_and_removed_alone);
   TSR_RUN(test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_empty);

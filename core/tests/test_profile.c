@@ -118,7 +118,7 @@ static void test_example_extends_default_and_overrides(void) {
   CHECK(p->server.port == 8081 && p->server.api_key_env && p->batch == 2048);
   CHECK(p->sampling.top_k == 40); /* inherited */
   CHECK(strstr(tsr_profile_where(p, "context"), "example-deployment.yaml:") != NULL);
-  CHECK(strstr(tsr_profile_where(p, "batch"), "default.yaml:33:8") != NULL);
+  CHECK(strstr(tsr_profile_where(p, "batch"), "default.yaml:34:8") != NULL);
   tsr_profile_free(p);
 }
 

@@ -437,12 +437,21 @@ tsr_status tsr_kv_cache_seq_cp(struct tsr_kv_cache *c, int32_t src, int32_t dst,
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "kv cache: copying positions [%d, %d) of sequence "
                          "%d: the linear layers' state holds all of it and cannot be split",
                          p0, p1, src);
+  /* dst must not hold those positions already: attention would count them twice */
+  for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
+    const struct tsr_kv__pool *q = &c->pools[pl];
+    for (int32_t i = 0; i < q->n_cells; i++)
+      if ((q->seqs[i] >> dst & 1) && !(q->seqs[i] >> src & 1) && in_range(q->pos[i], p0, p1))
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: copying sequence %d to %d: %d "
+                             "already holds position %d", src, dst, dst, q->pos[i]);
+  }
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     struct tsr_kv__pool *q = &c->pools[pl];
     for (int32_t i = 0; i < q->n_cells; i++)
       if ((q->seqs[i] >> src & 1) && in_range(q->pos[i], p0, p1)) q->seqs[i] |= 1ull << dst;
   }
-  for (int32_t i = 0; i < c->n_layers; i++) {
+  /* the state belongs to src's positions: it travels only with all of them */
+  for (int32_t i = 0; i < c->n_layers && tsr_kv_cache_seq_pos_max(c, src) >= 0; i++) {
     float *from = tsr_kv_cache_state(c, i, src), *to = tsr_kv_cache_state(c, i, dst);
     if (from && to) memcpy(to, from, (size_t)c->layers[i].desc.state_bytes);
   }

@@ -10,6 +10,8 @@
 struct parse_state {
   struct tsr_manifest *m;
   int seen_plugin_section;
+  char seen_keys[8][16]; /* a key given twice is an error, not a silent override */
+  int n_seen;
   char error[1024]; /* the problem; its line is what ini_parse_file returns */
 };
 
@@ -45,6 +47,11 @@ static int parse_ifaces(struct parse_state *ps, const char *value, int provides)
       return 0;
     }
     *colon = '\0';
+    for (int i = 0; i < *n; i++) /* each interface once: the descriptor check counts them */
+      if (!strcmp(provides ? m->provides[i].name : m->requires[i].name, tok)) {
+        snprintf(ps->error, sizeof ps->error, "interface '%s' listed twice", tok);
+        return 0;
+      }
     if (provides) {
       snprintf(m->provides[*n].name, sizeof m->provides[*n].name, "%s", tok);
       m->provides[*n].version = (uint32_t)ver;
@@ -66,6 +73,13 @@ static int on_entry(void *user, const char *section, const char *key, const char
     return 0;
   }
   ps->seen_plugin_section = 1;
+  for (int i = 0; i < ps->n_seen; i++)
+    if (!strcmp(ps->seen_keys[i], key)) {
+      snprintf(ps->error, sizeof ps->error, "key '%s' given twice", key);
+      return 0;
+    }
+  if (ps->n_seen < 8 && strlen(key) < sizeof ps->seen_keys[0])
+    strcpy(ps->seen_keys[ps->n_seen++], key);
   if (!strcmp(key, "name")) return copy_field(ps, m->name, sizeof m->name, key, value);
   if (!strcmp(key, "version")) return copy_field(ps, m->version, sizeof m->version, key, value);
   if (!strcmp(key, "library")) return copy_field(ps, m->library, sizeof m->library, key, value);
@@ -76,8 +90,10 @@ static int on_entry(void *user, const char *section, const char *key, const char
   if (!strcmp(key, "abi")) {
     unsigned major, minor;
     char tail;
-    if (sscanf(value, "%u.%u%c", &major, &minor, &tail) != 2) {
-      snprintf(ps->error, sizeof ps->error, "abi '%s' must be MAJOR.MINOR", value);
+    if (strchr(value, '-') || strchr(value, '+') ||
+        sscanf(value, "%u.%u%c", &major, &minor, &tail) != 2 || major == 0) {
+      snprintf(ps->error, sizeof ps->error, "abi '%s' must be MAJOR.MINOR (major >= 1)",
+               value);
       return 0;
     }
     m->abi_major = major;

@@ -178,6 +178,10 @@ static void host_engaged(struct tsr_plugin *self, const char *counter, uint64_t 
     snprintf(c->name, sizeof c->name, "%s", counter);
     c->value = 0;
   }
+  if (!c) { /* more names than slots: the last slot sums the rest, so nothing is lost */
+    c = &self->counters[TSR_PLUGIN_MAX_COUNTERS - 1];
+    snprintf(c->name, sizeof c->name, "other");
+  }
   if (c) c->value += n;
   pthread_mutex_unlock(&h->counter_lock);
 }

@@ -110,6 +110,15 @@ tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out) {
   struct cpu_backend *be = calloc(1, sizeof *be);
   struct tsr_backend *b = calloc(1, sizeof *b);
   if (be) be->pool = tsr_threadpool_new(n_threads);
+  /* a pool that started fewer threads than asked would run slower unannounced */
+  if (be && be->pool && tsr_threadpool_size(be->pool) != n_threads) {
+    int started = tsr_threadpool_size(be->pool);
+    tsr_threadpool_free(be->pool);
+    free(be);
+    free(b);
+    return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: started only %d of %d threads", started,
+                         n_threads);
+  }
   if (!be || !b || !be->pool) {
     if (be) tsr_threadpool_free(be->pool);
     free(be);

@@ -18,6 +18,8 @@ struct tsr_graph *tsr_graph_new(int max_tensors) {
     return NULL;
   }
   g->cap = max_tensors;
+  static _Atomic uint64_t next_serial = 1;
+  g->serial = next_serial++;
   return g;
 }
 
@@ -29,6 +31,7 @@ void tsr_graph_free(struct tsr_graph *g) {
 }
 
 tsr_status tsr_graph_status(const struct tsr_graph *g) { return g->status; }
+uint64_t tsr_graph_serial(const struct tsr_graph *g) { return g->serial; }
 int tsr_graph_n_tensors(const struct tsr_graph *g) { return g->n; }
 
 struct tsr_tensor *tsr_graph_tensor(struct tsr_graph *g, int i) {

@@ -22,6 +22,9 @@ void tsr_graph_free(struct tsr_graph *g);
 /* First builder error (TSR_OK if none); the message is in tsr_error_message. */
 tsr_status tsr_graph_status(const struct tsr_graph *g);
 int tsr_graph_n_tensors(const struct tsr_graph *g);
+/* Unique per graph made in this process (a freed graph's address is reused;
+** its serial is not), for callers that remember which graph they wrote to. */
+uint64_t tsr_graph_serial(const struct tsr_graph *g);
 struct tsr_tensor *tsr_graph_tensor(struct tsr_graph *g, int i);
 struct tsr_tensor *tsr_graph_find(struct tsr_graph *g, const char *name);
 

@@ -14,6 +14,7 @@ struct tsr_graph {
   tsr_status status;          /* first builder error */
   bool planned;
   size_t arena_bytes;
+  uint64_t serial; /* unique per graph made in this process: addresses get reused */
 };
 
 /* Tensors that own arena memory: not views, not external data. */

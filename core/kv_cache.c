@@ -46,6 +46,10 @@ static tsr_status check_shared(const struct tsr_arch_layer *layers, int32_t n_la
   if (j < 0 || j >= n_layers || j == i)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: reads the K/V of layer %d, which does "
                          "not exist", i, j);
+  /* the source must come first: its K/V are written before this layer reads them */
+  if (j > i)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: reads the K/V of the later layer %d", i,
+                         j);
   const struct tsr_arch_layer *s = &layers[j];
   if (s->kv_shared_from || s->kind == TSR_LAYER_LINEAR)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: reads the K/V of layer %d, which owns "

@@ -74,7 +74,7 @@ void tsr_kv_cache_store(struct tsr_graph *g, struct tsr_kv_cache *c, int32_t lay
   if (!ka || !va) return;
   tsr_tensor_set_name(ka, "cache_k_l%d_all", layer);
   tsr_tensor_set_name(va, "cache_v_l%d_all", layer);
-  y->g = g;
+  y->g_serial = tsr_graph_serial(g);
   y->g_index = tsr_graph_n_tensors(g) - 1; /* va's index: checked before reuse */
   y->k_all = ka;
   y->v_all = va;
@@ -92,7 +92,7 @@ void tsr_kv_cache_layer_views(struct tsr_graph *g, struct tsr_kv_cache *c, int32
   int32_t owner = c->layers[layer].owner;
   struct tsr_kv__layer *y = &c->layers[owner];
   /* the source was written in this graph: read what its writes produced */
-  if (y->g == g && y->g_index < tsr_graph_n_tensors(g) &&
+  if (y->g_serial == tsr_graph_serial(g) && y->g_index < tsr_graph_n_tensors(g) &&
       tsr_graph_tensor(g, y->g_index) == y->v_all) {
     *k_all = y->k_all;
     *v_all = y->v_all;

@@ -26,7 +26,7 @@ struct tsr_kv__layer {
   void *k, *v;
   float *state; /* LINEAR: n_seq slots of desc.state_bytes */
   /* the set_rows results of the last store, and the graph they belong to */
-  struct tsr_graph *g;
+  uint64_t g_serial; /* tsr_graph_serial of that graph; 0: none */
   int g_index;
   struct tsr_tensor *k_all, *v_all;
 };

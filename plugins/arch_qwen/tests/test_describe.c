@@ -5,6 +5,7 @@
 
 #include "gguf.h"
 #include "tests/harness.h"
+#include "tests/arch_test_util.h"
 #include "plugin_host.h"
 
 static const char *g_plugin_dir;
@@ -45,20 +46,7 @@ static const char *write_model(const char *arch, int hybrid, int nextn, int drop
 }
 
 static tsr_status describe(const char *path, struct tsr_arch_layer *layers, int32_t *n) {
-  struct tsr_plugin_host *h;
-  struct tsr_gguf *g;
-  CHECK_OK(tsr_plugin_host_new(&h));
-  CHECK_OK(tsr_plugin_host_load(h, "arch_qwen", g_plugin_dir, NULL, 0, NULL));
-  tsr_status st = tsr_gguf_open(path, &g);
-  if (st == TSR_OK) {
-    const char *arch;
-    CHECK_OK(tsr_gguf_get_str(g, "general.architecture", &arch));
-    const struct tsr_arch_v1 *a = tsr_plugin_host_arch(h, arch, NULL);
-    CHECK(a != NULL);
-    st = a ? a->describe(a->ctx, tsr_plugin_host_services(), g, layers, 64, n) : TSR_ERR_INTERNAL;
-    tsr_gguf_close(g);
-  }
-  tsr_plugin_host_free(h);
+  tsr_status st = tsr_test_describe("arch_qwen", g_plugin_dir, path, layers, n);
   unlink(path);
   return st;
 }

@@ -14,10 +14,11 @@
 ** [cells]) as inputs; the arch appends its forward pass with fw.kv set; the
 ** graph is planned into the engine's arena (grown when a plan needs more),
 ** filled and run, and the logits are
-** copied out. kv_pos comes from tsr_kv_cache_fill_kv_pos, which ignores which
-** sequence holds a cell: right for one sequence. Several sequences need the
-** per-sequence masks (tsr_kv_cache_fill_mask) handed to attention, which
-** comes with the server.
+** copied out. A ubatch of one sequence hides the other sequences' cells in
+** kv_pos; a ubatch of several gets each pool's sequence mask
+** (tsr_kv_cache_fill_mask) as well, which attention adds to the causal and
+** window rules it applies from the positions. A model with linear layers
+** runs each sequence of a batch as its own pass (one state slot each).
 **
 ** Rollback. A full context is found before anything runs (the full pool's
 ** free cells are counted), so the call fails with the cache untouched. Any
@@ -271,10 +272,12 @@ static tsr_status arena_reserve(struct tsr_engine *e, size_t bytes) {
 }
 
 /* One ubatch of n tokens whose cells prepare picked: build, plan, fill, run.
-** Writes n rows of logits to out (n x n_vocab), or only the last to last. */
+** seq is the sequence of every token, or -1 when they belong to several
+** (seqs[] per token; attention then gets each pool's sequence mask). The
+** logits of token i go to rows[i] when it is not NULL. */
 static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *tokens,
-                             const int32_t *pos, int32_t n, const struct tsr_kv_slots *slots,
-                             float *out, float *last) {
+                             const int32_t *pos, const int32_t *seqs, int32_t n,
+                             const struct tsr_kv_slots *slots, float *const *rows) {
   const struct tsr_setup *s = e->setup;
   struct tsr_graph *g = tsr_graph_new(96 * (s->n_layers + 4) + 4096);
   if (!g) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
@@ -285,8 +288,10 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
       .kv = e->kv, .seq = seq};
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     if (!slots->cells[pl]) continue;
+    const int32_t cells = tsr_kv_cache_n_cells(e->kv, pl);
     fw.kv_cells[pl] = tsr_new_tensor_1d(g, TSR_I32, n);
-    fw.kv_pos[pl] = tsr_new_tensor_1d(g, TSR_I32, tsr_kv_cache_n_cells(e->kv, pl));
+    fw.kv_pos[pl] = tsr_new_tensor_1d(g, TSR_I32, cells);
+    if (seq < 0) fw.kv_mask[pl] = tsr_new_tensor(g, TSR_F32, 2, (int64_t[]){cells, n});
   }
   tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
   if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g); /* the first builder error */
@@ -310,17 +315,19 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
     for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
       if (!fw.kv_cells[pl]) continue;
       memcpy(fw.kv_cells[pl]->data, slots->cells[pl], (size_t)n * sizeof(int32_t));
-      tsr_kv_cache_fill_kv_pos(e->kv, pl, fw.kv_pos[pl]->data);
+      tsr_kv_cache_fill_kv_pos(e->kv, pl, seq, fw.kv_pos[pl]->data);
+      /* the mask says only which cells a token's sequence holds: flash still
+      ** applies causality and the window from the positions */
+      if (fw.kv_mask[pl] && fw.kv_mask[pl]->data)
+        tsr_kv_cache_fill_mask(e->kv, pl, pos, seqs, n, false, 0, fw.kv_mask[pl]->data);
     }
     st = tsr_backend_compute(e->backend, g);
   }
   if (st == TSR_OK) {
     const size_t row = (size_t)e->n_vocab * sizeof(float);
-    for (int32_t i = out ? 0 : n - 1; i < n; i++) {
-      const char *src = (const char *)fw.logits->data + (size_t)i * fw.logits->nb[1];
-      if (out) memcpy(out + (size_t)i * e->n_vocab, src, row);
-      if (i == n - 1 && last) memcpy(last, src, row);
-    }
+    for (int32_t i = 0; i < n; i++)
+      if (rows[i]) memcpy(rows[i], (const char *)fw.logits->data + (size_t)i * fw.logits->nb[1],
+                          row);
   }
   tsr_graph_free(g);
   return st;
@@ -332,57 +339,147 @@ static int32_t free_full_cells(const struct tsr_kv_cache *c) {
   return n;
 }
 
-tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
-                           float *logits_last, float *logits_all) {
-  const struct tsr_profile *p = e->setup->profile;
-  const int32_t n_seq = p->server.parallel > 0 ? (int32_t)p->server.parallel : 1;
-  if (seq < 0 || seq >= n_seq || n <= 0 || !tokens)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: sequence %d (of %d), %d tokens", seq, n_seq,
-                         n);
-  for (int32_t i = 0; i < n; i++)
-    if (tokens[i] < 0 || tokens[i] >= e->n_vocab)
-      return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: token %d at %d is outside the vocabulary "
-                           "of %d", tokens[i], i, e->n_vocab);
-  const int32_t p0 = tsr_engine_seq_len(e, seq), n_free = free_full_cells(e->kv);
-  if (n > n_free)
-    return tsr_error_set(TSR_ERR_NOMEM, "context full: %d tokens at position %d need %d cells, "
-                         "%d of n_ctx %lld are free", n, p0, n, n_free, (long long)p->context);
-  int32_t *pos = malloc((size_t)e->n_ubatch * 2 * sizeof *pos);
-  if (!pos) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-  int32_t *seqs = pos + e->n_ubatch;
-  tsr_status st = TSR_OK;
-  bool prepared = false;
-  for (int32_t i0 = 0; i0 < n && st == TSR_OK; i0 += e->n_ubatch) {
-    const int32_t nb = n - i0 < e->n_ubatch ? n - i0 : e->n_ubatch;
-    for (int32_t j = 0; j < nb; j++) pos[j] = p0 + i0 + j, seqs[j] = seq;
+/* The batch's tokens idx[0..n) in ubatches: positions from pos[], logits to rows[]. */
+static tsr_status eval_tokens(struct tsr_engine *e, const struct tsr_engine_batch *b,
+                              const int32_t *idx, int32_t n, const int32_t *pos,
+                              float *const *rows, bool *prepared) {
+  const int32_t nu = e->n_ubatch;
+  int32_t *buf = malloc((size_t)nu * 3 * sizeof *buf);
+  float **ub_rows = malloc((size_t)nu * sizeof *ub_rows);
+  tsr_status st = buf && ub_rows ? TSR_OK : tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  int32_t *tok = buf, *p = buf + nu, *sq = buf + 2 * nu;
+  for (int32_t i0 = 0; i0 < n && st == TSR_OK; i0 += nu) {
+    const int32_t nb = n - i0 < nu ? n - i0 : nu;
+    bool one_seq = true;
+    for (int32_t j = 0; j < nb; j++) {
+      const int32_t t = idx[i0 + j];
+      tok[j] = b->tokens[t], p[j] = pos[t], sq[j] = b->seq[t], ub_rows[j] = rows[t];
+      one_seq = one_seq && sq[j] == sq[0];
+    }
     struct tsr_kv_slots slots;
-    st = tsr_kv_cache_prepare(e->kv, pos, seqs, nb, &slots);
+    st = tsr_kv_cache_prepare(e->kv, p, sq, nb, &slots);
     if (st != TSR_OK) break;
-    prepared = true;
-    st = run_ubatch(e, seq, tokens + i0, pos, nb, &slots,
-                    logits_all ? logits_all + (size_t)i0 * e->n_vocab : NULL,
-                    i0 + nb == n ? logits_last : NULL);
+    *prepared = true;
+    st = run_ubatch(e, one_seq ? sq[0] : -1, tok, p, sq, nb, &slots, ub_rows);
   }
-  free(pos);
-  if (st == TSR_OK) ids_add(e, seq, p0, tokens, n);
-  if (st != TSR_OK && prepared) {
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", tsr_error_message());
-    /* the sequence was empty: dropping it whole also zeroes any recurrent state */
-    tsr_status rb = tsr_kv_cache_seq_rm(e->kv, seq, p0 > 0 ? p0 : -1, -1);
-    if (rb == TSR_OK) {
-      ids_cut(e, seq, p0);
-      return tsr_error_set(st, "%s", msg);
+  free(buf);
+  free(ub_rows);
+  return st;
+}
+
+/* After a failed batch: each sequence it touched goes back to p0[seq] (its
+** length before), or is dropped whole when its tail cannot be cut. */
+static tsr_status roll_back(struct tsr_engine *e, tsr_status st, const int32_t *p0,
+                            const bool *touched) {
+  char msg[1024], why[512] = "";
+  snprintf(msg, sizeof msg, "%s", tsr_error_message());
+  int32_t dropped = -1;
+  for (int32_t s = 0; s < e->n_seq; s++) {
+    if (!touched[s]) continue;
+    /* an empty sequence is dropped whole, which also zeroes any recurrent state */
+    if (tsr_kv_cache_seq_rm(e->kv, s, p0[s] > 0 ? p0[s] : -1, -1) == TSR_OK) {
+      ids_cut(e, s, p0[s]);
+      continue;
     }
     /* the tail cannot be cut (recurrent state, or ring keys released by this
     ** call's earlier ubatches): drop the sequence whole rather than leave
     ** cells whose contents were never written */
-    char why[512];
-    snprintf(why, sizeof why, "%s", tsr_error_message());
-    tsr_kv_cache_seq_rm(e->kv, seq, -1, -1);
-    ids_cut(e, seq, 0);
-    return tsr_error_set(st, "%s (sequence %d was dropped whole: %s)", msg, seq, why);
+    if (dropped < 0) snprintf(why, sizeof why, "%s", tsr_error_message());
+    dropped = s;
+    tsr_kv_cache_seq_rm(e->kv, s, -1, -1);
+    ids_cut(e, s, 0);
   }
+  if (dropped < 0) return tsr_error_set(st, "%s", msg);
+  return tsr_error_set(st, "%s (sequence %d was dropped whole: %s)", msg, dropped, why);
+}
+
+tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_batch *b,
+                                 float *logits) {
+  const struct tsr_profile *p = e->setup->profile;
+  if (!b || b->n <= 0 || !b->tokens || !b->seq)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: an empty batch");
+  for (int32_t i = 0; i < b->n; i++) {
+    if (b->seq[i] < 0 || b->seq[i] >= e->n_seq)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: token %d names sequence %d (of %d)", i,
+                           b->seq[i], e->n_seq);
+    if (b->tokens[i] < 0 || b->tokens[i] >= e->n_vocab)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: token %d at %d is outside the vocabulary "
+                           "of %d", b->tokens[i], i, e->n_vocab);
+  }
+  const int32_t n_free = free_full_cells(e->kv);
+  if (b->n > n_free)
+    return tsr_error_set(TSR_ERR_NOMEM, "context full: %d tokens need %d cells, %d of n_ctx "
+                         "%lld are free", b->n, b->n, n_free, (long long)p->context);
+  const size_t n = (size_t)b->n, ns = (size_t)e->n_seq;
+  int32_t *p0 = calloc(ns * 2 + n * 2, sizeof *p0);
+  bool *touched = calloc(ns, sizeof *touched);
+  float **rows = calloc(n, sizeof *rows);
+  if (!p0 || !touched || !rows) {
+    free(p0), free(touched), free(rows);
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  }
+  int32_t *next = p0 + ns, *pos = next + ns, *idx = pos + n;
+  for (int32_t s = 0; s < e->n_seq; s++) p0[s] = next[s] = tsr_engine_seq_len(e, s);
+  int32_t n_rows = 0, n_touched = 0;
+  for (int32_t i = 0; i < b->n; i++) {
+    const int32_t s = b->seq[i];
+    n_touched += !touched[s];
+    touched[s] = true;
+    pos[i] = next[s]++;
+    bool last_of_seq = true;
+    for (int32_t j = i + 1; j < b->n && last_of_seq; j++) last_of_seq = b->seq[j] != s;
+    if (logits && (b->logits ? b->logits[i] : last_of_seq)) rows[i] = logits + (size_t)n_rows++ * e->n_vocab;
+  }
+  tsr_status st = TSR_OK;
+  bool prepared = false;
+  if (e->has_linear && n_touched > 1) {
+    /* recurrent state is one slot per sequence read whole by each layer: a
+    ** model with linear layers runs each sequence's tokens as their own pass */
+    for (int32_t s = 0; s < e->n_seq && st == TSR_OK; s++) {
+      int32_t m = 0;
+      for (int32_t i = 0; i < b->n; i++)
+        if (b->seq[i] == s) idx[m++] = i;
+      if (m) st = eval_tokens(e, b, idx, m, pos, rows, &prepared);
+    }
+  } else {
+    for (int32_t i = 0; i < b->n; i++) idx[i] = i;
+    st = eval_tokens(e, b, idx, b->n, pos, rows, &prepared);
+  }
+  if (st == TSR_OK) {
+    for (int32_t s = 0; s < e->n_seq; s++) {
+      if (!touched[s]) continue;
+      int32_t m = 0;
+      for (int32_t i = 0; i < b->n; i++)
+        if (b->seq[i] == s) idx[m++] = b->tokens[i];
+      ids_add(e, s, p0[s], idx, m);
+    }
+  } else if (prepared) {
+    st = roll_back(e, st, p0, touched);
+  }
+  free(p0), free(touched), free(rows);
+  return st;
+}
+
+tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
+                           float *logits_last, float *logits_all) {
+  if (seq < 0 || seq >= e->n_seq || n <= 0 || !tokens)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: sequence %d (of %d), %d tokens", seq,
+                         e->n_seq, n);
+  int32_t *seqs = malloc((size_t)n * sizeof *seqs);
+  bool *want = logits_all ? malloc((size_t)n * sizeof *want) : NULL;
+  if (!seqs || (logits_all && !want)) {
+    free(seqs), free(want);
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  }
+  for (int32_t i = 0; i < n; i++) seqs[i] = seq;
+  if (want)
+    for (int32_t i = 0; i < n; i++) want[i] = true;
+  struct tsr_engine_batch b = {.n = n, .tokens = tokens, .seq = seqs, .logits = want};
+  tsr_status st = tsr_engine_eval_batch(e, &b, logits_all ? logits_all : logits_last);
+  if (st == TSR_OK && logits_all && logits_last)
+    memcpy(logits_last, logits_all + (size_t)(n - 1) * e->n_vocab,
+           (size_t)e->n_vocab * sizeof *logits_last);
+  free(seqs), free(want);
   return st;
 }
 

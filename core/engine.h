@@ -39,6 +39,22 @@ int32_t tsr_engine_n_vocab(const struct tsr_engine *e);
 tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
                            float *logits_last, float *logits_all);
 
+/* Tokens of several sequences in one pass (continuous batching): token i
+** goes to the next position of sequence seq[i], a sequence's tokens in
+** batch order. logits (when not NULL) receives one row of n_vocab floats per
+** token whose logits[i] is true, in batch order (logits NULL: the last token
+** of each sequence). Split into ubatches as eval; a failure puts every
+** sequence the batch touched back as it was (or drops one whole when its
+** tail cannot be cut, saying so). */
+struct tsr_engine_batch {
+  int32_t n;
+  const int32_t *tokens;
+  const int32_t *seq;
+  const bool *logits;
+};
+tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_batch *b,
+                                 float *logits);
+
 /* Next position of seq (= tokens it holds). */
 int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq);
 /* Forgets positions [p0, p1) of seq (p1 < 0: to the end). Refused, naming

@@ -346,10 +346,12 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
   return TSR_OK;
 }
 
-void tsr_kv_cache_fill_kv_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool,
+void tsr_kv_cache_fill_kv_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool, int32_t seq,
                               int32_t *kv_pos) {
   const struct tsr_kv__pool *q = &c->pools[pool];
-  memcpy(kv_pos, q->pos, (size_t)q->n_cells * sizeof *kv_pos);
+  const uint64_t bit = seq >= 0 && seq < TSR_KV_MAX_SEQ ? 1ull << seq : 0;
+  for (int32_t i = 0; i < q->n_cells; i++)
+    kv_pos[i] = seq < 0 || (q->seqs[i] & bit) ? q->pos[i] : -1;
 }
 
 void tsr_kv_cache_fill_mask(const struct tsr_kv_cache *c, enum tsr_kv_pool pool,

@@ -135,9 +135,10 @@ struct tsr_kv_slots {
 ** full: ...") and the cache is unchanged. */
 tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, const int32_t *seq,
                                 int32_t n, struct tsr_kv_slots *out);
-/* kv_pos[cell] = the cell's position, -1 if empty (flash hides kv_pos < 0).
-** For one sequence: it ignores which sequence holds a cell. */
-void tsr_kv_cache_fill_kv_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool,
+/* kv_pos[cell] = the cell's position, -1 if empty or (seq >= 0) not held by
+** seq (flash hides kv_pos < 0). seq < 0: every cell's position, for a batch of
+** several sequences, whose mask then says which cells each query sees. */
+void tsr_kv_cache_fill_kv_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool, int32_t seq,
                               int32_t *kv_pos);
 /* Additive mask [cells x n] (mask[j * cells + cell], the flash op's
 ** [Nkv, Nq]): 0 where the cell is visible to query j, else -INFINITY. Visible

@@ -74,9 +74,10 @@ struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int3
 }
 
 tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct tsr_tensor *k,
-                             struct tsr_tensor *v, struct tsr_tensor **k_all,
-                             struct tsr_tensor **v_all, struct tsr_tensor **kv_pos) {
-  *k_all = *v_all = *kv_pos = NULL;
+                             struct tsr_tensor *v, struct tsr_attn_call *call) {
+  if (!call)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kv_attend: no attention call to fill");
+  call->k = call->v = call->kv_pos = call->mask = NULL;
   if (!fw->kv || layer < 0 || layer >= fw->n_layers)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "kv_attend: no KV cache, or layer %d outside "
                          "0..%d", layer, fw->n_layers - 1);
@@ -84,13 +85,17 @@ tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct 
   if (pool < 0 || !fw->kv_cells[pool] || !fw->kv_pos[pool])
     return tsr_error_set(TSR_ERR_INVALID_ARG, "kv_attend: layer %d has no K/V in the cache",
                          layer);
+  if (fw->seq < 0 && !fw->kv_mask[pool])
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kv_attend: a batch of several sequences "
+                         "without their mask");
   if (fw->layers[layer].kv_shared_from)
-    tsr_kv_cache_layer_views(fw->g, fw->kv, layer, k_all, v_all);
+    tsr_kv_cache_layer_views(fw->g, fw->kv, layer, &call->k, &call->v);
   else
-    tsr_kv_cache_store(fw->g, fw->kv, layer, k, v, fw->kv_cells[pool], k_all, v_all);
-  *kv_pos = fw->kv_pos[pool];
+    tsr_kv_cache_store(fw->g, fw->kv, layer, k, v, fw->kv_cells[pool], &call->k, &call->v);
+  call->kv_pos = fw->kv_pos[pool];
+  call->mask = fw->seq < 0 ? fw->kv_mask[pool] : NULL;
   tsr_status st = tsr_graph_status(fw->g);
-  return st != TSR_OK ? st : (*k_all && *v_all) ? TSR_OK : TSR_ERR_INTERNAL;
+  return st != TSR_OK ? st : (call->k && call->v) ? TSR_OK : TSR_ERR_INTERNAL;
 }
 
 struct tsr_tensor *tsr_api_kv_state(struct tsr_arch_forward *fw, int32_t layer, int64_t n_floats) {

@@ -279,13 +279,13 @@ static void test_full_pool_exhaustion_fails_and_leaves_the_cache_unchanged(void)
   int32_t pos2[3] = {4, 5, 6};
   CHECK_OK(tsr_kv_cache_prepare(c, pos2, seq, 3, &s));
   int32_t before[8];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, before);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, before);
   int32_t pos3[2] = {7, 8};
   CHECK(tsr_kv_cache_prepare(c, pos3, seq, 2, &s) == TSR_ERR_NOMEM);
   CHECK(strstr(tsr_error_message(), "context full") != NULL);
   CHECK(strstr(tsr_error_message(), "n_ctx 8") != NULL);
   int32_t after[8];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, after);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, after);
   CHECK(memcmp(before, after, sizeof before) == 0);
   CHECK(tsr_kv_cache_seq_pos_max(c, 0) == 6);
   CHECK_OK(tsr_kv_cache_prepare(c, pos3, seq, 1, &s)); /* one still fits */
@@ -355,7 +355,7 @@ static void test_two_sequences_are_isolated_shared_by_copy_and_removed_alone(voi
   CHECK(tsr_kv_cache_seq_pos_max(c, 0) == -1);
   CHECK(tsr_kv_cache_seq_pos_max(c, 1) == 1);
   int32_t kv_pos[N];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, kv_pos);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, kv_pos);
   int live = 0;
   for (int i = 0; i < N; i++) live += kv_pos[i] >= 0;
   CHECK(live == 2);
@@ -382,13 +382,13 @@ static void test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_emp
   CHECK_OK(tsr_kv_cache_prepare(c, pos, seq, 3, &s));
   CHECK(s.n == 3 && s.cells[TSR_KV_POOL_FULL] != NULL && s.cells[TSR_KV_POOL_SLIDING] == NULL);
   int32_t kv_pos[6];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, kv_pos);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, kv_pos);
   int32_t want[6] = {-1, -1, -1, -1, -1, -1};
   for (int i = 0; i < 3; i++) want[s.cells[TSR_KV_POOL_FULL][i]] = pos[i];
   CHECK(memcmp(kv_pos, want, sizeof want) == 0);
   CHECK_OK(tsr_kv_cache_seq_rm(c, 0, 11, 12));
   want[s.cells[TSR_KV_POOL_FULL][1]] = -1;
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, kv_pos);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, kv_pos);
   CHECK(memcmp(kv_pos, want, sizeof want) == 0);
   tsr_kv_cache_free(c);
 }
@@ -428,13 +428,13 @@ static void test_seq_add_moves_positions_and_masks_follow(void) {
   /* moving onto positions seq still holds, below 0, or cells shared with another
   ** sequence is refused and changes nothing */
   int32_t before[N], after[N];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, before);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, before);
   CHECK(tsr_kv_cache_seq_add(c, 0, 2, -1, -1) == TSR_ERR_INVALID_ARG);
   CHECK(tsr_kv_cache_seq_add(c, 0, -1, -1, -1) == TSR_ERR_INVALID_ARG);
   CHECK_OK(tsr_kv_cache_seq_cp(c, 0, 1, 3, 5));
   CHECK(tsr_kv_cache_seq_add(c, 0, 2, -1, 10) == TSR_ERR_UNSUPPORTED);
   CHECK(strstr(tsr_error_message(), "shared") != NULL);
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, after);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, after);
   CHECK(memcmp(before, after, sizeof before) == 0);
   /* a move up into free positions is fine */
   CHECK_OK(tsr_kv_cache_seq_rm(c, 1, -1, -1));

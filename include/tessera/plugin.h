@@ -220,10 +220,10 @@ struct tsr_gguf; /* the host's validated GGUF reader, read through host calls */
 struct tsr_convert; /* the host's context for one `tessera convert` run */
 struct tsr_kv_cache; /* the host's KV cache */
 
-/* One forward pass over a batch of tokens of one sequence, all positions
-** attending causally to the batch itself (whole-sequence prefill; the KV
-** cache adds past context in a later minor). The host fills the inputs; the
-** arch appends ops and sets the outputs. */
+/* One forward pass over a batch of tokens, all positions attending causally
+** to the batch itself (whole-sequence prefill), or with a KV cache to every
+** earlier position of their sequence. The host fills the inputs; the arch
+** appends ops and sets the outputs. */
 struct tsr_arch_forward {
   uint32_t struct_size;
   struct tsr_graph *g;
@@ -240,13 +240,18 @@ struct tsr_arch_forward {
                                   ** [n_embd, n_tokens] residual after each layer */
   struct tsr_tensor *embed;       /* optional: the scaled input embedding */
   /* With a KV cache (kv NULL: whole-sequence prefill over the batch alone):
-  ** the batch holds the next positions of sequence seq, and attention reads
-  ** every earlier position of it through the cache (host->kv_attend); linear
-  ** layers carry their state (host->kv_state). Host-filled inputs: */
+  ** the batch holds the next positions of sequence seq (-1: of several
+  ** sequences, never for a model with linear layers), and attention reads
+  ** every earlier position of its sequence through the cache
+  ** (host->kv_attend); linear layers carry their state (host->kv_state).
+  ** Host-filled inputs: */
   struct tsr_kv_cache *kv;
   int32_t seq;
   struct tsr_tensor *kv_cells[2]; /* i32 [n_tokens]: the batch's cells per pool (full, sliding) */
-  struct tsr_tensor *kv_pos[2];   /* i32 [cells]: each cell's position, -1 when empty */
+  struct tsr_tensor *kv_pos[2];   /* i32 [cells]: each cell's position, -1 when empty
+                                  ** or (one sequence) held by another sequence */
+  struct tsr_tensor *kv_mask[2];  /* seq -1: f32 [cells, n_tokens], which cells each
+                                  ** token's sequence holds (0 or -inf); else NULL */
 };
 
 /* One context shift (host->kv_shift_k / kv_shift_store): every cell of one
@@ -490,10 +495,13 @@ struct tsr_host {
                               bool *out);
   /* KV cache (fw->kv set): writes layer's new k and v (f32 [head_dim,
   ** n_tokens, n_head_kv], views allowed; ignored for a KV-shared layer) and
-  ** returns the K, V and kv_pos of the layer's whole pool, for attention */
+  ** points call->k, v, kv_pos and mask at the layer's whole pool: kv_pos
+  ** hides the cells of other sequences, and when the batch holds several
+  ** sequences the mask (f32 [cells, n_tokens], 0 or -inf) says which cells
+  ** each token's sequence holds. The arch keeps q, q_pos, scale, causal and
+  ** window. */
   tsr_status (*kv_attend)(struct tsr_arch_forward *fw, int32_t layer, struct tsr_tensor *k,
-                          struct tsr_tensor *v, struct tsr_tensor **k_all,
-                          struct tsr_tensor **v_all, struct tsr_tensor **kv_pos);
+                          struct tsr_tensor *v, struct tsr_attn_call *call);
   /* a linear layer's recurrent state for fw->seq: n_floats f32 over the
   ** cache's slot (read it; cpy the new state into it) */
   struct tsr_tensor *(*kv_state)(struct tsr_arch_forward *fw, int32_t layer, int64_t n_floats);

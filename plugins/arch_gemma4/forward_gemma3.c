@@ -114,7 +114,7 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0};
   if (!call.q || !call.k || !call.v) return NULL;
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
-  if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call.k, &call.v, &call.kv_pos) != TSR_OK)
+  if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call) != TSR_OK)
     return NULL;
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   if (!o) return NULL;

@@ -153,8 +153,7 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   ** and attend over every cell of the sequence; a shared layer stores nothing
   ** and the host hands it its source's cells */
   if (fw->kv && h->kv_attend(fw, il, L->kv_shared_from > 0 ? NULL : call.k,
-                             L->kv_shared_from > 0 ? NULL : call.v, &call.k, &call.v,
-                             &call.kv_pos) != TSR_OK)
+                             L->kv_shared_from > 0 ? NULL : call.v, &call) != TSR_OK)
     return NULL;
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   if (!o) return NULL;

@@ -117,7 +117,7 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
       .causal = true};
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
-  if (fw->kv && h->kv_attend(fw, il, k, v, &call.k, &call.v, &call.kv_pos) != TSR_OK) return NULL;
+  if (fw->kv && h->kv_attend(fw, il, k, v, &call) != TSR_OK) return NULL;
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
   o = h->reshape(g, o, 2, (int64_t[]){hd * hp->n_head, n});
   return tsr_qwen_linear(h, fw, il, "attn_output", o);

@@ -129,7 +129,7 @@ static struct tsr_tensor *gated_attention(const struct tsr_host *h, struct tsr_a
       .causal = true};
   if (!call.q || !call.k || !call.v) return NULL;
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
-  if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call.k, &call.v, &call.kv_pos) != TSR_OK)
+  if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call) != TSR_OK)
     return NULL;
   struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call); /* [hd, nh, n] */
   o = h->mul(g, o, h->unary(g, gate, 2 /* sigmoid */));

@@ -159,6 +159,67 @@ static void test_full_context_is_refused_and_cache_unchanged(void) {
   tsr_engine_free(e);
 }
 
+/* One sequence's next tokens as batch entries: ids[p0..p0+n) to seq. */
+static int32_t add_tokens(int32_t *tok, int32_t *seq, bool *want, int32_t at, int32_t s,
+                          int32_t p0, int32_t n) {
+  for (int32_t i = 0; i < n; i++)
+    tok[at + i] = g_ids[p0 + i], seq[at + i] = s, want[at + i] = true;
+  return at + n;
+}
+
+/* Sequences 0 and 1 hold prefixes of the golden sequence; one batch decodes
+** a token of each and prefills sequence 2; then steps of one token per
+** sequence. Every row matches (a) at its position: the sequences see only
+** their own cells, and a model with linear layers runs them one by one. */
+static void test_several_sequences_in_one_batch_match_each_alone(void) {
+  static const char *const sets[] = {"kv.k=f32", "kv.v=f32", "ubatch=64", "server.parallel=4"};
+  struct tsr_engine *e = engine(sets, 4);
+  if (!e) return;
+  const int32_t len0 = 60, len1 = 40, len2 = 30, steps = 8;
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids, len0, NULL, NULL));
+  CHECK_OK(tsr_engine_eval(e, 1, g_ids, len1, NULL, NULL));
+  int32_t tok[64], seq[64], pos[64];
+  bool want[64];
+  int32_t n = add_tokens(tok, seq, want, 0, 0, len0, 1);
+  n = add_tokens(tok, seq, want, n, 1, len1, 1);
+  n = add_tokens(tok, seq, want, n, 2, 0, len2);
+  pos[0] = len0, pos[1] = len1;
+  for (int32_t i = 0; i < len2; i++) pos[2 + i] = i;
+  float *rows = malloc((size_t)64 * g_vocab * sizeof *rows);
+  double worst = 0;
+  for (int32_t step = 0; step <= steps; step++) {
+    struct tsr_engine_batch b = {.n = n, .tokens = tok, .seq = seq, .logits = want};
+    tsr_status st = tsr_engine_eval_batch(e, &b, rows);
+    CHECK_MSG(st == TSR_OK, "step %d: %s", step, tsr_error_message());
+    if (st != TSR_OK) break;
+    for (int32_t i = 0; i < n; i++) {
+      double r = tsr_test_row_rel(rows + (size_t)i * g_vocab, g_whole + (size_t)pos[i] * g_vocab,
+                                  g_vocab);
+      if (!(r <= worst)) worst = r;
+    }
+    /* next: one token per sequence at its next position */
+    n = 0;
+    for (int32_t s = 0; s < 3; s++) {
+      pos[n] = tsr_engine_seq_len(e, s);
+      n = add_tokens(tok, seq, want, n, s, pos[n], 1);
+    }
+  }
+  printf("  (e) 3 sequences in shared batches, %d steps: max rel %.3e vs one call\n", steps,
+         worst);
+  CHECK_MSG(worst <= 1e-4, "max rel %g", worst);
+  CHECK(tsr_engine_seq_len(e, 0) == len0 + 1 + steps);
+  CHECK(tsr_engine_seq_len(e, 1) == len1 + 1 + steps);
+  CHECK(tsr_engine_seq_len(e, 2) == len2 + steps);
+  /* a token naming a sequence past server.parallel is refused, nothing changes */
+  int32_t bad_seq[2] = {0, 4};
+  struct tsr_engine_batch bad = {.n = 2, .tokens = tok, .seq = bad_seq};
+  CHECK(tsr_engine_eval_batch(e, &bad, rows) == TSR_ERR_INVALID_ARG);
+  CHECK(strstr(tsr_error_message(), "sequence 4") != NULL);
+  CHECK(tsr_engine_seq_len(e, 0) == len0 + 1 + steps);
+  free(rows);
+  tsr_engine_free(e);
+}
+
 int main(int argc, char **argv) {
   if (argc != 3) {
     fprintf(stderr, "usage: %s MODEL.gguf GOLDEN.gguf\n", argv[0]);
@@ -188,6 +249,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_decode_token_by_token_matches_one_call);
   TSR_RUN(test_decode_with_f16_kv_keeps_argmax);
   TSR_RUN(test_full_context_is_refused_and_cache_unchanged);
+  TSR_RUN(test_several_sequences_in_one_batch_match_each_alone);
   free(g_whole);
   tsr_gguf_close(gold);
   return TSR_TEST_EXIT();

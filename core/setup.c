@@ -1,5 +1,7 @@
 #include "setup.h"
 
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -279,4 +281,29 @@ void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f) {
   print_bytes(f, m->compute_known ? "total" : "total (without compute)", m->total);
   if (m->limit) print_bytes(f, "memory_limit", m->limit);
   else fprintf(f, "  %-22s none\n", "memory_limit");
+}
+
+tsr_status tsr_setup_chat_template(const struct tsr_setup *s, const char *override,
+                                   const char *gguf_template, enum tsr_chat_template *out,
+                                   const char **source) {
+  static __thread char from_arch[96];
+  if (override) {
+    *source = "override";
+    return tsr_chat_template_parse(override, out);
+  }
+  if (gguf_template && *gguf_template) {
+    *source = "tokenizer.chat_template";
+    return tsr_chat_template_detect(gguf_template, out);
+  }
+  const char *name = s->arch && s->arch->struct_size > offsetof(struct tsr_arch_v1, chat_template)
+                         && s->arch->chat_template
+                         ? s->arch->chat_template(s->arch->ctx, s->arch_name)
+                         : NULL;
+  if (!name)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s has no tokenizer.chat_template and arch plugin "
+                         "%s knows no template for %s", s->model_path,
+                         tsr_plugin_name(s->arch_owner), s->arch_name ? s->arch_name : "?");
+  snprintf(from_arch, sizeof from_arch, "arch plugin %s", tsr_plugin_name(s->arch_owner));
+  *source = from_arch;
+  return tsr_chat_template_parse(name, out);
 }

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 
+#include "chat.h"
 #include "composition.h"
 #include "gguf.h"
 #include "plugin_host.h"
@@ -60,3 +61,12 @@ void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f);
 const char *tsr_default_model_path(void);
 
 #endif
+/* The chat template of the loaded model: the name in override when given,
+** else what the GGUF's tokenizer.chat_template (gguf_template) is recognised
+** as, else the arch plugin's built-in template for the architecture. *source
+** says which ("override", "tokenizer.chat_template", "arch plugin NAME").
+** None of them: TSR_ERR_UNSUPPORTED saying so. */
+tsr_status tsr_setup_chat_template(const struct tsr_setup *s, const char *override,
+                                   const char *gguf_template, enum tsr_chat_template *out,
+                                   const char **source);
+

@@ -395,15 +395,6 @@ static tsr_status chat_loop(struct gen *g, enum tsr_chat_template tmpl, const st
 
 /* ---- the command ---- */
 
-static tsr_status pick_template(const struct run_args *a, const struct tsr_tokenizer *tok,
-                                const char *model, enum tsr_chat_template *out) {
-  if (a->chat_template) return tsr_chat_template_parse(a->chat_template, out);
-  tsr_status st = tsr_chat_template_detect(tsr_tokenizer_chat_template(tok), out);
-  if (st != TSR_OK)
-    tsr_error_prefix("%s (choose one with --chat-template chatml|gemma|gemma4)", model);
-  return st;
-}
-
 static void print_timing(const struct gen *g) {
   fprintf(stderr, "prompt eval: %lld tokens in %.2f ms (%.2f tok/s)\n", (long long)g->n_prompt,
           g->ms_prompt, g->ms_prompt > 0 ? 1e3 * (double)g->n_prompt / g->ms_prompt : 0.0);
@@ -436,8 +427,12 @@ static int run(const struct run_args *a, struct tsr_engine *e, const char *promp
   }
   int code = TSR_EXIT_OK;
   enum tsr_chat_template tmpl = 0;
-  if (a->chat && (st = pick_template(a, g.tok, where, &tmpl)) != TSR_OK) {
-    fprintf(stderr, "tessera run: %s\n", tsr_error_message());
+  const char *tmpl_source = NULL;
+  if (a->chat && (st = tsr_setup_chat_template(s, a->chat_template,
+                                               tsr_tokenizer_chat_template(g.tok), &tmpl,
+                                               &tmpl_source)) != TSR_OK) {
+    fprintf(stderr, "tessera run: %s: %s (choose one with --chat-template chatml|gemma|gemma4)\n",
+            where, tsr_error_message());
     code = TSR_EXIT_USAGE;
     goto done;
   }
@@ -465,8 +460,8 @@ static int run(const struct run_args *a, struct tsr_engine *e, const char *promp
     fprintf(stderr, "sampling: temp %g, top_k %d, top_p %g, min_p %g, seed %llu%s, n %lld\n",
             sp.temperature, sp.top_k, sp.top_p, sp.min_p, (unsigned long long)sp.seed,
             random ? " (random)" : "", (long long)max);
-    if (a->chat) fprintf(stderr, "chat template: %s%s\n", tsr_chat_template_name(tmpl),
-                         a->chat_template ? " (--chat-template)" : " (tokenizer.chat_template)");
+    if (a->chat) fprintf(stderr, "chat template: %s (%s)\n", tsr_chat_template_name(tmpl),
+                         a->chat_template ? "--chat-template" : tmpl_source);
   }
   tsr_plugin_host_reset_engagement(s->host);
   if (a->chat) {

@@ -14,7 +14,11 @@ struct subcommand {
 
 static const struct subcommand g_subcommands[] = {
     {"run", tsr_cli_run, "generate text from a prompt with a profile"},
-    {"serve", NULL, "OpenAI-compatible HTTP server"},
+#ifdef TSR_HAVE_SERVER
+    {"serve", tsr_cli_serve, "OpenAI-compatible HTTP server"},
+#else
+    {"serve", NULL, "OpenAI-compatible HTTP server (needs libmicrohttpd at build time)"},
+#endif
     {"bench", NULL, "prefill/decode tokens per second at given depths"},
     {"perplexity", tsr_cli_perplexity, "perplexity and KL divergence against a saved base"},
     {"logit-eq", tsr_cli_logit_eq, "compare two profiles' logits on the same tokens"},

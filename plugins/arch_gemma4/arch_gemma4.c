@@ -144,6 +144,11 @@ static tsr_status gemma_build(void *ctx, const struct tsr_host *host, struct tsr
   return !strcmp(arch, "gemma3") ? gemma3_build(ctx, host, fw) : gemma4_build(ctx, host, fw);
 }
 
+static const char *gemma_chat_template(void *ctx, const char *arch) {
+  (void)ctx;
+  return arch && !strcmp(arch, "gemma3") ? "gemma" : "gemma4";
+}
+
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "gemma4,gemma4-assistant,gemma3",
@@ -152,6 +157,7 @@ static const struct tsr_arch_v1 g_arch = {
     .hf_types = "gemma4,gemma4_text,gemma4_assistant",
     .convert = gemma4_convert,
     .build = gemma_build,
+    .chat_template = gemma_chat_template,
 };
 
 static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *self) {

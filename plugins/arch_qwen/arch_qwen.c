@@ -145,6 +145,11 @@ static tsr_status qwen_build(void *ctx, const struct tsr_host *host, struct tsr_
   return st;
 }
 
+static const char *qwen_chat_template(void *ctx, const char *arch) {
+  (void)ctx, (void)arch;
+  return "chatml"; /* every Qwen generation speaks ChatML */
+}
+
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "qwen2,qwen3,qwen3moe,qwen3next,qwen35,qwen35moe",
@@ -154,6 +159,7 @@ static const struct tsr_arch_v1 g_arch = {
     .convert = qwen_convert,
     .build = qwen_build,
     .shift_keys = tsr_qwen_shift_keys, /* forward_qwen3.c */
+    .chat_template = qwen_chat_template,
 };
 
 static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *self) {

@@ -1,0 +1,73 @@
+/* `tessera serve`: the OpenAI-compatible HTTP server (docs/SERVER.md). */
+#include <stdio.h>
+
+#include "cli.h"
+#include "server/server.h"
+
+#define MAX_SETS 64
+
+static void serve_usage(FILE *f) {
+  fprintf(f,
+          "usage: tessera serve [--profile P | -m MODEL.gguf] [--host H] [--port N]\n"
+          "                     [--parallel N] [--queue N] [--api-key KEY] [--alias NAME]\n"
+          "                     [--max-body BYTES] [--chat-template chatml|gemma|gemma4]\n"
+          "                     [--set key=value]... [--threads N]\n"
+          "Serves /v1/chat/completions, /v1/completions, /completion, /tokenize,\n"
+          "/detokenize, /v1/models, /health, /metrics and /slots (docs/SERVER.md). Host,\n"
+          "port, slots (--parallel) and the API key's variable default to the profile's\n"
+          "server section; --port 0 takes a free port. --queue N requests may wait for a\n"
+          "slot (default 64); --max-body (default 1048576) limits a request body. Once\n"
+          "listening it writes 'tessera serve: listening on http://HOST:PORT' to stderr.\n"
+          "SIGINT/SIGTERM cancel what is in flight and stop it (exit 0).\n");
+}
+
+static int usage_error(const char *what, const char *arg) {
+  fprintf(stderr, "tessera serve: %s%s\n(tessera serve --help for usage)\n", what, arg);
+  return TSR_EXIT_USAGE;
+}
+
+int tsr_cli_serve(int argc, char **argv) {
+  static const char *sets[MAX_SETS + 1];
+  static char parallel_set[64];
+  struct tsr_server_options o = {.port = -1, .queue = 64, .max_body = 1 << 20};
+  int n_sets = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (tsr_cli_is_help(f)) {
+      serve_usage(stdout);
+      return TSR_EXIT_OK;
+    }
+    if (f[0] != '-') return usage_error("unexpected argument ", f);
+    if (i + 1 >= argc) return usage_error("a value is missing after ", f);
+    const char *v = argv[++i];
+    int64_t n = 0;
+    bool ok = true;
+    if (!strcmp(f, "-m") || !strcmp(f, "--model")) o.engine.model_path = v;
+    else if (!strcmp(f, "--profile")) o.engine.profile_path = v;
+    else if (!strcmp(f, "--host")) o.host = v;
+    else if (!strcmp(f, "--port")) ok = tsr_cli_parse_i64(v, 0, 65535, &n), o.port = (int)n;
+    else if (!strcmp(f, "--parallel")) {
+      ok = tsr_cli_parse_i64(v, 1, 64, &n);
+      snprintf(parallel_set, sizeof parallel_set, "server.parallel=%lld", (long long)n);
+      if (ok && n_sets < MAX_SETS) sets[n_sets++] = parallel_set;
+    } else if (!strcmp(f, "--queue")) ok = tsr_cli_parse_i64(v, 0, 4096, &n), o.queue = (int)n;
+    else if (!strcmp(f, "--api-key")) ok = *v != 0, o.api_key = v;
+    else if (!strcmp(f, "--alias")) ok = *v != 0, o.alias = v;
+    else if (!strcmp(f, "--max-body"))
+      ok = tsr_cli_parse_i64(v, 1, (int64_t)1 << 30, &n), o.max_body = (size_t)n;
+    else if (!strcmp(f, "--chat-template")) o.chat_template = v;
+    else if (!strcmp(f, "--threads") || !strcmp(f, "-t"))
+      ok = tsr_cli_parse_i64(v, 1, 4096, &n), o.engine.n_threads = (int)n;
+    else if (!strcmp(f, "--set")) {
+      if (n_sets == MAX_SETS) return usage_error("more than 64 --set", "");
+      sets[n_sets++] = v;
+    } else return usage_error("unknown option ", f);
+    if (!ok) {
+      fprintf(stderr, "tessera serve: %s: '%s' is not a valid value\n", f, v);
+      return TSR_EXIT_USAGE;
+    }
+  }
+  o.engine.sets = sets;
+  o.engine.n_sets = n_sets;
+  return tsr_server_run(&o);
+}

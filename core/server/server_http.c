@@ -1,0 +1,498 @@
+/*
+** HTTP for tessera serve (libmicrohttpd, one thread per connection).
+**
+** A body is collected up to --max-body (then 413). Generation requests are
+** parsed and queued; a non-streaming one waits in its connection thread for
+** the result, a streaming one answers with a reader callback that waits for
+** new text and writes server-sent events. Both watch the socket while they
+** wait, so a client that hangs up cancels its request at the scheduler's
+** next step. SIGINT/SIGTERM: stop accepting, cancel everything, drain, free.
+*/
+#define _GNU_SOURCE /* POLLRDHUP */
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "server_internal.h"
+#include "setup.h"
+#include "../cli/cli.h"
+
+struct conn {
+  char *body;
+  size_t len, cap;
+  bool too_large;
+};
+
+/* A streaming response: the request, and the bytes made but not yet sent. */
+struct stream {
+  struct srv *s;
+  struct srv_request *r;
+  MHD_socket fd;
+  char *out;
+  size_t n_out, off;
+  size_t sent;    /* bytes of r->text already made into events */
+  bool started, ended;
+};
+
+/* ---- helpers ---- */
+
+static enum MHD_Result respond(struct MHD_Connection *c, int status, char *body,
+                               const char *type) {
+  if (!body) {
+    status = 500;
+    body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}");
+    if (!body) return MHD_NO;
+  }
+  struct MHD_Response *r =
+      MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(body);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, "Content-Type", type);
+  if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
+  enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result respond_json(struct MHD_Connection *c, int status, char *body) {
+  return respond(c, status, body, "application/json");
+}
+
+static enum MHD_Result respond_error(struct MHD_Connection *c, int status, const char *msg,
+                                     const char *param, const char *code) {
+  return respond_json(c, status, srv_render_error(status, msg, param, code));
+}
+
+static void count_refused(struct srv *s) {
+  pthread_mutex_lock(&s->mu);
+  s->m.requests++;
+  s->m.failed++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Whether the client has closed its side (a readable socket with nothing to read). */
+static bool client_gone(MHD_socket fd) {
+  if (fd == MHD_INVALID_SOCKET) return false;
+  struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
+  char b;
+  ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+static MHD_socket conn_fd(struct MHD_Connection *c) {
+  const union MHD_ConnectionInfo *i = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return i ? i->connect_fd : MHD_INVALID_SOCKET;
+}
+
+/* Waits (under the mutex) up to 100 ms for progress. */
+static void wait_progress(struct srv *s) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_nsec += 100 * 1000 * 1000;
+  if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+  pthread_cond_timedwait(&s->progress, &s->mu, &ts);
+}
+
+/* ---- streaming ---- */
+
+static bool out_append(struct stream *st, const char *a, const char *b, const char *c) {
+  size_t la = strlen(a), lb = b ? strlen(b) : 0, lc = strlen(c);
+  char *grown = realloc(st->out, st->n_out + la + lb + lc + 1);
+  if (!grown) return false;
+  st->out = grown;
+  memcpy(st->out + st->n_out, a, la);
+  if (lb) memcpy(st->out + st->n_out + la, b, lb);
+  memcpy(st->out + st->n_out + la + lb, c, lc);
+  st->n_out += la + lb + lc;
+  return true;
+}
+
+/* Makes the next events (under the mutex): new text, or the end. */
+static bool make_events(struct stream *st) {
+  struct srv_request *r = st->r;
+  bool ok = true;
+  if (r->n_released > st->sent || (!st->started && r->p.kind == SRV_CHAT)) {
+    char *ev = srv_render_chunk(st->s, r, r->text ? r->text + st->sent : "",
+                                r->n_released - st->sent, !st->started);
+    ok = ev && out_append(st, "data: ", ev, "\n\n");
+    free(ev);
+    st->sent = r->n_released;
+    st->started = true;
+  }
+  if (ok && r->state == SRV_DONE) {
+    char *fin = srv_render_final(st->s, r);
+    ok = fin && out_append(st, "", fin, "");
+    free(fin);
+    st->ended = true;
+  }
+  return ok;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  (void)pos;
+  struct stream *st = cls;
+  struct srv *s = st->s;
+  while (st->off == st->n_out) {
+    if (st->ended) return MHD_CONTENT_READER_END_OF_STREAM;
+    st->off = st->n_out = 0;
+    pthread_mutex_lock(&s->mu);
+    while (st->r->state != SRV_DONE && st->r->n_released == st->sent &&
+           (st->started || st->r->p.kind != SRV_CHAT)) {
+      if (client_gone(st->fd)) {
+        st->r->cancel = true;
+        pthread_cond_signal(&s->work);
+        pthread_mutex_unlock(&s->mu);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+      }
+      wait_progress(s);
+    }
+    bool ok = make_events(st);
+    pthread_mutex_unlock(&s->mu);
+    if (!ok) return MHD_CONTENT_READER_END_WITH_ERROR;
+  }
+  size_t n = st->n_out - st->off < max ? st->n_out - st->off : max;
+  memcpy(buf, st->out + st->off, n);
+  st->off += n;
+  return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+  struct stream *st = cls;
+  pthread_mutex_lock(&st->s->mu);
+  if (st->r->state != SRV_DONE) {
+    st->r->cancel = true; /* the connection ended before the request did */
+    pthread_cond_signal(&st->s->work);
+  }
+  srv_request_unref(st->s, st->r);
+  pthread_mutex_unlock(&st->s->mu);
+  free(st->out);
+  free(st);
+}
+
+static enum MHD_Result respond_stream(struct srv *s, struct MHD_Connection *c,
+                                      struct srv_request *r) {
+  struct stream *st = calloc(1, sizeof *st);
+  if (!st) {
+    pthread_mutex_lock(&s->mu);
+    r->cancel = true;
+    srv_request_unref(s, r);
+    pthread_mutex_unlock(&s->mu);
+    return respond_error(c, 500, "out of memory", NULL, NULL);
+  }
+  *st = (struct stream){.s = s, .r = r, .fd = conn_fd(c)};
+  struct MHD_Response *resp =
+      MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
+  if (!resp) {
+    stream_free(st);
+    return MHD_NO;
+  }
+  MHD_add_response_header(resp, "Content-Type", "text/event-stream");
+  MHD_add_response_header(resp, "Cache-Control", "no-cache");
+  enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+/* ---- generation ---- */
+
+static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum srv_kind k,
+                                const struct conn *cn) {
+  char msg[1024];
+  const char *param = NULL, *code = NULL;
+  struct srv_request *r = NULL;
+  int status = srv_parse_request(s, k, cn->body ? cn->body : "", cn->len, &r, msg, sizeof msg,
+                                 &param, &code);
+  if (status) {
+    count_refused(s);
+    return respond_error(c, status, msg, param, code);
+  }
+  pthread_mutex_lock(&s->mu);
+  snprintf(r->id, sizeof r->id, "%s-%llx", k == SRV_CHAT ? "chatcmpl" : "cmpl",
+           (unsigned long long)++s->next_id);
+  pthread_mutex_unlock(&s->mu);
+  status = srv_submit(s, r, &code, msg, sizeof msg);
+  if (status) {
+    count_refused(s);
+    srv_request_free(r);
+    return respond_error(c, status, msg, NULL, code);
+  }
+  if (r->p.stream) return respond_stream(s, c, r); /* it takes the connection's reference */
+  /* wait here (this connection's own thread), watching the client */
+  MHD_socket fd = conn_fd(c);
+  pthread_mutex_lock(&s->mu);
+  while (r->state != SRV_DONE) {
+    if (!r->cancel && client_gone(fd)) {
+      r->cancel = true;
+      pthread_cond_signal(&s->work);
+    }
+    wait_progress(s);
+  }
+  char *body = NULL;
+  if (r->err_status) {
+    status = r->err_status;
+    body = srv_render_error(status, r->err_msg, NULL, NULL);
+  } else if (!strcmp(r->finish, "cancelled")) {
+    status = 503;
+    body = srv_render_error(503, s->stopping ? "the server is shutting down; the request was "
+                            "cancelled" : "the request was cancelled", NULL,
+                            s->stopping ? "shutting_down" : "cancelled");
+  } else {
+    status = 200;
+    body = srv_render_result(s, r);
+  }
+  srv_request_unref(s, r);
+  pthread_mutex_unlock(&s->mu);
+  return respond_json(c, status, body);
+}
+
+/* ---- routing ---- */
+
+static bool authorized(const struct srv *s, struct MHD_Connection *c) {
+  if (!s->api_key) return true;
+  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+  return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->api_key);
+}
+
+static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char *url,
+                             const char *method, const struct conn *cn) {
+  static const struct { const char *path, *method; } routes[] = {
+      {"/health", "GET"},         {"/v1/models", "GET"},  {"/metrics", "GET"},
+      {"/slots", "GET"},          {"/tokenize", "POST"}, {"/detokenize", "POST"},
+      {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/completion", "POST"}};
+  int found = -1;
+  for (size_t i = 0; i < sizeof routes / sizeof *routes && found < 0; i++)
+    if (!strcmp(url, routes[i].path)) found = (int)i;
+  char msg[1024];
+  if (found < 0) {
+    snprintf(msg, sizeof msg, "no endpoint %s %s", method, url);
+    return respond_error(c, 404, msg, NULL, NULL);
+  }
+  if (strcmp(method, routes[found].method)) {
+    snprintf(msg, sizeof msg, "%s takes %s, not %s", url, routes[found].method, method);
+    return respond_error(c, 405, msg, NULL, "method_not_allowed");
+  }
+  if (found == 0) return respond_json(c, 200, strdup("{\"status\":\"ok\"}"));
+  if (!authorized(s, c))
+    return respond_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL,
+                         "invalid_api_key");
+  if (cn->too_large) {
+    snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes",
+             s->opt.max_body);
+    return respond_error(c, 413, msg, NULL, "request_too_large");
+  }
+  const char *param = NULL;
+  char *out = NULL;
+  int st;
+  switch (found) {
+    case 1: return respond_json(c, 200, srv_render_models(s));
+    case 2: return respond(c, 200, srv_render_metrics(s), "text/plain; version=0.0.4");
+    case 3: return respond_json(c, 200, srv_render_slots(s));
+    case 4:
+    case 5:
+      st = (found == 4 ? srv_tokenize : srv_detokenize)(s, cn->body ? cn->body : "", cn->len,
+                                                         &out, msg, sizeof msg, &param);
+      return st ? respond_error(c, st, st == 500 ? "out of memory" : msg, param, NULL)
+                : respond_json(c, 200, out);
+    default:
+      return generate(s, c, found == 6 ? SRV_CHAT : found == 7 ? SRV_COMPLETION : SRV_LLAMA, cn);
+  }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *data,
+                                  size_t *size, void **con_cls) {
+  (void)version;
+  struct srv *s = cls;
+  struct conn *cn = *con_cls;
+  if (!cn) { /* headers only so far */
+    if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
+    *con_cls = cn;
+    return MHD_YES;
+  }
+  if (*size) { /* a piece of the body */
+    if (!cn->too_large && cn->len + *size > s->opt.max_body) {
+      cn->too_large = true;
+      free(cn->body);
+      cn->body = NULL;
+      cn->len = cn->cap = 0;
+    }
+    if (!cn->too_large) {
+      if (cn->len + *size + 1 > cn->cap) {
+        size_t cap = cn->cap ? cn->cap : 4096;
+        while (cap < cn->len + *size + 1) cap *= 2;
+        char *grown = realloc(cn->body, cap);
+        if (!grown) return MHD_NO;
+        cn->body = grown;
+        cn->cap = cap;
+      }
+      memcpy(cn->body + cn->len, data, *size);
+      cn->len += *size;
+      cn->body[cn->len] = 0;
+    }
+    *size = 0;
+    return MHD_YES;
+  }
+  return route(s, c, url, method, cn);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)cls, (void)c, (void)toe;
+  struct conn *cn = *con_cls;
+  if (!cn) return;
+  free(cn->body);
+  free(cn);
+  *con_cls = NULL;
+}
+
+/* ---- the server ---- */
+
+static void model_id(struct srv *s, const char *path) {
+  const char *base = strrchr(path, '/');
+  const char *id = s->opt.alias ? s->opt.alias : base ? base + 1 : path;
+  size_t n = strlen(id) < sizeof s->model_id - 1 ? strlen(id) : sizeof s->model_id - 1;
+  memcpy(s->model_id, id, n);
+  s->model_id[n] = 0;
+}
+
+static tsr_status open_engine(struct srv *s) {
+  tsr_status st = tsr_engine_new(&s->opt.engine, &s->e);
+  if (st != TSR_OK) return st;
+  const struct tsr_setup *su = tsr_engine_setup(s->e);
+  const struct tsr_profile *p = su->profile;
+  s->n_vocab = tsr_engine_n_vocab(s->e);
+  s->n_slots = p->server.parallel > 0 ? p->server.parallel : 1;
+  if (s->n_slots > SRV_MAX_SLOTS)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%d slots: at most %d", s->n_slots, SRV_MAX_SLOTS);
+  s->n_ctx_slot = (int32_t)(p->context / s->n_slots);
+  s->n_batch = p->batch > 0 ? p->batch : 512;
+  s->m.kv_total = (uint64_t)p->context;
+  if (s->n_ctx_slot < 2)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "context %lld over %d slots leaves %d positions "
+                         "per slot", (long long)p->context, s->n_slots, s->n_ctx_slot);
+  if ((st = tsr_tokenizer_load(su->model, &s->tok)) != TSR_OK) return st;
+  const char *source = NULL;
+  st = tsr_setup_chat_template(su, s->opt.chat_template, tsr_tokenizer_chat_template(s->tok),
+                               &s->tmpl, &source);
+  if (st != TSR_OK)
+    return tsr_error_set(st, "%s: %s (choose one with --chat-template chatml|gemma|gemma4)",
+                         su->model_path, tsr_error_message());
+  if (!s->opt.host) s->opt.host = p->server.host;
+  if (s->opt.port < 0) s->opt.port = p->server.port;
+  if (!s->opt.api_key && p->server.api_key_env) {
+    s->api_key = getenv(p->server.api_key_env);
+    if (!s->api_key || !*s->api_key)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: server.api_key_env names %s, which is not "
+                           "set", tsr_profile_where(p, "server.api_key_env"),
+                           p->server.api_key_env);
+  } else {
+    s->api_key = s->opt.api_key;
+  }
+  model_id(s, su->model_path);
+  fprintf(stderr, "tessera serve: %s (%s), %d slots of %d positions, batch %d, chat template "
+          "%s (%s)\n", su->model_path, su->arch_name ? su->arch_name : "?", s->n_slots,
+          s->n_ctx_slot, s->n_batch, tsr_chat_template_name(s->tmpl), source);
+  return TSR_OK;
+}
+
+/* NULL with the error set and *st its status. */
+static struct MHD_Daemon *listen_on(struct srv *s, struct sockaddr_storage *addr,
+                                    tsr_status *st) {
+  struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai = NULL;
+  char port[16];
+  snprintf(port, sizeof port, "%d", s->opt.port);
+  int rc = getaddrinfo(s->opt.host, port, &hints, &ai);
+  if (rc || !ai) {
+    *st = tsr_error_set(TSR_ERR_INVALID_ARG, "host %s: %s", s->opt.host, gai_strerror(rc));
+    return NULL;
+  }
+  memcpy(addr, ai->ai_addr, ai->ai_addrlen);
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+                   MHD_USE_POLL | MHD_USE_ITC;
+  if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+  freeaddrinfo(ai);
+  struct MHD_Daemon *d = MHD_start_daemon(
+      flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned)(s->n_slots + s->opt.queue + 32), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
+      MHD_OPTION_END);
+  if (!d)
+    *st = tsr_error_set(TSR_ERR_IO, "cannot listen on %s port %d: %s", s->opt.host, s->opt.port,
+                  errno ? strerror(errno) : "libmicrohttpd refused");
+  return d;
+}
+
+int tsr_server_run(const struct tsr_server_options *opt) {
+  /* signals are taken by sigwait here, never delivered to another thread */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+
+  struct srv *s = calloc(1, sizeof *s);
+  if (!s) {
+    fprintf(stderr, "tessera serve: out of memory\n");
+    return TSR_EXIT_RUNTIME;
+  }
+  s->opt = *opt;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work, NULL);
+  pthread_cond_init(&s->progress, NULL);
+  int code = TSR_EXIT_OK;
+  struct MHD_Daemon *d = NULL;
+  tsr_status st = open_engine(s);
+  if (st == TSR_OK) st = srv_sched_start(s);
+  struct sockaddr_storage addr;
+  if (st == TSR_OK) d = listen_on(s, &addr, &st);
+  if (st != TSR_OK) {
+    fprintf(stderr, "tessera serve: %s\n", tsr_error_message());
+    code = st == TSR_ERR_INVALID_ARG || st == TSR_ERR_FORMAT || st == TSR_ERR_UNSUPPORTED
+               ? TSR_EXIT_USAGE
+               : TSR_EXIT_RUNTIME;
+  } else {
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    fprintf(stderr, "tessera serve: listening on http://%s:%u\n", s->opt.host,
+            info ? info->port : (unsigned)s->opt.port);
+    int sig = 0;
+    while (sigwait(&sigs, &sig) == 0 && sig == SIGPIPE) continue;
+    fprintf(stderr, "tessera serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    MHD_socket listener = MHD_quiesce_daemon(d); /* no new connections */
+    srv_cancel_all(s);
+    /* the scheduler finishes what was in flight as cancelled; wait for it */
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+      bool busy = s->n_queue > 0;
+      for (int i = 0; i < s->n_slots; i++) busy = busy || s->slots[i].req;
+      if (!busy) break;
+      wait_progress(s);
+    }
+    pthread_mutex_unlock(&s->mu);
+    MHD_stop_daemon(d); /* joins the connection threads */
+    if (listener != MHD_INVALID_SOCKET) close(listener);
+    d = NULL;
+  }
+  if (d) MHD_stop_daemon(d);
+  if (s->sched_running) srv_sched_stop(s);
+  tsr_tokenizer_free(s->tok);
+  tsr_engine_free(s->e);
+  pthread_cond_destroy(&s->progress);
+  pthread_cond_destroy(&s->work);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  if (code == TSR_EXIT_OK) fprintf(stderr, "tessera serve: stopped\n");
+  return code;
+}

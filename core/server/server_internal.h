@@ -1,0 +1,142 @@
+/*
+** tessera serve, inside: requests, slots and the scheduler (server_sched.c),
+** JSON requests and responses (server_api.c), HTTP (server_http.c).
+**
+** Threads. libmicrohttpd runs one thread per connection; one scheduler thread
+** owns the engine. They share the server's mutex: the queue, the slots, each
+** request's progress and the metrics are read and written under it. The
+** engine and the samplers are touched by the scheduler only, and it does not
+** hold the mutex while a batch runs. The tokenizer is read-only and shared.
+**
+** A request is referenced by its connection and, while queued or in a slot,
+** by the scheduler; the last one to let go frees it.
+*/
+#ifndef TSR_SERVER_INTERNAL_H
+#define TSR_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chat.h"
+#include "engine.h"
+#include "sampler.h"
+#include "server.h"
+#include "tokenizer.h"
+
+#define SRV_MAX_SLOTS 64
+#define SRV_MAX_STOP 16
+
+enum srv_kind { SRV_CHAT, SRV_COMPLETION, SRV_LLAMA };
+enum srv_state { SRV_QUEUED, SRV_RUNNING, SRV_DONE };
+
+/* What a request asks for, validated. */
+struct srv_params {
+  enum srv_kind kind;
+  bool stream, include_usage, cache_prompt;
+  int64_t max_tokens;                    /* -1: until end of generation or context */
+  struct tsr_sampler_params sampling;
+  char *stop[SRV_MAX_STOP];
+  int n_stop;
+  int32_t *prompt;
+  int32_t n_prompt;
+};
+
+struct srv_request {
+  struct srv_params p;
+  char id[40];
+  long long created;
+  /* progress: under the server mutex */
+  enum srv_state state;
+  bool cancel;               /* the client left, or the server stops */
+  int slot;
+  char *text;                /* generated text, valid UTF-8 */
+  size_t n_text, cap_text;
+  size_t n_released;         /* bytes of text no stop string can take back */
+  int32_t n_gen, n_cached;
+  const char *finish;        /* "stop", "length", "cancelled"; NULL while running */
+  const char *stop_type;     /* /completion: "eos", "word", "limit", "none" */
+  char stopping_word[256];
+  int err_status;            /* 0, or the HTTP status of a failure */
+  char err_msg[512];
+  double t_queued, t_start, t_first, t_end; /* seconds, CLOCK_MONOTONIC */
+  int refs;
+};
+
+struct srv_slot {
+  struct srv_request *req;   /* NULL: idle */
+  struct tsr_sampler *smp;
+  struct tsr_utf8_stream utf8;
+  int32_t n_prompt_done;     /* prompt tokens the cache holds */
+  int32_t next_token;        /* sampled, to be evaluated next step; -1 none */
+  int32_t n_cached;          /* tokens the sequence holds (for /slots) */
+};
+
+struct srv_metrics {
+  uint64_t requests, failed, prompt_tokens, generated_tokens;
+  double prompt_seconds, decode_seconds;
+  uint64_t kv_used, kv_total;
+};
+
+struct srv {
+  struct tsr_server_options opt;
+  struct tsr_engine *e;
+  struct tsr_tokenizer *tok;
+  enum tsr_chat_template tmpl;
+  int32_t n_vocab, n_slots, n_ctx_slot, n_batch;
+  char model_id[256];
+  const char *api_key;
+  pthread_mutex_t mu;
+  pthread_cond_t work;       /* the scheduler waits for requests */
+  pthread_cond_t progress;   /* connections wait for text or the end */
+  struct srv_request **queue;
+  int n_queue;
+  struct srv_slot slots[SRV_MAX_SLOTS];
+  bool stopping, sched_exit, sched_running;
+  uint64_t next_id;
+  struct srv_metrics m;
+  pthread_t sched;
+  float *logits;             /* scheduler scratch */
+};
+
+double srv_now(void);
+
+/* ---- scheduler (server_sched.c) ---- */
+tsr_status srv_sched_start(struct srv *s);
+void srv_sched_stop(struct srv *s);
+/* Queues r (the queue takes a reference). 503 when busy or stopping: returns
+** the status and fills msg/code. */
+int srv_submit(struct srv *s, struct srv_request *r, const char **code, char *msg, size_t cap);
+/* Drops one reference (under the mutex). */
+void srv_request_unref(struct srv *s, struct srv_request *r);
+/* Cancels every request; the scheduler finishes them as "cancelled". */
+void srv_cancel_all(struct srv *s);
+
+/* ---- JSON API (server_api.c) ---- */
+/* Parses and validates a generation request of kind k; 0 and *out set, or the
+** HTTP status with msg (and param naming the field, or NULL). */
+int srv_parse_request(struct srv *s, enum srv_kind k, const char *body, size_t len,
+                      struct srv_request **out, char *msg, size_t cap, const char **param,
+                      const char **code);
+void srv_request_free(struct srv_request *r);
+/* Response bodies (malloc'd): the whole answer, a stream chunk for new text,
+** the final stream chunks, an error object. */
+char *srv_render_result(const struct srv *s, const struct srv_request *r);
+char *srv_render_chunk(const struct srv *s, const struct srv_request *r, const char *text,
+                       size_t len, bool first);
+char *srv_render_final(const struct srv *s, const struct srv_request *r);
+char *srv_render_error(int status, const char *msg, const char *param, const char *code);
+char *srv_render_models(const struct srv *s);
+char *srv_render_metrics(struct srv *s);
+char *srv_render_slots(struct srv *s);
+/* /tokenize and /detokenize: 0 and *out, or a status with msg. */
+int srv_tokenize(const struct srv *s, const char *body, size_t len, char **out, char *msg,
+                 size_t cap, const char **param);
+int srv_detokenize(const struct srv *s, const char *body, size_t len, char **out, char *msg,
+                   size_t cap, const char **param);
+
+/* Appends len bytes as valid UTF-8 (an invalid byte or a NUL becomes U+FFFD). */
+bool srv_text_append(struct srv_request *r, const char *bytes, size_t len);
+
+#endif

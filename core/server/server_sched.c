@@ -1,0 +1,355 @@
+/*
+** The scheduler: one thread that owns the engine and runs the slots.
+**
+** Each step: finish cancelled requests, admit queued ones to free slots
+** (the slot whose cached tokens share the longest prefix with the prompt),
+** then evaluate one batch: the sampled token of every decoding slot, then
+** prompt chunks of prefilling slots up to the profile's batch size. Rows
+** come back for decoding slots and for a prompt's last token; each slot
+** samples with its own sampler, outside the mutex; the tokens are applied
+** under it. A slot may hold n_ctx / n_slots positions, so slots never run
+** each other out of cache.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "server_internal.h"
+
+double srv_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void srv_request_unref(struct srv *s, struct srv_request *r) {
+  (void)s;
+  if (--r->refs == 0) srv_request_free(r);
+}
+
+int srv_submit(struct srv *s, struct srv_request *r, const char **code, char *msg, size_t cap) {
+  pthread_mutex_lock(&s->mu);
+  int busy = 0;
+  for (int i = 0; i < s->n_slots; i++) busy += s->slots[i].req != NULL;
+  int status = 0;
+  if (s->stopping) {
+    status = 503, *code = "shutting_down";
+    snprintf(msg, cap, "the server is shutting down");
+  } else if (busy + s->n_queue >= s->n_slots + s->opt.queue) {
+    status = 503, *code = "server_busy";
+    snprintf(msg, cap, "server busy: %d requests running and %d waiting (--parallel %d, "
+             "--queue %d); retry later", busy, s->n_queue, s->n_slots, s->opt.queue);
+  } else {
+    r->refs++;
+    r->state = SRV_QUEUED;
+    r->t_queued = srv_now();
+    s->queue[s->n_queue++] = r;
+    s->m.requests++;
+    pthread_cond_signal(&s->work);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return status;
+}
+
+void srv_cancel_all(struct srv *s) {
+  pthread_mutex_lock(&s->mu);
+  s->stopping = true;
+  for (int i = 0; i < s->n_queue; i++) s->queue[i]->cancel = true;
+  for (int i = 0; i < s->n_slots; i++)
+    if (s->slots[i].req) s->slots[i].req->cancel = true;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- under the mutex ---- */
+
+static void request_done(struct srv *s, struct srv_request *r, const char *finish) {
+  r->finish = finish;
+  r->state = SRV_DONE;
+  r->n_released = r->n_text;
+  r->t_end = srv_now();
+  if (!r->t_first) r->t_first = r->t_end;
+  if (r->err_status) s->m.failed++;
+  srv_request_unref(s, r);
+  pthread_cond_broadcast(&s->progress);
+}
+
+static void slot_finish(struct srv *s, struct srv_slot *sl, const char *finish) {
+  struct srv_request *r = sl->req;
+  char rest[8];
+  size_t n = tsr_utf8_stream_flush(&sl->utf8, rest);
+  if (n && strcmp(finish, "cancelled")) srv_text_append(r, rest, n);
+  tsr_sampler_free(sl->smp);
+  sl->smp = NULL;
+  sl->req = NULL;
+  sl->next_token = -1;
+  request_done(s, r, finish);
+}
+
+static void slot_fail(struct srv *s, struct srv_slot *sl, int status, const char *msg) {
+  snprintf(sl->req->err_msg, sizeof sl->req->err_msg, "%s", msg);
+  sl->req->err_status = status;
+  slot_finish(s, sl, "error");
+}
+
+/* The free slot for r: the longest cached prefix, ties to the lowest index. */
+static int pick_slot(struct srv *s, const struct srv_request *r, int32_t *k_out) {
+  int best = -1;
+  int32_t best_k = -1;
+  for (int i = 0; i < s->n_slots; i++) {
+    if (s->slots[i].req) continue;
+    int32_t k = r->p.cache_prompt
+                    ? tsr_engine_common_prefix(s->e, i, r->p.prompt, r->p.n_prompt)
+                    : 0;
+    if (k > best_k) best = i, best_k = k;
+  }
+  *k_out = best_k;
+  return best;
+}
+
+static void admit(struct srv *s) {
+  while (s->n_queue > 0) {
+    struct srv_request *r = s->queue[0];
+    int32_t k = 0;
+    int slot = r->cancel ? -1 : pick_slot(s, r, &k);
+    if (!r->cancel && slot < 0) return; /* every slot busy */
+    memmove(s->queue, s->queue + 1, (size_t)--s->n_queue * sizeof *s->queue);
+    if (r->cancel) {
+      request_done(s, r, "cancelled");
+      continue;
+    }
+    struct srv_slot *sl = &s->slots[slot];
+    sl->req = r;
+    sl->next_token = -1;
+    sl->utf8 = (struct tsr_utf8_stream)TSR_UTF8_STREAM_INIT;
+    r->state = SRV_RUNNING;
+    r->slot = slot;
+    r->t_start = srv_now();
+    /* the prompt's last token is evaluated again: its logits start the reply */
+    if (k >= r->p.n_prompt) k = r->p.n_prompt - 1;
+    if (tsr_engine_seq_rm(s->e, slot, k, -1) != TSR_OK) {
+      k = 0; /* recurrent state or a released ring cannot resume mid-way */
+      if (tsr_engine_seq_rm(s->e, slot, 0, -1) != TSR_OK) {
+        slot_fail(s, sl, 500, tsr_error_message());
+        continue;
+      }
+    }
+    sl->n_prompt_done = r->n_cached = k;
+    if (tsr_sampler_new(&r->p.sampling, s->n_vocab, &sl->smp) != TSR_OK)
+      slot_fail(s, sl, 400, tsr_error_message());
+  }
+}
+
+/* ---- one step ---- */
+
+struct step {
+  int32_t n;
+  int32_t *tok, *seq, *slot_of_row;
+  bool *want;
+  int32_t n_rows, n_prompt_tokens;
+  int32_t *row_token; /* sampled per row */
+  int32_t prefill_take[SRV_MAX_SLOTS];
+};
+
+/* Fills the batch; returns false when there is nothing to run. */
+static bool plan_step(struct srv *s, struct step *st) {
+  st->n = st->n_rows = st->n_prompt_tokens = 0;
+  for (int i = 0; i < s->n_slots; i++) {
+    struct srv_slot *sl = &s->slots[i];
+    st->prefill_take[i] = 0;
+    if (!sl->req || sl->next_token < 0) continue;
+    st->tok[st->n] = sl->next_token, st->seq[st->n] = i, st->want[st->n] = true;
+    st->slot_of_row[st->n_rows++] = i;
+    st->n++;
+  }
+  int32_t budget = s->n_batch - st->n;
+  for (int i = 0; i < s->n_slots && budget > 0; i++) {
+    struct srv_slot *sl = &s->slots[i];
+    if (!sl->req || sl->next_token >= 0) continue;
+    const struct srv_request *r = sl->req;
+    int32_t left = r->p.n_prompt - sl->n_prompt_done;
+    int32_t take = left < budget ? left : budget;
+    for (int32_t j = 0; j < take; j++) {
+      st->tok[st->n] = r->p.prompt[sl->n_prompt_done + j];
+      st->seq[st->n] = i;
+      st->want[st->n] = j == left - 1;
+      st->n++;
+    }
+    if (take == left) st->slot_of_row[st->n_rows++] = i;
+    st->prefill_take[i] = take;
+    st->n_prompt_tokens += take;
+    budget -= take;
+  }
+  return st->n > 0;
+}
+
+/* Applies the sampled token t to slot i (under the mutex). */
+static void apply_token(struct srv *s, int i, int32_t t) {
+  struct srv_slot *sl = &s->slots[i];
+  struct srv_request *r = sl->req;
+  if (!r->t_first) r->t_first = srv_now();
+  if (tsr_tokenizer_is_eog(s->tok, t)) {
+    r->stop_type = "eos";
+    slot_finish(s, sl, "stop");
+    return;
+  }
+  size_t len = 0;
+  const char *piece = tsr_tokenizer_piece(s->tok, t, &len);
+  char *out = malloc(len + 4);
+  size_t before = r->n_text;
+  bool ok = out != NULL;
+  if (ok) ok = srv_text_append(r, out, tsr_utf8_stream_push(&sl->utf8, piece ? piece : "",
+                                                             piece ? len : 0, out));
+  free(out);
+  if (!ok) {
+    slot_fail(s, sl, 500, "out of memory");
+    return;
+  }
+  r->n_gen++;
+  s->m.generated_tokens++;
+  /* the earliest stop string in the new text (it may start in held-back bytes) */
+  size_t cut = (size_t)-1;
+  int which = -1;
+  for (int k = 0; k < r->p.n_stop; k++) {
+    size_t sl_len = strlen(r->p.stop[k]);
+    size_t from = before >= sl_len ? before - sl_len + 1 : 0;
+    for (size_t p = from; p + sl_len <= r->n_text && p < cut; p++)
+      if (!memcmp(r->text + p, r->p.stop[k], sl_len)) {
+        cut = p, which = k;
+        break;
+      }
+  }
+  if (which >= 0) {
+    r->n_text = cut;
+    r->stop_type = "word";
+    snprintf(r->stopping_word, sizeof r->stopping_word, "%s", r->p.stop[which]);
+    slot_finish(s, sl, "stop");
+    return;
+  }
+  /* hold back a tail that may still become a stop string */
+  size_t hold = 0;
+  for (int k = 0; k < r->p.n_stop; k++) {
+    size_t sl_len = strlen(r->p.stop[k]);
+    for (size_t m = sl_len - 1 < r->n_text ? sl_len - 1 : r->n_text; m > hold; m--)
+      if (!memcmp(r->text + r->n_text - m, r->p.stop[k], m)) {
+        hold = m;
+        break;
+      }
+  }
+  r->n_released = r->n_text - hold;
+  if ((r->p.max_tokens > 0 && r->n_gen >= r->p.max_tokens) ||
+      tsr_engine_seq_len(s->e, i) >= s->n_ctx_slot) {
+    r->stop_type = "limit";
+    slot_finish(s, sl, "length");
+    return;
+  }
+  sl->next_token = t;
+  pthread_cond_broadcast(&s->progress);
+}
+
+static void run_step(struct srv *s, struct step *st) {
+  struct tsr_engine_batch b = {.n = st->n, .tokens = st->tok, .seq = st->seq, .logits = st->want};
+  const double t0 = srv_now();
+  tsr_status rc = tsr_engine_eval_batch(s->e, &b, s->logits);
+  const double dt = srv_now() - t0;
+  char err[512] = "";
+  if (rc != TSR_OK) snprintf(err, sizeof err, "%s", tsr_error_message());
+  /* sampling needs no lock: samplers and logits are the scheduler's */
+  for (int32_t row = 0; rc == TSR_OK && row < st->n_rows; row++) {
+    struct srv_slot *sl = &s->slots[st->slot_of_row[row]];
+    if (tsr_sampler_sample(sl->smp, s->logits + (size_t)row * s->n_vocab, &st->row_token[row]) !=
+        TSR_OK)
+      st->row_token[row] = -1;
+  }
+  pthread_mutex_lock(&s->mu);
+  const int32_t n_decode = st->n - st->n_prompt_tokens;
+  s->m.prompt_seconds += dt * st->n_prompt_tokens / st->n;
+  s->m.decode_seconds += dt * n_decode / st->n;
+  s->m.prompt_tokens += (uint64_t)st->n_prompt_tokens;
+  for (int i = 0; i < s->n_slots; i++) {
+    struct srv_slot *sl = &s->slots[i];
+    if (!sl->req) continue;
+    bool in_batch = st->prefill_take[i] > 0 || sl->next_token >= 0;
+    if (rc != TSR_OK && in_batch) {
+      slot_fail(s, sl, 500, err);
+      continue;
+    }
+    sl->n_prompt_done += st->prefill_take[i];
+    sl->next_token = -1;
+  }
+  for (int32_t row = 0; rc == TSR_OK && row < st->n_rows; row++) {
+    struct srv_slot *sl = &s->slots[st->slot_of_row[row]];
+    if (!sl->req) continue;
+    if (st->row_token[row] < 0)
+      slot_fail(s, sl, 500, tsr_error_message());
+    else
+      apply_token(s, st->slot_of_row[row], st->row_token[row]);
+  }
+  s->m.kv_used = 0;
+  for (int i = 0; i < s->n_slots; i++) {
+    s->slots[i].n_cached = tsr_engine_seq_len(s->e, i);
+    s->m.kv_used += (uint64_t)s->slots[i].n_cached;
+  }
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void *sched_main(void *arg) {
+  struct srv *s = arg;
+  const size_t cap = (size_t)s->n_batch + SRV_MAX_SLOTS;
+  struct step st = {0};
+  st.tok = malloc(cap * sizeof *st.tok);
+  st.seq = malloc(cap * sizeof *st.seq);
+  st.slot_of_row = malloc(cap * sizeof *st.slot_of_row);
+  st.row_token = malloc(cap * sizeof *st.row_token);
+  st.want = malloc(cap * sizeof *st.want);
+  bool ok = st.tok && st.seq && st.slot_of_row && st.row_token && st.want;
+  pthread_mutex_lock(&s->mu);
+  while (ok && !s->sched_exit) {
+    for (int i = 0; i < s->n_slots; i++)
+      if (s->slots[i].req && s->slots[i].req->cancel) slot_finish(s, &s->slots[i], "cancelled");
+    admit(s);
+    if (!plan_step(s, &st)) {
+      pthread_cond_wait(&s->work, &s->mu);
+      continue;
+    }
+    pthread_mutex_unlock(&s->mu);
+    run_step(s, &st);
+    pthread_mutex_lock(&s->mu);
+  }
+  /* leaving: nothing stays in flight */
+  for (int i = 0; i < s->n_slots; i++)
+    if (s->slots[i].req) slot_finish(s, &s->slots[i], "cancelled");
+  while (s->n_queue > 0) request_done(s, s->queue[--s->n_queue], "cancelled");
+  pthread_mutex_unlock(&s->mu);
+  free(st.tok), free(st.seq), free(st.slot_of_row), free(st.row_token), free(st.want);
+  return NULL;
+}
+
+tsr_status srv_sched_start(struct srv *s) {
+  s->logits = malloc(((size_t)s->n_slots + 1) * (size_t)s->n_vocab * sizeof *s->logits);
+  s->queue = calloc((size_t)s->opt.queue + SRV_MAX_SLOTS, sizeof *s->queue);
+  if (!s->logits || !s->queue) {
+    free(s->logits), free(s->queue);
+    s->logits = NULL, s->queue = NULL;
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  }
+  for (int i = 0; i < SRV_MAX_SLOTS; i++) s->slots[i].next_token = -1;
+  if (pthread_create(&s->sched, NULL, sched_main, s))
+    return tsr_error_set(TSR_ERR_INTERNAL, "cannot start the scheduler thread");
+  s->sched_running = true;
+  return TSR_OK;
+}
+
+void srv_sched_stop(struct srv *s) {
+  pthread_mutex_lock(&s->mu);
+  s->sched_exit = true;
+  pthread_cond_signal(&s->work);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->sched, NULL);
+  free(s->logits);
+  free(s->queue);
+  s->logits = NULL;
+  s->queue = NULL;
+}

@@ -56,11 +56,6 @@ void tsr_setup_free(struct tsr_setup *s);
 
 void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f);
 
-/* Where `model: default` points: $TESSERA_DEFAULT_MODEL, else the build
-** tree's generated model, else the installed one. */
-const char *tsr_default_model_path(void);
-
-#endif
 /* The chat template of the loaded model: the name in override when given,
 ** else what the GGUF's tokenizer.chat_template (gguf_template) is recognised
 ** as, else the arch plugin's built-in template for the architecture. *source
@@ -70,3 +65,8 @@ tsr_status tsr_setup_chat_template(const struct tsr_setup *s, const char *overri
                                    const char *gguf_template, enum tsr_chat_template *out,
                                    const char **source);
 
+/* Where `model: default` points: $TESSERA_DEFAULT_MODEL, else the build
+** tree's generated model, else the installed one. */
+const char *tsr_default_model_path(void);
+
+#endif

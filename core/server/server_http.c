@@ -472,14 +472,11 @@ int tsr_server_run(const struct tsr_server_options *opt) {
     fprintf(stderr, "tessera serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
     MHD_socket listener = MHD_quiesce_daemon(d); /* no new connections */
     srv_cancel_all(s);
-    /* the scheduler finishes what was in flight as cancelled; wait for it */
+    /* the scheduler finishes what was in flight as cancelled and each
+    ** connection writes its last bytes; a client that reads nothing more
+    ** is not waited for longer than 10 s */
     pthread_mutex_lock(&s->mu);
-    for (;;) {
-      bool busy = s->n_queue > 0;
-      for (int i = 0; i < s->n_slots; i++) busy = busy || s->slots[i].req;
-      if (!busy) break;
-      wait_progress(s);
-    }
+    for (double t0 = srv_now(); s->n_live > 0 && srv_now() - t0 < 10;) wait_progress(s);
     pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(d); /* joins the connection threads */
     if (listener != MHD_INVALID_SOCKET) close(listener);

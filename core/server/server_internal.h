@@ -95,6 +95,7 @@ struct srv {
   struct srv_slot slots[SRV_MAX_SLOTS];
   bool stopping, sched_exit, sched_running;
   uint64_t next_id;
+  int n_live;                /* requests queued or answered that are not freed yet */
   struct srv_metrics m;
   pthread_t sched;
   float *logits;             /* scheduler scratch */

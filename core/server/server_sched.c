@@ -25,8 +25,10 @@ double srv_now(void) {
 }
 
 void srv_request_unref(struct srv *s, struct srv_request *r) {
-  (void)s;
-  if (--r->refs == 0) srv_request_free(r);
+  if (--r->refs > 0) return;
+  srv_request_free(r);
+  s->n_live--;
+  pthread_cond_broadcast(&s->progress);
 }
 
 int srv_submit(struct srv *s, struct srv_request *r, const char **code, char *msg, size_t cap) {
@@ -43,6 +45,7 @@ int srv_submit(struct srv *s, struct srv_request *r, const char **code, char *ms
              "--queue %d); retry later", busy, s->n_queue, s->n_slots, s->opt.queue);
   } else {
     r->refs++;
+    s->n_live++;
     r->state = SRV_QUEUED;
     r->t_queued = srv_now();
     s->queue[s->n_queue++] = r;

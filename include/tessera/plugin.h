@@ -303,6 +303,10 @@ struct tsr_arch_v1 {
   ** arch whose layers do not rotate by position alone (e.g. per-layer state)
   ** returns TSR_ERR_UNSUPPORTED with a message. */
   tsr_status (*shift_keys)(void *ctx, const struct tsr_host *host, struct tsr_kv_shift *sh);
+  /* Appended. The built-in chat template ("chatml", "gemma", "gemma4") a model of
+  ** general.architecture `arch` is trained with, used when its GGUF carries no
+  ** tokenizer.chat_template; NULL (or a NULL hook): none known. */
+  const char *(*chat_template)(void *ctx, const char *arch);
 };
 
 /* ---- decode_policy, version 1 ------------------------------------------ */
@@ -366,10 +370,6 @@ struct tsr_host {
 
   /* registration: one call per capability; names must be unique per interface */
   tsr_status (*register_attention)(struct tsr_plugin *self, const struct tsr_attention_v1 *impl);
-  /* Appended. The built-in chat template ("chatml", "gemma", "gemma4") a model of
-  ** general.architecture `arch` is trained with, used when its GGUF carries no
-  ** tokenizer.chat_template; NULL (or a NULL hook): none known. */
-  const char *(*chat_template)(void *ctx, const char *arch);
   tsr_status (*register_kv_codec)(struct tsr_plugin *self, const struct tsr_kv_codec_v1 *codec);
   tsr_status (*register_arch)(struct tsr_plugin *self, const struct tsr_arch_v1 *arch);
   tsr_status (*register_decode_policy)(struct tsr_plugin *self,

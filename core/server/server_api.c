@@ -353,8 +353,8 @@ int srv_parse_request(struct srv *s, enum srv_kind k, const char *body, size_t l
   }
   if (!st) st = k == SRV_CHAT ? chat_prompt(s, root, &r->p, &e) : text_prompt(s, root, &r->p, &e);
   /* the prompt and every token asked for must fit the slot's share of the cache */
-  if (!st && (r->p.n_prompt > s->n_ctx_slot ||
-              (r->p.max_tokens > 0 && r->p.n_prompt + r->p.max_tokens > s->n_ctx_slot + 1))) {
+  if (!st && (r->p.n_prompt >= s->n_ctx_slot ||
+              (r->p.max_tokens > 0 && r->p.n_prompt + r->p.max_tokens > s->n_ctx_slot))) {
     *code = "context_length_exceeded";
     st = bad(&e, k == SRV_CHAT ? "messages" : "prompt",
              "this slot's context is %d tokens; the prompt has %d%s%lld", s->n_ctx_slot,

@@ -242,8 +242,9 @@ static void apply_token(struct srv *s, int i, int32_t t) {
       }
   }
   r->n_released = r->n_text - hold;
+  /* prompt and reply together fit the slot, as OpenAI counts a context */
   if ((r->p.max_tokens > 0 && r->n_gen >= r->p.max_tokens) ||
-      tsr_engine_seq_len(s->e, i) >= s->n_ctx_slot) {
+      r->p.n_prompt + r->n_gen >= s->n_ctx_slot) {
     r->stop_type = "limit";
     slot_finish(s, sl, "length");
     return;

@@ -16,6 +16,14 @@ struct tsr_backend_i {
   /* Runs every node of a planned, bound graph in order. */
   tsr_status (*compute)(void *ctx, struct tsr_graph *g);
   void (*free)(void *ctx);
+  /* Appended for device backends; NULL where the backend computes in host
+  ** memory (cpu). A device backend keeps its own copy of external memory
+  ** (weights, KV cache, recurrent state) once a graph has used it, and that
+  ** copy is the authoritative one: sync_to_host copies it back over
+  ** [host, host + size); forget drops it, so the next compute uploads the
+  ** host bytes again (call it after the host rewrites or frees such memory). */
+  tsr_status (*sync_to_host)(void *ctx, void *host, size_t size);
+  void (*forget)(void *ctx, const void *host, size_t size);
 };
 
 struct tsr_backend {
@@ -27,6 +35,14 @@ struct tsr_backend {
 tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out);
 int tsr_backend_cpu_n_threads(const struct tsr_backend *b);
 void tsr_backend_free(struct tsr_backend *b);
+/* Opens libtessera-cuda.so (env TESSERA_CUDA_BACKEND, else beside the
+** executable or in its build tree, else the install libdir) and its first GPU.
+** Every failure is an error naming it: the .so not built or not loadable, no
+** CUDA driver, no GPU, a driver older than the runtime (core/backend_cuda_loader.c). */
+tsr_status tsr_backend_cuda_new(struct tsr_backend **out);
+/* No-ops on backends without device copies (see struct tsr_backend_i). */
+tsr_status tsr_backend_sync_to_host(struct tsr_backend *b, void *host, size_t size);
+void tsr_backend_forget(struct tsr_backend *b, const void *host, size_t size);
 const char *tsr_backend_name(const struct tsr_backend *b);
 
 /* Checks every node against the backend; the first gap is the error. */

@@ -6,7 +6,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "chat.h"
 #include "engine.h"
+#include "json.h"
+#include "ruler.h"
 #include "tokenizer.h"
 
 struct tsr_qtext {
@@ -45,5 +48,30 @@ double tsr_mean_of(const struct tsr_mean_acc *a);
 double tsr_mean_stderr(const struct tsr_mean_acc *a);
 
 double tsr_now_s(void);
+
+/* A RULER run (cli_ruler.c), shared by `tessera ruler` and `tessera ab`. */
+struct tsr_ruler_opts {
+  enum tsr_ruler_task task;
+  int64_t ctx, n;
+  uint64_t seed;
+  bool chat;                       /* render with the chat template */
+  enum tsr_chat_template template; /* set by tsr_ruler_open */
+  bool verbose, json_items;
+};
+struct tsr_ruler_result {
+  double sum;                      /* of the item scores */
+  int64_t n;
+  double *scores;                  /* per item */
+  cJSON *items;                    /* per item, when json_items */
+  double prefill_tokens, prefill_s, decode_tokens, decode_s;
+};
+/* The engine and tokenizer for a run, and o->template (unless o->chat is
+** false): chat_template, else the GGUF's, else the arch plugin's. */
+tsr_status tsr_ruler_open(const struct tsr_engine_options *eo, const char *chat_template,
+                          struct tsr_ruler_opts *o, struct tsr_engine **e,
+                          struct tsr_tokenizer **tok);
+tsr_status tsr_ruler_run(struct tsr_engine *e, const struct tsr_tokenizer *tok,
+                         const struct tsr_ruler_opts *o, struct tsr_ruler_result *r);
+void tsr_ruler_result_free(struct tsr_ruler_result *r);
 
 #endif

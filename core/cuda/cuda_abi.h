@@ -1,0 +1,37 @@
+/*
+** The one door between the core and libtessera-cuda.so. The core dlopens the
+** shared object, looks up TSR_CUDA_ENTRY and calls it with a host table; the
+** shared object returns a filled struct tsr_backend (core/backend.h).
+**
+** The shared object is built from this same tree and reads core structs
+** (tensors, planned graphs) directly, so the table carries their sizes and a
+** version: a .so from another build is refused instead of misreading memory.
+** Errors raised inside the .so land in the core's per-thread message through
+** set_error, so tsr_error_message() reads the same as for any core failure.
+*/
+#ifndef TSR_CUDA_ABI_H
+#define TSR_CUDA_ABI_H
+
+#include <stdint.h>
+
+#include "tessera/tessera.h"
+
+#define TSR_CUDA_ABI_VERSION 1
+#define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
+
+struct tsr_backend;
+
+struct tsr_cuda_host {
+  uint32_t abi_version; /* TSR_CUDA_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(struct tsr_cuda_host) */
+  uint32_t tensor_size; /* sizeof(struct tsr_tensor) */
+  uint32_t graph_size;  /* sizeof(struct tsr_graph) (core/graph_internal.h) */
+  void (*set_error)(const char *message);
+  const char *(*get_error)(void);
+  /* name of a plugin-registered op, or NULL (core/op_registry.h) */
+  const char *(*custom_op_name)(int32_t op_id);
+};
+
+typedef tsr_status (*tsr_cuda_open_fn)(const struct tsr_cuda_host *host, struct tsr_backend **out);
+
+#endif

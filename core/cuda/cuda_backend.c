@@ -1,0 +1,405 @@
+/*
+** The CUDA backend: opening the GPU, the device memory that mirrors a
+** planned graph, and running its nodes in order on one stream.
+**
+** Memory (README.md says it at length): the graph is planned into a host
+** arena as for the cpu backend; a device arena of the same size holds every
+** planned tensor at the same offset. External tensors (weights, KV cache,
+** recurrent state) are uploaded the first time a graph uses them and kept,
+** keyed by host address and size; from then on the device copy is the
+** authoritative one. Inputs (planned leaves the host fills) are uploaded at
+** every compute, outputs downloaded after it.
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend.h"
+#include "cuda_internal.h"
+
+#ifndef TSR_CUDA_ARCH
+#define TSR_CUDA_ARCH 90
+#endif
+
+extern const struct tsr_cuda_host *tsr_cuda_host_table; /* cuda_shim.c */
+
+tsr_status tsr_cuda_rt_fail(int err, const char *call, const char *file, int line) {
+  cudaError_t e = (cudaError_t)err;
+  tsr_status st = e == cudaErrorMemoryAllocation ? TSR_ERR_NOMEM : TSR_ERR_INTERNAL;
+  return tsr_error_set(st, "cuda backend: %s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
+                       cudaGetErrorString(e), file, line);
+}
+
+tsr_status tsr_cuda_blas_fail(int s, const char *call, const char *file, int line) {
+  cublasStatus_t b = (cublasStatus_t)s;
+  tsr_status st = b == CUBLAS_STATUS_ALLOC_FAILED ? TSR_ERR_NOMEM : TSR_ERR_INTERNAL;
+  return tsr_error_set(st, "cuda backend: %s failed: %s (%s) at %s:%d", call, cublasGetStatusName(b),
+                       cublasGetStatusString(b), file, line);
+}
+
+tsr_status tsr_cuda_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out) {
+  if (bytes > c->scratch_cap[slot]) {
+    size_t cap = bytes + bytes / 4;
+    CU_RT(cudaStreamSynchronize(c->stream)); /* earlier launches may still read it */
+    if (c->scratch[slot]) CU_RT(cudaFree(c->scratch[slot]));
+    c->scratch[slot] = NULL;
+    c->scratch_cap[slot] = 0;
+    CU_RT(cudaMalloc(&c->scratch[slot], cap));
+    c->scratch_cap[slot] = cap;
+  }
+  *out = c->scratch[slot];
+  return TSR_OK;
+}
+
+/* ---- external memory: device copies keyed by host range ------------------- */
+
+/* Index of the first region whose end lies past p. */
+static int region_lower(const struct cu_ctx *c, const char *p) {
+  int lo = 0, hi = c->n_regions;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (c->regions[mid].host + c->regions[mid].size <= p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/* The device address of host range [p, p + n): an existing copy holding it,
+** else a new copy of the union of it and every copy it overlaps (their
+** device bytes are kept: they are the authoritative ones). */
+static tsr_status region_ensure(struct cu_ctx *c, const char *p, size_t n, const char *name,
+                                char **dev) {
+  int i = region_lower(c, p);
+  if (i < c->n_regions && c->regions[i].host <= p && p + n <= c->regions[i].host + c->regions[i].size) {
+    *dev = c->regions[i].dev + (p - c->regions[i].host);
+    return TSR_OK;
+  }
+  const char *lo = p, *hi = p + n;
+  int first = i, last = i; /* regions [first, last) overlap */
+  while (last < c->n_regions && c->regions[last].host < hi) {
+    const struct cu_region *r = &c->regions[last];
+    if (r->host < lo) lo = r->host;
+    if (r->host + r->size > hi) hi = r->host + r->size;
+    last++;
+  }
+  char *nd = NULL;
+  cudaError_t e = cudaMalloc((void **)&nd, (size_t)(hi - lo));
+  if (e != cudaSuccess)
+    return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: cannot allocate %zu bytes of device memory "
+                         "for '%s' (%s)", (size_t)(hi - lo), name, cudaGetErrorString(e));
+  CU_RT(cudaMemcpyAsync(nd, lo, (size_t)(hi - lo), cudaMemcpyHostToDevice, c->stream));
+  for (int k = first; k < last; k++) {
+    const struct cu_region *r = &c->regions[k];
+    CU_RT(cudaMemcpyAsync(nd + (r->host - lo), r->dev, r->size, cudaMemcpyDeviceToDevice, c->stream));
+  }
+  CU_RT(cudaStreamSynchronize(c->stream));
+  for (int k = first; k < last; k++) CU_RT(cudaFree(c->regions[k].dev));
+  int removed = last - first;
+  if (c->n_regions - removed + 1 > c->cap_regions) {
+    int cap = c->cap_regions ? 2 * c->cap_regions : 64;
+    struct cu_region *nr = realloc(c->regions, (size_t)cap * sizeof *nr);
+    if (!nr) {
+      cudaFree(nd);
+      return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
+    }
+    c->regions = nr;
+    c->cap_regions = cap;
+  }
+  memmove(&c->regions[first + 1], &c->regions[last], (size_t)(c->n_regions - last) * sizeof *c->regions);
+  c->regions[first] = (struct cu_region){lo, (size_t)(hi - lo), nd};
+  c->n_regions += 1 - removed;
+  *dev = nd + (p - lo);
+  return TSR_OK;
+}
+
+static tsr_status cu_sync_to_host(void *ctx, void *host, size_t size) {
+  struct cu_ctx *c = ctx;
+  const char *p = host, *end = p + size;
+  CU_RT(cudaStreamSynchronize(c->stream));
+  for (int i = region_lower(c, p); i < c->n_regions && c->regions[i].host < end; i++) {
+    const struct cu_region *r = &c->regions[i];
+    const char *a = r->host > p ? r->host : p;
+    const char *b = r->host + r->size < end ? r->host + r->size : end;
+    CU_RT(cudaMemcpy((char *)host + (a - p), r->dev + (a - r->host), (size_t)(b - a),
+                     cudaMemcpyDeviceToHost));
+  }
+  return TSR_OK;
+}
+
+static void cu_forget(void *ctx, const void *host, size_t size) {
+  struct cu_ctx *c = ctx;
+  const char *p = host, *end = p + size;
+  cudaStreamSynchronize(c->stream);
+  int i = region_lower(c, p), j = i;
+  while (j < c->n_regions && c->regions[j].host < end) cudaFree(c->regions[j++].dev);
+  memmove(&c->regions[i], &c->regions[j], (size_t)(c->n_regions - j) * sizeof *c->regions);
+  c->n_regions -= j - i;
+}
+
+/* ---- running a graph ---------------------------------------------------------- */
+
+static bool computes(const struct tsr_tensor *t) { return t->op != TSR_OP_NONE && t->op != TSR_OP_VIEW; }
+
+static const struct tsr_tensor *owner_of(const struct tsr_tensor *t) {
+  return t->view_src ? t->view_src : t;
+}
+
+static tsr_status resolve(struct cu_ctx *c, struct tsr_graph *g) {
+  if (g->n > c->dptr_cap) {
+    char **d = realloc(c->dptr, (size_t)g->n * sizeof *d);
+    if (!d) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
+    c->dptr = d;
+    c->dptr_cap = g->n;
+  }
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i], *o = owner_of(t);
+    const size_t offs = t->view_src ? t->view_offs : 0;
+    if (g->offsets[o->index] != TSR_NO_OFFSET) {
+      c->dptr[i] = c->arena + g->offsets[o->index] + offs;
+    } else if ((o->flags & TSR_FLAG_WEIGHT) && o->data) {
+      char *dev = NULL;
+      tsr_status st = region_ensure(c, o->data, tsr_tensor_nbytes(o), o->name, &dev);
+      if (st != TSR_OK) return st;
+      c->dptr[i] = dev + offs;
+    } else {
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "cuda backend: tensor '%s' has no memory; plan "
+                           "and bind the graph first", t->name);
+    }
+  }
+  return TSR_OK;
+}
+
+static struct cu_t cu_of(const struct cu_ctx *c, const struct tsr_tensor *t) {
+  struct cu_t r = {0};
+  if (!t) return r;
+  r.p = c->dptr[t->index];
+  r.type = (int32_t)t->dtype;
+  for (int d = 0; d < 4; d++) r.ne[d] = t->ne[d], r.nb[d] = (int64_t)t->nb[d];
+  return r;
+}
+
+static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
+  struct cu_t dst = cu_of(c, t);
+  struct cu_attn a = {
+      .q = cu_of(c, t->src[0]), .k = cu_of(c, t->src[1]), .v = cu_of(c, t->src[2]),
+      .mask = cu_of(c, t->src[3]), .q_pos = cu_of(c, t->src[4]), .kv_pos = cu_of(c, t->src[5]),
+      .scale = tsr_param_f32(t, 0), .softcap = tsr_param_f32(t, 1),
+      .causal = t->op_params[2] != 0, .window = t->op_params[3]};
+  void *scratch = NULL;
+  size_t need = cu_flash_attn_scratch(&dst, &a, c->n_sm);
+  if (need) {
+    tsr_status st = tsr_cuda_scratch(c, SCR_ATTN, need, &scratch);
+    if (st != TSR_OK) return st;
+  }
+  CU_LAUNCH(cu_flash_attn(c->stream, &dst, &a, scratch, c->n_sm));
+  return TSR_OK;
+}
+
+static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
+  struct cu_t d = cu_of(c, t), a = cu_of(c, t->src[0]), b = cu_of(c, t->src[1]);
+  struct cu_t s2 = cu_of(c, t->src[2]);
+  cudaStream_t s = c->stream;
+  cu_stream cs = (cu_stream)s;
+  switch (t->op) {
+  case TSR_OP_GET_ROWS: CU_LAUNCH(cu_get_rows(cs, &d, &a, &b)); break;
+  case TSR_OP_MAT_MUL: return tsr_cuda_mat_mul(c, &d, &a, &b);
+  case TSR_OP_MAT_MUL_ID: return tsr_cuda_mat_mul_id(c, &d, &a, &b, &s2);
+  case TSR_OP_ADD: CU_LAUNCH(cu_binary(cs, &d, &a, &b, 0)); break;
+  case TSR_OP_MUL: CU_LAUNCH(cu_binary(cs, &d, &a, &b, 1)); break;
+  case TSR_OP_SCALE: CU_LAUNCH(cu_map(cs, &d, &a, CU_MAP_SCALE, 0, tsr_param_f32(t, 0))); break;
+  case TSR_OP_UNARY: CU_LAUNCH(cu_map(cs, &d, &a, CU_MAP_UNARY, t->op_params[0], 0.0f)); break;
+  case TSR_OP_SOFTCAP: CU_LAUNCH(cu_map(cs, &d, &a, CU_MAP_SOFTCAP, 0, tsr_param_f32(t, 0))); break;
+  case TSR_OP_GLU:
+    CU_LAUNCH(cu_glu(cs, &d, &a, t->src[1] ? &b : NULL, t->op_params[0], t->op_params[1]));
+    break;
+  case TSR_OP_RMS_NORM:
+    CU_LAUNCH(cu_norm(cs, &d, &a, t->src[1] ? &b : NULL, tsr_param_f32(t, 0), 0));
+    break;
+  case TSR_OP_L2_NORM: CU_LAUNCH(cu_norm(cs, &d, &a, NULL, tsr_param_f32(t, 0), 1)); break;
+  case TSR_OP_SOFTMAX:
+    CU_LAUNCH(cu_softmax(cs, &d, &a, t->src[1] ? &b : NULL, tsr_param_f32(t, 0)));
+    break;
+  case TSR_OP_ROPE:
+    CU_LAUNCH(cu_rope(cs, &d, &a, &b, t->src[2] ? &s2 : NULL, t->op_params[0],
+                      t->op_params[1] == TSR_ROPE_NEOX, tsr_param_f32(t, 2), tsr_param_f32(t, 3)));
+    break;
+  case TSR_OP_CONCAT: CU_LAUNCH(cu_concat(cs, &d, &a, &b, t->op_params[0])); break;
+  case TSR_OP_CPY: CU_LAUNCH(cu_cpy(cs, &d, &a)); break;
+  case TSR_OP_SET_ROWS: CU_LAUNCH(cu_set_rows(cs, &d, &b, &s2)); break;
+  case TSR_OP_TOP_K: CU_LAUNCH(cu_top_k(cs, &d, &a, t->op_params[0])); break;
+  case TSR_OP_ARGMAX: CU_LAUNCH(cu_argmax(cs, &d, &a)); break;
+  case TSR_OP_FLASH_ATTN: return run_attention(c, t);
+  default:
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: no kernel for op %s", tsr_op_name(t->op));
+  }
+  return TSR_OK;
+}
+
+static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
+  struct cu_ctx *c = ctx;
+  if (!g->planned)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "cuda backend: plan and bind the graph first");
+  if (g->arena_bytes > c->arena_cap) {
+    CU_RT(cudaStreamSynchronize(c->stream));
+    if (c->arena) CU_RT(cudaFree(c->arena));
+    c->arena = NULL;
+    c->arena_cap = 0;
+    cudaError_t e = cudaMalloc((void **)&c->arena, g->arena_bytes);
+    if (e != cudaSuccess)
+      return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: cannot allocate a %zu-byte device arena "
+                           "(%s)", g->arena_bytes, cudaGetErrorString(e));
+    c->arena_cap = g->arena_bytes;
+  }
+  tsr_status st = resolve(c, g);
+  if (st != TSR_OK) return st;
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i];
+    if (!(t->flags & TSR_FLAG_INPUT) || (t->flags & TSR_FLAG_WEIGHT) ||
+        g->offsets[i] == TSR_NO_OFFSET)
+      continue;
+    if (!t->data)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "cuda backend: input '%s' is not bound", t->name);
+    CU_RT(cudaMemcpyAsync(c->dptr[i], t->data, tsr_tensor_nbytes(t), cudaMemcpyHostToDevice,
+                          c->stream));
+  }
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i];
+    if (!computes(t)) continue;
+    st = run_node(c, t);
+    if (st == TSR_OK && c->sync_nodes) {
+      cudaError_t e = cudaStreamSynchronize(c->stream);
+      if (e != cudaSuccess) st = tsr_cuda_rt_fail((int)e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
+    if (st != TSR_OK) {
+      tsr_error_prefix("cuda backend, op %s, tensor '%s'", tsr_op_name(t->op), t->name);
+      return st;
+    }
+  }
+  /* outputs in the arena come back; an output written into external memory
+  ** stays on the device (its copy is authoritative: sync_to_host reads it) */
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i];
+    if (!(t->flags & TSR_FLAG_OUTPUT) || g->offsets[owner_of(t)->index] == TSR_NO_OFFSET) continue;
+    CU_RT(cudaMemcpyAsync(t->data, c->dptr[i], tsr_tensor_nbytes(t), cudaMemcpyDeviceToHost,
+                          c->stream));
+  }
+  CU_RT(cudaStreamSynchronize(c->stream));
+  return TSR_OK;
+}
+
+static const char *cu_name(void *ctx) {
+  (void)ctx;
+  return "cuda";
+}
+
+static tsr_status cu_supports(void *ctx, const struct tsr_tensor *t) {
+  return tsr_cuda_supports(ctx, t);
+}
+
+static void cu_free(void *ctx) {
+  struct cu_ctx *c = ctx;
+  if (!c) return;
+  if (c->stream) cudaStreamSynchronize(c->stream);
+  for (int i = 0; i < c->n_regions; i++) cudaFree(c->regions[i].dev);
+  for (int i = 0; i < SCR_COUNT; i++)
+    if (c->scratch[i]) cudaFree(c->scratch[i]);
+  if (c->arena) cudaFree(c->arena);
+  if (c->blas) cublasDestroy(c->blas);
+  if (c->stream) cudaStreamDestroy(c->stream);
+  free(c->regions);
+  free(c->dptr);
+  free(c->host_buf);
+  free(c);
+}
+
+/* ---- opening ------------------------------------------------------------------ */
+
+static tsr_status check_host(const struct tsr_cuda_host *h) {
+  if (!h || h->abi_version != TSR_CUDA_ABI_VERSION || h->struct_size != sizeof *h ||
+      h->tensor_size != sizeof(struct tsr_tensor) || h->graph_size != sizeof(struct tsr_graph))
+    return TSR_ERR_UNSUPPORTED; /* no message channel we can trust: the loader names it */
+  return TSR_OK;
+}
+
+/* Driver and device, each failure named for the person at the machine. */
+static tsr_status open_device(struct cu_ctx *c) {
+  int rt = 0, drv = 0;
+  cudaRuntimeGetVersion(&rt);
+  cudaDriverGetVersion(&drv);
+  if (drv == 0)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "no CUDA driver: libcuda.so.1 was not found or "
+                         "did not load (install the NVIDIA driver; this runtime is CUDA %d.%d)",
+                         rt / 1000, rt % 1000 / 10);
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaErrorInsufficientDriver || (e == cudaSuccess && drv < rt && n == 0))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "the NVIDIA driver supports CUDA %d.%d, older than "
+                         "the CUDA %d.%d runtime this backend was built with; update the driver",
+                         drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+  if (e == cudaErrorNoDevice || (e == cudaSuccess && n == 0))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "no CUDA GPU found (driver CUDA %d.%d is installed; "
+                         "check CUDA_VISIBLE_DEVICES and nvidia-smi)", drv / 1000, drv % 1000 / 10);
+  if (e != cudaSuccess)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cannot list CUDA devices: %s (%s)",
+                         cudaGetErrorName(e), cudaGetErrorString(e));
+  const char *env = getenv("TESSERA_CUDA_DEVICE");
+  c->device = env && *env ? atoi(env) : 0;
+  if (c->device < 0 || c->device >= n)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_DEVICE=%s: there are %d GPUs (0..%d)",
+                         env, n, n - 1);
+  struct cudaDeviceProp prop;
+  CU_RT(cudaGetDeviceProperties(&prop, c->device));
+  const int cc = prop.major * 10 + prop.minor;
+  if (cc < TSR_CUDA_ARCH)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "GPU %d (%s) has compute capability %d.%d; this "
+                         "backend was built for sm_%d (meson -Dgpu_arch)", c->device, prop.name,
+                         prop.major, prop.minor, TSR_CUDA_ARCH);
+  CU_RT(cudaSetDevice(c->device));
+  c->n_sm = prop.multiProcessorCount;
+  snprintf(c->name, sizeof c->name, "%s (sm_%d, %d SMs, %.1f GiB)", prop.name, cc, c->n_sm,
+           (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+  CU_RT(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+  CU_BLAS(cublasCreate(&c->blas));
+  CU_BLAS(cublasSetStream(c->blas, c->stream));
+  const char *gemm = getenv("TESSERA_CUDA_GEMM");
+  c->gemm_f32 = gemm && strcmp(gemm, "f32") == 0;
+  const char *sync = getenv("TESSERA_CUDA_SYNC");
+  c->sync_nodes = sync && strcmp(sync, "1") == 0;
+  return TSR_OK;
+}
+
+__attribute__((visibility("default"))) tsr_status
+tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_backend **out);
+
+tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_backend **out) {
+  *out = NULL;
+  if (check_host(host) != TSR_OK) {
+    if (host && host->abi_version == TSR_CUDA_ABI_VERSION && host->set_error)
+      host->set_error("libtessera-cuda.so was built from another tessera tree (tensor or graph "
+                      "layout differs); rebuild it with this core");
+    else if (host && host->set_error && host->abi_version >= 1)
+      host->set_error("libtessera-cuda.so speaks another backend ABI version; rebuild it");
+    return TSR_ERR_UNSUPPORTED;
+  }
+  tsr_cuda_host_table = host;
+  struct cu_ctx *c = calloc(1, sizeof *c);
+  struct tsr_backend *b = calloc(1, sizeof *b);
+  if (!c || !b) {
+    free(c);
+    free(b);
+    return tsr_error_set(TSR_ERR_NOMEM, "out of host memory");
+  }
+  c->host = host;
+  tsr_status st = open_device(c);
+  if (st != TSR_OK) {
+    cu_free(c);
+    free(b);
+    return st;
+  }
+  b->i = (struct tsr_backend_i){cu_name, cu_supports, cu_compute, cu_free, cu_sync_to_host, cu_forget};
+  b->context = c;
+  *out = b;
+  return TSR_OK;
+}
+

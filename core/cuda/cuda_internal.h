@@ -1,0 +1,83 @@
+/*
+** The host half of the CUDA backend: its context and the helpers its C files
+** share (cuda_backend.c: memory and execution; cuda_matmul.c: products;
+** cuda_supports.c: what it refuses). See README.md for the memory model.
+*/
+#ifndef TSR_CUDA_INTERNAL_H
+#define TSR_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+
+#include "../error.h"
+#include "../graph_internal.h"
+#include "cuda_abi.h"
+#include "cuda_kernels.h"
+
+/* A device copy of external host memory [host, host + size). */
+struct cu_region {
+  const char *host;
+  size_t size;
+  char *dev;
+};
+
+enum cu_scratch_slot {
+  SCR_X,     /* x packed for a product */
+  SCR_W,     /* a dequantized weight tile */
+  SCR_WPACK, /* a strided plain weight, packed */
+  SCR_G,     /* mat_mul_id: one expert's columns gathered */
+  SCR_Y,     /* mat_mul_id: one expert's outputs before the scatter */
+  SCR_LIST,  /* mat_mul_id: pairs grouped by expert */
+  SCR_ATTN,  /* attention split partials */
+  SCR_COUNT,
+};
+
+struct cu_ctx {
+  const struct tsr_cuda_host *host;
+  int device, n_sm;
+  char name[300];
+  cudaStream_t stream;
+  cublasHandle_t blas;
+  bool gemm_f32;   /* TESSERA_CUDA_GEMM=f32: batched products in f32, not f16 */
+  bool sync_nodes; /* TESSERA_CUDA_SYNC=1: wait after every node, so a fault names it */
+
+  char *arena; /* mirrors the host arena: same size, same offsets */
+  size_t arena_cap;
+
+  struct cu_region *regions; /* sorted by host address, never overlapping */
+  int n_regions, cap_regions;
+
+  void *scratch[SCR_COUNT];
+  size_t scratch_cap[SCR_COUNT];
+
+  char **dptr; /* device address of each tensor of the graph being run */
+  int dptr_cap;
+  void *host_buf; /* small host staging (mat_mul_id ids) */
+  size_t host_buf_cap;
+};
+
+/* cudaError_t / cublasStatus_t to a tsr_status with the call, file and line. */
+tsr_status tsr_cuda_rt_fail(int err, const char *call, const char *file, int line);
+tsr_status tsr_cuda_blas_fail(int st, const char *call, const char *file, int line);
+#define CU_RT(call) \
+  do { cudaError_t e_ = (call); \
+       if (e_ != cudaSuccess) return tsr_cuda_rt_fail((int)e_, #call, __FILE__, __LINE__); } while (0)
+#define CU_BLAS(call) \
+  do { cublasStatus_t s_ = (call); \
+       if (s_ != CUBLAS_STATUS_SUCCESS) return tsr_cuda_blas_fail((int)s_, #call, __FILE__, __LINE__); \
+  } while (0)
+/* A kernel launcher's result (cudaGetLastError after the launch). */
+#define CU_LAUNCH(call) \
+  do { int e_ = (call); if (e_) return tsr_cuda_rt_fail(e_, #call, __FILE__, __LINE__); } while (0)
+
+/* Device scratch of at least bytes in slot (grown, never shrunk). */
+tsr_status tsr_cuda_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out);
+
+tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t);
+tsr_status tsr_cuda_mat_mul(struct cu_ctx *c, const struct cu_t *dst, const struct cu_t *w,
+                            const struct cu_t *x);
+tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const struct cu_t *w,
+                               const struct cu_t *x, const struct cu_t *ids);
+
+#endif

@@ -1,0 +1,99 @@
+/*
+** What the host half of the CUDA backend (C) asks of the kernels (CUDA C++).
+**
+** A kernel sees a tensor as struct cu_t: its device address, dtype id (the
+** core's enum tsr_dtype values), ne and byte strides, exactly as the CPU
+** kernel sees the tsr_tensor. Every launcher enqueues on the given stream and
+** returns cudaGetLastError() as an int (0 = success); the caller turns a
+** failure into an error naming the op, file and line.
+*/
+#ifndef TSR_CUDA_KERNELS_H
+#define TSR_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct cu_t {
+  char *p;
+  int32_t type;
+  int64_t ne[4];
+  int64_t nb[4];
+};
+
+typedef struct CUstream_st *cu_stream;
+
+/* ---- elementwise and row ops (kernels_ops.cu) --------------------------- */
+enum cu_map { CU_MAP_SCALE, CU_MAP_UNARY, CU_MAP_SOFTCAP };
+
+int cu_get_rows(cu_stream s, const struct cu_t *dst, const struct cu_t *a, const struct cu_t *idx);
+int cu_binary(cu_stream s, const struct cu_t *dst, const struct cu_t *a, const struct cu_t *b,
+              int mul);
+int cu_map(cu_stream s, const struct cu_t *dst, const struct cu_t *a, enum cu_map m, int unary_op,
+           float p);
+int cu_glu(cu_stream s, const struct cu_t *dst, const struct cu_t *a, const struct cu_t *up,
+           int op, int swapped);
+/* l2 != 0: x / sqrt(sum(x^2) + eps); else rms norm times w (may be NULL) */
+int cu_norm(cu_stream s, const struct cu_t *dst, const struct cu_t *a, const struct cu_t *w,
+            float eps, int l2);
+int cu_softmax(cu_stream s, const struct cu_t *dst, const struct cu_t *a, const struct cu_t *mask,
+               float scale);
+int cu_rope(cu_stream s, const struct cu_t *dst, const struct cu_t *a, const struct cu_t *pos,
+            const struct cu_t *ff, int n_rot, int neox, float base, float freq_scale);
+int cu_concat(cu_stream s, const struct cu_t *dst, const struct cu_t *a, const struct cu_t *b,
+              int dim);
+int cu_cpy(cu_stream s, const struct cu_t *dst, const struct cu_t *a);
+int cu_set_rows(cu_stream s, const struct cu_t *dst, const struct cu_t *src, const struct cu_t *idx);
+int cu_top_k(cu_stream s, const struct cu_t *dst, const struct cu_t *a, int k);
+int cu_argmax(cu_stream s, const struct cu_t *dst, const struct cu_t *a);
+
+/* Dtypes the device can read element by element (dequantize) and write
+** (quantize, for cpy and set_rows). Both are decided here, next to the code. */
+int cu_can_read(int32_t type);
+int cu_can_write(int32_t type);
+
+/* ---- matrix products (kernels_matmul.cu) -------------------------------- */
+/* Rows [0, rows) of weight w (row stride wnb1 bytes, K values each) as f16
+** (half != 0) or f32, packed [K, rows]. */
+int cu_dequant_rows(cu_stream s, void *out, int half, const char *w, int32_t type, int64_t K,
+                    int64_t rows, int64_t wnb1);
+/* x (f32, strides nb0/nb1 in bytes, K x N) packed into out as f16, bf16 or f32
+** (to: 0 f32, 1 f16, 2 bf16). f16 saturates at +-65504 instead of becoming inf. */
+int cu_pack_x(cu_stream s, void *out, int to, const char *x, int64_t nb0, int64_t nb1, int64_t K,
+              int64_t N);
+/* y[m + n*ldy] = sum_k w[m][k] * x[k + n*ldx] for n < N <= CU_GEMV_MAX_N (x packed f32). */
+#define CU_GEMV_MAX_N 16
+int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_t type, int64_t K, int64_t M,
+            int64_t wnb1, const float *x, int64_t ldx, int64_t N);
+/* mat_mul_id for few pairs: every (row, pair) reads its expert id on the device. */
+int cu_mat_mul_id_direct(cu_stream s, const struct cu_t *dst, const struct cu_t *w,
+                         const struct cu_t *x, const struct cu_t *ids);
+/* Columns of x for pairs list[0..n) (p = u + U*t) packed into out f32 [K, n]. */
+int cu_gather_pairs(cu_stream s, float *out, const struct cu_t *x, const int32_t *list, int64_t n,
+                    int64_t nu);
+/* Column c of y [M, n] into dst at pair list[c]. */
+int cu_scatter_pairs(cu_stream s, const struct cu_t *dst, const float *y, const int32_t *list,
+                     int64_t n, int64_t nu);
+
+/* ---- attention (kernels_attn.cu) ---------------------------------------- */
+struct cu_attn {
+  struct cu_t q, k, v, mask, q_pos, kv_pos; /* p == NULL when absent */
+  float scale, softcap;
+  int causal;
+  int32_t window;
+};
+/* Scratch bytes the launch needs (split-KV partials); 0 if none. */
+size_t cu_flash_attn_scratch(const struct cu_t *dst, const struct cu_attn *a, int n_sm);
+int cu_flash_attn(cu_stream s, const struct cu_t *dst, const struct cu_attn *a, void *scratch,
+                  int n_sm);
+/* Largest head dim the kernel holds in registers. */
+#define CU_ATTN_MAX_D 512
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

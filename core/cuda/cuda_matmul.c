@@ -1,0 +1,206 @@
+/*
+** mat_mul and mat_mul_id on the GPU.
+**
+** One product y[M,N] = W[K,M]^T x[K,N] goes one of two ways:
+**   N <= CU_GEMV_MAX_N (decode, short verify batches): cu_gemv reads the
+**     weights in their own type and dots in f32 against f32 x, so decode
+**     matches the cpu backend to f32 rounding;
+**   larger N: cuBLAS with f32 accumulation. f32 weights: SGEMM on f32 x.
+**     f16 / bf16 weights: read in place, x rounded to f16 / bf16. Block types:
+**     dequantized to f16 a tile of rows at a time (TILE_ELEMS values), x
+**     rounded to f16. TESSERA_CUDA_GEMM=f32 makes every batched product f32
+**     (dequantized f32 tiles, SGEMM): slower, for telling rounding from bugs.
+** Weight batches broadcast over x's dims 2 and 3 as on the CPU.
+**
+** mat_mul_id with few (slot, token) pairs runs one kernel that reads each
+** pair's expert id on the device. With more pairs the ids come to the host
+** (one synchronisation), pairs are grouped by expert, and each expert's
+** columns are gathered, multiplied as above and scattered back. An id
+** outside [0, E) gives a zero column, as on the CPU.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define TILE_ELEMS ((int64_t)32 << 20) /* a dequantized weight tile: 64 MiB of f16 */
+#define MMID_DIRECT_PAIRS 32
+
+static int64_t unit_bytes(int32_t type) {
+  switch (type) {
+  case TSR_F32: return 4;
+  case TSR_F16: case TSR_BF16: return 2;
+  default: return (int64_t)tsr_dtype_type_size((enum tsr_dtype)type);
+  }
+}
+
+/* x (f32 with strides) as a packed [K, N] buffer of the given kind (0 f32,
+** 1 f16, 2 bf16), in place when it already is one. */
+static tsr_status x_packed(struct cu_ctx *c, int to, const char *x, int64_t nb0, int64_t nb1,
+                           int64_t K, int64_t N, const void **out, int64_t *ld) {
+  if (to == 0 && nb0 == 4 && nb1 % 4 == 0 && (N == 1 || nb1 / 4 >= K)) {
+    *out = x;
+    *ld = N > 1 ? nb1 / 4 : K;
+    return TSR_OK;
+  }
+  void *buf;
+  tsr_status st = tsr_cuda_scratch(c, SCR_X, (size_t)(K * N) * (to ? 2 : 4), &buf);
+  if (st != TSR_OK) return st;
+  CU_LAUNCH(cu_pack_x((cu_stream)c->stream, buf, to, x, nb0, nb1, K, N));
+  *out = buf;
+  *ld = K;
+  return TSR_OK;
+}
+
+static tsr_status gemm(struct cu_ctx *c, int64_t M, int64_t N, int64_t K, const void *a,
+                       cudaDataType_t at, int64_t lda, const void *b, cudaDataType_t bt,
+                       int64_t ldb, float *y, int64_t ldy) {
+  const float one = 1.0f, zero = 0.0f;
+  CU_BLAS(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)M, (int)N, (int)K, &one, a, at,
+                       (int)lda, b, bt, (int)ldb, &zero, y, CUDA_R_32F, (int)ldy,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return TSR_OK;
+}
+
+/* y[m + n*ldy] for one weight matrix w (rows wnb1 bytes apart, packed within
+** a row) and x [K, N] with byte strides nb0, nb1. */
+static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w, int32_t type,
+                          int64_t K, int64_t M, int64_t wnb1, const char *x, int64_t xnb0,
+                          int64_t xnb1, int64_t N) {
+  const void *xp;
+  int64_t ldx;
+  tsr_status st;
+  if (N <= CU_GEMV_MAX_N) {
+    if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
+    CU_LAUNCH(cu_gemv((cu_stream)c->stream, y, ldy, w, type, K, M, wnb1, xp, ldx, N));
+    return TSR_OK;
+  }
+  const bool in_place = (type == TSR_F32 && wnb1 % 4 == 0) ||
+                        ((type == TSR_F16 || type == TSR_BF16) && wnb1 % 2 == 0 && !c->gemm_f32);
+  if (in_place) {
+    const int to = type == TSR_F32 ? 0 : type == TSR_F16 ? 1 : 2;
+    const cudaDataType_t dt = to == 0 ? CUDA_R_32F : to == 1 ? CUDA_R_16F : CUDA_R_16BF;
+    if ((st = x_packed(c, to, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
+    return gemm(c, M, N, K, w, dt, wnb1 / unit_bytes(type), xp, dt, ldx, y, ldy);
+  }
+  const int half = !c->gemm_f32;
+  const cudaDataType_t dt = half ? CUDA_R_16F : CUDA_R_32F;
+  if ((st = x_packed(c, half, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
+  int64_t rows = TILE_ELEMS / K;
+  if (rows < 1) rows = 1;
+  if (rows > M) rows = M;
+  void *tile;
+  if ((st = tsr_cuda_scratch(c, SCR_W, (size_t)(rows * K) * (half ? 2 : 4), &tile)) != TSR_OK)
+    return st;
+  for (int64_t m0 = 0; m0 < M; m0 += rows) {
+    const int64_t n_rows = M - m0 < rows ? M - m0 : rows;
+    CU_LAUNCH(cu_dequant_rows((cu_stream)c->stream, tile, half, w + m0 * wnb1, type, K, n_rows, wnb1));
+    if ((st = gemm(c, n_rows, N, K, tile, dt, K, xp, dt, ldx, y + m0, ldy)) != TSR_OK) return st;
+  }
+  return TSR_OK;
+}
+
+/* A plain-typed weight whose rows are not packed (a transposed view, say)
+** is copied packed first: the product kernels read rows element by element. */
+static tsr_status packed_weight(struct cu_ctx *c, const struct cu_t *w, struct cu_t *out) {
+  *out = *w;
+  if (tsr_dtype_block_size((enum tsr_dtype)w->type) > 1 || w->nb[0] == unit_bytes(w->type))
+    return TSR_OK;
+  const int64_t ts = unit_bytes(w->type);
+  void *buf;
+  tsr_status st = tsr_cuda_scratch(c, SCR_WPACK, (size_t)(w->ne[0] * w->ne[1] * w->ne[2] * w->ne[3] * ts),
+                                   &buf);
+  if (st != TSR_OK) return st;
+  out->p = buf;
+  out->nb[0] = ts;
+  for (int d = 1; d < 4; d++) out->nb[d] = out->nb[d - 1] * out->ne[d - 1];
+  CU_LAUNCH(cu_cpy((cu_stream)c->stream, out, w));
+  return TSR_OK;
+}
+
+tsr_status tsr_cuda_mat_mul(struct cu_ctx *c, const struct cu_t *dst, const struct cu_t *w0,
+                            const struct cu_t *x) {
+  struct cu_t w;
+  tsr_status st = packed_weight(c, w0, &w);
+  if (st != TSR_OK) return st;
+  const int64_t K = w.ne[0], M = w.ne[1], N = x->ne[1];
+  const int64_t r2 = x->ne[2] / w.ne[2], r3 = x->ne[3] / w.ne[3];
+  for (int64_t i3 = 0; i3 < x->ne[3]; i3++) {
+    for (int64_t i2 = 0; i2 < x->ne[2]; i2++) {
+      const char *wb = w.p + (i2 / r2) * w.nb[2] + (i3 / r3) * w.nb[3];
+      const char *xb = x->p + i2 * x->nb[2] + i3 * x->nb[3];
+      float *yb = (float *)(dst->p + i2 * dst->nb[2] + i3 * dst->nb[3]);
+      st = product(c, yb, dst->nb[1] / 4, wb, w.type, K, M, w.nb[1], xb, x->nb[0], x->nb[1], N);
+      if (st != TSR_OK) return st;
+    }
+  }
+  return TSR_OK;
+}
+
+static int32_t id_at(const char *ids, const struct cu_t *t, int64_t u, int64_t tok) {
+  int32_t v;
+  memcpy(&v, ids + u * t->nb[0] + tok * t->nb[1], sizeof v);
+  return v;
+}
+
+tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const struct cu_t *w0,
+                               const struct cu_t *x, const struct cu_t *ids) {
+  const int64_t nu = ids->ne[0], np = nu * ids->ne[1], E = w0->ne[2];
+  if (np <= MMID_DIRECT_PAIRS) {
+    CU_LAUNCH(cu_mat_mul_id_direct((cu_stream)c->stream, dst, w0, x, ids));
+    return TSR_OK;
+  }
+  struct cu_t w;
+  tsr_status st = packed_weight(c, w0, &w);
+  if (st != TSR_OK) return st;
+  /* the ids, on the host */
+  const size_t span = (size_t)((ids->ne[0] - 1) * ids->nb[0] + (ids->ne[1] - 1) * ids->nb[1]) + 4;
+  const size_t need = span + 4 + (size_t)(E + 1 + np) * sizeof(int32_t); /* 4: alignment */
+  if (need > c->host_buf_cap) {
+    void *b = realloc(c->host_buf, need);
+    if (!b) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
+    c->host_buf = b;
+    c->host_buf_cap = need;
+  }
+  char *hids = c->host_buf;
+  int32_t *start = (int32_t *)(hids + ((span + 3) & ~(size_t)3)), *list = start + E + 1;
+  CU_RT(cudaMemcpyAsync(hids, ids->p, span, cudaMemcpyDeviceToHost, c->stream));
+  CU_RT(cudaStreamSynchronize(c->stream));
+  /* counting sort of the pairs by expert; out-of-range ids are left out */
+  memset(start, 0, (size_t)(E + 1) * sizeof *start);
+  for (int64_t p = 0; p < np; p++) {
+    int32_t e = id_at(hids, ids, p % nu, p / nu);
+    if (e >= 0 && e < E) start[e + 1]++;
+  }
+  for (int64_t e = 0; e < E; e++) start[e + 1] += start[e];
+  int32_t *cursor = calloc((size_t)E + 1, sizeof *cursor);
+  if (!cursor) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
+  for (int64_t p = 0; p < np; p++) {
+    int32_t e = id_at(hids, ids, p % nu, p / nu);
+    if (e >= 0 && e < E) list[start[e] + cursor[e]++] = (int32_t)p;
+  }
+  free(cursor);
+  const int64_t n_valid = start[E];
+  int32_t *dlist;
+  if ((st = tsr_cuda_scratch(c, SCR_LIST, (size_t)(np ? np : 1) * 4, (void **)&dlist)) != TSR_OK)
+    return st;
+  CU_RT(cudaMemcpyAsync(dlist, list, (size_t)n_valid * 4, cudaMemcpyHostToDevice, c->stream));
+  if (n_valid < np) /* zero columns for ids out of range */
+    CU_RT(cudaMemsetAsync(dst->p, 0, (size_t)(dst->nb[3] * dst->ne[3]), c->stream));
+  const int64_t K = w.ne[0], M = w.ne[1];
+  int64_t most = 0;
+  for (int64_t e = 0; e < E; e++)
+    if (start[e + 1] - start[e] > most) most = start[e + 1] - start[e];
+  float *gx, *gy;
+  if ((st = tsr_cuda_scratch(c, SCR_G, (size_t)(K * most) * 4, (void **)&gx)) != TSR_OK) return st;
+  if ((st = tsr_cuda_scratch(c, SCR_Y, (size_t)(M * most) * 4, (void **)&gy)) != TSR_OK) return st;
+  for (int64_t e = 0; e < E; e++) {
+    const int64_t n = start[e + 1] - start[e];
+    if (!n) continue;
+    CU_LAUNCH(cu_gather_pairs((cu_stream)c->stream, gx, x, dlist + start[e], n, nu));
+    st = product(c, gy, M, w.p + e * w.nb[2], w.type, K, M, w.nb[1], (const char *)gx, 4, K * 4, n);
+    if (st != TSR_OK) return st;
+    CU_LAUNCH(cu_scatter_pairs((cu_stream)c->stream, dst, gy, dlist + start[e], n, nu));
+  }
+  return TSR_OK;
+}

@@ -1,0 +1,299 @@
+/*
+** Device-side element access for every dtype the CUDA backend reads, and the
+** block quantizers it writes (cpy, set_rows: the KV codecs).
+**
+** Layouts are core/quant_blocks.h and core/quant.c / quant_k.c byte for byte;
+** offsets are spelled out here because the C header's _Static_asserts are not
+** C++. Dequantizers repeat the CPU's arithmetic order (scale products first),
+** quantizers repeat it with explicit round-to-nearest operations so no fused
+** multiply-add changes a code: the device writes the bytes the CPU writes.
+** Half scales are read byte by byte: blocks of 18, 22 or 26 bytes leave them
+** only 2-byte aligned and a view may start anywhere a block does.
+*/
+#ifndef TSR_CUDA_QUANT_CUH
+#define TSR_CUDA_QUANT_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Host and device both: core/cuda/tests/test_cuda_quant.cu runs these on the
+** CPU against core/quant.c, so the layouts are checked where CI runs. */
+#define CU_HD __host__ __device__
+
+/* Round-to-nearest arithmetic that no compiler may fuse (the host side is
+** compiled without FMA contraction for x86-64's baseline). */
+#ifdef __CUDA_ARCH__
+#define RN_MUL(a, b) __fmul_rn(a, b)
+#define RN_ADD(a, b) __fadd_rn(a, b)
+#define RN_SUB(a, b) __fsub_rn(a, b)
+#define RN_DIV(a, b) __fdiv_rn(a, b)
+#else
+#define RN_MUL(a, b) ((float)(a) * (float)(b))
+#define RN_ADD(a, b) ((float)(a) + (float)(b))
+#define RN_SUB(a, b) ((float)(a) - (float)(b))
+#define RN_DIV(a, b) ((float)(a) / (float)(b))
+#endif
+
+CU_HD static inline float u2f(uint32_t u) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+CU_HD static inline uint32_t f2u(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+
+/* The core's dtype ids (core/dtype.h), as device constants. */
+enum {
+  T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
+  T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_Q8_K = 15,
+  T_I32 = 26, T_BF16 = 30, T_Q6_0 = 1000,
+};
+
+CU_HD static inline int cu_block_size(int t) {
+  switch (t) {
+  case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: case T_Q8_0: case T_Q6_0: return 32;
+  case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_Q8_K: return 256;
+  default: return 1;
+  }
+}
+
+CU_HD static inline int cu_block_bytes(int t) {
+  switch (t) {
+  case T_F32: case T_I32: return 4;
+  case T_F16: case T_BF16: return 2;
+  case T_Q4_0: return 18;
+  case T_Q4_1: return 20;
+  case T_Q5_0: return 22;
+  case T_Q5_1: return 24;
+  case T_Q8_0: return 34;
+  case T_Q6_0: return 26;
+  case T_Q2_K: return 84;
+  case T_Q3_K: return 110;
+  case T_Q4_K: return 144;
+  case T_Q5_K: return 176;
+  case T_Q6_K: return 210;
+  case T_Q8_K: return 292;
+  default: return 0;
+  }
+}
+
+CU_HD static inline float ld_h(const uint8_t *p) {
+  return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
+}
+
+CU_HD static inline float bf16_f(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+/* k-quant 6-bit scale and min of sub-block j (q4_K, q5_K). */
+CU_HD static inline void k4_scale(const uint8_t *s, int j, int *sc, int *m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
+    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+  }
+}
+
+/* Element i of a row of block type T starting at row (plain types: packed). */
+template <int T>
+CU_HD static inline float dq(const uint8_t *row, int64_t i) {
+  if (T == T_F32) return reinterpret_cast<const float *>(row)[i];
+  if (T == T_F16) return __half2float(reinterpret_cast<const __half *>(row)[i]);
+  if (T == T_BF16) return bf16_f(reinterpret_cast<const uint16_t *>(row)[i]);
+  const int bs = cu_block_size(T);
+  const uint8_t *b = row + (i / bs) * cu_block_bytes(T);
+  const int e = (int)(i % bs);
+  if (T == T_Q4_0) {
+    const int q = e < 16 ? b[2 + e] & 0x0f : b[2 + e - 16] >> 4;
+    return (float)(q - 8) * ld_h(b);
+  }
+  if (T == T_Q4_1) {
+    const int q = e < 16 ? b[4 + e] & 0x0f : b[4 + e - 16] >> 4;
+    return (float)q * ld_h(b) + ld_h(b + 2);
+  }
+  if (T == T_Q5_0 || T == T_Q5_1) {
+    const int o = T == T_Q5_0 ? 2 : 4; /* qh follows d (and m) */
+    const uint32_t qh = b[o] | b[o + 1] << 8 | b[o + 2] << 16 | (uint32_t)b[o + 3] << 24;
+    const int lo = e < 16 ? b[o + 4 + e] & 0x0f : b[o + 4 + e - 16] >> 4;
+    const int q = lo | (int)((qh >> e) & 1) << 4;
+    if (T == T_Q5_0) return (float)(q - 16) * ld_h(b);
+    return (float)q * ld_h(b) + ld_h(b + 2);
+  }
+  if (T == T_Q8_0) return (float)(int8_t)b[2 + e] * ld_h(b);
+  if (T == T_Q6_0) {
+    const int lo = e < 16 ? b[2 + e] & 0x0f : b[2 + e - 16] >> 4;
+    const int hi = (b[18 + e % 8] >> (2 * (e / 8))) & 3;
+    return (float)((lo | hi << 4) - 32) * ld_h(b);
+  }
+  if (T == T_Q2_K) { /* scales[16] qs[64] d dmin */
+    const uint8_t sc = b[e / 16];
+    const float dl = ld_h(b + 80) * (sc & 0x0f), ml = ld_h(b + 82) * (sc >> 4);
+    const int q = (b[16 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+    return dl * q - ml;
+  }
+  if (T == T_Q3_K) { /* hmask[32] qs[64] scales[12] d */
+    const uint8_t *s = b + 96;
+    const int j = e / 16;
+    const int lo = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
+    const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+    const float dl = ld_h(b + 108) * ((lo | hi << 4) - 32);
+    const int q = (b[32 + 32 * (e / 128) + e % 32] >> (2 * ((e / 32) % 4))) & 3;
+    const int h = (b[e % 32] >> (e / 32)) & 1;
+    return dl * (q - (h ? 0 : 4));
+  }
+  if (T == T_Q4_K || T == T_Q5_K) { /* d dmin scales[12] (qh[32]) qs[128] */
+    const int sub = e / 32;
+    int sc, m;
+    k4_scale(b + 4, sub, &sc, &m);
+    const float dl = ld_h(b) * sc, ml = ld_h(b + 2) * m;
+    const uint8_t *qs = b + (T == T_Q4_K ? 16 : 48);
+    int v = (qs[32 * (sub / 2) + e % 32] >> (4 * (sub % 2))) & 0x0f;
+    if (T == T_Q5_K) v |= ((b[16 + e % 32] >> sub) & 1) << 4;
+    return dl * v - ml;
+  }
+  if (T == T_Q6_K) { /* ql[128] qh[64] scales[16] d */
+    const int h = e / 128, k = (e % 128) / 32, l = e % 32;
+    const int lo = (b[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0x0f;
+    const int hi = (b[128 + 32 * h + l] >> (2 * k)) & 3;
+    return ld_h(b + 208) * (int8_t)b[192 + e / 16] * ((lo | hi << 4) - 32);
+  }
+  if (T == T_Q8_K) {
+    const uint32_t d = b[0] | b[1] << 8 | b[2] << 16 | (uint32_t)b[3] << 24;
+    return u2f(d) * (int8_t)b[4 + e];
+  }
+  return 0.0f;
+}
+
+/* Element i of a row of any readable type; plain types step nb0 bytes. Uniform
+** branches: every thread of a launch reads one type. */
+CU_HD static inline float dq_rt(int t, const char *row, int64_t i, int64_t nb0) {
+  const uint8_t *r = reinterpret_cast<const uint8_t *>(row);
+  switch (t) {
+  case T_F32: return *reinterpret_cast<const float *>(row + i * nb0);
+  case T_F16: return __half2float(*reinterpret_cast<const __half *>(row + i * nb0));
+  case T_BF16: return bf16_f(*reinterpret_cast<const uint16_t *>(row + i * nb0));
+  case T_Q4_0: return dq<T_Q4_0>(r, i);
+  case T_Q4_1: return dq<T_Q4_1>(r, i);
+  case T_Q5_0: return dq<T_Q5_0>(r, i);
+  case T_Q5_1: return dq<T_Q5_1>(r, i);
+  case T_Q8_0: return dq<T_Q8_0>(r, i);
+  case T_Q6_0: return dq<T_Q6_0>(r, i);
+  case T_Q2_K: return dq<T_Q2_K>(r, i);
+  case T_Q3_K: return dq<T_Q3_K>(r, i);
+  case T_Q4_K: return dq<T_Q4_K>(r, i);
+  case T_Q5_K: return dq<T_Q5_K>(r, i);
+  case T_Q6_K: return dq<T_Q6_K>(r, i);
+  case T_Q8_K: return dq<T_Q8_K>(r, i);
+  default: return 0.0f;
+  }
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+/* The CPU's tsr_f32_to_bf16: round to nearest even, NaN kept quiet. */
+CU_HD static inline uint16_t f_bf16(float f) {
+  const uint32_t x = f2u(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
+  return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
+}
+
+CU_HD static inline void st_h(uint8_t *p, float f) {
+  const unsigned short h = __half_as_ushort(__float2half_rn(f));
+  p[0] = (uint8_t)h;
+  p[1] = (uint8_t)(h >> 8);
+}
+
+/* One plain element (f32, f16, bf16) at p. */
+CU_HD static inline void st_plain(int t, char *p, float f) {
+  if (t == T_F32) *reinterpret_cast<float *>(p) = f;
+  else if (t == T_F16) *reinterpret_cast<__half *>(p) = __float2half_rn(f);
+  else if (t == T_BF16) *reinterpret_cast<uint16_t *>(p) = f_bf16(f);
+}
+
+CU_HD static inline float signed_absmax32(const float *x) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; j++)
+    if (amax < fabsf(x[j])) amax = fabsf(x[j]), max = x[j];
+  return max;
+}
+
+CU_HD static inline void q5_pack(const int *q, uint8_t *qh, uint8_t *qs) {
+  uint32_t h = 0;
+  for (int j = 0; j < 16; j++) {
+    qs[j] = (uint8_t)((q[j] & 0x0f) | (q[j + 16] & 0x0f) << 4);
+    h |= (uint32_t)((q[j] >> 4) & 1) << j;
+    h |= (uint32_t)((q[j + 16] >> 4) & 1) << (j + 16);
+  }
+  for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
+/* One 32-value block of type t from x, as core/quant.c's reference quantizers. */
+CU_HD static inline void quant_block32(int t, const float *x, uint8_t *b) {
+  int q[32];
+  if (t == T_Q8_0) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+    const float d = RN_DIV(amax, 127.0f), id = d != 0.0f ? RN_DIV(1.0f, d) : 0.0f;
+    st_h(b, d);
+    for (int j = 0; j < 32; j++) b[2 + j] = (uint8_t)(int8_t)roundf(RN_MUL(x[j], id));
+  } else if (t == T_Q4_0 || t == T_Q5_0 || t == T_Q6_0) {
+    const float lv = t == T_Q4_0 ? 8.0f : t == T_Q5_0 ? 16.0f : 32.0f;
+    const int top = t == T_Q4_0 ? 15 : t == T_Q5_0 ? 31 : 63;
+    const float m = signed_absmax32(x);
+    /* q6_0 stores +0 for an all-zero block, not the -0 that 0 / -32 is */
+    const float d = t == T_Q6_0 && m == 0.0f ? 0.0f : RN_DIV(m, -lv);
+    const float id = d != 0.0f ? RN_DIV(1.0f, d) : 0.0f;
+    st_h(b, d);
+    for (int j = 0; j < 32; j++) {
+      q[j] = (int)RN_ADD(RN_MUL(x[j], id), lv + 0.5f);
+      if (q[j] > top) q[j] = top;
+    }
+    if (t == T_Q4_0) {
+      for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+    } else if (t == T_Q5_0) {
+      q5_pack(q, b + 2, b + 6);
+    } else {
+      for (int j = 0; j < 16; j++) b[2 + j] = (uint8_t)((q[j] & 0x0f) | (q[j + 16] & 0x0f) << 4);
+      for (int j = 0; j < 8; j++)
+        b[18 + j] = (uint8_t)((q[j] >> 4) | (q[j + 8] >> 4) << 2 | (q[j + 16] >> 4) << 4 |
+                              (q[j + 24] >> 4) << 6);
+    }
+  } else if (t == T_Q4_1 || t == T_Q5_1) {
+    const int top = t == T_Q4_1 ? 15 : 31;
+    float mn = x[0], mx = x[0];
+    for (int j = 1; j < 32; j++) {
+      if (x[j] < mn) mn = x[j];
+      if (x[j] > mx) mx = x[j];
+    }
+    const float d = RN_DIV(RN_SUB(mx, mn), (float)top);
+    const float id = d != 0.0f ? RN_DIV(1.0f, d) : 0.0f;
+    st_h(b, d);
+    st_h(b + 2, mn);
+    for (int j = 0; j < 32; j++) {
+      q[j] = (int)RN_ADD(RN_MUL(RN_SUB(x[j], mn), id), 0.5f);
+      if (q[j] > top) q[j] = top;
+    }
+    if (t == T_Q4_1) {
+      for (int j = 0; j < 16; j++) b[4 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+    } else {
+      q5_pack(q, b + 4, b + 8);
+    }
+  }
+}
+
+#endif

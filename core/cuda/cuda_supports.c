@@ -1,0 +1,85 @@
+/*
+** What the CUDA backend refuses, before anything runs: each refusal names the
+** op, the tensor and what is missing. There is no fallback to the CPU.
+*/
+#include "../op_registry.h"
+#include "cuda_internal.h"
+
+static const char *label(const struct tsr_tensor *t) { return t->name[0] ? t->name : "(unnamed)"; }
+
+#define READS "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q6_0 and q2_K..q8_K"
+#define WRITES "f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0 and q6_0"
+#define ATTN_READS "f32, f16, bf16, q8_0, q6_0, q5_1, q5_0, q4_1 and q4_0"
+
+static bool attn_reads(enum tsr_dtype t) {
+  switch (t) {
+  case TSR_F32: case TSR_F16: case TSR_BF16: case TSR_Q8_0: case TSR_Q6_0: case TSR_Q5_1:
+  case TSR_Q5_0: case TSR_Q4_1: case TSR_Q4_0: return true;
+  default: return false;
+  }
+}
+
+static bool plain_f32(const struct tsr_tensor *t) {
+  return t->dtype == TSR_F32;
+}
+
+static tsr_status refuse(const struct tsr_tensor *t, const char *what, const struct tsr_tensor *s,
+                         const char *can) {
+  return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: op %s, tensor '%s': %s '%s' is %s; "
+                       "the cuda backend handles %s", tsr_op_name(t->op), label(t), what, label(s),
+                       tsr_dtype_name(s->dtype), can);
+}
+
+tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
+  const struct tsr_tensor *a = t->src[0], *b = t->src[1];
+  switch (t->op) {
+  case TSR_OP_NONE:
+  case TSR_OP_VIEW:
+    return TSR_OK;
+  case TSR_OP_GET_ROWS:
+    return cu_can_read(a->dtype) ? TSR_OK : refuse(t, "table", a, READS);
+  case TSR_OP_MAT_MUL:
+  case TSR_OP_MAT_MUL_ID:
+    if (!cu_can_read(a->dtype)) return refuse(t, "weight", a, READS);
+    if (!plain_f32(b)) return refuse(t, "input", b, "f32 inputs");
+    if (t->dtype != TSR_F32 || t->nb[0] != 4) return refuse(t, "output", t, "dense f32 outputs");
+    return TSR_OK;
+  case TSR_OP_ADD: case TSR_OP_MUL: case TSR_OP_SCALE: case TSR_OP_RMS_NORM: case TSR_OP_L2_NORM:
+  case TSR_OP_ROPE: case TSR_OP_SOFTMAX: case TSR_OP_UNARY: case TSR_OP_GLU: case TSR_OP_SOFTCAP:
+  case TSR_OP_TOP_K: case TSR_OP_ARGMAX:
+    return TSR_OK; /* the builders admit f32 (and f32/f16 masks) only */
+  case TSR_OP_CONCAT:
+    if (t->dtype == TSR_F32 || t->dtype == TSR_F16 || t->dtype == TSR_BF16 || t->dtype == TSR_I32)
+      return TSR_OK;
+    return refuse(t, "source", a, "concat of f32, f16, bf16 and i32");
+  case TSR_OP_CPY:
+    if (a->dtype == t->dtype) {
+      if (cu_can_read(t->dtype) || t->dtype == TSR_I32) return TSR_OK;
+      return refuse(t, "source", a, "copies of i32 and " READS);
+    }
+    if (!cu_can_read(a->dtype)) return refuse(t, "source", a, "casts from " READS);
+    if (!cu_can_write(t->dtype)) return refuse(t, "destination", t, "casts to " WRITES);
+    return TSR_OK;
+  case TSR_OP_SET_ROWS:
+    return cu_can_write(t->dtype) ? TSR_OK : refuse(t, "target", a, "set_rows into " WRITES);
+  case TSR_OP_FLASH_ATTN: {
+    const struct tsr_tensor *k = t->src[1], *v = t->src[2];
+    if (!attn_reads(k->dtype)) return refuse(t, "K", k, "attention over " ATTN_READS);
+    if (!attn_reads(v->dtype)) return refuse(t, "V", v, "attention over " ATTN_READS);
+    if (a->ne[0] > CU_ATTN_MAX_D || v->ne[0] > CU_ATTN_MAX_D)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: op flash_attn, tensor '%s': head "
+                           "dims %lld (K) and %lld (V); the cuda kernel holds at most %d",
+                           label(t), (long long)a->ne[0], (long long)v->ne[0], CU_ATTN_MAX_D);
+    return TSR_OK;
+  }
+  case TSR_OP_CUSTOM: {
+    const char *name = c->host->custom_op_name ? c->host->custom_op_name(t->op_params[0]) : NULL;
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: no kernel for plugin op '%s' "
+                         "(tensor '%s'); plugin ops run on the cpu backend only in this version",
+                         name ? name : "(unregistered)", label(t));
+  }
+  default:
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: no kernel for op %s (tensor '%s')",
+                         tsr_op_name(t->op), label(t));
+  }
+}

@@ -1,0 +1,185 @@
+/*
+** Matrix-product kernels of the CUDA backend. The host half
+** (cuda_matmul.c) picks between them:
+**   - few columns (decode, n <= CU_GEMV_MAX_N): cu_gemv, a warp per weight
+**     row, dequantizing as it reads and dotting in f32 against f32 x;
+**   - more columns: weights dequantized into f16 tiles (cu_dequant_rows) and
+**     x packed to f16 (cu_pack_x), multiplied by cuBLAS with f32 accumulation.
+** The weight type is a template parameter (one instantiation per type), the
+** column count is 1 or up to CU_GEMV_MAX_N: that keeps the build small.
+*/
+#include <cuda_runtime.h>
+
+#include "cuda_kernels.h"
+#include "cuda_quant.cuh"
+
+#define NT 256
+#define WARPS 8 /* rows per gemv block */
+
+static unsigned grid_for(int64_t n) {
+  int64_t b = (n + NT - 1) / NT;
+  if (b > (1 << 20)) b = 1 << 20;
+  return (unsigned)(b > 0 ? b : 1);
+}
+
+#define FOR_EACH(i, n) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
+       i += (int64_t)gridDim.x * blockDim.x)
+
+/* Calls F<T>(args) for the weight type t; unknown types return an error. */
+#define DISPATCH_TYPE(t, CALL)               \
+  switch (t) {                               \
+  case T_F32: CALL(T_F32); break;            \
+  case T_F16: CALL(T_F16); break;            \
+  case T_BF16: CALL(T_BF16); break;          \
+  case T_Q4_0: CALL(T_Q4_0); break;          \
+  case T_Q4_1: CALL(T_Q4_1); break;          \
+  case T_Q5_0: CALL(T_Q5_0); break;          \
+  case T_Q5_1: CALL(T_Q5_1); break;          \
+  case T_Q8_0: CALL(T_Q8_0); break;          \
+  case T_Q6_0: CALL(T_Q6_0); break;          \
+  case T_Q2_K: CALL(T_Q2_K); break;          \
+  case T_Q3_K: CALL(T_Q3_K); break;          \
+  case T_Q4_K: CALL(T_Q4_K); break;          \
+  case T_Q5_K: CALL(T_Q5_K); break;          \
+  case T_Q6_K: CALL(T_Q6_K); break;          \
+  case T_Q8_K: CALL(T_Q8_K); break;          \
+  default: return (int)cudaErrorInvalidValue; \
+  }
+
+/* ---- dequantized tiles and packed x -------------------------------------------- */
+
+template <int T>
+__global__ void k_dequant_rows(void *out, int half, const char *w, int64_t K, int64_t rows,
+                               int64_t wnb1) {
+  FOR_EACH(f, K * rows) {
+    const int64_t r = f / K, k = f % K;
+    const float v = dq<T>(reinterpret_cast<const uint8_t *>(w + r * wnb1), k);
+    if (half) reinterpret_cast<__half *>(out)[f] = __float2half_rn(v);
+    else reinterpret_cast<float *>(out)[f] = v;
+  }
+}
+
+extern "C" int cu_dequant_rows(cu_stream s, void *out, int half, const char *w, int32_t type,
+                               int64_t K, int64_t rows, int64_t wnb1) {
+#define CALL(T) k_dequant_rows<T><<<grid_for(K * rows), NT, 0, s>>>(out, half, w, K, rows, wnb1)
+  DISPATCH_TYPE(type, CALL)
+#undef CALL
+  return (int)cudaGetLastError();
+}
+
+__global__ void k_pack_x(void *out, int to, const char *x, int64_t nb0, int64_t nb1, int64_t K,
+                         int64_t N) {
+  FOR_EACH(f, K * N) {
+    const float v = *reinterpret_cast<const float *>(x + (f % K) * nb0 + (f / K) * nb1);
+    if (to == 0) reinterpret_cast<float *>(out)[f] = v;
+    else if (to == 1) reinterpret_cast<__half *>(out)[f] = __float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f));
+    else reinterpret_cast<uint16_t *>(out)[f] = f_bf16(v);
+  }
+}
+
+extern "C" int cu_pack_x(cu_stream s, void *out, int to, const char *x, int64_t nb0, int64_t nb1,
+                         int64_t K, int64_t N) {
+  k_pack_x<<<grid_for(K * N), NT, 0, s>>>(out, to, x, nb0, nb1, K, N);
+  return (int)cudaGetLastError();
+}
+
+/* ---- gemv: a warp per weight row, NMAX columns at most --------------------------- */
+
+template <int T, int NMAX>
+__global__ void k_gemv(float *y, int64_t ldy, const char *w, int64_t K, int64_t M, int64_t wnb1,
+                       const float *x, int64_t ldx, int N) {
+  const int64_t m = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (m >= M) return;
+  const uint8_t *row = reinterpret_cast<const uint8_t *>(w + m * wnb1);
+  float acc[NMAX];
+#pragma unroll
+  for (int n = 0; n < NMAX; n++) acc[n] = 0.0f;
+  for (int64_t k = lane; k < K; k += 32) {
+    const float v = dq<T>(row, k);
+#pragma unroll
+    for (int n = 0; n < NMAX; n++)
+      if (n < N) acc[n] += v * x[k + n * ldx];
+  }
+#pragma unroll
+  for (int n = 0; n < NMAX; n++) {
+    float a = acc[n];
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    if (lane == 0 && n < N) y[m + n * ldy] = a;
+  }
+}
+
+extern "C" int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_t type, int64_t K,
+                       int64_t M, int64_t wnb1, const float *x, int64_t ldx, int64_t N) {
+  if (N < 1 || N > CU_GEMV_MAX_N) return (int)cudaErrorInvalidValue;
+  const unsigned blocks = (unsigned)((M + WARPS - 1) / WARPS);
+#define CALL(T)                                                                              \
+  if (N == 1)                                                                                \
+    k_gemv<T, 1><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, 1);            \
+  else                                                                                       \
+    k_gemv<T, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, (int)N)
+  DISPATCH_TYPE(type, CALL)
+#undef CALL
+  return (int)cudaGetLastError();
+}
+
+/* ---- mat_mul_id ----------------------------------------------------------------- */
+
+/* A warp per (row, pair): the expert id is read on the device, so nothing
+** waits for the host. An id outside [0, E) writes 0, as on the CPU. */
+__global__ void k_mmid_direct(cu_t dst, cu_t w, cu_t x, cu_t ids) {
+  const int64_t M = w.ne[1], nu = ids.ne[0], np = nu * ids.ne[1];
+  const int64_t item = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (item >= M * np) return;
+  const int64_t m = item % M, p = item / M, u = p % nu, t = p / nu;
+  const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + u * ids.nb[0] + t * ids.nb[1]);
+  float acc = 0.0f;
+  if (e >= 0 && e < w.ne[2]) {
+    const char *row = w.p + e * w.nb[2] + m * w.nb[1];
+    const char *col = x.p + (x.ne[1] == 1 ? 0 : u) * x.nb[1] + t * x.nb[2];
+    for (int64_t k = lane; k < w.ne[0]; k += 32)
+      acc += dq_rt(w.type, row, k, w.nb[0]) * *reinterpret_cast<const float *>(col + k * x.nb[0]);
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  }
+  if (lane == 0)
+    *reinterpret_cast<float *>(dst.p + m * dst.nb[0] + u * dst.nb[1] + t * dst.nb[2]) = acc;
+}
+
+extern "C" int cu_mat_mul_id_direct(cu_stream s, const cu_t *dst, const cu_t *w, const cu_t *x,
+                                    const cu_t *ids) {
+  const int64_t items = w->ne[1] * ids->ne[0] * ids->ne[1];
+  k_mmid_direct<<<(unsigned)((items + WARPS - 1) / WARPS), 32 * WARPS, 0, s>>>(*dst, *w, *x, *ids);
+  return (int)cudaGetLastError();
+}
+
+__global__ void k_gather_pairs(float *out, cu_t x, const int32_t *list, int64_t n, int64_t nu) {
+  const int64_t K = x.ne[0];
+  FOR_EACH(f, K * n) {
+    const int64_t k = f % K, p = list[f / K], u = p % nu, t = p / nu;
+    out[f] = *reinterpret_cast<const float *>(x.p + k * x.nb[0] + (x.ne[1] == 1 ? 0 : u) * x.nb[1] +
+                                              t * x.nb[2]);
+  }
+}
+
+extern "C" int cu_gather_pairs(cu_stream s, float *out, const cu_t *x, const int32_t *list,
+                               int64_t n, int64_t nu) {
+  k_gather_pairs<<<grid_for(x->ne[0] * n), NT, 0, s>>>(out, *x, list, n, nu);
+  return (int)cudaGetLastError();
+}
+
+__global__ void k_scatter_pairs(cu_t dst, const float *y, const int32_t *list, int64_t n,
+                                int64_t nu) {
+  const int64_t M = dst.ne[0];
+  FOR_EACH(f, M * n) {
+    const int64_t m = f % M, p = list[f / M], u = p % nu, t = p / nu;
+    *reinterpret_cast<float *>(dst.p + m * dst.nb[0] + u * dst.nb[1] + t * dst.nb[2]) = y[f];
+  }
+}
+
+extern "C" int cu_scatter_pairs(cu_stream s, const cu_t *dst, const float *y, const int32_t *list,
+                                int64_t n, int64_t nu) {
+  k_scatter_pairs<<<grid_for(dst->ne[0] * n), NT, 0, s>>>(*dst, y, list, n, nu);
+  return (int)cudaGetLastError();
+}

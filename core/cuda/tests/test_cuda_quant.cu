@@ -1,0 +1,87 @@
+/*
+** The CUDA backend's element decoders and block quantizers (cuda_quant.cuh),
+** compiled for the host and run on the CPU against core/quant.c: every
+** readable type decodes to exactly the cpu's values, every writable block
+** type encodes to exactly the cpu's bytes. The layouts are thus checked
+** where CI runs (no GPU there); tests/gpu/gpu_op_parity checks the same
+** through the kernels on a GPU.
+*/
+#include <string.h>
+
+extern "C" {
+#include "dtype.h"
+#include "harness.h"
+}
+#include "cuda_quant.cuh"
+
+static const int k_read[] = {T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0,
+                             T_Q6_0, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_Q8_K};
+static const int k_write[] = {T_Q8_0, T_Q6_0, T_Q5_1, T_Q5_0, T_Q4_1, T_Q4_0};
+
+enum { N = 1024 };
+
+static void random_values(float *x, int n) {
+  for (int i = 0; i < n; i++) x[i] = tsr_test_normal() * (i % 97 == 0 ? 8.0f : 1.0f);
+  for (int i = 0; i < 32; i++) x[i] = 0.0f;          /* an all-zero block */
+  for (int i = 32; i < 64; i++) x[i] = (float)(i % 5) - 2.0f; /* ties on the grid */
+}
+
+static void block_sizes_match_the_core(void) {
+  for (int t : k_read) {
+    CHECK(cu_block_size(t) == tsr_dtype_block_size((enum tsr_dtype)t));
+    CHECK(cu_block_bytes(t) == (int)tsr_dtype_type_size((enum tsr_dtype)t));
+  }
+}
+
+static void every_readable_type_decodes_like_the_cpu(void) {
+  static float x[N], ref[N];
+  static char buf[N * 4];
+  for (int t : k_read) {
+    random_values(x, N);
+    CHECK_OK(tsr_dtype_from_f32((enum tsr_dtype)t, x, buf, N));
+    CHECK_OK(tsr_dtype_to_f32((enum tsr_dtype)t, buf, ref, N));
+    const int64_t nb0 = cu_block_size(t) == 1 ? cu_block_bytes(t) : 0;
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+      const float v = dq_rt(t, buf, i, nb0);
+      if (memcmp(&v, &ref[i], 4) != 0) bad++;
+    }
+    CHECK_MSG(bad == 0, "%s: %d of %d values differ", tsr_dtype_name((enum tsr_dtype)t), bad, N);
+  }
+}
+
+static void every_writable_block_type_encodes_the_cpus_bytes(void) {
+  static float x[N];
+  static uint8_t ours[N * 2], ref[N * 2];
+  for (int t : k_write) {
+    random_values(x, N);
+    CHECK_OK(tsr_dtype_from_f32((enum tsr_dtype)t, x, ref, N));
+    for (int b = 0; b < N / 32; b++) quant_block32(t, x + 32 * b, ours + b * cu_block_bytes(t));
+    const size_t bytes = (size_t)(N / 32) * cu_block_bytes(t);
+    CHECK_MSG(memcmp(ours, ref, bytes) == 0, "%s: blocks differ from core/quant.c",
+              tsr_dtype_name((enum tsr_dtype)t));
+  }
+}
+
+static void half_and_bf16_round_like_the_cpu(void) {
+  const float special[] = {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, 6.1e-5f, 1.0f + 1.0f / 2048,
+                           1.0f + 3.0f / 2048, INFINITY, -INFINITY, 3.0e38f, 1.0f + 1.0f / 256};
+  int bad = 0;
+  for (int i = 0; i < 20000; i++) {
+    const float f = i < 12 ? special[i] : tsr_test_normal() * powf(2.0f, (float)(i % 40 - 20));
+    char h[2], b[2];
+    st_plain(T_F16, h, f);
+    st_plain(T_BF16, b, f);
+    uint16_t hr = tsr_f32_to_f16(f), br = tsr_f32_to_bf16(f);
+    if (memcmp(h, &hr, 2) || memcmp(b, &br, 2)) bad++;
+  }
+  CHECK_MSG(bad == 0, "%d values round differently", bad);
+}
+
+int main(void) {
+  TSR_RUN(block_sizes_match_the_core);
+  TSR_RUN(every_readable_type_decodes_like_the_cpu);
+  TSR_RUN(every_writable_block_type_encodes_the_cpus_bytes);
+  TSR_RUN(half_and_bf16_round_like_the_cpu);
+  return TSR_TEST_EXIT();
+}

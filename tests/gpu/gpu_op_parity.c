@@ -1,0 +1,589 @@
+/*
+** Op parity: every core op, weight type and KV codec on random inputs, run
+** on the cpu backend (the reference) and on the cuda backend; the outputs
+** must agree within each op's tolerance. Also what the cuda backend must
+** refuse by name, and its memory model (external copies, sync, forget).
+**
+** The graph of a case is built twice from the same seeds, once per backend,
+** so a node that writes into its inputs (set_rows, cpy into a view) starts
+** from the same bytes on both. Error measure: max |gpu - cpu| over the
+** output divided by max |cpu| (the output's own scale); i32 outputs and
+** quantized writes must be identical. Tolerances (why):
+**   exact          get_rows, concat, cpy, set_rows (quantizers repeat the cpu's
+**                  arithmetic bit for bit), top_k, argmax
+**   1e-6           add, mul, scale (one rounding)
+**   1e-5           unary, glu, softcap, norms, softmax, rope (libm vs CUDA
+**                  expf/tanhf, a few ulp), products with n <= 16 columns
+**                  and f32 GEMMs (f32 accumulation in another order)
+**   1e-4           flash attention (another summation and rescaling order)
+**   4e-3           batched products on f16 tensor cores (x rounded to f16:
+**                  2^-11 relative per term)
+** Prints one PASS/FAIL line per case and a summary; exits non-zero on any FAIL.
+** usage: gpu_op_parity [filter]   (runs only cases whose name contains filter)
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "op_registry.h"
+#include "op_test_util.h"
+
+#define MAX_T 24
+#define MAX_OUT 4
+
+struct pc {
+  struct tsr_graph *g;
+  int var;
+  struct tsr_tensor *t[MAX_T];
+  struct tsr_tensor *out[MAX_OUT];
+  double tol[MAX_OUT];
+  int n_out;
+  void *ext[8];
+  int n_ext;
+  char name[160];
+};
+
+typedef void (*case_fn)(struct pc *p, int phase);
+
+static struct tsr_backend *g_cpu, *g_cuda;
+static int g_pass, g_fail;
+static const char *g_filter;
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static void out(struct pc *p, struct tsr_tensor *t, double tol) {
+  tsr_graph_mark_output(t);
+  p->out[p->n_out] = t;
+  p->tol[p->n_out++] = tol;
+}
+
+/* An external tensor over fresh host memory, filled N(0, sigma) (quantized
+** for block types), as weights and caches are. */
+static struct tsr_tensor *ext(struct pc *p, enum tsr_dtype dt, int64_t ne0, int64_t ne1,
+                              int64_t ne2, float sigma) {
+  int64_t ne[3] = {ne0, ne1, ne2};
+  size_t bytes = tsr_dtype_row_size(dt, ne0) * (size_t)(ne1 * ne2);
+  void *mem = calloc(1, bytes + 64);
+  p->ext[p->n_ext++] = mem;
+  struct tsr_tensor *t = tsr_new_external(p->g, dt, 3, ne, mem);
+  if (t) tsr_test_fill_normal(t, sigma);
+  return t;
+}
+
+static void fill_i32(struct tsr_tensor *t, const int32_t *v) {
+  for (int64_t i = 0; i < tsr_tensor_nelements(t); i++)
+    tsr_test_set(t, i % t->ne[0], (i / t->ne[0]) % t->ne[1], i / (t->ne[0] * t->ne[1]), 0, v[i]);
+}
+
+static const enum tsr_dtype k_weights[] = {TSR_F32, TSR_F16, TSR_BF16, TSR_Q4_0, TSR_Q4_1, TSR_Q5_0,
+                                           TSR_Q5_1, TSR_Q8_0, TSR_Q6_0, TSR_Q2_K, TSR_Q3_K, TSR_Q4_K,
+                                           TSR_Q5_K, TSR_Q6_K, TSR_Q8_K};
+#define N_WEIGHTS (int)(sizeof k_weights / sizeof *k_weights)
+static const enum tsr_dtype k_writes[] = {TSR_F32, TSR_F16, TSR_BF16, TSR_Q8_0, TSR_Q6_0,
+                                          TSR_Q5_1, TSR_Q5_0, TSR_Q4_1, TSR_Q4_0};
+#define N_WRITES (int)(sizeof k_writes / sizeof *k_writes)
+
+/* ---- running one case on both backends --------------------------------- */
+
+struct side {
+  tsr_status st;
+  char msg[512];
+  double *vals[MAX_OUT];
+  int64_t n[MAX_OUT];
+};
+
+static void run_side(case_fn fn, int var, struct tsr_backend *be, struct pc *p, struct side *s) {
+  memset(p, 0, sizeof *p);
+  memset(s, 0, sizeof *s);
+  p->var = var;
+  p->g = tsr_graph_new(256);
+  tsr_test_seed(1234 + (uint64_t)var);
+  fn(p, 0);
+  struct tsr_test_graph tg = {.g = p->g};
+  s->st = tsr_test_graph_alloc(&tg);
+  if (s->st == TSR_OK) {
+    tsr_test_seed(777 + (uint64_t)var);
+    fn(p, 1);
+    s->st = tsr_backend_compute(be, p->g);
+  }
+  if (s->st != TSR_OK) snprintf(s->msg, sizeof s->msg, "%s", tsr_error_message());
+  for (int i = 0; s->st == TSR_OK && i < p->n_out; i++) {
+    const struct tsr_tensor *o = p->out[i], *own = o->view_src ? o->view_src : o;
+    if (own->flags & TSR_FLAG_WEIGHT) /* written into external memory: its device copy rules */
+      s->st = tsr_backend_sync_to_host(be, own->data, tsr_tensor_nbytes(own));
+    s->vals[i] = tsr_test_read_alloc(o);
+    s->n[i] = tsr_tensor_nelements(o);
+  }
+  free(tg.arena);
+  tsr_graph_free(p->g);
+  for (int i = 0; i < p->n_ext; i++) free(p->ext[i]);
+}
+
+static void run_case(case_fn fn, int var) {
+  struct pc pa, pb;
+  struct side a, b;
+  /* names are set while building; build once to learn it for the filter */
+  run_side(fn, var, g_cpu, &pa, &a);
+  if (g_filter && !strstr(pa.name, g_filter)) goto done;
+  run_side(fn, var, g_cuda, &pb, &b);
+  bool ok = a.st == TSR_OK && b.st == TSR_OK;
+  double worst = 0, worst_tol = 0;
+  for (int i = 0; ok && i < pa.n_out; i++) {
+    double scale = 0, diff = 0;
+    for (int64_t j = 0; j < a.n[i]; j++) {
+      if (fabs(a.vals[i][j]) > scale) scale = fabs(a.vals[i][j]);
+      double d = fabs(a.vals[i][j] - b.vals[i][j]);
+      if (d != d) d = (a.vals[i][j] != a.vals[i][j] && b.vals[i][j] != b.vals[i][j]) ? 0 : INFINITY;
+      if (d > diff) diff = d;
+    }
+    double err = diff / (scale > 0 ? scale : 1);
+    if (err > worst) worst = err, worst_tol = pa.tol[i];
+    if (!(err <= pa.tol[i])) ok = false;
+  }
+  if (ok) g_pass++;
+  else g_fail++;
+  if (a.st != TSR_OK)
+    printf("FAIL  %-48s cpu side failed: %s\n", pa.name, a.msg);
+  else if (b.st != TSR_OK)
+    printf("FAIL  %-48s cuda side failed: %s\n", pa.name, b.msg);
+  else
+    printf("%s  %-48s err %.2e (tol %.0e)\n", ok ? "PASS" : "FAIL", pa.name, worst, worst_tol);
+  fflush(stdout);
+  for (int i = 0; i < MAX_OUT; i++) free(b.vals[i]);
+done:
+  for (int i = 0; i < MAX_OUT; i++) free(a.vals[i]);
+}
+
+/* ---- cases ----------------------------------------------------------------- */
+
+/* get_rows from every readable table type; index -1 gives a zero row. */
+static void c_get_rows(struct pc *p, int phase) {
+  enum tsr_dtype dt = k_weights[p->var];
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "get_rows table=%s", tsr_dtype_name(dt));
+    struct tsr_tensor *a = ext(p, dt, 256, 10, 2, 1.0f);
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_I32, 5, 2);
+    out(p, tsr_get_rows(p->g, a, p->t[0]), 0);
+  } else {
+    fill_i32(p->t[0], (const int32_t[]){3, 0, 9, -1, 3, 7, 7, 1, 10, 2});
+  }
+}
+
+/* mat_mul: weight type x column count (gemv at n <= 16, GEMM above). */
+static const int k_cols[] = {1, 3, 16, 17, 70};
+#define N_COLS 5
+static void c_mat_mul(struct pc *p, int phase) {
+  enum tsr_dtype dt = k_weights[p->var / N_COLS];
+  int n = k_cols[p->var % N_COLS];
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "mat_mul w=%s n=%d", tsr_dtype_name(dt), n);
+    struct tsr_tensor *w = ext(p, dt, 512, 96, 1, 0.05f);
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, 512, n);
+    /* batched products round x to f16 (bf16 for bf16 weights) */
+    double tol = n <= 16 || dt == TSR_F32 ? 1e-5 : dt == TSR_BF16 ? 1e-2 : 4e-3;
+    out(p, tsr_mat_mul(p->g, w, p->t[0]), tol);
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+  }
+}
+
+/* mat_mul with weight batches broadcast over x, a strided x and a transposed weight. */
+static void c_mat_mul_views(struct pc *p, int phase) {
+  static const char *what[] = {"broadcast", "strided x", "transposed w"};
+  int n = p->var % 2 ? 24 : 4;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "mat_mul %s n=%d", what[p->var / 2], n);
+    struct tsr_graph *g = p->g;
+    if (p->var / 2 == 0) {
+      struct tsr_tensor *w = ext(p, TSR_F16, 64, 40, 2, 0.1f);
+      p->t[0] = tsr_new_tensor_4d(g, TSR_F32, 64, n, 4, 3);
+      out(p, tsr_mat_mul(g, w, p->t[0]), n > 16 ? 4e-3 : 1e-5);
+    } else if (p->var / 2 == 1) {
+      struct tsr_tensor *w = ext(p, TSR_Q8_0, 64, 40, 1, 0.1f);
+      p->t[0] = tsr_new_tensor_2d(g, TSR_F32, n, 64);
+      out(p, tsr_mat_mul(g, w, tsr_transpose(g, p->t[0])), n > 16 ? 4e-3 : 1e-5);
+    } else {
+      struct tsr_tensor *w = ext(p, TSR_F32, 40, 64, 1, 0.1f);
+      p->t[0] = tsr_new_tensor_2d(g, TSR_F32, 64, n);
+      out(p, tsr_mat_mul(g, tsr_transpose(g, w), p->t[0]), 1e-5);
+    }
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+  }
+}
+
+/* mat_mul_id: few pairs (device ids) and many (grouped on the host); one id
+** out of range gives a zero column; x shared by every slot or one per slot. */
+static void c_mat_mul_id(struct pc *p, int phase) {
+  static const enum tsr_dtype w_t[] = {TSR_Q4_0, TSR_F16, TSR_Q4_K, TSR_Q8_0};
+  enum tsr_dtype dt = w_t[p->var % 4];
+  int tokens = p->var / 4 % 2 ? 40 : 3, shared = p->var / 8;
+  const int E = 8, U = 2;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "mat_mul_id w=%s tokens=%d%s", tsr_dtype_name(dt), tokens,
+             shared ? " x shared" : "");
+    struct tsr_tensor *w = ext(p, dt, 256, 48, E, 0.05f);
+    p->t[0] = tsr_new_tensor_3d(p->g, TSR_F32, 256, shared ? 1 : U, tokens);
+    p->t[1] = tsr_new_tensor_2d(p->g, TSR_I32, U, tokens);
+    bool gemm = tokens * U > 32 && dt != TSR_F32;
+    out(p, tsr_mat_mul_id(p->g, w, p->t[0], p->t[1]), gemm ? 4e-3 : 1e-5);
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+    int32_t ids[80];
+    for (int i = 0; i < U * tokens; i++) ids[i] = (int32_t)(tsr_test_next() % E);
+    ids[1] = E; /* out of range: a zero column */
+    fill_i32(p->t[1], ids);
+  }
+}
+
+static void c_elementwise(struct pc *p, int phase) {
+  static const char *names[] = {"add broadcast", "mul broadcast", "add permuted", "scale",
+                                "softcap", "rms_norm w", "rms_norm", "l2_norm"};
+  if (phase == 0) {
+    struct tsr_graph *g = p->g;
+    snprintf(p->name, sizeof p->name, "%s", names[p->var]);
+    p->t[0] = tsr_new_tensor_3d(g, TSR_F32, 96, 7, 4);
+    p->t[1] = tsr_new_tensor_3d(g, TSR_F32, 96, 1, 2);
+    p->t[2] = tsr_new_tensor_1d(g, TSR_F32, 96);
+    struct tsr_tensor *a = p->t[0];
+    switch (p->var) {
+    case 0: out(p, tsr_add(g, a, p->t[1]), 1e-6); break;
+    case 1: out(p, tsr_mul(g, a, p->t[2]), 1e-6); break;
+    case 2: {
+      struct tsr_tensor *pa = tsr_permute(g, a, 0, 2, 1, 3); /* [96, 4, 7] */
+      out(p, tsr_add(g, pa, tsr_new_tensor_3d(g, TSR_F32, 96, 4, 1)), 1e-6);
+      break;
+    }
+    case 3: out(p, tsr_scale(g, a, -0.37f), 1e-6); break;
+    case 4: out(p, tsr_softcap(g, tsr_scale(g, a, 30.0f), 15.0f), 1e-5); break;
+    case 5: out(p, tsr_rms_norm(g, a, p->t[2], 1e-6f), 1e-5); break;
+    case 6: out(p, tsr_rms_norm(g, tsr_permute(g, a, 0, 2, 1, 3), NULL, 1e-5f), 1e-5); break;
+    case 7: out(p, tsr_l2_norm(g, a, 1e-6f), 1e-5); break;
+    }
+  } else {
+    for (int i = 0; i < tsr_graph_n_tensors(p->g); i++) {
+      struct tsr_tensor *t = tsr_graph_tensor(p->g, i);
+      if (t->op == TSR_OP_NONE && (t->flags & TSR_FLAG_INPUT)) tsr_test_fill_normal(t, 2.0f);
+    }
+  }
+}
+
+static void c_unary(struct pc *p, int phase) {
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "unary %s", tsr_unary_name((enum tsr_unary_op)p->var));
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, 300, 5);
+    out(p, tsr_unary(p->g, p->t[0], (enum tsr_unary_op)p->var), 1e-5);
+  } else {
+    tsr_test_fill_uniform(p->t[0], -12.0f, 12.0f);
+  }
+}
+
+static void c_glu(struct pc *p, int phase) {
+  static const char *ops[] = {"swiglu", "geglu", "reglu"};
+  const int op = p->var % 3, fused = p->var / 3 % 2, swapped = p->var / 6;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "glu %s %s%s", ops[op], fused ? "fused" : "separate",
+             swapped ? " swapped" : "");
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, fused ? 256 : 128, 6);
+    p->t[1] = fused ? NULL : tsr_new_tensor_2d(p->g, TSR_F32, 128, 6);
+    out(p, tsr_glu(p->g, p->t[0], p->t[1], (enum tsr_glu_op)op, swapped), 1e-5);
+  } else {
+    tsr_test_fill_normal(p->t[0], 2.0f);
+    if (p->t[1]) tsr_test_fill_normal(p->t[1], 2.0f);
+  }
+}
+
+/* softmax: f32 mask, f16 mask broadcast over dim 2, a fully masked row. */
+static void c_softmax(struct pc *p, int phase) {
+  const bool f16 = p->var == 1;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "softmax %s", p->var == 0 ? "mask f32" : p->var == 1 ?
+             "mask f16, masked row" : "no mask, long rows");
+    int64_t n = p->var == 2 ? 70000 : 200;
+    p->t[0] = tsr_new_tensor_3d(p->g, TSR_F32, n, 5, 3);
+    p->t[1] = p->var < 2 ? tsr_new_tensor_2d(p->g, f16 ? TSR_F16 : TSR_F32, n, 5) : NULL;
+    out(p, tsr_softmax(p->g, p->t[0], p->t[1], 0.7f), 1e-5);
+  } else {
+    tsr_test_fill_normal(p->t[0], 3.0f);
+    if (p->t[1]) {
+      tsr_test_fill_uniform(p->t[1], -2.0f, 0.0f);
+      for (int64_t j = 0; j < p->t[1]->ne[0]; j++) {
+        tsr_test_set(p->t[1], j, 2, 0, 0, -INFINITY);
+        if (j % 3 == 0) tsr_test_set(p->t[1], j, 0, 0, 0, -INFINITY);
+      }
+    }
+  }
+}
+
+static void c_rope(struct pc *p, int phase) {
+  const int neox = p->var % 2, with_ff = p->var / 2 % 2;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "rope %s%s n_rot<ne0", neox ? "neox" : "normal",
+             with_ff ? " freq_factors" : "");
+    p->t[0] = tsr_new_tensor_3d(p->g, TSR_F32, 128, 4, 6);
+    p->t[1] = tsr_new_tensor_1d(p->g, TSR_I32, 6);
+    p->t[2] = with_ff ? tsr_new_tensor_1d(p->g, TSR_F32, 48) : NULL;
+    struct tsr_rope_params rp = {.n_rot = 96, .mode = neox ? TSR_ROPE_NEOX : TSR_ROPE_NORMAL,
+                                 .freq_base = 1000000.0f, .freq_scale = 0.5f};
+    out(p, tsr_rope(p->g, p->t[0], p->t[1], p->t[2], &rp), 1e-5);
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+    fill_i32(p->t[1], (const int32_t[]){0, 1, 17, 4095, 65536, 999999});
+    if (p->t[2]) tsr_test_fill_uniform(p->t[2], 1.0f, 8.0f);
+  }
+}
+
+static void c_concat(struct pc *p, int phase) {
+  const int dim = p->var % 3;
+  const enum tsr_dtype dt = p->var >= 3 ? TSR_F16 : TSR_F32;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "concat dim %d %s", dim, tsr_dtype_name(dt));
+    int64_t na[3] = {16, 5, 3}, nb[3] = {16, 5, 3};
+    nb[dim] = 7;
+    p->t[0] = tsr_new_tensor(p->g, dt, 3, na);
+    p->t[1] = tsr_new_tensor(p->g, dt, 3, nb);
+    out(p, tsr_concat(p->g, tsr_permute(p->g, p->t[0], 0, 1, 2, 3), p->t[1], dim), 0);
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+    tsr_test_fill_normal(p->t[1], 1.0f);
+  }
+}
+
+/* cpy: casts into every writable type (quantized bytes must match), a
+** dequantizing cast, and a same-type copy of a transposed view. */
+static void c_cpy(struct pc *p, int phase) {
+  if (phase == 0) {
+    struct tsr_graph *g = p->g;
+    if (p->var < N_WRITES) {
+      enum tsr_dtype dt = k_writes[p->var];
+      snprintf(p->name, sizeof p->name, "cpy f32 -> %s", tsr_dtype_name(dt));
+      p->t[0] = tsr_new_tensor_3d(g, TSR_F32, 64, 6, 2);
+      out(p, tsr_cast(g, tsr_permute(g, p->t[0], 0, 2, 1, 3), dt), 0);
+    } else if (p->var == N_WRITES) {
+      snprintf(p->name, sizeof p->name, "cpy q4_K -> f32, f16 -> f32");
+      struct tsr_tensor *w = ext(p, TSR_Q4_K, 512, 3, 1, 1.0f);
+      struct tsr_tensor *h = ext(p, TSR_F16, 64, 5, 1, 1.0f);
+      out(p, tsr_cast(g, w, TSR_F32), 0);
+      out(p, tsr_cast(g, tsr_transpose(g, h), TSR_F32), 0);
+    } else {
+      snprintf(p->name, sizeof p->name, "cpy f32 transposed into a cache view");
+      struct tsr_tensor *dst = ext(p, TSR_F16, 32, 9, 1, 1.0f);
+      p->t[0] = tsr_new_tensor_2d(g, TSR_F32, 4, 32);
+      struct tsr_tensor *view = tsr_view(g, dst, 2, (int64_t[]){32, 4}, (size_t[]){2, 64}, 3 * 64);
+      out(p, tsr_cpy(g, tsr_transpose(g, p->t[0]), view), 0);
+    }
+  } else if (p->t[0]) {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+  }
+}
+
+/* set_rows into an external cache of every writable type; a repeated index
+** (the last write wins) and one out of range (skipped); per-batch indices. */
+static void c_set_rows(struct pc *p, int phase) {
+  enum tsr_dtype dt = k_writes[p->var % N_WRITES];
+  const bool per_batch = p->var >= N_WRITES;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "set_rows into %s%s", tsr_dtype_name(dt),
+             per_batch ? " per-batch idx" : "");
+    struct tsr_tensor *cache = ext(p, dt, 128, 16, 2, 1.0f);
+    p->t[0] = tsr_new_tensor_3d(p->g, TSR_F32, 128, 5, 2);
+    p->t[1] = tsr_new_tensor_2d(p->g, TSR_I32, 5, per_batch ? 2 : 1);
+    out(p, tsr_set_rows(p->g, cache, p->t[0], p->t[1]), 0);
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+    fill_i32(p->t[1], (const int32_t[]){4, 15, 4, 99, 0, 1, 2, 3, 2, -5});
+  }
+}
+
+static void c_select(struct pc *p, int phase) {
+  if (phase == 0) {
+    const int64_t n = p->var == 0 ? 128 : 5000;
+    snprintf(p->name, sizeof p->name, "top_k %d of %lld, argmax", p->var == 0 ? 8 : 40, (long long)n);
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, n, 6);
+    out(p, tsr_top_k(p->g, p->t[0], p->var == 0 ? 8 : 40), 0);
+    out(p, tsr_argmax(p->g, p->t[0]), 0);
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+    tsr_test_set(p->t[0], 5, 1, 0, 0, NAN); /* NaN ranks below every number */
+    tsr_test_set(p->t[0], 2, 3, 0, 0, 100.0);
+    tsr_test_set(p->t[0], 7, 3, 0, 0, 100.0); /* a tie: the lower index first */
+  }
+}
+
+/* flash attention: K x V codecs, head dims, GQA, mask, positions (causal,
+** window, empty cells), softcap, decode with split keys and prefill. */
+static const enum tsr_dtype k_codecs[] = {TSR_F32, TSR_F16, TSR_BF16, TSR_Q8_0, TSR_Q6_0,
+                                          TSR_Q5_1, TSR_Q5_0, TSR_Q4_1, TSR_Q4_0};
+#define N_CODECS 9
+struct fa_case {
+  int kc, vc, D, Dv, Hq, Hkv, Nq, Nkv, mask, causal, window;
+  float softcap;
+};
+static struct fa_case fa_case_of(int var) {
+  if (var < N_CODECS) /* every codec on both sides, decode over split keys */
+    return (struct fa_case){var, var, 128, 128, 8, 2, 1, 3000, 0, 1, 0, 0};
+  static const struct fa_case more[] = {
+      {3, 8, 64, 64, 4, 4, 33, 300, 1, 1, 0, 0},    /* q8_0 K, q4_0 V, prefill, mask */
+      {1, 4, 256, 256, 8, 1, 17, 700, 0, 1, 128, 0}, /* f16 / q6_0, window, GQA 8 */
+      {0, 0, 512, 512, 2, 1, 1, 5000, 0, 1, 0, 0},  /* hd 512 decode */
+      {3, 3, 512, 512, 4, 2, 9, 400, 1, 1, 64, 30}, /* hd 512 prefill, window, softcap */
+      {1, 1, 192, 128, 4, 2, 5, 90, 1, 0, 0, 50},   /* D != Dv, no causal, softcap */
+      {2, 7, 96, 96, 6, 3, 4, 260, 0, 1, 0, 0},     /* bf16 / q4_1 */
+  };
+  return more[var - N_CODECS];
+}
+#define N_FA (N_CODECS + 6)
+
+static void c_flash_attn(struct pc *p, int phase) {
+  struct fa_case c = fa_case_of(p->var);
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "flash_attn K=%s V=%s D=%d/%d H=%d/%d q=%d kv=%d%s%s%s",
+             tsr_dtype_name(k_codecs[c.kc]), tsr_dtype_name(k_codecs[c.vc]), c.D, c.Dv, c.Hq,
+             c.Hkv, c.Nq, c.Nkv, c.mask ? " mask" : "", c.window ? " window" : "",
+             c.softcap > 0 ? " softcap" : "");
+    struct tsr_graph *g = p->g;
+    p->t[0] = tsr_new_tensor_3d(g, TSR_F32, c.D, c.Nq, c.Hq);
+    struct tsr_tensor *k = ext(p, k_codecs[c.kc], c.D, c.Nkv, c.Hkv, 1.0f);
+    struct tsr_tensor *v = ext(p, k_codecs[c.vc], c.Dv, c.Nkv, c.Hkv, 1.0f);
+    p->t[1] = c.mask ? tsr_new_tensor_2d(g, TSR_F16, c.Nkv, c.Nq) : NULL;
+    p->t[2] = tsr_new_tensor_1d(g, TSR_I32, c.Nq);
+    p->t[3] = tsr_new_tensor_1d(g, TSR_I32, c.Nkv);
+    struct tsr_attn_params ap = {.scale = 1.0f / sqrtf((float)c.D), .softcap = c.softcap,
+                                 .causal = c.causal, .window = c.window};
+    out(p, tsr_flash_attn(g, p->t[0], k, v, p->t[1], p->t[2], p->t[3], &ap), 1e-4);
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+    if (p->t[1]) {
+      tsr_test_fill_uniform(p->t[1], -1.0f, 0.0f);
+      for (int64_t j = 0; j < c.Nkv; j += 5) tsr_test_set(p->t[1], j, 0, 0, 0, -INFINITY);
+    }
+    /* queries at the end of the cache; every 7th cell empty */
+    for (int i = 0; i < c.Nq; i++) tsr_test_set(p->t[2], i, 0, 0, 0, c.Nkv - c.Nq + i);
+    for (int j = 0; j < c.Nkv; j++) tsr_test_set(p->t[3], j, 0, 0, 0, j % 7 == 3 ? -1 : j);
+    if (c.Nq > 1) tsr_test_set(p->t[2], 0, 0, 0, 0, -100); /* sees no key: a zero row */
+  }
+}
+
+/* ---- refusals and the memory model -------------------------------------------- */
+
+static void check(bool ok, const char *what, const char *detail) {
+  if (ok) g_pass++;
+  else g_fail++;
+  printf("%s  %-48s %s\n", ok ? "PASS" : "FAIL", what, detail ? detail : "");
+}
+
+static bool refused_naming(struct tsr_graph *g, const char *needle) {
+  tsr_status st = tsr_backend_check_graph(g_cuda, g);
+  return st == TSR_ERR_UNSUPPORTED && strstr(tsr_error_message(), needle);
+}
+
+static void refusals(void) {
+  if (g_filter && !strstr("refuses", g_filter)) return;
+  struct tsr_graph *g = tsr_graph_new(32);
+  static float kbuf[512 * 64], vbuf[64 * 64];
+  struct tsr_tensor *q = tsr_new_tensor_3d(g, TSR_F32, 256, 1, 1);
+  struct tsr_tensor *k = tsr_new_external(g, TSR_Q4_K, 3, (int64_t[]){256, 8, 1}, kbuf);
+  struct tsr_tensor *v = tsr_new_external(g, TSR_F16, 3, (int64_t[]){64, 8, 1}, vbuf);
+  struct tsr_attn_params ap = {.scale = 1.0f};
+  tsr_flash_attn(g, q, k, v, NULL, NULL, NULL, &ap);
+  check(refused_naming(g, "q4_K"), "refuses flash_attn K q4_K by name", tsr_error_message());
+  tsr_graph_free(g);
+
+  g = tsr_graph_new(32);
+  struct tsr_tensor *cache = tsr_new_external(g, TSR_Q4_K, 3, (int64_t[]){256, 4, 1}, kbuf);
+  tsr_set_rows(g, cache, tsr_new_tensor_2d(g, TSR_F32, 256, 1), tsr_new_tensor_1d(g, TSR_I32, 1));
+  check(refused_naming(g, "set_rows into"), "refuses set_rows into q4_K by name", tsr_error_message());
+  tsr_graph_free(g);
+
+  int32_t id;
+  if (tsr_op_registry_add("gpu_test_plugin_op", &id) == TSR_OK) {
+    g = tsr_graph_new(32);
+    struct tsr_tensor *a = tsr_new_tensor_1d(g, TSR_F32, 8);
+    tsr_custom_op(g, id, 1, (int64_t[]){8}, &a, 1, NULL, 0);
+    check(refused_naming(g, "gpu_test_plugin_op"), "refuses a plugin op by its name",
+          tsr_error_message());
+    tsr_graph_free(g);
+  }
+}
+
+/* External memory is uploaded once and its device copy rules afterwards:
+** a host rewrite is not seen until forget; set_rows results reach the host
+** only through sync_to_host. The arena grows for a larger graph. */
+static void memory_model(void) {
+  if (g_filter && !strstr("memory", g_filter)) return;
+  enum { N = 64 };
+  float *w = malloc(N * N * sizeof *w), *cache = calloc(N * 4, sizeof *cache);
+  for (int i = 0; i < N * N; i++) w[i] = (float)(i % 7) - 3.0f;
+  for (int round = 0; round < 3; round++) {
+    struct tsr_graph *g = tsr_graph_new(32);
+    struct tsr_tensor *wt = tsr_new_external(g, TSR_F32, 2, (int64_t[]){N, N}, w);
+    int64_t n = round == 2 ? 512 : 1; /* round 2: a larger arena */
+    struct tsr_tensor *x = tsr_new_tensor_2d(g, TSR_F32, N, n);
+    struct tsr_tensor *y = tsr_mat_mul(g, wt, x);
+    struct tsr_tensor *ct = tsr_new_external(g, TSR_F32, 2, (int64_t[]){N, 4}, cache);
+    struct tsr_tensor *idx = tsr_new_tensor_1d(g, TSR_I32, 1);
+    struct tsr_tensor *sr = tsr_set_rows(g, ct, tsr_view(g, y, 2, (int64_t[]){N, 1},
+                                                         (size_t[]){4, (size_t)N * 4}, 0), idx);
+    tsr_graph_mark_output(y);
+    tsr_graph_mark_output(sr);
+    struct tsr_test_graph tg = {.g = g};
+    tsr_status st = tsr_test_graph_alloc(&tg);
+    for (int64_t i = 0; st == TSR_OK && i < N * n; i++) ((float *)x->data)[i] = 1.0f;
+    if (st == TSR_OK) *(int32_t *)idx->data = round;
+    if (st == TSR_OK) st = tsr_backend_compute(g_cuda, g);
+    double y0 = st == TSR_OK ? ((float *)y->data)[0] : NAN;
+    double expect = 0; /* row 0 of the weight as first uploaded, times ones */
+    for (int k = 0; k < N; k++) expect += (float)(k % 7) - 3.0f;
+    if (round == 0) {
+      check(st == TSR_OK && y0 == expect, "memory: first use uploads the weight", NULL);
+      for (int i = 0; i < N * N; i++) w[i] = 100.0f; /* the host rewrites it */
+    } else if (round == 1) {
+      check(st == TSR_OK && y0 == expect, "memory: device copy kept after a host rewrite", NULL);
+      check(cache[0] == 0.0f && cache[N] == 0.0f, "memory: set_rows stays on the device", NULL);
+      st = tsr_backend_sync_to_host(g_cuda, cache, sizeof(float) * N * 4);
+      check(st == TSR_OK && cache[0] == (float)expect && cache[N] == (float)expect &&
+            cache[2 * N] == 0.0f, "memory: sync_to_host brings cache rows back", NULL);
+      tsr_backend_forget(g_cuda, w, sizeof(float) * N * N);
+    } else {
+      check(st == TSR_OK && y0 == 100.0 * N && ((float *)y->data)[N * 511] == 100.0f * N,
+            "memory: forget re-uploads; the arena grows", NULL);
+    }
+    free(tg.arena);
+    tsr_graph_free(g);
+  }
+  tsr_backend_forget(g_cuda, cache, sizeof(float) * N * 4);
+  free(w);
+  free(cache);
+}
+
+int main(int argc, char **argv) {
+  g_filter = argc > 1 ? argv[1] : NULL;
+  (void)tsr_tests_run_, (void)tsr_tests_failed_, (void)tsr_test_failures_; /* harness unused */
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (tsr_backend_cpu_new(0, &g_cpu) != TSR_OK || tsr_backend_cuda_new(&g_cuda) != TSR_OK) {
+    printf("FAIL  opening the backends: %s\n", tsr_error_message());
+    printf("op parity: 0 passed, 1 failed\n");
+    return 1;
+  }
+  for (int v = 0; v < N_WEIGHTS; v++) run_case(c_get_rows, v);
+  for (int v = 0; v < N_WEIGHTS * N_COLS; v++) run_case(c_mat_mul, v);
+  for (int v = 0; v < 6; v++) run_case(c_mat_mul_views, v);
+  for (int v = 0; v < 16; v++) run_case(c_mat_mul_id, v);
+  for (int v = 0; v < 8; v++) run_case(c_elementwise, v);
+  for (int v = 0; v < TSR_UNARY_COUNT; v++) run_case(c_unary, v);
+  for (int v = 0; v < 12; v++) run_case(c_glu, v);
+  for (int v = 0; v < 3; v++) run_case(c_softmax, v);
+  for (int v = 0; v < 4; v++) run_case(c_rope, v);
+  for (int v = 0; v < 6; v++) run_case(c_concat, v);
+  for (int v = 0; v < N_WRITES + 2; v++) run_case(c_cpy, v);
+  for (int v = 0; v < 2 * N_WRITES; v++) run_case(c_set_rows, v);
+  for (int v = 0; v < 2; v++) run_case(c_select, v);
+  for (int v = 0; v < N_FA; v++) run_case(c_flash_attn, v);
+  refusals();
+  memory_model();
+  printf("op parity: %d passed, %d failed\n", g_pass, g_fail);
+  tsr_backend_free(g_cuda);
+  tsr_backend_free(g_cpu);
+  return g_fail ? 1 : 0;
+}

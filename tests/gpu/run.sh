@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# GPU checks and benchmarks of the cuda backend, in two halves:
+#
+#   tests/gpu/run.sh build [BUILD_DIR]  on the development machine (nvcc, no GPU):
+#       meson setup BUILD_DIR (default build-gpu) with -Dcuda=enabled, ninja, then
+#       BUILD_DIR-run/: only what the GPU machine runs, in the build tree's layout
+#       (executables find the .so and the plugins relative to themselves).
+#   tests/gpu/run.sh check RUN_DIR      on the GPU machine, over a copy of the tree
+#       with RUN_DIR carried: no rebuild. Runs the loader test, op parity, whole-model
+#       parity on every reference fixture (converted there with the carried tessera)
+#       and the benchmarks; prints a summary table last. Exit status 0 iff nothing failed.
+#
+# The GPU machine has no libyaml/inih/cJSON: tessera links the first two statically and
+# carries libcjson.so.1 beside itself (core/cli); cudart is static in libtessera-cuda.so,
+# cuBLAS comes from the machine's CUDA toolkit (looked for below).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+mode=${1:-}
+
+case "$mode" in
+build)
+  b=${2:-build-gpu}
+  export PATH="$PATH:/usr/local/cuda/bin"
+  if [ ! -d "$b" ]; then
+    meson setup "$b" -Dcuda=enabled -Dfuzz=disabled >/dev/null || { echo "meson setup failed"; exit 1; }
+  fi
+  ninja -C "$b" -j1 || { echo "build failed"; exit 1; }
+  run="$b-run"
+  rm -rf "$run"
+  mkdir -p "$run"
+  # executables, shared objects, plugin manifests and the carried libcjson, paths kept
+  (cd "$b" && find core/cli/tessera core/cli/libcjson.so.1 core/cuda/libtessera-cuda.so \
+      core/tests/test_cuda_loader tests/gpu/gpu_op_parity tests/gpu/gpu_model_parity \
+      tests/gpu/gpu_bench plugins -maxdepth 2 \( -name '*.so' -o -name '*.so.1' -o -name plugin.ini \
+      -o -type f -perm -u+x \) -type f 2>/dev/null) | while read -r f; do
+    mkdir -p "$run/$(dirname "$f")" && cp "$b/$f" "$run/$f"
+  done
+  echo "built $b; the GPU machine needs $run ($(du -sh "$run" | cut -f1)):"
+  echo "  carry [\"$run\"], run: bash tests/gpu/run.sh check $run"
+  ;;
+check)
+  b=${2:?usage: run.sh check RUN_DIR}
+  b=$(cd "$b" && pwd)
+  out=$(mktemp -d /tmp/tsr-gpu.XXXXXX)
+  # cuBLAS: the toolkit's, else the one pip's nvidia-cublas ships
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+           $(python3 -c 'import nvidia.cublas, os; print(os.path.join(nvidia.cublas.__path__[0], "lib"))' 2>/dev/null); do
+    [ -d "$d" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$d"
+  done
+  export LD_LIBRARY_PATH="$b/core/cli:${LD_LIBRARY_PATH:-}"
+  export TESSERA_CUDA_BACKEND="$b/core/cuda/libtessera-cuda.so"
+  declare -a rows
+  fails=0
+  row() { rows+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && fails=$((fails + 1)); }
+
+  echo "== device"
+  nvidia-smi -L 2>&1 | head -8
+  gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+
+  echo "== loader"
+  if "$b/core/tests/test_cuda_loader" "$TESSERA_CUDA_BACKEND" >"$out/loader.log" 2>&1; then
+    row "loader (test_cuda_loader)" PASS "$(grep -c '^ok' "$out/loader.log") checks"
+  else
+    row "loader (test_cuda_loader)" FAIL "see below"
+  fi
+  cat "$out/loader.log"
+
+  echo "== op parity"
+  "$b/tests/gpu/gpu_op_parity" 2>&1 | tee "$out/ops.log"
+  np=$(grep -c '^PASS' "$out/ops.log"); nf=$(grep -c '^FAIL' "$out/ops.log")
+  [ "$nf" -eq 0 ] && [ "$np" -gt 0 ] && row "op parity (cpu vs cuda)" PASS "$np cases" ||
+    row "op parity (cpu vs cuda)" FAIL "$nf of $((np + nf)) cases failed"
+
+  echo "== whole-model parity on the reference fixtures"
+  fixtures=tests/reference/fixtures
+  for f in qwen3_tied qwen3_untied qwen3_moe_norm qwen3_moe_nonorm qwen3_5 qwen3_5_moe \
+           gemma4_dense gemma4_moe gemma4_e2b; do
+    [ -d "$fixtures/$f" ] || continue
+    for t in f32 f16; do
+      m="$out/$f.$t.gguf"
+      if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype "$t" >"$out/convert.log" 2>&1; then
+        row "model $f $t" FAIL "convert: $(tail -1 "$out/convert.log")"
+        continue
+      fi
+      line=$("$b/tests/gpu/gpu_model_parity" "$m" "$fixtures/$f/golden.gguf" "$f.$t" 2>&1 | tail -1)
+      echo "$line"
+      res=$(echo "$line" | awk '{print $1}')
+      case "$res" in
+      PASS) row "model $f $t" PASS "$(echo "$line" | sed -E 's/.*cuda: (argmax [0-9.]+%) mean KL ([0-9.e+-]+).*/\1, KL \2/')" ;;
+      REFUSED) row "model $f $t" REFUSED "$(echo "$line" | grep -o "plugin op '[^']*'" | head -1) has no cuda kernel" ;;
+      *) row "model $f $t" FAIL "$(echo "$line" | awk '{$1=$2=$3=""; print substr($0, 4)}' | cut -c1-110)" ;;
+      esac
+      rm -f "$m"
+    done
+  done
+
+  echo "== benchmarks"
+  "$b/tests/gpu/gpu_bench" 2>&1 | tee "$out/bench.log"
+  if grep -q "BENCH error" "$out/bench.log"; then row "benchmarks" FAIL "$(grep -m1 'BENCH error' "$out/bench.log")"
+  else row "benchmarks" ran "$(grep -c '^BENCH' "$out/bench.log") shapes (lines above)"; fi
+
+  echo
+  echo "== summary (${gpu:-unknown GPU})"
+  printf '%-34s %-8s %s\n' "check" "result" "detail"
+  for r in "${rows[@]}"; do echo "$r"; done
+  echo "$fails failed"
+  rm -rf "$out"
+  [ "$fails" -eq 0 ]
+  ;;
+*)
+  echo "usage: tests/gpu/run.sh build [BUILD_DIR] | check RUN_DIR" >&2
+  exit 2
+  ;;
+esac

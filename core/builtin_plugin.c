@@ -75,6 +75,10 @@ static void codec_decode_f16(void *ctx, const void *src, uint16_t *dst, int64_t 
   }
 }
 
+static void codec_decode_f32(void *ctx, const void *src, float *dst, int64_t n) {
+  tsr_dtype_traits((int)(intptr_t)ctx)->to_f32(src, dst, n);
+}
+
 /* q6_0 is tessera's own block type (core/KV_CODECS.md), the rest are GGUF's. */
 static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR_Q8_0, TSR_Q6_0,
                                                TSR_Q5_1, TSR_Q5_0, TSR_Q4_1, TSR_Q4_0};
@@ -97,6 +101,7 @@ static tsr_status core_init(const struct tsr_host *host, struct tsr_plugin *self
         .ctx = (void *)(intptr_t)g_codec_types[i],
         .encode_rows = codec_encode,
         .decode_f16 = codec_decode_f16,
+        .decode_f32 = codec_decode_f32,
     };
     st = host->register_kv_codec(self, &codecs[i]);
   }

@@ -80,22 +80,38 @@ static tsr_status check_codec(const struct tsr_plugin_host *h, const struct tsr_
   return TSR_OK;
 }
 
+/* The implementation called name, and its label "name (plugin version)". */
+static tsr_status find_attention(const struct tsr_plugin_host *h, const char *name,
+                                 const struct tsr_attention_v1 **out, char *label, size_t n) {
+  const struct tsr_plugin *owner = NULL;
+  *out = tsr_plugin_host_attention(h, name, &owner);
+  if (!*out) {
+    char known[512];
+    tsr_plugin_host_list_names(h, TSR_IFACE_ATTENTION, known, sizeof known);
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "attention '%s' is not provided by any loaded plugin "
+                         "(available: %s)", name, known);
+  }
+  char own[96];
+  owner_label(owner, own, sizeof own);
+  snprintf(label, n, "%s (%s)", (*out)->name, own);
+  return TSR_OK;
+}
+
 tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composition_request *r,
                        struct tsr_composition *out) {
   memset(out, 0, sizeof *out);
   snprintf(out->backend, sizeof out->backend, "%s", r->backend);
-  const struct tsr_plugin *attn_owner = NULL;
-  const struct tsr_attention_v1 *attn = tsr_plugin_host_attention(h, r->attention, &attn_owner);
-  if (!attn) {
-    char known[512];
-    tsr_plugin_host_list_names(h, TSR_IFACE_ATTENTION, known, sizeof known);
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "attention '%s' is not provided by any loaded plugin "
-                         "(available: %s)", r->attention, known);
+  /* each layer kind's implementation: its own entry, else the request's one */
+  const struct tsr_attention_v1 *attn_of[TSR_LAYER_KIND_COUNT];
+  char label_of[TSR_LAYER_KIND_COUNT][128], owner[96];
+  tsr_status fst = find_attention(h, r->attention, &attn_of[0], out->attention,
+                                  sizeof out->attention);
+  if (fst != TSR_OK) return fst;
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
+    const char *name = r->attention_kind[k] ? r->attention_kind[k] : r->attention;
+    if ((fst = find_attention(h, name, &attn_of[k], label_of[k], sizeof label_of[k])) != TSR_OK)
+      return fst;
   }
-  char attn_label[128], owner[96];
-  owner_label(attn_owner, owner, sizeof owner);
-  snprintf(attn_label, sizeof attn_label, "%s (%s)", attn->name, owner);
-  snprintf(out->attention, sizeof out->attention, "%s", attn_label);
 
   if (r->n_policies > TSR_COMPOSE_MAX_POLICIES)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "%d decode policies (at most %d)", r->n_policies,
@@ -162,6 +178,8 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
       g->uniform_heads = false;
     if (l->kind == TSR_LAYER_LINEAR) continue; /* recurrent state: no KV, no attention */
 
+    const struct tsr_attention_v1 *attn = attn_of[l->kind];
+    const char *attn_label = label_of[l->kind];
     const char *kc = r->k_codec[l->kind] ? r->k_codec[l->kind] : "f16";
     const char *vc = r->v_codec[l->kind] ? r->v_codec[l->kind] : "f16";
     struct tsr_layer_desc d = {
@@ -182,6 +200,7 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
       snprintf(g->v_codec, sizeof g->v_codec, "%s", vc);
       g->k_path = kp;
       g->v_path = vp;
+      snprintf(g->attention, sizeof g->attention, "%s", attn_label);
     } else if (kp != g->k_path || vp != g->v_path) {
       return tsr_error_set(TSR_ERR_INTERNAL, "layer %d (%s): attention %s chose read paths "
                            "%s/%s, other %s layers got %s/%s", i, tsr_layer_kind_name(l->kind),
@@ -219,7 +238,7 @@ void tsr_composition_print(const struct tsr_composition *c, FILE *f) {
       fprintf(f, "          recurrent state, no KV cache, no attention implementation\n");
       continue;
     }
-    fprintf(f, "          attention %s\n", c->attention);
+    fprintf(f, "          attention %s\n", g->attention);
     fprintf(f, "          K %s (%s), V %s (%s)\n", g->k_codec, tsr_read_path_name(g->k_path),
             g->v_codec, tsr_read_path_name(g->v_path));
     fprintf(f, "          decode policies: %s\n", c->policies);

@@ -16,7 +16,8 @@
 
 struct tsr_composition_request {
   const char *backend;
-  const char *attention;
+  const char *attention;                          /* every layer kind's ... */
+  const char *attention_kind[TSR_LAYER_KIND_COUNT]; /* ... unless named here per kind */
   const char *k_codec[TSR_LAYER_KIND_COUNT]; /* per layer kind */
   const char *v_codec[TSR_LAYER_KIND_COUNT];
   const char *const *policies;
@@ -35,11 +36,12 @@ struct tsr_composition_group {
   struct tsr_arch_layer first; /* head shape of the group's first layer */
   char k_codec[32], v_codec[32];
   enum tsr_read_path k_path, v_path;
+  char attention[160];     /* "dca (attn_dca 1.0.0)"; "" for linear layers */
 };
 
 struct tsr_composition {
   char backend[16];
-  char attention[160];       /* "flash (core 0.1.0)" */
+  char attention[160];       /* the request's `attention`: "flash (core 0.1.0)" */
   char policies[256];        /* "sparse_v (sparse_v 0.1.0)" or "none" */
   char speculator[128];      /* or "none" */
   struct tsr_composition_group groups[TSR_LAYER_KIND_COUNT];

@@ -155,6 +155,7 @@ static tsr_status read_n_vocab(struct tsr_engine *e) {
       .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = 1,
       .tokens = tsr_new_tensor_1d(g, TSR_I32, 1), .positions = tsr_new_tensor_1d(g, TSR_I32, 1),
       .attention = e->attention, .layers = s->layers, .n_layers = s->n_layers};
+  tsr_setup_attention_kinds(s, fw.attention_kind);
   tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
   if (st == TSR_OK) st = tsr_graph_status(g);
   if (st == TSR_OK && (!fw.logits || fw.logits->ne[0] <= 0 || fw.logits->ne[0] > INT32_MAX))
@@ -293,6 +294,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
     fw.kv_pos[pl] = tsr_new_tensor_1d(g, TSR_I32, cells);
     if (seq < 0) fw.kv_mask[pl] = tsr_new_tensor(g, TSR_F32, 2, (int64_t[]){cells, n});
   }
+  tsr_setup_attention_kinds(s, fw.attention_kind);
   tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
   if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g); /* the first builder error */
   if (st != TSR_OK) tsr_error_prefix("building the forward pass of %d tokens", n);
@@ -537,7 +539,7 @@ static tsr_status moved_cells(struct tsr_engine *e, int32_t seq, int32_t from,
     if (e->setup->layers[i].n_head_kv > heads) heads = e->setup->layers[i].n_head_kv;
   sh->max_heads = heads;
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) total += tsr_kv_cache_n_cells(e->kv, pl);
-  int32_t *b = *buf = malloc(((size_t)heads + 1) * (size_t)(total > 0 ? total : 1) * sizeof *b);
+  int32_t *b = *buf = malloc(((size_t)heads + 2) * (size_t)(total > 0 ? total : 1) * sizeof *b);
   if (!b) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     const int32_t cells = tsr_kv_cache_n_cells(e->kv, pl);
@@ -552,12 +554,16 @@ static tsr_status moved_cells(struct tsr_engine *e, int32_t seq, int32_t from,
       b[n++] = i;
     }
     for (int32_t h = 1; h < heads; h++) memcpy(b + (size_t)h * n, b, (size_t)n * sizeof *b);
-    int32_t *dp = b + (size_t)heads * n;
-    for (int32_t i = 0; i < n; i++) dp[i] = sh->delta;
+    int32_t *dp = b + (size_t)heads * n, *old = dp + n;
+    for (int32_t i = 0; i < n; i++) {
+      dp[i] = sh->delta;
+      old[i] = tsr_kv_cache_cell_pos(e->kv, pl, b[i]); /* DCA re-rotates by chunk */
+    }
     sh->n_cells[pl] = n;
     sh->cells[pl] = b;
     sh->delta_pos[pl] = dp;
-    b = dp + n;
+    sh->pos[pl] = old;
+    b = old + n;
   }
   return TSR_OK;
 }
@@ -577,6 +583,7 @@ tsr_status tsr_engine_context_shift(struct tsr_engine *e, int32_t seq, int32_t n
   struct tsr_kv_shift sh = {.struct_size = sizeof sh, .model = s->model, .layers = s->layers,
                             .n_layers = s->n_layers, .seq = seq, .delta = -n_discard,
                             .kv = e->kv};
+  tsr_setup_attention_kinds(s, sh.attention_kind);
   int32_t *buf = NULL;
   st = moved_cells(e, seq, n_keep + n_discard, &sh, &buf);
   struct tsr_graph *g = NULL;

@@ -1,10 +1,16 @@
 /* The graph-builder half of the services table: thin adapters from the
 ** plugin ABI's plain types to the core's builders. */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
 #include "error.h"
 #include "gguf.h"
 #include "graph.h"
 #include "kv_cache.h"
 #include "plugin_graph_api.h"
+#include "plugin_host.h"
 
 struct tsr_tensor *tsr_api_weight(struct tsr_graph *g, const struct tsr_gguf *model,
                                   const char *name) {
@@ -157,4 +163,168 @@ tsr_status tsr_api_kv_shift_store(struct tsr_kv_shift *sh, int32_t layer, struct
   struct tsr_tensor *w = tsr_set_rows(sh->g, tsr_kv_cache_k_buffer(sh->g, sh->kv, layer), rows, idx);
   if (w) tsr_graph_mark_output(w); /* nothing reads it; it must still run */
   return tsr_graph_status(sh->g);
+}
+
+/* ---- attention that positions keys itself (struct tsr_attn_rope) ---------- */
+
+/* The implementation layer's kind negotiated: the forward's per-kind entry
+** when its caller filled one, else the one attention. */
+static const struct tsr_attention_v1 *layer_attention(const struct tsr_arch_forward *fw,
+                                                      int32_t layer) {
+  const size_t need = offsetof(struct tsr_arch_forward, attention_kind) + sizeof fw->attention_kind;
+  if (fw->struct_size >= need && layer >= 0 && layer < fw->n_layers) {
+    const enum tsr_layer_kind k = fw->layers[layer].kind;
+    if (k >= 0 && k < TSR_LAYER_KIND_COUNT && fw->attention_kind[k]) return fw->attention_kind[k];
+  }
+  return fw->attention;
+}
+
+static bool attention_rotates(const struct tsr_attention_v1 *a) {
+  return a && a->struct_size >= offsetof(struct tsr_attention_v1, rotates) + sizeof a->rotates &&
+         a->rotates;
+}
+
+static bool rope_ok(struct tsr_graph *g, const struct tsr_attn_rope *rope) {
+  if (rope->struct_size >= offsetof(struct tsr_attn_rope, n_ctx_train)) return true;
+  tsr_graph_fail(g, TSR_ERR_INVALID_ARG, "attention RoPE description without its struct_size");
+  return false;
+}
+
+struct tsr_tensor *tsr_api_rope_apply(struct tsr_graph *g, const struct tsr_attn_rope *rope,
+                                      struct tsr_tensor *x, struct tsr_tensor *pos) {
+  if (!rope_ok(g, rope)) return NULL;
+  if (rope->rotate) return rope->rotate(rope, tsr_plugin_host_services(), g, x, pos);
+  return tsr_api_rope(g, x, pos, rope->freq_factors, rope->n_rot, rope->neox, rope->freq_base,
+                      rope->freq_scale);
+}
+
+/* Which caches hold keys that an attention placed itself, per layer kind.
+** A shift whose host does not say which attention serves a kind (struct
+** tsr_kv_shift.attention_kind left empty) must not rotate such keys as plain
+** RoPE keys: it is refused instead. Every forward pass rewrites the entries
+** of the kinds it stores, so a cache freed and reallocated at the same
+** address never inherits another's. */
+#define PLACED_CACHES 32
+static struct {
+  const struct tsr_kv_cache *kv;
+  bool placed[TSR_LAYER_KIND_COUNT];
+} g_placed[PLACED_CACHES];
+static int g_placed_next;
+static pthread_mutex_t g_placed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void placed_set(const struct tsr_kv_cache *kv, enum tsr_layer_kind kind, bool placed) {
+  if (!kv || kind < 0 || kind >= TSR_LAYER_KIND_COUNT) return;
+  pthread_mutex_lock(&g_placed_lock);
+  int at = -1;
+  for (int i = 0; i < PLACED_CACHES && at < 0; i++)
+    if (g_placed[i].kv == kv) at = i;
+  if (at < 0 && placed) {
+    at = g_placed_next++ % PLACED_CACHES;
+    g_placed[at].kv = kv;
+    memset(g_placed[at].placed, 0, sizeof g_placed[at].placed);
+  }
+  if (at >= 0) g_placed[at].placed[kind] = placed;
+  pthread_mutex_unlock(&g_placed_lock);
+}
+
+static bool placed_get(const struct tsr_kv_cache *kv, enum tsr_layer_kind kind) {
+  bool placed = false;
+  pthread_mutex_lock(&g_placed_lock);
+  for (int i = 0; i < PLACED_CACHES; i++)
+    if (g_placed[i].kv == kv) placed = g_placed[i].placed[kind];
+  pthread_mutex_unlock(&g_placed_lock);
+  return placed;
+}
+
+struct tsr_tensor *tsr_api_attn_rope(struct tsr_arch_forward *fw, int32_t layer,
+                                     const struct tsr_attn_rope *rope, struct tsr_tensor *x,
+                                     bool is_k) {
+  if (!x || !rope) return x; /* a layer without RoPE */
+  const struct tsr_attention_v1 *a = layer_attention(fw, layer);
+  if (is_k && fw->kv && layer >= 0 && layer < fw->n_layers)
+    placed_set(fw->kv, fw->layers[layer].kind, attention_rotates(a));
+  if (!attention_rotates(a)) return tsr_api_rope_apply(fw->g, rope, x, fw->positions);
+  if (!is_k) return x; /* the attention rotates q at the positions it chooses */
+  if (!a->prepare_k) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "attention %s rotates keys itself but cannot prepare them", a->name);
+    tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG, msg);
+    return NULL;
+  }
+  if (!rope_ok(fw->g, rope)) return NULL;
+  return a->prepare_k(a->ctx, tsr_plugin_host_services(), fw->g, rope, x, fw->positions);
+}
+
+struct tsr_tensor *tsr_api_attn_build(struct tsr_arch_forward *fw, int32_t layer,
+                                      const struct tsr_attn_call *call) {
+  const struct tsr_attention_v1 *a = layer_attention(fw, layer);
+  if (!a) {
+    tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG, "attn_build: the forward pass has no attention");
+    return NULL;
+  }
+  /* a KV-shared layer reads keys its source's attention placed: both must agree on where */
+  const int32_t src = layer >= 0 && layer < fw->n_layers ? fw->layers[layer].kv_shared_from - 1
+                                                          : -1;
+  if (src >= 0 && src < fw->n_layers) {
+    const struct tsr_attention_v1 *b = layer_attention(fw, src);
+    if (b != a && (attention_rotates(a) || attention_rotates(b))) {
+      char msg[256];
+      snprintf(msg, sizeof msg, "layer %d reads the keys of layer %d, which attention %s "
+               "placed; it runs attention %s, which places keys differently", layer, src,
+               b ? b->name : "?", a->name);
+      tsr_graph_fail(fw->g, TSR_ERR_UNSUPPORTED, msg);
+      return NULL;
+    }
+  }
+  return a->build(a->ctx, tsr_plugin_host_services(), fw->g, call);
+}
+
+struct tsr_tensor *tsr_api_kv_shift_rope(struct tsr_kv_shift *sh, int32_t layer,
+                                         const struct tsr_attn_rope *rope, struct tsr_tensor *k,
+                                         struct tsr_tensor *delta_pos) {
+  int pool = shift_pool(sh, layer);
+  if (pool < 0 || !k || !rope) {
+    if (pool >= 0) tsr_graph_fail(sh->g, TSR_ERR_INVALID_ARG, "kv_shift_rope: no keys or no RoPE");
+    return NULL;
+  }
+  const size_t need = offsetof(struct tsr_kv_shift, attention_kind) + sizeof sh->attention_kind;
+  const enum tsr_layer_kind kind = sh->layers[layer].kind;
+  const struct tsr_attention_v1 *a = sh->struct_size >= need ? sh->attention_kind[kind] : NULL;
+  if (!a && placed_get(sh->kv, kind)) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "kv_shift: layer %d's keys were placed by an attention that "
+             "positions keys itself, and this host's shift does not say which (struct "
+             "tsr_kv_shift.attention_kind): refused rather than rotated as plain RoPE keys", layer);
+    tsr_graph_fail(sh->g, TSR_ERR_UNSUPPORTED, msg);
+    return NULL;
+  }
+  if (!attention_rotates(a)) return tsr_api_rope_apply(sh->g, rope, k, delta_pos);
+  if (!a->shift_k) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "attention %s places keys itself and cannot shift them", a->name);
+    tsr_graph_fail(sh->g, TSR_ERR_UNSUPPORTED, msg);
+    return NULL;
+  }
+  struct tsr_tensor *pos = NULL;
+  if (sh->struct_size >= need && sh->pos[pool])
+    pos = tsr_new_external(sh->g, TSR_I32, 1, &(int64_t){sh->n_cells[pool]},
+                           (void *)(uintptr_t)sh->pos[pool]);
+  if (!rope_ok(sh->g, rope)) return NULL;
+  return a->shift_k(a->ctx, tsr_plugin_host_services(), sh->g, rope, k, pos, sh->delta);
+}
+
+struct tsr_tensor *tsr_api_custom_op_typed(struct tsr_graph *g, int32_t op_id, int32_t dtype,
+                                           int32_t n_dims, const int64_t *ne,
+                                           struct tsr_tensor *const *src, int32_t n_src,
+                                           const int32_t *params, int32_t n_params) {
+  /* i32 has f32's size, so the node's strides stand; other dtypes would need their own */
+  if (dtype != TSR_F32 && dtype != TSR_I32) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "custom op: output dtype %d (f32 or i32 only)", (int)dtype);
+    tsr_graph_fail(g, TSR_ERR_INVALID_ARG, msg);
+    return NULL;
+  }
+  struct tsr_tensor *t = tsr_custom_op(g, op_id, n_dims, ne, src, n_src, params, n_params);
+  if (t) t->dtype = (enum tsr_dtype)dtype;
+  return t;
 }

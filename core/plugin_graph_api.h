@@ -33,4 +33,20 @@ tsr_status tsr_api_kv_shift_k(struct tsr_kv_shift *sh, int32_t layer, struct tsr
                               struct tsr_tensor **delta_pos);
 tsr_status tsr_api_kv_shift_store(struct tsr_kv_shift *sh, int32_t layer, struct tsr_tensor *k);
 
+/* attention that positions keys itself (plugin.h, struct tsr_attn_rope) */
+struct tsr_tensor *tsr_api_rope_apply(struct tsr_graph *g, const struct tsr_attn_rope *rope,
+                                      struct tsr_tensor *x, struct tsr_tensor *pos);
+struct tsr_tensor *tsr_api_attn_rope(struct tsr_arch_forward *fw, int32_t layer,
+                                     const struct tsr_attn_rope *rope, struct tsr_tensor *x,
+                                     bool is_k);
+struct tsr_tensor *tsr_api_attn_build(struct tsr_arch_forward *fw, int32_t layer,
+                                      const struct tsr_attn_call *call);
+struct tsr_tensor *tsr_api_kv_shift_rope(struct tsr_kv_shift *sh, int32_t layer,
+                                         const struct tsr_attn_rope *rope, struct tsr_tensor *k,
+                                         struct tsr_tensor *delta_pos);
+struct tsr_tensor *tsr_api_custom_op_typed(struct tsr_graph *g, int32_t op_id, int32_t dtype,
+                                           int32_t n_dims, const int64_t *ne,
+                                           struct tsr_tensor *const *src, int32_t n_src,
+                                           const int32_t *params, int32_t n_params);
+
 #endif

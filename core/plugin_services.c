@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "convert.h"
+#include "cpu/vec.h"
 #include "error.h"
 #include "graph.h"
 #include "gguf.h"
@@ -260,6 +261,25 @@ static struct tsr_tensor *host_cast(struct tsr_graph *g, struct tsr_tensor *a, i
   return tsr_cast(g, a, (enum tsr_dtype)dtype);
 }
 
+static void host_graph_fail(struct tsr_graph *g, tsr_status st, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  tsr_graph_fail(g, st, msg);
+}
+
+static const struct tsr_kv_codec_v1 *host_find_kv_codec(const struct tsr_plugin *self,
+                                                        const char *name, int32_t dtype) {
+  if (!self || !self->host) return NULL;
+  if (name) return tsr_plugin_host_kv_codec(self->host, name, NULL);
+  const struct cap_list *l = &self->host->codecs;
+  for (int i = 0; i < l->n; i++)
+    if (l->items[i].u.codec.dtype == dtype) return &l->items[i].u.codec;
+  return NULL;
+}
+
 static const struct tsr_host g_services = {
     .abi_major = TSR_PLUGIN_ABI_MAJOR,
     .abi_minor = TSR_PLUGIN_ABI_MINOR,
@@ -346,6 +366,18 @@ static const struct tsr_host g_services = {
     .kv_state = tsr_api_kv_state,
     .kv_shift_k = tsr_api_kv_shift_k,
     .kv_shift_store = tsr_api_kv_shift_store,
+    .attn_rope = tsr_api_attn_rope,
+    .attn_build = tsr_api_attn_build,
+    .rope_apply = tsr_api_rope_apply,
+    .kv_shift_rope = tsr_api_kv_shift_rope,
+    .graph_fail = host_graph_fail,
+    .custom_op_typed = tsr_api_custom_op_typed,
+    .find_kv_codec = host_find_kv_codec,
+    .vec_dot_f32 = tsr_vec_dot_f32,
+    .vec_dot_f16_f32 = tsr_vec_dot_f16_f32,
+    .vec_axpy_f32 = tsr_vec_axpy_f32,
+    .vec_axpy_f16 = tsr_vec_axpy_f16,
+    .vec_scale_f32 = tsr_vec_scale_f32,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

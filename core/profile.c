@@ -245,6 +245,7 @@ static tsr_status f_model(struct vctx *c, const char *key, const struct tsr_pnod
 static tsr_status f_plugins(struct vctx *c, const char *key, const struct tsr_pnode *v);
 static tsr_status f_policies(struct vctx *c, const char *key, const struct tsr_pnode *v);
 static tsr_status f_speculator(struct vctx *c, const char *key, const struct tsr_pnode *v);
+static tsr_status f_attention(struct vctx *c, const char *key, const struct tsr_pnode *v);
 
 static const struct field top_fields[] = {
     FN("extends", f_extends),
@@ -255,7 +256,7 @@ static const struct field top_fields[] = {
     INT("batch", P, batch, 1, INT32_MAX),
     INT("ubatch", P, ubatch, 1, INT32_MAX),
     {.name = "memory_limit", .type = F_SIZE, .off = offsetof(P, memory_limit)},
-    STR("attention", P, attention),
+    FN("attention", f_attention),
     MAP("kv", 0, kv),
     FN("plugins", f_plugins),
     FN("decode_policies", f_policies),
@@ -481,6 +482,34 @@ static tsr_status f_policies(struct vctx *c, const char *key, const struct tsr_p
   return TSR_OK;
 }
 
+/* One name for every layer kind, or a name per kind: {full: .., sliding: ..};
+** a kind the map leaves out keeps the default, flash. Linear layers have no
+** attention to choose. */
+static tsr_status f_attention(struct vctx *c, const char *key, const struct tsr_pnode *v) {
+  static const char *const kinds[] = {"full", "sliding"};
+  struct tsr_profile *p = c->p;
+  for (int k = 0; k < TSR_PROFILE_LAYER_KINDS; k++) p->attention_kind[k] = NULL;
+  if (v->kind == TSR_PNODE_SCALAR) return read_string(v, key, &p->attention);
+  if (v->kind != TSR_PNODE_MAP)
+    return type_error(v, key, "an attention name, or a map of names per layer kind "
+                      "{full: NAME, sliding: NAME}", NULL);
+  const struct tsr_pnode *lin = tsr_pnode_get(v, "linear");
+  if (lin)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: key '%s.linear': linear (recurrent) layers "
+                         "have no attention implementation to choose (kinds here: full, "
+                         "sliding)", lin->where, key);
+  tsr_status st = check_map_keys(v, key, kinds, 2);
+  for (int k = 0; k < 2 && !st; k++) {
+    const struct tsr_pnode *name = tsr_pnode_get(v, kinds[k]);
+    char sub[64];
+    snprintf(sub, sizeof sub, "%s.%s", key, kinds[k]);
+    p->attention_kind[k] = "flash";
+    if (name) st = read_string(name, sub, &p->attention_kind[k]);
+  }
+  p->attention = p->attention_kind[TSR_PROFILE_LAYER_FULL];
+  return st;
+}
+
 static tsr_status f_speculator(struct vctx *c, const char *key, const struct tsr_pnode *v) {
   c->p->has_speculator = 0;
   if (tsr_pnode_is_null(v)) return TSR_OK;
@@ -596,6 +625,11 @@ const char *tsr_profile_k_codec(const struct tsr_profile *p, enum tsr_profile_la
 
 const char *tsr_profile_v_codec(const struct tsr_profile *p, enum tsr_profile_layer_kind kind) {
   return kind < TSR_PROFILE_LAYER_KINDS && p->kv_per_kind[kind].v ? p->kv_per_kind[kind].v : p->kv.v;
+}
+
+const char *tsr_profile_attention(const struct tsr_profile *p, enum tsr_profile_layer_kind kind) {
+  return kind < TSR_PROFILE_LAYER_KINDS && p->attention_kind[kind] ? p->attention_kind[kind]
+                                                                   : p->attention;
 }
 
 const char *tsr_profile_layer_kind_name(enum tsr_profile_layer_kind kind) {

@@ -114,7 +114,8 @@ struct tsr_profile {
   int64_t context;
   int32_t batch, ubatch;
   uint64_t memory_limit;      /* bytes; 0: no limit */
-  const char *attention;
+  const char *attention;      /* the full layers' (and, written as one name, every kind's) */
+  const char *attention_kind[TSR_PROFILE_LAYER_KINDS]; /* per kind; NULL: `attention` */
 
   struct tsr_profile_kv_pair kv;
   struct tsr_profile_kv_pair kv_per_kind[TSR_PROFILE_LAYER_KINDS];
@@ -154,6 +155,11 @@ const char *tsr_profile_where(const struct tsr_profile *p, const char *key_path)
 const char *tsr_profile_k_codec(const struct tsr_profile *p, enum tsr_profile_layer_kind kind);
 const char *tsr_profile_v_codec(const struct tsr_profile *p, enum tsr_profile_layer_kind kind);
 const char *tsr_profile_layer_kind_name(enum tsr_profile_layer_kind kind);
+/* The attention implementation of a layer kind: `attention: NAME` names one
+** for every kind; `attention: {full: NAME, sliding: NAME}` one per kind, a
+** kind left out keeping flash (iSWA models: DCA on the full layers, flash on
+** the sliding window ones). */
+const char *tsr_profile_attention(const struct tsr_profile *p, enum tsr_profile_layer_kind kind);
 
 /* Plugin settings, one entry per key of a settings map, in document order. */
 struct tsr_profile_setting {

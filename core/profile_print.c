@@ -154,7 +154,15 @@ void tsr_profile_print(const struct tsr_profile *p, FILE *f) {
   snprintf(v, sizeof v, "%d", p->ubatch);
   kv_line(&pr, 0, "ubatch", v, "ubatch");
   kv_line(&pr, 0, "memory_limit", size_text(v, sizeof v, p->memory_limit), "memory_limit");
-  kv_line(&pr, 0, "attention", str(v, sizeof v, p->attention), "attention");
+  if (!p->attention_kind[TSR_PROFILE_LAYER_FULL]) {
+    kv_line(&pr, 0, "attention", str(v, sizeof v, p->attention), "attention");
+  } else {
+    line(f, 0, "attention:", NULL);
+    kv_line(&pr, 2, "full", str(v, sizeof v, p->attention_kind[TSR_PROFILE_LAYER_FULL]),
+            "attention.full");
+    kv_line(&pr, 2, "sliding", str(v, sizeof v, p->attention_kind[TSR_PROFILE_LAYER_SLIDING]),
+            "attention.sliding");
+  }
 
   line(f, 0, "kv:", NULL);
   kv_line(&pr, 2, "k", str(v, sizeof v, p->kv.k), "kv.k");

@@ -112,6 +112,7 @@ static tsr_status negotiate(struct tsr_setup *s) {
       .n_layers = s->n_layers,
   };
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
+    r.attention_kind[k] = tsr_profile_attention(p, profile_kind((enum tsr_layer_kind)k));
     r.k_codec[k] = tsr_profile_k_codec(p, profile_kind((enum tsr_layer_kind)k));
     r.v_codec[k] = tsr_profile_v_codec(p, profile_kind((enum tsr_layer_kind)k));
   }
@@ -163,6 +164,13 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
   return TSR_OK;
 }
 
+void tsr_setup_attention_kinds(const struct tsr_setup *s,
+                               const struct tsr_attention_v1 *out[TSR_LAYER_KIND_COUNT]) {
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++)
+    out[k] = tsr_plugin_host_attention(
+        s->host, tsr_profile_attention(s->profile, profile_kind((enum tsr_layer_kind)k)), NULL);
+}
+
 /* The compute arena of one ubatch: build the arch's forward graph and let
 ** the planner place it; nothing is allocated or run. */
 static tsr_status plan_compute(struct tsr_setup *s, struct tsr_memory_plan *m) {
@@ -177,6 +185,7 @@ static tsr_status plan_compute(struct tsr_setup *s, struct tsr_memory_plan *m) {
       .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = (int32_t)n,
       .tokens = tsr_new_tensor_1d(g, TSR_I32, n), .positions = tsr_new_tensor_1d(g, TSR_I32, n),
       .attention = attn, .layers = s->layers, .n_layers = s->n_layers};
+  tsr_setup_attention_kinds(s, fw.attention_kind);
   tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
   if (st == TSR_OK) st = tsr_graph_status(g);
   struct tsr_graph_plan plan;

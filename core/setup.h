@@ -54,6 +54,12 @@ tsr_status tsr_setup_from_profile_text(const char *name, const char *text,
                                        struct tsr_setup **out);
 void tsr_setup_free(struct tsr_setup *s);
 
+/* The attention implementation each layer kind negotiated, for a forward
+** pass's attention_kind (struct tsr_arch_forward) or a shift's
+** (struct tsr_kv_shift). */
+void tsr_setup_attention_kinds(const struct tsr_setup *s,
+                               const struct tsr_attention_v1 *out[TSR_LAYER_KIND_COUNT]);
+
 void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f);
 
 /* The chat template of the loaded model: the name in override when given,

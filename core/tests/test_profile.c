@@ -175,8 +175,10 @@ static void test_wrong_types_are_refused_with_position(void) {
   expect_mem_error("t.yaml", "model: default\nsampling:\n  seed: 9223372036854775807\n"
                    "  top_p: nan\n", "t.yaml:4:10: key 'sampling.top_p': expected a number", NULL);
   expect_mem_error("t.yaml", "model: [a]\n", "t.yaml:1:8: key 'model': expected a string", NULL);
+  expect_mem_error("t.yaml", "model: default\nattention: [a]\n",
+                   "t.yaml:2:12: key 'attention': expected an attention name", "got a list");
   expect_mem_error("t.yaml", "model: default\nattention: {a: 1}\n",
-                   "t.yaml:2:12: key 'attention': expected a string, got a map", NULL);
+                   "t.yaml:2:13: unknown key 'attention.a'", "known here: full, sliding");
   expect_mem_error("t.yaml", "model: default\nkv: [f16]\n", "t.yaml:2:5: key 'kv': expected a map",
                    NULL);
   expect_mem_error("t.yaml", "model: default\nbackend: rocm\n",

@@ -90,6 +90,7 @@ struct tsr_plugin_setting {
 };
 
 struct tsr_host;
+struct tsr_attn_rope;
 
 struct tsr_plugin_descriptor {
   uint32_t abi_major;  /* TSR_PLUGIN_ABI_MAJOR the plugin was built with */
@@ -168,6 +169,39 @@ struct tsr_attn_call {
   float scale, softcap;
   bool causal;
   int32_t window;
+  /* Appended: the layer's RoPE (struct tsr_attn_rope), or NULL when it has
+  ** none. For an implementation that rotates (tsr_attention_v1.rotates) q
+  ** arrives unrotated and k holds what its prepare_k stored; for any other,
+  ** both are already rotated at their positions. */
+  const struct tsr_attn_rope *rope;
+};
+
+/* How an arch rotates one attention layer's q and k by position, so that an
+** implementation that places keys itself (e.g. Dual Chunk Attention rotates
+** keys at p mod C and queries at three positions) rotates them exactly as the
+** arch would, only at positions of its choosing. The core's rope: angle
+** theta_i = pos * freq_scale * freq_base^(-2i/n_rot) / freq_factors[i] on the
+** pairs (i, i + n_rot/2) (neox) or (2i, 2i+1); dims from n_rot on pass
+** through (partial rotary). Filled by the arch on its stack for one build
+** or shift call. */
+struct tsr_attn_rope {
+  uint32_t struct_size;
+  int32_t n_rot;
+  int32_t neox;
+  float freq_base, freq_scale;
+  struct tsr_tensor *freq_factors; /* f32 [n_rot/2] in the graph being built, or NULL */
+  /* The arch's own rotation when it is not the core's rope with the fields
+  ** above (e.g. angles rounded in f32 as the reference implementation does):
+  ** appends x (f32 [D, H, N]) rotated at pos (i32 [N]). NULL: the core's. */
+  struct tsr_tensor *(*rotate)(const struct tsr_attn_rope *rope, const struct tsr_host *host,
+                               struct tsr_graph *g, struct tsr_tensor *x, struct tsr_tensor *pos);
+  void *rotate_ctx;
+  /* What the model file says about positions, for implementations that
+  ** extend the context; 0 where it says nothing. */
+  int32_t n_ctx_train;         /* the context length it was trained at */
+  int32_t dca_chunk_size;      /* its dual_chunk_attention_config (Qwen2.5-1M) */
+  int32_t dca_local_size;
+  int32_t dca_original_length; /* original_max_position_embeddings there */
 };
 
 struct tsr_attention_v1 {
@@ -184,6 +218,23 @@ struct tsr_attention_v1 {
   struct tsr_tensor *(*build)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                               const struct tsr_attn_call *call);
   bool v_skip; /* honours decode_policy V skipping */
+  /* Appended. rotates: this implementation positions q and k itself from
+  ** call->rope. The arch then hands it q before RoPE (host->attn_rope returns
+  ** q as it is) and the cache stores prepare_k's keys rather than keys
+  ** rotated at their positions. */
+  bool rotates;
+  /* the keys to store for k (f32 [D, Hkv, N], before RoPE) at positions pos
+  ** (i32 [N]), f32 [D, Hkv, N]; NULL with the graph's error set */
+  struct tsr_tensor *(*prepare_k)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                  const struct tsr_attn_rope *rope, struct tsr_tensor *k,
+                                  struct tsr_tensor *pos);
+  /* context shift: k (f32 [D, Hkv, n]) as prepare_k stored it at positions
+  ** pos (i32 [n]; NULL when the host cannot say) moves to pos + delta: the
+  ** keys prepare_k would store there, or NULL with the graph's error set when
+  ** that cannot be made exact */
+  struct tsr_tensor *(*shift_k)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                const struct tsr_attn_rope *rope, struct tsr_tensor *k,
+                                struct tsr_tensor *pos, int32_t delta);
 };
 
 /* ---- kv_codec, version 1 ----------------------------------------------- */
@@ -199,6 +250,9 @@ struct tsr_kv_codec_v1 {
   /* CPU reference: encode n floats (n a multiple of block_size) / lift to f16. */
   void (*encode_rows)(void *ctx, const float *src, void *dst, int64_t n);
   void (*decode_f16)(void *ctx, const void *src, uint16_t *dst, int64_t n);
+  /* Appended. CPU: decode n values (whole blocks) to f32, as an attention
+  ** kernel reads them in register; NULL: the codec decodes to f16 only. */
+  void (*decode_f32)(void *ctx, const void *src, float *dst, int64_t n);
 };
 
 /* ---- arch, version 1 ----------------------------------------------------- */
@@ -252,6 +306,10 @@ struct tsr_arch_forward {
                                   ** or (one sequence) held by another sequence */
   struct tsr_tensor *kv_mask[2];  /* seq -1: f32 [cells, n_tokens], which cells each
                                   ** token's sequence holds (0 or -inf); else NULL */
+  /* Appended: the implementation each layer kind negotiated (profile
+  ** `attention: {full: .., sliding: ..}`); a NULL entry means `attention`.
+  ** Archs reach them through host->attn_rope and host->attn_build. */
+  const struct tsr_attention_v1 *attention_kind[TSR_LAYER_KIND_COUNT];
 };
 
 /* One context shift (host->kv_shift_k / kv_shift_store): every cell of one
@@ -273,6 +331,11 @@ struct tsr_kv_shift {
   const int32_t *cells[2];      /* the moved cells, repeated once per kv head ([n, heads]) */
   const int32_t *delta_pos[2];  /* n_cells[pool] copies of delta */
   int32_t max_heads;            /* the most kv heads of any layer: cells[] holds that many */
+  /* appended: each moved cell's position before the shift (n_cells[pool]
+  ** of them; NULL: not given), and the attention each layer kind uses (NULL
+  ** entries: one that does not rotate keys itself) */
+  const int32_t *pos[2];
+  const struct tsr_attention_v1 *attention_kind[TSR_LAYER_KIND_COUNT];
 };
 
 struct tsr_arch_v1 {
@@ -520,6 +583,53 @@ struct tsr_host {
   /* writes k (f32 [head_dim_k, n_head_kv, n], views allowed) back into the
   ** same cells of the layer's K, encoded in its codec */
   tsr_status (*kv_shift_store)(struct tsr_kv_shift *sh, int32_t layer, struct tsr_tensor *k);
+  /* appended: attention that positions keys itself (struct tsr_attn_rope).
+  ** An arch describes each attention layer's RoPE and lets the host rotate:
+  **   q = attn_rope(fw, il, &rope, q, false); k = attn_rope(fw, il, &rope, k, true);
+  **   ... call.rope = &rope; kv_attend(..); o = attn_build(fw, il, &call);
+  ** x is q or k (f32 [D, H, N], before RoPE): rotated at fw->positions as
+  ** rope says, or, when the layer kind's attention rotates itself, q as it is
+  ** and k as that attention's prepare_k has it stored. */
+  struct tsr_tensor *(*attn_rope)(struct tsr_arch_forward *fw, int32_t layer,
+                                  const struct tsr_attn_rope *rope, struct tsr_tensor *x,
+                                  bool is_k);
+  /* the layer's attention, by the implementation its kind negotiated */
+  struct tsr_tensor *(*attn_build)(struct tsr_arch_forward *fw, int32_t layer,
+                                   const struct tsr_attn_call *call);
+  /* x (f32 [D, H, N]) rotated at pos (i32 [N]) as rope says */
+  struct tsr_tensor *(*rope_apply)(struct tsr_graph *g, const struct tsr_attn_rope *rope,
+                                   struct tsr_tensor *x, struct tsr_tensor *pos);
+  /* context shift of an owning layer's moved keys k (from kv_shift_k): k
+  ** rotated by delta_pos as rope says, or re-positioned by the layer's
+  ** attention when it rotates keys itself; hand the result to kv_shift_store.
+  ** NULL with the graph's error set when the shift cannot be exact. */
+  struct tsr_tensor *(*kv_shift_rope)(struct tsr_kv_shift *sh, int32_t layer,
+                                      const struct tsr_attn_rope *rope, struct tsr_tensor *k,
+                                      struct tsr_tensor *delta_pos);
+  /* records st and the message as g's first error: a plugin builder's refusal
+  ** reaches the user instead of a later "source is NULL" */
+  void (*graph_fail)(struct tsr_graph *g, tsr_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+      __attribute__((format(printf, 3, 4)))
+#endif
+      ;
+  /* custom_op whose output is dtype (f32 or i32: positions, indices) */
+  struct tsr_tensor *(*custom_op_typed)(struct tsr_graph *g, int32_t op_id, int32_t dtype,
+                                        int32_t n_dims, const int64_t *ne,
+                                        struct tsr_tensor *const *src, int32_t n_src,
+                                        const int32_t *params, int32_t n_params);
+  /* a registered codec of self's host, by name, or by dtype when name is
+  ** NULL (what a kernel's K/V tensor holds); NULL when none. It lives as long
+  ** as the host. */
+  const struct tsr_kv_codec_v1 *(*find_kv_codec)(const struct tsr_plugin *self, const char *name,
+                                                 int32_t dtype);
+  /* the CPU vector primitives the core's kernels use (f32 accumulation), so
+  ** a plugin's kernel rounds exactly as they do */
+  float (*vec_dot_f32)(const float *x, const float *y, int64_t n);
+  float (*vec_dot_f16_f32)(const uint16_t *x, const float *y, int64_t n);
+  void (*vec_axpy_f32)(float *y, float a, const float *x, int64_t n);
+  void (*vec_axpy_f16)(float *y, float a, const uint16_t *x, int64_t n);
+  void (*vec_scale_f32)(float *y, float a, int64_t n);
   /* later minors append here */
 };
 

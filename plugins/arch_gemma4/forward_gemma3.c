@@ -22,6 +22,7 @@
 ** (host->kv_attend); without one, over the batch alone.
 */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,6 +33,7 @@ struct g3_hparams {
   float eps, rope_base, rope_base_swa;
   float rope_scale; /* full layers' position scale: 1 / rope.scaling.factor */
   float attn_scale;
+  int32_t n_ctx_train; /* context_length; 0 when absent */
 };
 
 static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *m,
@@ -62,7 +64,9 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
       st = h->set_error(TSR_ERR_FORMAT, "gemma3.rope.scaling.factor is %g", (double)factor);
     if (st == TSR_OK) hp->rope_scale = 1.0f / factor;
   }
-  uint32_t head_dim = 0;
+  uint32_t head_dim = 0, n_ctx = 0;
+  if (st == TSR_OK && h->gguf_has(m, KEY("context_length"))) st = h->gguf_u32(m, key, &n_ctx);
+  hp->n_ctx_train = n_ctx > INT32_MAX ? INT32_MAX : (int32_t)n_ctx;
   if (st == TSR_OK) st = h->gguf_u32(m, KEY("attention.key_length"), &head_dim);
 #undef KEY
   if (st == TSR_OK && (hp->n_head == 0 || head_dim == 0))
@@ -76,23 +80,28 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
 }
 
 /* NeoX RoPE with the layer kind's base. Unscaled, it rounds as transformers
-** does (rope_gemma4.c says why); a scaled full layer uses the core's rope. */
-static struct tsr_tensor *rotate(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                                 const struct g3_hparams *hp, int32_t rope_op,
-                                 const struct tsr_arch_layer *L, struct tsr_tensor *x) {
+** does (rope_gemma4.c says why); a scaled full layer uses the core's rope.
+** rope_op points at the rounding op's id (NULL: not registered). */
+static struct tsr_attn_rope layer_rope(const struct g3_hparams *hp, const int32_t *rope_op,
+                                       const struct tsr_arch_layer *L) {
   const bool swa = L->kind == TSR_LAYER_SLIDING;
-  const float base = swa ? hp->rope_base_swa : hp->rope_base;
-  const float scale = swa ? 1.0f : hp->rope_scale;
-  if (rope_op >= 0 && scale == 1.0f) return gemma4_rope(h, fw->g, rope_op, x, fw->positions,
-                                                        NULL, base);
-  return h->rope(fw->g, x, fw->positions, NULL, L->head_dim_k, 1 /* neox */, base, scale);
+  struct tsr_attn_rope r = {.struct_size = sizeof r, .n_rot = L->head_dim_k, .neox = 1,
+                            .freq_base = swa ? hp->rope_base_swa : hp->rope_base,
+                            .freq_scale = swa ? 1.0f : hp->rope_scale,
+                            .n_ctx_train = hp->n_ctx_train};
+  if (rope_op && *rope_op >= 0 && r.freq_scale == 1.0f) {
+    r.rotate = gemma4_rope_rotate;
+    r.rotate_ctx = (void *)(uintptr_t)rope_op;
+  }
+  return r;
 }
 
 static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                                          const struct g3_hparams *hp, int32_t rope_op, int il,
-                                          struct tsr_tensor *x) {
+                                          const struct g3_hparams *hp, const int32_t *rope_op,
+                                          int il, struct tsr_tensor *x) {
   struct tsr_graph *g = fw->g;
   const struct tsr_arch_layer *L = &fw->layers[il];
+  const struct tsr_attn_rope rope = layer_rope(hp, rope_op, L);
   const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
   struct tsr_tensor *q =
       h->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3, (int64_t[]){hd, nh, n});
@@ -100,8 +109,9 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       h->reshape(g, gemma_linear(h, fw, il, "attn_k.weight", x), 3, (int64_t[]){hd, nkv, n});
   struct tsr_tensor *v = h->reshape(g, gemma_linear(h, fw, il, "attn_v.weight", x), 3,
                                     (int64_t[]){L->head_dim_v, nkv, n});
-  q = rotate(h, fw, hp, rope_op, L, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q));
-  k = rotate(h, fw, hp, rope_op, L, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k));
+  /* RoPE at each token's position, or as the attention places q and k itself */
+  q = h->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q), false);
+  k = h->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k), true);
 
   struct tsr_layer_desc desc = {
       .struct_size = sizeof desc, .layer = il, .kind = L->kind, .n_head = L->n_head,
@@ -111,19 +121,19 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .struct_size = sizeof call, .layer = &desc, .q = h->permute(g, q, 0, 2, 1, 3),
       .k = h->permute(g, k, 0, 2, 1, 3), .v = h->permute(g, v, 0, 2, 1, 3),
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = hp->attn_scale, .causal = true,
-      .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0};
+      .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0, .rope = &rope};
   if (!call.q || !call.k || !call.v) return NULL;
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
   if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call) != TSR_OK)
     return NULL;
-  struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
+  struct tsr_tensor *o = h->attn_build(fw, il, &call);
   if (!o) return NULL;
   o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
   return gemma_linear(h, fw, il, "attn_output.weight", o);
 }
 
 tsr_status gemma3_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
-  const int32_t rope_op = ctx ? *(const int32_t *)ctx : -1;
+  const int32_t *rope_op = ctx; /* the rounding rope op's id, or NULL */
   struct g3_hparams hp;
   tsr_status st = read_hparams(h, fw->model, &hp);
   if (st != TSR_OK) return st;

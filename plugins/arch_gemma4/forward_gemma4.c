@@ -20,6 +20,7 @@
 ** Without one, attention sees the batch alone.
 */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +30,7 @@ struct g4_hparams {
   uint32_t n_embd, n_expert, n_expert_used, n_embd_per_layer;
   uint32_t n_rot, n_rot_swa; /* rope.dimension_count(_swa); 0 when absent */
   float eps, rope_base, rope_base_swa, softcap;
+  int32_t n_ctx_train; /* context_length; 0 when absent */
 };
 
 struct g4_kv {
@@ -56,6 +58,9 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
     st = h->gguf_u32(m, key, &hp->n_rot);
   if (st == TSR_OK && h->gguf_has(m, KEY("rope.dimension_count_swa")))
     st = h->gguf_u32(m, key, &hp->n_rot_swa);
+  uint32_t n_ctx = 0;
+  if (st == TSR_OK && h->gguf_has(m, KEY("context_length"))) st = h->gguf_u32(m, key, &n_ctx);
+  hp->n_ctx_train = n_ctx > INT32_MAX ? INT32_MAX : (int32_t)n_ctx;
   if (st == TSR_OK && h->gguf_has(m, KEY("final_logit_softcapping")))
     st = h->gguf_f32(m, key, &hp->softcap);
   if (st == TSR_OK && h->gguf_has(m, KEY("embedding_length_per_layer_input")))
@@ -94,33 +99,39 @@ struct tsr_tensor *gemma_linear(const struct tsr_host *h, struct tsr_arch_forwar
 
 /* NeoX RoPE with the layer kind's base; full layers carry rope_freqs. Over
 ** the whole head (every released Gemma 4) it rounds as transformers does
-** (rope_gemma4.c says why); a partial rotary falls back to the core's. */
-static struct tsr_tensor *rotate(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                                 const struct g4_hparams *hp, int32_t rope_op,
-                                 const struct tsr_arch_layer *L, struct tsr_tensor *x) {
+** (rope_gemma4.c says why); a partial rotary falls back to the core's.
+** rope_op points at the rounding op's id (NULL: not registered). */
+static struct tsr_attn_rope layer_rope(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                       const struct g4_hparams *hp, const int32_t *rope_op,
+                                       const struct tsr_arch_layer *L) {
   const bool swa = L->kind == TSR_LAYER_SLIDING;
-  const float base = swa ? hp->rope_base_swa : hp->rope_base;
   uint32_t n_rot = swa ? hp->n_rot_swa : hp->n_rot;
   if (!n_rot) n_rot = (uint32_t)L->head_dim_k;
-  struct tsr_tensor *ff = NULL;
+  struct tsr_attn_rope r = {.struct_size = sizeof r, .n_rot = (int32_t)n_rot, .neox = 1,
+                            .freq_base = swa ? hp->rope_base_swa : hp->rope_base,
+                            .freq_scale = 1.0f, .n_ctx_train = hp->n_ctx_train};
   if (!swa && h->has_weight(fw->model, "rope_freqs.weight"))
-    ff = h->weight(fw->g, fw->model, "rope_freqs.weight");
-  if (rope_op >= 0 && n_rot == (uint32_t)L->head_dim_k)
-    return gemma4_rope(h, fw->g, rope_op, x, fw->positions, ff, base);
-  return h->rope(fw->g, x, fw->positions, ff, (int32_t)n_rot, 1, base, 1.0f);
+    r.freq_factors = h->weight(fw->g, fw->model, "rope_freqs.weight");
+  if (rope_op && *rope_op >= 0 && n_rot == (uint32_t)L->head_dim_k) {
+    r.rotate = gemma4_rope_rotate;
+    r.rotate_ctx = (void *)(uintptr_t)rope_op;
+  }
+  return r;
 }
 
 /* Self-attention of layer il. A layer that owns its K/V stores them in
 ** kv[il]; a KV-shared layer reads its source layer's. */
 static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
-                                          const struct g4_hparams *hp, int32_t rope_op, int il,
-                                          struct g4_kv *kv, struct tsr_tensor *x) {
+                                          const struct g4_hparams *hp, const int32_t *rope_op,
+                                          int il, struct g4_kv *kv, struct tsr_tensor *x) {
   struct tsr_graph *g = fw->g;
   const struct tsr_arch_layer *L = &fw->layers[il];
   const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
+  const struct tsr_attn_rope rope = layer_rope(h, fw, hp, rope_op, L);
   struct tsr_tensor *q = h->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3,
                                     (int64_t[]){hd, nh, n});
-  q = rotate(h, fw, hp, rope_op, L, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q));
+  /* RoPE at each token's position, or as the attention places q and k itself */
+  q = h->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q), false);
   q = h->permute(g, q, 0, 2, 1, 3);
 
   if (L->kv_shared_from > 0) {
@@ -133,8 +144,8 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
                                ? h->reshape(g, gemma_linear(h, fw, il, "attn_v.weight", x), 3,
                                             (int64_t[]){hd, nkv, n})
                                : k_raw;
-    struct tsr_tensor *k =
-        rotate(h, fw, hp, rope_op, L, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k_raw));
+    struct tsr_tensor *k = h->attn_rope(
+        fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k_raw), true);
     v = h->rms_norm(g, v, NULL, hp->eps);
     kv[il].k = h->permute(g, k, 0, 2, 1, 3);
     kv[il].v = h->permute(g, v, 0, 2, 1, 3);
@@ -147,7 +158,7 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   struct tsr_attn_call call = {
       .struct_size = sizeof call, .layer = &desc, .q = q, .k = kv[il].k, .v = kv[il].v,
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f, .causal = true,
-      .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0};
+      .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0, .rope = &rope};
   if (!q || !call.k || !call.v) return NULL;
   /* with a cache: store what attention consumes (normed, rotated K; normed V)
   ** and attend over every cell of the sequence; a shared layer stores nothing
@@ -155,7 +166,7 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   if (fw->kv && h->kv_attend(fw, il, L->kv_shared_from > 0 ? NULL : call.k,
                              L->kv_shared_from > 0 ? NULL : call.v, &call) != TSR_OK)
     return NULL;
-  struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
+  struct tsr_tensor *o = h->attn_build(fw, il, &call);
   if (!o) return NULL;
   o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
   return gemma_linear(h, fw, il, "attn_output.weight", o);
@@ -245,7 +256,7 @@ static struct tsr_tensor *per_layer_block(const struct tsr_host *h, struct tsr_a
 }
 
 tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
-  const int32_t rope_op = ctx ? *(const int32_t *)ctx : -1;
+  const int32_t *rope_op = ctx; /* the rounding rope op's id, or NULL */
   struct g4_hparams hp;
   tsr_status st = read_hparams(h, fw->model, &hp);
   if (st != TSR_OK) return st;

@@ -76,6 +76,11 @@ tsr_status gemma4_rope_register(const struct tsr_host *host, struct tsr_plugin *
 struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g, int32_t op_id,
                                struct tsr_tensor *x, struct tsr_tensor *pos,
                                struct tsr_tensor *ff, float base);
+/* struct tsr_attn_rope's rotate with the rounding above: rotate_ctx points at
+** the op id, freq_factors and freq_base come from the description */
+struct tsr_tensor *gemma4_rope_rotate(const struct tsr_attn_rope *rope, const struct tsr_host *host,
+                                      struct tsr_graph *g, struct tsr_tensor *x,
+                                      struct tsr_tensor *pos);
 
 /* Building blocks shared by the Gemma 3 and Gemma 4 forward passes
 ** (forward_gemma4.c): layer il's weight by suffix ("attn_q.weight"), its

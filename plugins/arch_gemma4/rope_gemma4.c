@@ -103,3 +103,10 @@ struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g,
   struct tsr_tensor *src[3] = {x, pos, ff};
   return host->custom_op(g, op_id, 4, xi.ne, src, ff ? 3 : 2, params, 1);
 }
+
+struct tsr_tensor *gemma4_rope_rotate(const struct tsr_attn_rope *rope, const struct tsr_host *host,
+                                      struct tsr_graph *g, struct tsr_tensor *x,
+                                      struct tsr_tensor *pos) {
+  return gemma4_rope(host, g, *(const int32_t *)rope->rotate_ctx, x, pos, rope->freq_factors,
+                     rope->freq_base);
+}

@@ -13,6 +13,10 @@ tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *host, struct tsr_a
 ** the hybrids' recurrent state cannot shift and is refused) */
 tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *host, struct tsr_kv_shift *sh);
 
+/* the trained context and dual_chunk_attention_config of arch's keys, into rope */
+tsr_status tsr_qwen_rope_hints(const struct tsr_host *h, const struct tsr_gguf *m,
+                               const char *arch, struct tsr_attn_rope *rope);
+
 /* weight of layer il, e.g. blk.3.attn_q.weight; the optional one is NULL when absent */
 struct tsr_tensor *tsr_qwen_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
                                          int il, const char *name);

@@ -10,6 +10,7 @@
 ** keys with the same RoPE (rope_keys) the forward pass applies.
 */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,7 +21,34 @@ struct qwen_hparams {
   uint32_t n_embd, n_head, n_head_kv, head_dim, n_expert, n_expert_used;
   float eps, rope_base;
   bool expert_norm; /* renormalise the top-k router weights */
+  struct tsr_attn_rope rope; /* NeoX over the whole head at rope.freq_base */
 };
+
+/* What the file says about positions, for attention implementations that
+** extend the context (struct tsr_attn_rope): the trained context and
+** Qwen2.5-1M's dual_chunk_attention_config, where the converter kept them. */
+tsr_status tsr_qwen_rope_hints(const struct tsr_host *h, const struct tsr_gguf *m,
+                               const char *arch, struct tsr_attn_rope *rope) {
+  static const struct {
+    const char *suffix;
+    size_t off;
+  } keys[] = {
+      {"context_length", offsetof(struct tsr_attn_rope, n_ctx_train)},
+      {"dual_chunk_attention.chunk_size", offsetof(struct tsr_attn_rope, dca_chunk_size)},
+      {"dual_chunk_attention.local_size", offsetof(struct tsr_attn_rope, dca_local_size)},
+      {"dual_chunk_attention.original_context_length",
+       offsetof(struct tsr_attn_rope, dca_original_length)},
+  };
+  tsr_status st = TSR_OK;
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0] && st == TSR_OK; i++) {
+    char key[128];
+    uint32_t v = 0;
+    snprintf(key, sizeof key, "%s.%s", arch, keys[i].suffix);
+    if (h->gguf_has(m, key)) st = h->gguf_u32(m, key, &v);
+    *(int32_t *)((char *)rope + keys[i].off) = v > INT32_MAX ? INT32_MAX : (int32_t)v;
+  }
+  return st;
+}
 
 static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *m,
                                const struct tsr_arch_layer *layers, struct qwen_hparams *hp) {
@@ -49,15 +77,10 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   }
 #undef U32
 #undef F32
+  hp->rope = (struct tsr_attn_rope){.struct_size = sizeof hp->rope, .n_rot = (int32_t)hp->head_dim,
+                                    .neox = 1, .freq_base = hp->rope_base, .freq_scale = 1.0f};
+  if (st == TSR_OK) st = tsr_qwen_rope_hints(h, m, hp->arch, &hp->rope);
   return st;
-}
-
-/* NeoX RoPE over the whole head at base rope.freq_base: the one rotation the
-** forward pass applies to q and k and context shift applies to cached keys. */
-static struct tsr_tensor *rope_keys(const struct tsr_host *h, struct tsr_graph *g,
-                                    const struct qwen_hparams *hp, struct tsr_tensor *x,
-                                    struct tsr_tensor *pos) {
-  return h->rope(g, x, pos, NULL, (int32_t)hp->head_dim, 1, hp->rope_base, 1.0f);
 }
 
 struct tsr_tensor *tsr_qwen_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw,
@@ -102,8 +125,9 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   struct tsr_tensor *k_norm = tsr_qwen_optional_layer_weight(h, fw, il, "attn_k_norm.weight");
   if (q_norm) q = h->rms_norm(g, q, q_norm, hp->eps);
   if (k_norm) k = h->rms_norm(g, k, k_norm, hp->eps);
-  q = rope_keys(h, g, hp, q, fw->positions);
-  k = rope_keys(h, g, hp, k, fw->positions);
+  /* RoPE at each token's position, or as the attention places q and k itself */
+  q = h->attn_rope(fw, il, &hp->rope, q, false);
+  k = h->attn_rope(fw, il, &hp->rope, k, true);
   /* attention wants [head_dim, tokens, heads] */
   q = h->permute(g, q, 0, 2, 1, 3);
   k = h->permute(g, k, 0, 2, 1, 3);
@@ -115,10 +139,10 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   struct tsr_attn_call call = {
       .struct_size = sizeof call, .layer = &desc, .q = q, .k = k, .v = v,
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
-      .causal = true};
+      .causal = true, .rope = &hp->rope};
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
   if (fw->kv && h->kv_attend(fw, il, k, v, &call) != TSR_OK) return NULL;
-  struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call);
+  struct tsr_tensor *o = h->attn_build(fw, il, &call);
   o = h->reshape(g, o, 2, (int64_t[]){hd * hp->n_head, n});
   return tsr_qwen_linear(h, fw, il, "attn_output", o);
 }
@@ -222,7 +246,8 @@ tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *h, struct tsr_k
   for (int32_t il = 0; il < sh->n_layers && st == TSR_OK; il++) {
     struct tsr_tensor *k, *delta_pos;
     st = h->kv_shift_k(sh, il, &k, &delta_pos);
-    if (st == TSR_OK && k) st = h->kv_shift_store(sh, il, rope_keys(h, sh->g, &hp, k, delta_pos));
+    if (st == TSR_OK && k)
+      st = h->kv_shift_store(sh, il, h->kv_shift_rope(sh, il, &hp.rope, k, delta_pos));
   }
   return st;
 }

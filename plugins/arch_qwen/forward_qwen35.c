@@ -38,6 +38,7 @@ struct qwen35_hparams {
   uint32_t conv_kernel, dk, hk, hv, dv;
   uint32_t n_nextn;
   struct tsr_qwen_moe moe; /* n_expert 0: dense FFN */
+  struct tsr_attn_rope rope; /* partial NeoX: the first n_rot dims at rope.freq_base */
 };
 
 static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_arch_forward *fw,
@@ -68,6 +69,9 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_arch_f
       st = h->gguf_bool(m, key, &hp->moe.expert_norm);
   }
 #undef KEY
+  hp->rope = (struct tsr_attn_rope){.struct_size = sizeof hp->rope, .n_rot = (int32_t)hp->n_rot,
+                                    .neox = 1, .freq_base = hp->rope_base, .freq_scale = 1.0f};
+  if (st == TSR_OK) st = tsr_qwen_rope_hints(h, m, hp->arch, &hp->rope);
   if (st != TSR_OK) return st;
   hp->moe.n_expert = n_expert;
   hp->moe.n_expert_used = n_used;
@@ -116,8 +120,8 @@ static struct tsr_tensor *gated_attention(const struct tsr_host *h, struct tsr_a
   k = h->rms_norm(g, k, W("attn_k_norm.weight"), hp->eps);
   /* Qwen3.5's interleaved M-RoPE is plain partial NeoX RoPE for text: all
   ** three position components are the token position */
-  q = h->rope(g, q, fw->positions, NULL, (int32_t)hp->n_rot, 1, hp->rope_base, 1.0f);
-  k = h->rope(g, k, fw->positions, NULL, (int32_t)hp->n_rot, 1, hp->rope_base, 1.0f);
+  q = h->attn_rope(fw, il, &hp->rope, q, false);
+  k = h->attn_rope(fw, il, &hp->rope, k, true);
   struct tsr_layer_desc desc = {
       .struct_size = sizeof desc, .layer = il, .kind = TSR_LAYER_FULL, .n_head = (int32_t)nh,
       .n_head_kv = (int32_t)nkv, .head_dim_k = (int32_t)hd, .head_dim_v = (int32_t)hd,
@@ -126,12 +130,12 @@ static struct tsr_tensor *gated_attention(const struct tsr_host *h, struct tsr_a
       .struct_size = sizeof call, .layer = &desc, .q = h->permute(g, q, 0, 2, 1, 3),
       .k = h->permute(g, k, 0, 2, 1, 3), .v = h->permute(g, v, 0, 2, 1, 3),
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
-      .causal = true};
+      .causal = true, .rope = &hp->rope};
   if (!call.q || !call.k || !call.v) return NULL;
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
   if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call) != TSR_OK)
     return NULL;
-  struct tsr_tensor *o = fw->attention->build(fw->attention->ctx, h, g, &call); /* [hd, nh, n] */
+  struct tsr_tensor *o = h->attn_build(fw, il, &call); /* [hd, nh, n] */
   o = h->mul(g, o, h->unary(g, gate, 2 /* sigmoid */));
   o = h->reshape(g, o, 2, (int64_t[]){hd * nh, n});
   return tsr_qwen_linear(h, fw, il, "attn_output", o);

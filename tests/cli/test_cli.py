@@ -55,8 +55,8 @@ def test_help_lists_every_command_and_exit_codes():
 
 @case
 def test_unbuilt_command_says_so():
-    expect(*run("serve", "--help"), 0, "not built in this version")
-    expect(*run("serve"), 2, "not built in this version")
+    expect(*run("bench", "--help"), 0, "not built in this version")
+    expect(*run("bench"), 2, "not built in this version")
     expect(*run("frobnicate"), 2, "unknown command 'frobnicate'")
 
 
@@ -116,8 +116,14 @@ def test_impossible_composition_names_layer_and_codec():
 
 @case
 def test_plugin_without_code_is_refused():
-    p = write(TMP, "dca.yaml", f"extends: {DEFAULT}\nplugins: [arch_qwen, attn_dca]\n")
-    expect(*run("profile", "check", p), 2, "attn_dca", "has no code yet")
+    # a plugin folder whose manifest names no library: its code is not written yet
+    os.makedirs(os.path.join(TMP, "no_code_yet"), exist_ok=True)
+    write(os.path.join(TMP, "no_code_yet"), "plugin.ini",
+          "[plugin]\nname = no_code_yet\nversion = 0.0.0\nabi = 1.0\n"
+          "provides = attention:1\nrequires =\ndescription = not written yet\n")
+    p = write(TMP, "nocode.yaml", f"extends: {DEFAULT}\nplugins: [arch_qwen, "
+              "{name: no_code_yet, path: no_code_yet}]\n")
+    expect(*run("profile", "check", p), 2, "no_code_yet", "has no code yet")
 
 
 @case

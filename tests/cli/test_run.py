@@ -149,10 +149,19 @@ def test_require_engaged_passes_for_the_arch_and_fails_for_an_absent_plugin():
 
 
 @case
-def test_chat_without_a_template_names_what_is_missing():
-    code, out, err = run(*M, "--chat", stdin="hi\n")
+def test_chat_without_a_gguf_template_uses_the_arch_plugins():
+    # the default model's GGUF has no tokenizer.chat_template: arch_qwen knows Qwen's ChatML
+    code, out, err = run(*M, "--chat", "-n", "2", "--verbose", stdin="hi\n")
+    ok(code, out, err)
+    assert "chat template: chatml (arch plugin arch_qwen)" in err, err
+    assert "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n" in err, err
+
+
+@case
+def test_unknown_chat_template_name_is_a_usage_error():
+    code, out, err = run(*M, "--chat", "--chat-template", "nope", stdin="hi\n")
     assert code == 2, f"exit {code}; {err}"
-    assert "tokenizer.chat_template" in err and "--chat-template" in err, err
+    assert "nope" in err and "chatml" in err, err
 
 
 def converted_chatml_model():

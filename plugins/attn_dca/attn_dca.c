@@ -1,0 +1,330 @@
+/*
+** attn_dca: Dual Chunk Attention as an `attention` implementation (dca.h
+** states the semantics; README.md the settings and measured figures).
+**
+** It positions keys and queries itself (tsr_attention_v1.rotates): the arch
+** describes its RoPE (struct tsr_attn_rope) and hands q and k over before
+** rotation. prepare_k rotates each new key at p mod C with the arch's own
+** rotation, and that is what the KV cache stores; build rotates q at its
+** three band positions with the same rotation and runs the fused kernel
+** (dca_cpu.c). A context shift re-rotates every moved key by its own delta
+** ((p + d) mod C - p mod C), or needs none when d is a multiple of C.
+**
+** Full-attention layers only: sliding-window layers never see past their
+** window, so a profile keeps flash there (attention: {full: dca, sliding: flash}).
+*/
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dca.h"
+
+/* Process-wide op ids: the registry outlives hosts, so a plugin initialised
+** again (a second host in one process) keeps its first ids. */
+static int32_t g_pos_op = -1, g_attn_op = -1;
+
+/* ---- geometry ---------------------------------------------------------------- */
+
+/* Settings first, then what the model says, then the documented defaults:
+** chunk_size = 3/4 of the trained context (ChunkLlama's rule), else 8192;
+** local_size = chunk_size / 8. Returns 0, or a message in why. */
+static int geometry(const struct dca_state *st, const struct tsr_attn_rope *r,
+                    struct dca_geometry *out, char *why, size_t n) {
+  const bool model_cs = st->chunk_size <= 0 && r->dca_chunk_size > 0;
+  const int64_t cs = st->chunk_size > 0   ? st->chunk_size
+                     : model_cs           ? r->dca_chunk_size
+                     : r->n_ctx_train > 0 ? (int64_t)r->n_ctx_train * 3 / 4
+                                          : 8192;
+  const int64_t ls = st->local_size >= 0                   ? st->local_size
+                     : model_cs && r->dca_local_size >= 0 ? r->dca_local_size
+                                                          : cs / 8;
+  if (cs < 2 || cs > INT32_MAX / 2 || ls < 0 || ls >= cs) {
+    snprintf(why, n, "attn_dca: chunk_size %lld and local_size %lld (%s): needs 0 <= local_size "
+             "< chunk_size and chunk_size >= 2", (long long)cs, (long long)ls,
+             model_cs ? "from the model" : "from the settings or defaults");
+    return -1;
+  }
+  out->cs = (int32_t)cs;
+  out->ls = (int32_t)ls;
+  out->c = (int32_t)(cs - ls);
+  /* the temperature starts past the model's original length ("auto": only when
+  ** its dual_chunk_attention_config names one, as Qwen2.5-1M's does) */
+  const int64_t orig = st->original_length > 0      ? st->original_length
+                       : r->dca_original_length > 0 ? r->dca_original_length
+                                                    : r->n_ctx_train;
+  out->temp_from = 0;
+  if (!strcmp(st->temperature, "yarn") ||
+      (!strcmp(st->temperature, "auto") && r->dca_original_length > 0)) {
+    if (orig <= 0) {
+      snprintf(why, n, "attn_dca: temperature yarn needs the trained length, and the model "
+               "names none: set original_length");
+      return -1;
+    }
+    out->temp_from = orig > INT32_MAX ? INT32_MAX : (int32_t)orig;
+  }
+  return 0;
+}
+
+/* The geometry for a build, or NULL with the graph's error set. */
+static const struct dca_geometry *geometry_for(struct dca_state *st, struct tsr_graph *g,
+                                               const struct tsr_attn_rope *rope,
+                                               struct dca_geometry *out) {
+  char why[256];
+  if (!rope) {
+    st->host->graph_fail(g, TSR_ERR_UNSUPPORTED, "attention dca positions q and k itself and "
+                         "needs the arch to describe its RoPE (tsr_attn_call.rope, "
+                         "host->attn_rope); this arch does not");
+    return NULL;
+  }
+  if (geometry(st, rope, out, why, sizeof why)) {
+    st->host->graph_fail(g, TSR_ERR_INVALID_ARG, "%s", why);
+    return NULL;
+  }
+  if (!st->logged) {
+    st->logged = 1;
+    char temp[48] = "none";
+    if (out->temp_from) snprintf(temp, sizeof temp, "yarn past %d", out->temp_from);
+    st->host->log(st->self, TSR_LOG_INFO, "chunk_size %d, local_size %d (chunk length %d), "
+                  "temperature %s", out->cs, out->ls, out->c, temp);
+  }
+  return out;
+}
+
+/* i32 rotation positions from positions pos (dca.h, enum dca_pos_mode). */
+static struct tsr_tensor *positions(const struct tsr_host *h, struct tsr_graph *g,
+                                    struct tsr_tensor *pos, const struct dca_geometry *geo,
+                                    enum dca_pos_mode mode, int32_t delta) {
+  struct tsr_tensor_info pi;
+  h->tensor_info(pos, &pi);
+  if (pi.dtype != DCA_I32 || pi.ne[1] * pi.ne[2] * pi.ne[3] != 1) {
+    h->graph_fail(g, TSR_ERR_INVALID_ARG, "attn_dca: positions must be i32 [N]");
+    return NULL;
+  }
+  const int64_t n = mode == DCA_POS_QUERY ? 3 * pi.ne[0] : pi.ne[0];
+  const int32_t params[4] = {mode, geo->c, geo->cs, delta};
+  return h->custom_op_typed(g, g_pos_op, DCA_I32, 1, &n, &pos, 1, params, 4);
+}
+
+/* ---- the attention interface ------------------------------------------------- */
+
+static tsr_status dca_negotiate(void *ctx, const struct tsr_layer_desc *layer,
+                                enum tsr_read_path *k_path, enum tsr_read_path *v_path) {
+  struct dca_state *st = ctx;
+  const struct tsr_host *h = st->host;
+  if (strcmp(layer->backend, "cpu"))
+    return h->set_error(TSR_ERR_UNSUPPORTED, "dca has no kernel for backend '%s' in this build "
+                        "(cpu only)", layer->backend);
+  if (layer->kind != TSR_LAYER_FULL)
+    return h->set_error(TSR_ERR_UNSUPPORTED, "dca runs full-attention layers only: a %s layer "
+                        "never sees past its window, so keep flash there (attention: {full: dca, "
+                        "sliding: flash})", layer->kind == TSR_LAYER_SLIDING ? "sliding-window"
+                                                                             : "linear");
+  const char *codecs[2] = {layer->k_codec, layer->v_codec};
+  const int32_t dims[2] = {layer->head_dim_k, layer->head_dim_v};
+  enum tsr_read_path *paths[2] = {k_path, v_path};
+  for (int i = 0; i < 2; i++) {
+    const struct tsr_kv_codec_v1 *c = h->find_kv_codec(st->self, codecs[i], 0);
+    *paths[i] = TSR_READ_NONE;
+    if (!c) continue; /* negotiation names the missing codec */
+    if (dims[i] > 0 && dims[i] % c->block_size)
+      return h->set_error(TSR_ERR_UNSUPPORTED, "dca reads %s codec %s in whole blocks of %lld "
+                          "values; head dim %d is not a multiple", i ? "V" : "K", codecs[i],
+                          (long long)c->block_size, (int)dims[i]);
+    if (c->dtype == DCA_F32 || c->dtype == DCA_F16)
+      *paths[i] = TSR_READ_NATIVE;
+    else if (c->decode_f32 || c->decode_f16)
+      *paths[i] = TSR_READ_IN_REGISTER; /* a row at a time through the codec */
+    else
+      return h->set_error(TSR_ERR_UNSUPPORTED, "dca reads %s codec %s through its CPU decoder, "
+                          "and it has none", i ? "V" : "K", codecs[i]);
+  }
+  return TSR_OK;
+}
+
+static struct tsr_tensor *dca_prepare_k(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                        const struct tsr_attn_rope *rope, struct tsr_tensor *k,
+                                        struct tsr_tensor *pos) {
+  struct dca_geometry geo;
+  if (!k || !pos || !geometry_for(ctx, g, rope, &geo)) return NULL;
+  struct tsr_tensor *kp = positions(h, g, pos, &geo, DCA_POS_KEY, 0);
+  return kp ? h->rope_apply(g, rope, k, kp) : NULL;
+}
+
+static struct tsr_tensor *dca_shift_k(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                      const struct tsr_attn_rope *rope, struct tsr_tensor *k,
+                                      struct tsr_tensor *pos, int32_t delta) {
+  struct dca_geometry geo;
+  if (!k || !geometry_for(ctx, g, rope, &geo)) return NULL;
+  if (delta % geo.c == 0) return k; /* every key keeps its position within its chunk */
+  if (!pos) {
+    h->graph_fail(g, TSR_ERR_UNSUPPORTED, "dca: a context shift by %d moves keys across "
+                  "chunks of %d unevenly, and this host does not give the moved keys' positions "
+                  "to re-rotate each one; refused (a shift by a multiple of %d needs none)",
+                  delta, geo.c, geo.c);
+    return NULL;
+  }
+  struct tsr_tensor *dp = positions(h, g, pos, &geo, DCA_POS_SHIFT, delta);
+  return dp ? h->rope_apply(g, rope, k, dp) : NULL;
+}
+
+static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                    const struct tsr_attn_call *call) {
+  struct dca_state *st = ctx;
+  const size_t need = offsetof(struct tsr_attn_call, rope) + sizeof call->rope;
+  struct dca_geometry geo;
+  if (!geometry_for(st, g, call->struct_size >= need ? call->rope : NULL, &geo)) return NULL;
+  const int32_t layer = call->layer ? call->layer->layer : -1;
+  if (call->window > 0 || (call->layer && call->layer->kind != TSR_LAYER_FULL)) {
+    h->graph_fail(g, TSR_ERR_UNSUPPORTED, "dca runs full-attention layers only; layer %d is a "
+                  "sliding-window layer: keep flash there (attention: {full: dca, sliding: "
+                  "flash})", layer);
+    return NULL;
+  }
+  if (!call->causal || !call->q_pos || !call->kv_pos) {
+    h->graph_fail(g, TSR_ERR_UNSUPPORTED, "dca (layer %d) needs causal attention with query "
+                  "and key positions", layer);
+    return NULL;
+  }
+  struct tsr_tensor_info qi, ki, vi;
+  h->tensor_info(call->q, &qi);
+  h->tensor_info(call->k, &ki);
+  h->tensor_info(call->v, &vi);
+  if (qi.dtype != DCA_F32 || qi.ne[0] != ki.ne[0] || ki.ne[2] <= 0 || qi.ne[2] % ki.ne[2] ||
+      vi.ne[1] != ki.ne[1] || vi.ne[2] != ki.ne[2]) {
+    h->graph_fail(g, TSR_ERR_INVALID_ARG, "dca (layer %d): q [%lld,%lld,%lld] k [%lld,%lld,%lld] "
+                  "v [%lld,%lld,%lld] do not fit", layer, (long long)qi.ne[0],
+                  (long long)qi.ne[1], (long long)qi.ne[2], (long long)ki.ne[0],
+                  (long long)ki.ne[1], (long long)ki.ne[2], (long long)vi.ne[0],
+                  (long long)vi.ne[1], (long long)vi.ne[2]);
+    return NULL;
+  }
+  /* the codecs of what the cache holds; f32 and f16 are read in place */
+  const struct tsr_kv_codec_v1 *kc = NULL, *vc = NULL;
+  if (ki.dtype != DCA_F32 && ki.dtype != DCA_F16) kc = h->find_kv_codec(st->self, NULL, ki.dtype);
+  if (vi.dtype != DCA_F32 && vi.dtype != DCA_F16) vc = h->find_kv_codec(st->self, NULL, vi.dtype);
+  if ((ki.dtype != DCA_F32 && ki.dtype != DCA_F16 && !kc) ||
+      (vi.dtype != DCA_F32 && vi.dtype != DCA_F16 && !vc) ||
+      (kc && !kc->decode_f32 && !kc->decode_f16) || (vc && !vc->decode_f32 && !vc->decode_f16)) {
+    h->graph_fail(g, TSR_ERR_UNSUPPORTED, "dca (layer %d): no CPU decoder for K dtype %d or V "
+                  "dtype %d", layer, ki.dtype, vi.dtype);
+    return NULL;
+  }
+
+  /* q [D, Nq, Hq] -> [D, Hq, Nq], three copies along tokens, each rotated
+  ** at its band's positions: [D, Hq, 3 Nq] */
+  struct tsr_tensor *qv = h->permute(g, call->q, 0, 2, 1, 3);
+  struct tsr_tensor *q3 = h->concat(g, h->concat(g, qv, qv, 2), qv, 2);
+  struct tsr_tensor *qpos3 = positions(h, g, call->q_pos, &geo, DCA_POS_QUERY, 0);
+  if (!q3 || !qpos3) return NULL;
+  q3 = h->rope_apply(g, call->rope, q3, qpos3);
+  if (!q3) return NULL;
+
+  int32_t params[DCA_P_COUNT] = {0};
+  dca_put_ptr(params, DCA_P_STATE, st);
+  params[DCA_P_C] = geo.c;
+  memcpy(&params[DCA_P_SCALE], &call->scale, sizeof(float));
+  memcpy(&params[DCA_P_SOFTCAP], &call->softcap, sizeof(float));
+  params[DCA_P_TEMP] = geo.temp_from;
+  params[DCA_P_MASK] = call->mask != NULL;
+  dca_put_ptr(params, DCA_P_KCODEC, kc);
+  dca_put_ptr(params, DCA_P_VCODEC, vc);
+  struct tsr_tensor *src[6] = {q3, call->k, call->v, call->q_pos, call->kv_pos, call->mask};
+  const int64_t ne[3] = {vi.ne[0], qi.ne[2], qi.ne[1]};
+  return h->custom_op(g, g_attn_op, 3, ne, src, call->mask ? 6 : 5, params, DCA_P_COUNT);
+}
+
+static const struct tsr_attention_v1 g_dca = {
+    .struct_size = sizeof(struct tsr_attention_v1),
+    .name = "dca",
+    .negotiate = dca_negotiate,
+    .build = dca_build,
+    .v_skip = false,
+    .rotates = true,
+    .prepare_k = dca_prepare_k,
+    .shift_k = dca_shift_k,
+};
+
+/* ---- plugin ------------------------------------------------------------------ */
+
+static const struct tsr_plugin_setting g_settings[] = {
+    {"chunk_size", TSR_SETTING_INT, 0, 1073741823, "0", NULL,
+     "CS, the largest relative distance attention sees; 0: the model's "
+     "dual_chunk_attention_config, else 3/4 of its trained context, else 8192"},
+    {"local_size", TSR_SETTING_INT, -1, 1073741823, "-1", NULL,
+     "LS: queries see exact distances to the previous chunk's last LS+1 keys; the chunk length "
+     "is CS - LS; -1: the model's, else chunk_size / 8"},
+    {"temperature", TSR_SETTING_ENUM, 1, 0, "auto", "auto|none|yarn",
+     "YaRN temperature on the logits past original_length: (0.1 ln((p+1)/L) + 1)^2; auto: "
+     "when the model's dual_chunk_attention_config names its original length"},
+    {"original_length", TSR_SETTING_INT, 0, 2147483647, "0", NULL,
+     "L for the temperature; 0: the model's original length, else its trained context"},
+};
+#define N_SETTINGS (sizeof g_settings / sizeof g_settings[0])
+
+static tsr_status register_ops(const struct tsr_host *h, struct tsr_plugin *self) {
+  tsr_status st = TSR_OK;
+  if (g_pos_op < 0) {
+    int32_t id;
+    st = h->register_op(self, "positions", &id);
+    if (st == TSR_OK) st = h->register_kernel(self, id, "cpu", dca_positions_cpu, NULL);
+    if (st == TSR_OK) g_pos_op = id;
+  }
+  if (st == TSR_OK && g_attn_op < 0) {
+    int32_t id;
+    st = h->register_op(self, "attention", &id);
+    if (st == TSR_OK) st = h->register_kernel(self, id, "cpu", dca_attention_cpu, NULL);
+    if (st == TSR_OK) g_attn_op = id;
+  }
+  return st;
+}
+
+static tsr_status dca_init(const struct tsr_host *h, struct tsr_plugin *self) {
+  const size_t need = offsetof(struct tsr_host, vec_scale_f32) + sizeof h->vec_scale_f32;
+  if (h->struct_size < need)
+    return h->set_error(TSR_ERR_UNSUPPORTED, "attn_dca needs a host with attention RoPE "
+                        "services (plugin ABI 1.0 as of attn_dca 0.1.0)");
+  tsr_status st = register_ops(h, self);
+  if (st != TSR_OK) return st;
+  struct dca_state *s = calloc(1, sizeof *s);
+  if (!s) return h->set_error(TSR_ERR_NOMEM, "attn_dca: out of memory");
+  s->host = h;
+  s->self = self;
+  h->set_state(self, s);
+  st = h->setting_i64(self, "chunk_size", &s->chunk_size);
+  if (st == TSR_OK) st = h->setting_i64(self, "local_size", &s->local_size);
+  if (st == TSR_OK) st = h->setting_i64(self, "original_length", &s->original_length);
+  if (st == TSR_OK) st = h->setting_str(self, "temperature", &s->temperature);
+  if (st == TSR_OK && s->chunk_size > 0 && s->local_size >= s->chunk_size)
+    st = h->set_error(TSR_ERR_INVALID_ARG, "attn_dca: local_size %lld must be below chunk_size "
+                      "%lld", (long long)s->local_size, (long long)s->chunk_size);
+  if (st != TSR_OK) return st;
+  struct tsr_attention_v1 a = g_dca; /* the host keeps its own copy */
+  a.ctx = s;
+  return h->register_attention(self, &a);
+}
+
+static void dca_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
+  free(h->get_state(self));
+}
+
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ATTENTION, 1}};
+
+static const struct tsr_plugin_descriptor g_descriptor = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_plugin_descriptor),
+    .name = "attn_dca",
+    .version = "0.1.0",
+    .description = "Dual Chunk Attention for contexts past the trained length",
+    .provides = g_provides,
+    .n_provides = 1,
+    .settings = g_settings,
+    .n_settings = N_SETTINGS,
+    .init = dca_init,
+    .destroy = dca_destroy,
+};
+
+TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *tsr_plugin_entry(void) {
+  return &g_descriptor;
+}

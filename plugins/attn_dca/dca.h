@@ -1,0 +1,77 @@
+/*
+** attn_dca's pieces: the plugin (attn_dca.c: settings, negotiation, graph
+** building) and its CPU kernels (dca_cpu.c). Dual Chunk Attention as in
+** /work/shared/reference/dca.md: CS = chunk_size, LS = local_size, C = CS - LS
+** the chunk length; p = n*C + r.
+**   keys     rotated once, at r (stored that way in the KV cache)
+**   queries  rotated three ways: intra r, successive min(r + C, CS),
+**            inter min(2C - 1, CS)
+**   bands    by the key's absolute position kp: intra kp >= nC (causal),
+**            successive (n-1)C <= kp < nC, inter kp < (n-1)C
+** The three bands go through one online softmax, so a band with no key adds
+** nothing and no geometry divides by zero.
+*/
+#ifndef TSR_ATTN_DCA_H
+#define TSR_ATTN_DCA_H
+
+#include <stdint.h>
+
+#include "tessera/plugin.h"
+
+/* GGUF type ids the kernels read in place (the rest through the codec) */
+#define DCA_F32 0
+#define DCA_F16 1
+#define DCA_I32 26
+
+/* Per host: the plugin's settings and where it counts what it did. */
+struct dca_state {
+  const struct tsr_host *host;
+  struct tsr_plugin *self;
+  int64_t chunk_size;      /* 0: from the model */
+  int64_t local_size;      /* -1: from the model */
+  int64_t original_length; /* 0: from the model */
+  const char *temperature; /* auto | none | yarn */
+  int logged;              /* the geometry was logged once */
+};
+
+/* The geometry one layer runs with, resolved from the settings and what the
+** arch says about the model (struct tsr_attn_rope). */
+struct dca_geometry {
+  int32_t cs, ls, c;
+  int32_t temp_from; /* YaRN temperature past this many positions; 0: none */
+};
+
+/* What the positions op computes from i32 positions p. */
+enum dca_pos_mode {
+  DCA_POS_QUERY = 0, /* [3N]: r, min(r + C, CS), min(2C - 1, CS) */
+  DCA_POS_KEY = 1,   /* [N]: r */
+  DCA_POS_SHIFT = 2, /* [N]: ((p + delta) mod C) - (p mod C) */
+};
+
+/* Attention op params (int32 words). */
+enum {
+  DCA_P_STATE = 0,  /* 2 words: struct dca_state * (counters) */
+  DCA_P_C = 2,
+  DCA_P_SCALE = 3,  /* float bits */
+  DCA_P_SOFTCAP = 4,
+  DCA_P_TEMP = 5,   /* temp_from */
+  DCA_P_MASK = 6,   /* 1: source 5 is the mask */
+  DCA_P_KCODEC = 7, /* 2 words each: const struct tsr_kv_codec_v1 * (NULL: read in place) */
+  DCA_P_VCODEC = 9,
+  DCA_P_COUNT = 11,
+};
+
+void dca_put_ptr(int32_t *params, int at, const void *p);
+const void *dca_get_ptr(const int32_t *params, int at);
+
+/* CPU kernels (dca_cpu.c) */
+void dca_positions_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                       const struct tsr_tensor_info *src, int n_src, const int32_t *params);
+void dca_attention_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                       const struct tsr_tensor_info *src, int n_src, const int32_t *params);
+
+/* The YaRN temperature on the logits of a query at p: (0.1 ln((p+1)/from) + 1)^2
+** past `from` positions, else 1. */
+float dca_logit_gain(int32_t p, int32_t from);
+
+#endif

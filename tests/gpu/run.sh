@@ -29,7 +29,7 @@ build)
   rm -rf "$run"
   mkdir -p "$run"
   # executables, shared objects, plugin manifests and the carried libcjson, paths kept
-  (cd "$b" && find core/cli/tessera core/cli/libcjson.so.1 core/cuda/libtessera-cuda.so \
+  (cd "$b" && find core/cli/tessera core/cli/libcjson.so.1 core/cli/libmicrohttpd.so.12 core/cuda/libtessera-cuda.so \
       core/tests/test_cuda_loader tests/gpu/gpu_op_parity tests/gpu/gpu_model_parity \
       tests/gpu/gpu_bench plugins -maxdepth 2 \( -name '*.so' -o -name '*.so.1' -o -name plugin.ini \
       -o -type f -perm -u+x \) -type f 2>/dev/null) | while read -r f; do

@@ -175,18 +175,16 @@ static int compare(const struct leq_args *a, struct side *ref, struct side *cand
             text.n_ids, (long long)ctx);
     code = TSR_EXIT_USAGE;
   }
-  int32_t *window = malloc((size_t)ctx * sizeof *window), *top_r = malloc((size_t)k * 4),
-          *top_c = malloc((size_t)k * 4);
-  float *lp_r = malloc((size_t)V * sizeof *lp_r), *lp_c = malloc((size_t)V * sizeof *lp_c);
+  int32_t *window = malloc((size_t)ctx * sizeof *window);
   ref->logits = malloc((size_t)ctx * (size_t)V * sizeof(float));
   cand->logits = malloc((size_t)ctx * (size_t)V * sizeof(float));
-  if (code == TSR_EXIT_OK && (!window || !top_r || !top_c || !lp_r || !lp_c || !ref->logits ||
-                              !cand->logits)) {
+  struct tsr_logit_cmp cmp;
+  bool have_cmp = tsr_logit_cmp_init(&cmp, V, k) == TSR_OK;
+  if (code == TSR_EXIT_OK && (!window || !have_cmp || !ref->logits || !cand->logits)) {
     fprintf(stderr, "tessera logit-eq: out of memory\n");
     code = TSR_EXIT_RUNTIME;
   }
-  struct tsr_mean_acc differ = {0}, tv = {0}, agree = {0};
-  double max_tv = 0, t0 = tsr_now_s();
+  double t0 = tsr_now_s();
   const bool progress = isatty(STDERR_FILENO);
   if (code == TSR_EXIT_OK) {
     printf("logit-eq: %s, %zu tokens; %lld windows of %lld, every position, top-%lld\n",
@@ -207,33 +205,24 @@ static int compare(const struct leq_args *a, struct side *ref, struct side *cand
       code = exit_for(st);
       break;
     }
-    for (int64_t j = 0; j < ctx; j++) {
-      const float *r = ref->logits + (size_t)j * V, *c = cand->logits + (size_t)j * V;
-      tsr_log_softmax(r, V, lp_r);
-      tsr_log_softmax(c, V, lp_c);
-      tsr_logits_top_k(r, V, k, top_r);
-      tsr_logits_top_k(c, V, k, top_c);
-      double d = tsr_top_k_tv(lp_r, top_r, lp_c, top_c, k);
-      tsr_mean_add(&tv, d);
-      if (d > max_tv) max_tv = d;
-      tsr_mean_add(&differ, top_r[0] != top_c[0]);
-      tsr_mean_add(&agree, !memcmp(top_r, top_c, (size_t)k * sizeof *top_r));
-    }
+    for (int64_t j = 0; j < ctx; j++)
+      tsr_logit_cmp_add(&cmp, ref->logits + (size_t)j * V, cand->logits + (size_t)j * V);
     if (progress)
       fprintf(stderr, "\r[%lld/%lld] real_frac %.4f", (long long)w + 1, (long long)windows,
-              tsr_mean_of(&differ));
+              tsr_mean_of(&cmp.differ));
   }
   if (progress) fprintf(stderr, "\r\033[K");
   if (code == TSR_EXIT_OK) {
-    printf("%-20s %lld\n", "positions", (long long)differ.n);
-    printf("%-20s %.6f (%lld positions' argmax differ)\n", "real_frac", tsr_mean_of(&differ),
-           (long long)llround(differ.sum));
-    printf("%-20s %.6e +/- %.6e (max %.6e)\n", "mean_tv", tsr_mean_of(&tv), tsr_mean_stderr(&tv),
-           max_tv);
-    printf("%-20s %.6f\n", "full_agree", tsr_mean_of(&agree));
+    printf("%-20s %lld\n", "positions", (long long)cmp.differ.n);
+    printf("%-20s %.6f (%lld positions' argmax differ)\n", "real_frac",
+           tsr_mean_of(&cmp.differ), (long long)llround(cmp.differ.sum));
+    printf("%-20s %.6e +/- %.6e (max %.6e)\n", "mean_tv", tsr_mean_of(&cmp.tv),
+           tsr_mean_stderr(&cmp.tv), cmp.max_tv);
+    printf("%-20s %.6f\n", "full_agree", tsr_mean_of(&cmp.agree));
     printf("%-20s %.3f s\n", "time", tsr_now_s() - t0);
   }
-  free(window), free(top_r), free(top_c), free(lp_r), free(lp_c);
+  free(window);
+  if (have_cmp) tsr_logit_cmp_free(&cmp);
   tsr_qtext_free(&text);
   return code;
 }

@@ -88,3 +88,36 @@ double tsr_now_s(void) {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+tsr_status tsr_logit_cmp_init(struct tsr_logit_cmp *c, int32_t n_vocab, int64_t k) {
+  memset(c, 0, sizeof *c);
+  c->n_vocab = n_vocab;
+  c->k = k < n_vocab ? k : n_vocab;
+  c->lp_r = malloc((size_t)n_vocab * sizeof *c->lp_r);
+  c->lp_c = malloc((size_t)n_vocab * sizeof *c->lp_c);
+  c->top_r = malloc((size_t)c->k * sizeof *c->top_r);
+  c->top_c = malloc((size_t)c->k * sizeof *c->top_c);
+  if (c->lp_r && c->lp_c && c->top_r && c->top_c) return TSR_OK;
+  tsr_logit_cmp_free(c);
+  return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+}
+
+void tsr_logit_cmp_add(struct tsr_logit_cmp *c, const float *ref, const float *cand) {
+  const int32_t V = c->n_vocab;
+  tsr_log_softmax(ref, V, c->lp_r);
+  tsr_log_softmax(cand, V, c->lp_c);
+  tsr_logits_top_k(ref, V, c->k, c->top_r);
+  tsr_logits_top_k(cand, V, c->k, c->top_c);
+  const double d = tsr_top_k_tv(c->lp_r, c->top_r, c->lp_c, c->top_c, c->k);
+  tsr_mean_add(&c->tv, d);
+  if (d > c->max_tv) c->max_tv = d;
+  tsr_mean_add(&c->differ, c->top_r[0] != c->top_c[0]);
+  tsr_mean_add(&c->agree, !memcmp(c->top_r, c->top_c, (size_t)c->k * sizeof *c->top_r));
+  tsr_mean_add(&c->kl, tsr_kl(c->lp_r, c->lp_c, V));
+}
+
+void tsr_logit_cmp_free(struct tsr_logit_cmp *c) {
+  free(c->lp_r), free(c->lp_c), free(c->top_r), free(c->top_c);
+  c->lp_r = c->lp_c = NULL;
+  c->top_r = c->top_c = NULL;
+}

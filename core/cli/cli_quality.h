@@ -49,6 +49,21 @@ double tsr_mean_stderr(const struct tsr_mean_acc *a);
 
 double tsr_now_s(void);
 
+/* Position-by-position comparison of a reference's and a candidate's logits
+** (logit-eq, ab): argmax disagreement (real_frac), top-k total variation,
+** full top-k agreement and KL(ref || cand). */
+struct tsr_logit_cmp {
+  struct tsr_mean_acc differ, tv, agree, kl;
+  double max_tv;
+  int64_t k;
+  int32_t n_vocab;
+  float *lp_r, *lp_c;
+  int32_t *top_r, *top_c;
+};
+tsr_status tsr_logit_cmp_init(struct tsr_logit_cmp *c, int32_t n_vocab, int64_t k);
+void tsr_logit_cmp_add(struct tsr_logit_cmp *c, const float *ref, const float *cand);
+void tsr_logit_cmp_free(struct tsr_logit_cmp *c);
+
 /* A RULER run (cli_ruler.c), shared by `tessera ruler` and `tessera ab`. */
 struct tsr_ruler_opts {
   enum tsr_ruler_task task;

@@ -289,6 +289,7 @@ int tsr_cli_ruler(int argc, char **argv) {
   struct ruler_args a = {0};
   int code = parse_args(argc, argv, &a);
   if (code >= 0) return code;
+  code = TSR_EXIT_OK;
   a.o.json_items = a.json != NULL;
   struct tsr_engine_options eo = {.profile_path = a.profile, .sets = a.sets, .n_sets = a.n_sets,
                                   .model_path = a.model, .n_threads = a.threads};

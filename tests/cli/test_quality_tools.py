@@ -1,10 +1,11 @@
-"""`tessera perplexity` and `tessera logit-eq` on the qwen3_tied fixture converted at f32.
+"""`tessera perplexity`, `logit-eq`, `ruler` and `ab` on the qwen3_tied fixture converted at f32.
 
 usage: test_quality_tools.py TESSERA_BINARY SOURCE_ROOT DEFAULT_MODEL.gguf
 The fixture has random weights, but its distributions are peaked (mean entropy ~1.7 of
 ln 512 = 6.2 nats), so the KL instruments are valid on it; the build's default model is
 near-flat and serves to check the validity gate. Prints "ok   name" / "FAIL name" per case.
 """
+import json
 import math
 import os
 import random
@@ -159,9 +160,80 @@ def test_bad_flags_exit_2():
         assert err.strip(), f"{args}: no message"
 
 
+def ruler_json(*extra):
+    out = os.path.join(TMP, "ruler.json")
+    ok(*tessera("ruler", "--task", "vt", "--ctx", "400", "--n", "3", "-m", MODEL, "--json", out,
+                *extra))
+    with open(out) as f:
+        return json.load(f)
+
+
+@case
+def test_ruler_fills_the_context_and_is_reproducible():
+    a = ruler_json("--seed", "5")
+    assert a["task"] == "vt" and a["n"] == 3 and len(a["items"]) == 3, a
+    for item in a["items"]:
+        # the prompt fills the context less the reply budget (64 for vt), to a filler unit
+        assert 250 < item["prompt_tokens"] <= 400 - 64, item
+        assert len(item["expected"]) == 5 and 0 <= item["score"] <= 1, item
+    assert a["accuracy"] == 100 * sum(x["score"] for x in a["items"]) / 3, a
+    b = ruler_json("--seed", "5")
+    assert [x["reply"] for x in a["items"]] == [x["reply"] for x in b["items"]], "greedy differs"
+    c = ruler_json("--seed", "6")
+    assert a["items"][0]["expected"] != c["items"][0]["expected"], "seed changed nothing"
+
+
+@case
+def test_ruler_refuses_a_context_too_small_and_bad_flags():
+    for args in (["--task", "passkey", "--ctx", "40", "--n", "1", "-m", MODEL],
+                 ["--task", "niah", "--ctx", "400", "--n", "1", "-m", MODEL],
+                 ["--task", "vt", "--ctx", "400", "-m", MODEL],
+                 ["--task", "vt", "--ctx", "400", "--n", "1"]):
+        code, _, err = tessera("ruler", *args)
+        assert code == 2 and err.strip(), f"{args}: exit {code}: {err}"
+
+
+@case
+def test_ab_of_a_configuration_with_itself_shows_no_difference():
+    out_json = os.path.join(TMP, "ab.json")
+    out = ok(*tessera("ab", "-m", MODEL, "--text", TEXT, "--ctx", "128", "--chunks", "2",
+                      "--decode", "8", "--set", "kv.k=f32", "--set", "kv.v=f32",
+                      "--json", out_json))
+    with open(out_json) as f:
+        r = json.load(f)
+    assert r["positions"] == 256 and r["real_frac"] == 0 and r["mean_kl"] == 0, r
+    assert all(s["prefill_tokens_per_second"] > 0 and s["decode_tokens_per_second"] > 0
+               for s in r["sides"]), r
+    assert "prefill tokens/s" in out and "decode tokens/s" in out, out
+
+
+@case
+def test_ab_sees_a_q4_0_kv_cache():
+    out_json = os.path.join(TMP, "ab4.json")
+    ok(*tessera("ab", "-m", MODEL, "--text", TEXT, "--ctx", "128", "--chunks", "2",
+                "--decode", "4", "--b-set", "kv.k=q4_0", "--b-set", "kv.v=q4_0",
+                "--json", out_json))
+    with open(out_json) as f:
+        r = json.load(f)
+    assert r["mean_kl"] > 0 and r["full_agree"] < 1, r
+
+
+@case
+def test_ab_on_a_task_runs_the_same_items_on_both_sides():
+    out_json = os.path.join(TMP, "abt.json")
+    out = ok(*tessera("ab", "-m", MODEL, "--task", "passkey", "--ctx", "300", "--n", "2",
+                      "--b-set", "kv.v=q8_0", "--json", out_json))
+    with open(out_json) as f:
+        r = json.load(f)
+    assert r["task"] == "passkey" and r["n"] == 2 and len(r["sides"]) == 2, r
+    assert "items scored differently" in out, out
+    code, _, err = tessera("ab", "-m", MODEL, "--task", "passkey", "--ctx", "300")
+    assert code == 2 and "--n" in err, err
+
+
 @case
 def test_help_exits_0():
-    for tool in ("perplexity", "logit-eq"):
+    for tool in ("perplexity", "logit-eq", "ruler", "ab"):
         out = ok(*tessera(tool, "--help"))
         assert "usage: tessera " + tool in out, out
 

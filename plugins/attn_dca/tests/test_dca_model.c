@@ -114,9 +114,24 @@ static void qwen(const char *label, const char *model, bool can_shift) {
   if (!can_shift) {
     /* linear layers cannot shift at all: the engine says so before DCA is asked */
   } else if (st == TSR_OK) {
-    /* exact: the next token sees what a cache that lost 32 positions sees */
+    /* exact: two whole chunks keep every key's p mod C and every band, so the
+    ** next token sees what a cache that merely lost those 32 positions sees */
     CHECK(tsr_engine_seq_len(e10, 0) == len - 32);
-    printf("    shift by 2 chunks: done\n");
+    struct tsr_engine *ref = engine(profile("dca_10_chunks", model, "dca", 24, 8));
+    float *a = malloc(sizeof(float) * v), *b = malloc(sizeof(float) * v);
+    const int32_t next = ids[N - 1];
+    CHECK_OK(tsr_engine_eval(e10, 0, &next, 1, a, NULL));
+    if (ref) {
+      CHECK_OK(tsr_engine_eval(ref, 0, ids, N, NULL, NULL));
+      CHECK_OK(tsr_engine_seq_rm(ref, 0, 0, 32));
+      CHECK_OK(tsr_engine_eval(ref, 0, &next, 1, b, NULL));
+      const double r = tsr_test_row_rel(a, b, v);
+      printf("    shift by 2 chunks: next token vs a cache that dropped them: max rel %.2e\n",
+             r);
+      CHECK_MSG(r < 1e-6, "max rel %g", r);
+    }
+    tsr_engine_free(ref);
+    free(a), free(b);
   } else {
     printf("    shift by 2 chunks: refused (%s)\n", tsr_error_message());
     CHECK(strstr(tsr_error_message(), "refused") != NULL);

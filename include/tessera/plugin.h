@@ -310,6 +310,12 @@ struct tsr_arch_forward {
   ** `attention: {full: .., sliding: ..}`); a NULL entry means `attention`.
   ** Archs reach them through host->attn_rope and host->attn_build. */
   const struct tsr_attention_v1 *attention_kind[TSR_LAYER_KIND_COUNT];
+  /* Appended. Set by build: the final-normed hidden state the LM head reads,
+  ** f32 [n_embd, n_tokens] (what a NextN / MTP head takes). For build_nextn,
+  ** filled by the host: that hidden state of the trunk at each entry's
+  ** position, f32 [n_embd, n_tokens]. */
+  struct tsr_tensor *hidden_final;
+  struct tsr_tensor *nextn_hidden;
 };
 
 /* One context shift (host->kv_shift_k / kv_shift_store): every cell of one
@@ -370,6 +376,14 @@ struct tsr_arch_v1 {
   ** general.architecture `arch` is trained with, used when its GGUF carries no
   ** tokenizer.chat_template; NULL (or a NULL hook): none known. */
   const char *(*chat_template)(void *ctx, const char *arch);
+  /* Appended. The NextN / MTP head a speculator drafts with (Qwen3.5
+  ** nextn_predict_layers), or NULL: none. Appends to fw->g one pass of the
+  ** head over fw->n_tokens entries: entry i holds token tokens[i], the
+  ** trunk's hidden_final at position positions[i] (fw->nextn_hidden) and
+  ** predicts the token after tokens[i]; attention runs over the entries
+  ** (fw->kv NULL) or through the cache's NextN layer. Sets fw->logits. A
+  ** model without a NextN block is TSR_ERR_UNSUPPORTED naming the key. */
+  tsr_status (*build_nextn)(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
 };
 
 /* ---- decode_policy, version 1 ------------------------------------------ */

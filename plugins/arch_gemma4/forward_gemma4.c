@@ -20,6 +20,7 @@
 ** Without one, attention sees the batch alone.
 */
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -295,6 +296,7 @@ tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
     if (fw->hidden) fw->hidden[il] = x;
   }
   x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
   const char *head =
       h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
   struct tsr_tensor *logits = h->mat_mul(g, h->weight(g, fw->model, head), x);

@@ -145,6 +145,21 @@ static tsr_status qwen_build(void *ctx, const struct tsr_host *host, struct tsr_
   return st;
 }
 
+/* Only the hybrids carry a NextN block; other archs say so by name. */
+static tsr_status qwen_build_nextn(void *ctx, const struct tsr_host *host,
+                                   struct tsr_arch_forward *fw) {
+  struct qwen_instance *inst = ctx;
+  const char *arch;
+  tsr_status st = host->gguf_str(fw->model, "general.architecture", &arch);
+  if (st != TSR_OK) return st;
+  if (strcmp(arch, "qwen35") && strcmp(arch, "qwen35moe"))
+    return host->set_error(TSR_ERR_UNSUPPORTED, "arch_qwen: %s models have no NextN / MTP "
+                           "head (qwen35 and qwen35moe may)", arch);
+  st = tsr_qwen35_build_nextn(&inst->ops, host, fw);
+  if (st == TSR_OK) host->engaged(inst->self, "nextn_graphs", 1);
+  return st;
+}
+
 static const char *qwen_chat_template(void *ctx, const char *arch) {
   (void)ctx, (void)arch;
   return "chatml"; /* every Qwen generation speaks ChatML */
@@ -160,6 +175,7 @@ static const struct tsr_arch_v1 g_arch = {
     .build = qwen_build,
     .shift_keys = tsr_qwen_shift_keys, /* forward_qwen3.c */
     .chat_template = qwen_chat_template,
+    .build_nextn = qwen_build_nextn,
 };
 
 static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *self) {

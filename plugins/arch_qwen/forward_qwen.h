@@ -9,6 +9,9 @@
 /* ctx: the struct tsr_qwen_ops that init filled (ops_deltanet.h) */
 tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
 tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+/* The NextN / MTP head of a qwen35 / qwen35moe model (tsr_arch_v1.build_nextn). */
+tsr_status tsr_qwen35_build_nextn(void *ctx, const struct tsr_host *host,
+                                  struct tsr_arch_forward *fw);
 /* context shift: re-rotates the moved cells' keys of every layer (qwen2, qwen3, qwen3moe;
 ** the hybrids' recurrent state cannot shift and is refused) */
 tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *host, struct tsr_kv_shift *sh);

@@ -226,6 +226,7 @@ tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_f
     if (fw->hidden) fw->hidden[il] = x;
   }
   x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
   const char *head = h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
   fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
   /* on failure the graph holds the first builder error and its message */

@@ -22,6 +22,7 @@
 ** the conv1d and delta_rule ops reading it and writing it back in place.
 */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -237,6 +238,15 @@ static tsr_status check_conv_weight(const struct tsr_host *h, struct tsr_arch_fo
   return TSR_OK;
 }
 
+/* The LM head: the NextN block's own (layer il, when it has one), else
+** output.weight, else the tied embedding. */
+static const char *lm_head(const struct tsr_host *h, const struct tsr_arch_forward *fw, int il) {
+  static __thread char own[64];
+  snprintf(own, sizeof own, "blk.%d.nextn.shared_head_head.weight", il);
+  if (il >= 0 && h->has_weight(fw->model, own)) return own;
+  return h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+}
+
 tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
   const struct tsr_qwen_ops *ops = ctx;
   struct qwen35_hparams hp;
@@ -261,9 +271,48 @@ tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *h, struct tsr_arch
     if (fw->hidden) fw->hidden[il] = x;
   }
   x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
-  const char *head =
-      h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
-  fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
+  if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
+  fw->logits = h->mat_mul(g, h->weight(g, fw->model, lm_head(h, fw, -1)), x);
   /* on failure the graph holds the first builder error and its message */
+  return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
+}
+
+/* The NextN (MTP) block, layer il = the first after the trunk:
+**   x = eh_proj · [enorm(E[t]) ; hnorm(h)], then one trunk-style decoder
+**   layer (gated attention, dense or MoE FFN), shared_head_norm (else
+**   output_norm) and the LM head (its own shared_head_head, else the trunk's).
+** The embedding may be the block's own (nextn.embed_tokens). */
+tsr_status tsr_qwen35_build_nextn(void *ctx, const struct tsr_host *h,
+                                  struct tsr_arch_forward *fw) {
+  (void)ctx;
+  struct qwen35_hparams hp;
+  tsr_status st = read_hparams(h, fw, &hp);
+  if (st != TSR_OK) return st;
+  if (!hp.n_nextn)
+    return h->set_error(TSR_ERR_UNSUPPORTED, "the model has no NextN block (%s."
+                        "nextn_predict_layers is absent or 0)", hp.arch);
+  if (fw->struct_size <= offsetof(struct tsr_arch_forward, nextn_hidden) || !fw->nextn_hidden)
+    return h->set_error(TSR_ERR_INVALID_ARG, "NextN: no trunk hidden state given");
+  struct tsr_graph *g = fw->g;
+  const int il = fw->n_layers - (int)hp.n_nextn;
+  char own_embd[64];
+  snprintf(own_embd, sizeof own_embd, "blk.%d.nextn.embed_tokens.weight", il);
+  struct tsr_tensor *e = h->get_rows(
+      g, h->weight(g, fw->model, h->has_weight(fw->model, own_embd) ? own_embd
+                                                                    : "token_embd.weight"),
+      fw->tokens);
+  e = h->rms_norm(g, e, W("nextn.enorm.weight"), hp.eps);
+  struct tsr_tensor *hh = h->rms_norm(g, fw->nextn_hidden, W("nextn.hnorm.weight"), hp.eps);
+  struct tsr_tensor *x = h->mat_mul(g, W("nextn.eh_proj.weight"), h->concat(g, e, hh, 0));
+  struct tsr_tensor *a = h->rms_norm(g, x, W("attn_norm.weight"), hp.eps);
+  x = h->add(g, x, gated_attention(h, fw, &hp, il, a));
+  struct tsr_tensor *m = h->rms_norm(g, x, W("post_attention_norm.weight"), hp.eps);
+  x = h->add(g, x, hp.moe.n_expert ? moe_ffn(h, fw, &hp, il, m)
+                                   : tsr_qwen_mlp_block(h, fw, il, "", m));
+  char norm[64];
+  snprintf(norm, sizeof norm, "blk.%d.nextn.shared_head_norm.weight", il);
+  x = h->rms_norm(g, x, h->weight(g, fw->model, h->has_weight(fw->model, norm)
+                                                    ? norm : "output_norm.weight"), hp.eps);
+  fw->logits = h->mat_mul(g, h->weight(g, fw->model, lm_head(h, fw, il)), x);
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
 }

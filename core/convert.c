@@ -420,24 +420,29 @@ static tsr_status spill_tensor(struct tsr_convert *cv, enum tsr_dtype t, const f
   return st;
 }
 
-tsr_status tsr_convert_out_tensor(struct tsr_convert *cv, const char *name, bool quantize,
-                                  int32_t n_dims, const int64_t *ne, const float *data) {
+/* Checks an output tensor's name and shape; n gets its element count. */
+static tsr_status check_out(const struct tsr_convert *cv, const char *name, int32_t n_dims,
+                            const int64_t *ne, const void *data, int64_t *n) {
   if (!name || !*name || strlen(name) >= TSR_GGUF_MAX_NAME)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "convert: output tensor name '%s' must be 1 to %d "
                          "bytes", name ? name : "", TSR_GGUF_MAX_NAME - 1);
   if (n_dims < 1 || n_dims > 4 || !ne || !data)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "convert: output tensor '%s': n_dims %d (1..4), "
                          "dims and data are required", name, n_dims);
-  int64_t n = 1;
+  *n = 1;
   for (int d = 0; d < n_dims; d++)
-    if (ne[d] <= 0 || __builtin_mul_overflow(n, ne[d], &n))
+    if (ne[d] <= 0 || __builtin_mul_overflow(*n, ne[d], n))
       return tsr_error_set(TSR_ERR_INVALID_ARG, "convert: output tensor '%s': bad dimension %d "
                            "(%lld)", name, d, (long long)ne[d]);
   for (int64_t i = 0; i < cv->n_outs; i++)
     if (!strcmp(cv->outs[i].name, name))
       return tsr_error_set(TSR_ERR_INVALID_ARG, "convert: output tensor '%s' written twice", name);
-  bool fallback;
-  enum tsr_dtype t = storage_type(cv, quantize, ne[0], &fallback);
+  return TSR_OK;
+}
+
+/* A new output record of dtype t at the end of the spill file (not counted yet). */
+static tsr_status new_out(struct tsr_convert *cv, enum tsr_dtype t, int32_t n_dims,
+                          const int64_t *ne, struct out_rec **out) {
   if (cv->n_outs == cv->cap_outs) {
     int64_t cap = cv->cap_outs ? 2 * cv->cap_outs : 256;
     struct out_rec *grown = realloc(cv->outs, (size_t)cap * sizeof *grown);
@@ -445,21 +450,41 @@ tsr_status tsr_convert_out_tensor(struct tsr_convert *cv, const char *name, bool
     cv->outs = grown;
     cv->cap_outs = cap;
   }
-  struct out_rec *r = &cv->outs[cv->n_outs];
+  struct out_rec *r = *out = &cv->outs[cv->n_outs];
   memset(r, 0, sizeof *r);
   r->dtype = t;
   r->n_dims = (uint32_t)n_dims;
   for (int d = 0; d < 4; d++) r->ne[d] = d < n_dims ? ne[d] : 1;
   r->offset = cv->spill_size;
-  tsr_status st = spill_tensor(cv, t, data, ne[0], n / ne[0]);
-  if (st != TSR_OK) return st;
+  return TSR_OK;
+}
+
+/* Names and counts the record new_out made, once its bytes are spilled. */
+static tsr_status commit_out(struct tsr_convert *cv, struct out_rec *r, const char *name,
+                             int64_t n) {
   r->nbytes = (size_t)(cv->spill_size - r->offset);
   if (!(r->name = strdup(name))) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   cv->n_outs++;
   cv->stats.n_tensors++;
   cv->stats.n_params += n;
   cv->stats.n_bytes += r->nbytes;
-  cv->stats.n_by_dtype[t]++;
+  cv->stats.n_by_dtype[r->dtype]++;
+  if (cv->progress)
+    fprintf(cv->o.log, "\rconverting: %lld tensors, %.0f MiB", (long long)cv->stats.n_tensors,
+            (double)cv->stats.n_bytes / 1048576.0);
+  return TSR_OK;
+}
+
+tsr_status tsr_convert_out_tensor(struct tsr_convert *cv, const char *name, bool quantize,
+                                  int32_t n_dims, const int64_t *ne, const float *data) {
+  int64_t n = 0;
+  tsr_status st = check_out(cv, name, n_dims, ne, data, &n);
+  if (st != TSR_OK) return st;
+  bool fallback;
+  enum tsr_dtype t = storage_type(cv, quantize, ne[0], &fallback);
+  struct out_rec *r;
+  if ((st = new_out(cv, t, n_dims, ne, &r)) != TSR_OK) return st;
+  if ((st = spill_tensor(cv, t, data, ne[0], n / ne[0])) != TSR_OK) return st;
   if (fallback) {
     cv->stats.n_fallback++;
     clear_progress(cv);
@@ -468,10 +493,17 @@ tsr_status tsr_convert_out_tensor(struct tsr_convert *cv, const char *name, bool
               "stored as %s\n", name, (long long)ne[0], tsr_dtype_name(cv->o.outtype),
               (long long)tsr_dtype_block_size(cv->o.outtype), tsr_dtype_name(t));
   }
-  if (cv->progress)
-    fprintf(cv->o.log, "\rconverting: %lld tensors, %.0f MiB", (long long)cv->stats.n_tensors,
-            (double)cv->stats.n_bytes / 1048576.0);
-  return TSR_OK;
+  return commit_out(cv, r, name, n);
+}
+
+tsr_status tsr_convert_out_tensor_i32(struct tsr_convert *cv, const char *name, int32_t n_dims,
+                                      const int64_t *ne, const int32_t *data) {
+  int64_t n = 0;
+  tsr_status st = check_out(cv, name, n_dims, ne, data, &n);
+  struct out_rec *r;
+  if (st == TSR_OK) st = new_out(cv, TSR_I32, n_dims, ne, &r);
+  if (st == TSR_OK) st = spill_write(cv, data, (size_t)n * sizeof *data);
+  return st == TSR_OK ? commit_out(cv, r, name, n) : st;
 }
 
 /* ---- dispatch and finish --------------------------------------------------- */

@@ -113,6 +113,8 @@ tsr_status tsr_convert_out_arr_bool(struct tsr_convert *cv, const char *key, con
                                     int64_t n);
 tsr_status tsr_convert_out_tensor(struct tsr_convert *cv, const char *name, bool quantize,
                                   int32_t n_dims, const int64_t *ne, const float *data);
+tsr_status tsr_convert_out_tensor_i32(struct tsr_convert *cv, const char *name, int32_t n_dims,
+                                      const int64_t *ne, const int32_t *data);
 /* core/convert_tokenizer.c */
 tsr_status tsr_convert_tokenizer(struct tsr_convert *cv, const char *pre);
 

@@ -406,9 +406,28 @@ tsr_status tsr_st_read_f32(const struct tsr_st_tensor *t, float *out, int64_t n)
       memcpy(&h, p + 2 * i, 2);
       out[i] = bf ? tsr_bf16_to_f32(h) : tsr_f16_to_f32(h);
     }
+  } else if (!strcmp(t->dtype, "I64") || !strcmp(t->dtype, "I32")) {
+    /* index tables (e.g. a token ordering): exact in f32 up to 2^24 */
+    const bool wide = t->dtype[1] == '6';
+    for (int64_t i = 0; i < n; i++) {
+      int64_t v;
+      if (wide) {
+        memcpy(&v, p + 8 * i, 8);
+      } else {
+        int32_t v32;
+        memcpy(&v32, p + 4 * i, 4);
+        v = v32;
+      }
+      if (v > (1 << 24) || v < -(1 << 24))
+        return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: tensor '%s' (%s) holds %lld at %lld, "
+                             "beyond what f32 holds exactly", t->file, t->name, t->dtype,
+                             (long long)v, (long long)i);
+      out[i] = (float)v;
+    }
   } else {
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: tensor '%s' is %s; tessera convert reads F32, "
-                         "F16 and BF16 checkpoints", t->file, t->name, t->dtype);
+                         "F16 and BF16 checkpoints and I32/I64 index tables", t->file, t->name,
+                         t->dtype);
   }
   return TSR_OK;
 }

@@ -335,6 +335,7 @@ static const struct tsr_host g_services = {
     .out_arr_i32 = tsr_convert_out_arr_i32,
     .out_arr_f32 = tsr_convert_out_arr_f32,
     .out_tensor = tsr_convert_out_tensor,
+    .out_tensor_i32 = tsr_convert_out_tensor_i32,
     .convert_tokenizer = tsr_convert_tokenizer,
     .weight = tsr_api_weight,
     .has_weight = tsr_api_has_weight,

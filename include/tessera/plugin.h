@@ -644,6 +644,9 @@ struct tsr_host {
   void (*vec_axpy_f32)(float *y, float a, const float *x, int64_t n);
   void (*vec_axpy_f16)(float *y, float a, const uint16_t *x, int64_t n);
   void (*vec_scale_f32)(float *y, float a, int64_t n);
+  /* output tensor of int32 values (indices, orderings), stored as i32 */
+  tsr_status (*out_tensor_i32)(struct tsr_convert *cv, const char *name, int32_t n_dims,
+                               const int64_t *ne, const int32_t *data);
   /* later minors append here */
 };
 

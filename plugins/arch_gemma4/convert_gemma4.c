@@ -192,6 +192,19 @@ static tsr_status read_config(struct gemma4_cfg *c) {
   if (st == TSR_OK) st = read_rope(c);
   if (st == TSR_OK && c->assistant)
     st = c->host->hf_i64(c->cv, "backbone_hidden_size", &c->n_embd_backbone);
+  bool ordered = false;
+  if (st == TSR_OK && c->assistant && c->host->hf_has(c->cv, "use_ordered_embeddings"))
+    st = c->host->hf_bool(c->cv, "use_ordered_embeddings", &ordered);
+  if (st == TSR_OK && ordered) {
+    st = c->host->hf_i64(c->cv, "num_centroids", &c->n_centroids);
+    if (st == TSR_OK) st = c->host->hf_i64(c->cv, "centroid_intermediate_top_k", &c->centroid_top_k);
+    if (st == TSR_OK && (c->n_centroids <= 0 || c->centroid_top_k <= 0 ||
+                         c->centroid_top_k > c->n_centroids || c->vocab % c->n_centroids))
+      return c->host->set_error(TSR_ERR_FORMAT, "config.json: num_centroids %lld, "
+                                "centroid_intermediate_top_k %lld and vocab_size %lld do not "
+                                "make whole clusters", (long long)c->n_centroids,
+                                (long long)c->centroid_top_k, (long long)c->vocab);
+  }
   if (st != TSR_OK) return st;
 
   const struct tsr_host *h = c->host;
@@ -289,6 +302,8 @@ static tsr_status write_metadata(struct gemma4_cfg *c) {
   if (st == TSR_OK && c->assistant) {
     st = put_u32(c, "embedding_length_out", c->n_embd_backbone);
     if (st == TSR_OK) st = put_u32(c, "nextn_predict_layers", c->n_layer);
+    if (st == TSR_OK && c->n_centroids)
+      st = put_u32(c, "centroid_intermediate_top_k", c->centroid_top_k);
   }
   return st;
 }

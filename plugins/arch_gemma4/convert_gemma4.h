@@ -30,6 +30,7 @@ struct gemma4_cfg {
   double rotary_full;                        /* proportional rope's partial_rotary_factor */
   double rotary_swa;                         /* rope_parameters.partial_rotary_factor, or 1 */
   int64_t n_embd_backbone;                   /* assistant: the target's hidden size */
+  int64_t n_centroids, centroid_top_k;       /* assistant's ordered embeddings; 0: none */
   bool swa[GEMMA4_MAX_LAYERS];
 };
 

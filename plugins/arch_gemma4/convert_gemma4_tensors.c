@@ -198,6 +198,42 @@ static tsr_status put_per_layer_input(struct gemma4_cfg *c, int64_t l) {
   return st;
 }
 
+/* The assistant's ordered embeddings: cluster centroids (kept f32: they pick
+** which clusters get real logits, a choice rounding must not flip) and the
+** token ordering (i32: vocab_size token ids, cluster after cluster). */
+static tsr_status put_ordered_embeddings(struct gemma4_cfg *c) {
+  const struct tsr_host *h = c->host;
+  const int64_t H = c->n_embd, C = c->n_centroids, V = c->vocab;
+  int32_t nd;
+  int64_t shape[4];
+  tsr_status st = h->hf_tensor_shape(c->cv, "masked_embedding.centroids.weight", &nd, shape);
+  if (st == TSR_OK && (nd != 2 || shape[0] != C || shape[1] != H))
+    st = h->set_error(TSR_ERR_FORMAT, "masked_embedding.centroids.weight is not [%lld, %lld]",
+                      (long long)C, (long long)H);
+  if (st == TSR_OK) st = h->hf_tensor_shape(c->cv, "masked_embedding.token_ordering", &nd, shape);
+  if (st == TSR_OK && (nd != 1 || shape[0] != V))
+    st = h->set_error(TSR_ERR_FORMAT, "masked_embedding.token_ordering is not [%lld]",
+                      (long long)V);
+  float *buf = st == TSR_OK ? malloc((size_t)(C * H > V ? C * H : V) * sizeof *buf) : NULL;
+  int32_t *ids = st == TSR_OK ? malloc((size_t)V * sizeof *ids) : NULL;
+  if (st == TSR_OK && (!buf || !ids)) st = h->set_error(TSR_ERR_NOMEM, "out of memory");
+  if (st == TSR_OK) st = h->hf_tensor_read(c->cv, "masked_embedding.centroids.weight", buf, C * H);
+  if (st == TSR_OK)
+    st = h->out_tensor(c->cv, "masked_embd_centroids.weight", false, 2, (int64_t[]){H, C}, buf);
+  if (st == TSR_OK) st = h->hf_tensor_read(c->cv, "masked_embedding.token_ordering", buf, V);
+  for (int64_t i = 0; st == TSR_OK && i < V; i++) {
+    if (!(buf[i] >= 0 && buf[i] < (float)V && buf[i] == (float)(int32_t)buf[i]))
+      st = h->set_error(TSR_ERR_FORMAT, "masked_embedding.token_ordering[%lld] = %g is not a "
+                        "token id below %lld", (long long)i, buf[i], (long long)V);
+    else
+      ids[i] = (int32_t)buf[i];
+  }
+  if (st == TSR_OK) st = h->out_tensor_i32(c->cv, "masked_embd_ordering", 1, &V, ids);
+  free(buf);
+  free(ids);
+  return st;
+}
+
 static tsr_status put_globals(struct gemma4_cfg *c) {
   const int64_t H = c->n_embd, V = c->vocab;
   char hf[NAME_LEN];
@@ -226,15 +262,17 @@ static tsr_status put_globals(struct gemma4_cfg *c) {
     if (st == TSR_OK)
       st = put(c, REQUIRED, "post_projection.weight", "nextn.post_projection.weight", 2,
                (int64_t[]){Ht, H});
+    if (st == TSR_OK && c->n_centroids) st = put_ordered_embeddings(c);
   }
   return st;
 }
 
 tsr_status gemma4_convert_tensors(struct gemma4_cfg *c) {
   const struct tsr_host *h = c->host;
-  if (c->assistant) {
-    /* llama.cpp's converter drops the ordered-embedding tables (README) */
-    h->hf_skip_prefix(c->cv, "masked_embedding.");
+  if (c->assistant && !c->n_centroids) {
+    h->hf_skip_prefix(c->cv, "masked_embedding."); /* unused without ordered embeddings */
+  } else if (c->assistant) {
+    /* kept, unlike llama.cpp's converter (README), under the names its loader accepts */
   } else if (!strcmp(c->prefix, "model.language_model.")) {
     /* the multimodal towers go to llama.cpp's separate mmproj file */
     static const char *const towers[] = {"model.vision_tower.", "model.embed_vision.",

@@ -140,6 +140,17 @@ static int compare_key(const struct tsr_gguf *g, const char *key, const cJSON *w
   return 0;
 }
 
+/* What tessera writes beyond llama.cpp's converter, on purpose (README): the
+** assistant's ordered embeddings, which llama.cpp's loader accepts by these
+** names; their contents are checked in check_plan. */
+static bool is_addition(const char *name) {
+  static const char *const added[] = {"masked_embd_centroids.weight", "masked_embd_ordering",
+                                      "gemma4-assistant.centroid_intermediate_top_k"};
+  for (size_t i = 0; i < sizeof added / sizeof added[0]; i++)
+    if (!strcmp(name, added[i])) return true;
+  return false;
+}
+
 static int compare_keys(const struct tsr_gguf *g, const cJSON *keys) {
   int bad = 0;
   for (const cJSON *k = keys->child; k; k = k->next)
@@ -147,6 +158,10 @@ static int compare_keys(const struct tsr_gguf *g, const cJSON *keys) {
   for (int64_t i = 0; i < tsr_gguf_n_kv(g); i++) {
     const char *key = tsr_gguf_kv_at(g, i)->key;
     if (ignored(key) || cJSON_GetObjectItemCaseSensitive(keys, key)) continue;
+    if (is_addition(key)) {
+      printf("  note: %s (tessera's addition)\n", key);
+      continue;
+    }
     const char *pre;
     if (!strcmp(key, "tokenizer.ggml.pre") && tsr_gguf_get_str(g, key, &pre) == TSR_OK &&
         !strcmp(pre, "gemma4")) {
@@ -202,7 +217,9 @@ static int compare_tensors(const struct tsr_gguf *g, const cJSON *tensors) {
   for (const cJSON *t = tensors->child; t; t = t->next) bad += compare_tensor(g, t->string, t);
   for (int64_t i = 0; i < tsr_gguf_n_tensors(g); i++) {
     const char *name = tsr_gguf_tensor_at(g, i)->name;
-    if (!cJSON_GetObjectItemCaseSensitive(tensors, name)) {
+    if (is_addition(name)) {
+      printf("  note: %s (tessera's addition)\n", name);
+    } else if (!cJSON_GetObjectItemCaseSensitive(tensors, name)) {
       fprintf(stderr, "  extra tensor %s (llama.cpp writes none)\n", name);
       bad++;
     }
@@ -212,8 +229,10 @@ static int compare_tensors(const struct tsr_gguf *g, const cJSON *tensors) {
 
 static int compare_q8_0_dtypes(const struct tsr_gguf *g, const cJSON *dtypes) {
   int bad = 0;
-  if (tsr_gguf_n_tensors(g) != cJSON_GetArraySize(dtypes)) {
-    fprintf(stderr, "  q8_0: %lld tensors, llama.cpp %d\n", (long long)tsr_gguf_n_tensors(g),
+  int64_t n = 0;
+  for (int64_t i = 0; i < tsr_gguf_n_tensors(g); i++) n += !is_addition(tsr_gguf_tensor_at(g, i)->name);
+  if (n != cJSON_GetArraySize(dtypes)) {
+    fprintf(stderr, "  q8_0: %lld tensors, llama.cpp %d\n", (long long)n,
             cJSON_GetArraySize(dtypes));
     bad++;
   }
@@ -244,6 +263,25 @@ static void check_plan(const struct tsr_gguf *g, const char *fixture) {
     CHECK(l[5].kv_shared_from == 3 && l[3].n_head_kv == 1 && l[4].window == 32);
   } else if (!strcmp(fixture, "gemma4_assistant")) {
     for (int i = 0; i < hp.n_layer; i++) CHECK(src[i] == GEMMA4_KV_TARGET);
+    /* the ordered embeddings: f32 centroids [H, C], an i32 permutation of the vocabulary */
+    const struct tsr_gguf_tensor *c = tsr_gguf_find_tensor(g, "masked_embd_centroids.weight");
+    const struct tsr_gguf_tensor *o = tsr_gguf_find_tensor(g, "masked_embd_ordering");
+    uint32_t top_k = 0;
+    CHECK(c && c->dtype == TSR_F32 && c->n_dims == 2 && c->ne[0] == 32 && c->ne[1] == 32);
+    CHECK_OK(tsr_gguf_get_u32(g, "gemma4-assistant.centroid_intermediate_top_k", &top_k));
+    CHECK(top_k == 4);
+    CHECK(o && o->dtype == TSR_I32 && o->n_dims == 1);
+    if (o && o->dtype == TSR_I32) {
+      char *seen = calloc((size_t)o->ne[0], 1);
+      bool perm = seen != NULL;
+      for (int64_t i = 0; perm && i < o->ne[0]; i++) {
+        const int32_t id = ((const int32_t *)o->data)[i];
+        perm = id >= 0 && id < o->ne[0] && !seen[id];
+        if (perm) seen[id] = 1;
+      }
+      CHECK_MSG(perm, "masked_embd_ordering is not a permutation of the vocabulary");
+      free(seen);
+    }
   }
 }
 

@@ -176,6 +176,12 @@ void tsr_setup_attention_kinds(const struct tsr_setup *s,
 static tsr_status plan_compute(struct tsr_setup *s, struct tsr_memory_plan *m) {
   m->compute_known = false;
   if (!s->arch->build) return TSR_OK; /* the plan says so when printed */
+  /* a drafter's layers read a target's K/V: its graphs exist only beside the target's */
+  for (int32_t i = 0; i < s->n_layers; i++)
+    if (s->layers[i].kv_shared_from < 0) {
+      m->drafter = true;
+      return TSR_OK;
+    }
   const struct tsr_attention_v1 *attn = tsr_plugin_host_attention(s->host, s->profile->attention,
                                                                   NULL);
   int64_t n = s->profile->ubatch < s->profile->context ? s->profile->ubatch : s->profile->context;
@@ -285,8 +291,9 @@ void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f) {
     snprintf(label, sizeof label, "compute (%llu tokens)", (unsigned long long)m->compute_tokens);
     print_bytes(f, label, m->compute);
   }
-  else fprintf(f, "  %-22s not planned: the arch plugin builds no graphs in this version\n",
-               "compute buffers");
+  else fprintf(f, "  %-22s not planned: %s\n", "compute buffers",
+               m->drafter ? "a drafter runs beside its target model"
+                          : "the arch plugin builds no graphs in this version");
   print_bytes(f, m->compute_known ? "total" : "total (without compute)", m->total);
   if (m->limit) print_bytes(f, "memory_limit", m->limit);
   else fprintf(f, "  %-22s none\n", "memory_limit");

@@ -23,6 +23,7 @@ struct tsr_memory_plan {
   uint64_t kv[TSR_LAYER_KIND_COUNT];        /* KV cache (or state) per layer kind */
   uint64_t kv_cells[TSR_LAYER_KIND_COUNT];  /* cells per layer of that kind */
   bool compute_known;                       /* the arch builds graphs to plan */
+  bool drafter;                             /* layers read a paired target's K/V */
   uint64_t compute;                         /* planned arena of one ubatch's forward graph */
   uint64_t compute_tokens;
   uint64_t total;

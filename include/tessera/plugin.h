@@ -316,6 +316,15 @@ struct tsr_arch_forward {
   ** position, f32 [n_embd, n_tokens]. */
   struct tsr_tensor *hidden_final;
   struct tsr_tensor *nextn_hidden;
+  /* Appended, for a drafter (layers with kv_shared_from -1, e.g.
+  ** gemma4-assistant), filled by the host: the paired target model (its
+  ** token embedding), and per pool (0 full, 1 sliding) the K/V of the target
+  ** layer the drafter's layers of that kind read, [D, n_kv, Hkv] as
+  ** attention takes them, with each key's position (i32 [n_kv]).
+  ** nextn_hidden holds the target's hidden state; build sets hidden_final
+  ** to the state the next draft step takes. */
+  const struct tsr_gguf *target;
+  struct tsr_tensor *target_k[2], *target_v[2], *target_kv_pos[2];
 };
 
 /* One context shift (host->kv_shift_k / kv_shift_store): every cell of one

@@ -133,8 +133,8 @@ static tsr_status gemma4_describe(void *ctx, const struct tsr_host *host, const 
   return st;
 }
 
-/* the id of this plugin's rope op, once init registered it */
-static int32_t g_rope_op = -1;
+/* this plugin's op ids, once init registered them */
+static struct gemma4_ops g_ops = {.rope = -1, .ordered_logits = -1};
 
 /* gemma3 and gemma4 share the plan; each has its own forward pass */
 static tsr_status gemma_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw) {
@@ -152,7 +152,7 @@ static const char *gemma_chat_template(void *ctx, const char *arch) {
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "gemma4,gemma4-assistant,gemma3",
-    .ctx = &g_rope_op,
+    .ctx = &g_ops,
     .describe = gemma4_describe,
     .hf_types = "gemma4,gemma4_text,gemma4_assistant",
     .convert = gemma4_convert,
@@ -161,7 +161,8 @@ static const struct tsr_arch_v1 g_arch = {
 };
 
 static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *self) {
-  tsr_status st = gemma4_rope_register(host, self, &g_rope_op);
+  tsr_status st = gemma4_rope_register(host, self, &g_ops.rope);
+  if (st == TSR_OK) st = gemma4_ordered_register(host, self, &g_ops.ordered_logits);
   return st == TSR_OK ? host->register_arch(self, &g_arch) : st;
 }
 

@@ -134,7 +134,8 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
 }
 
 tsr_status gemma3_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
-  const int32_t *rope_op = ctx; /* the rounding rope op's id, or NULL */
+  const struct gemma4_ops *ops = ctx;
+  const int32_t *rope_op = ops ? &ops->rope : NULL; /* the rounding rope, or the core's */
   struct g3_hparams hp;
   tsr_status st = read_hparams(h, fw->model, &hp);
   if (st != TSR_OK) return st;

@@ -28,6 +28,8 @@
 #include "gemma4.h"
 
 struct g4_hparams {
+  bool assistant; /* gemma4-assistant: a drafter reading a target's K/V */
+  uint32_t n_embd_out, centroid_top_k; /* assistant: target hidden size; 0: no ordered head */
   uint32_t n_embd, n_expert, n_expert_used, n_embd_per_layer;
   uint32_t n_rot, n_rot_swa; /* rope.dimension_count(_swa); 0 when absent */
   float eps, rope_base, rope_base_swa, softcap;
@@ -45,9 +47,15 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   memset(hp, 0, sizeof *hp);
   tsr_status st = h->gguf_str(m, "general.architecture", &arch);
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
-  if (st == TSR_OK && strcmp(arch, "gemma4"))
+  if (st == TSR_OK && strcmp(arch, "gemma4") && strcmp(arch, "gemma4-assistant"))
     return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: forward pass of '%s' is not built in "
-                        "this version (gemma4 is)", arch);
+                        "this version (gemma4 and gemma4-assistant are)", arch);
+  hp->assistant = st == TSR_OK && !strcmp(arch, "gemma4-assistant");
+  if (st == TSR_OK && hp->assistant) {
+    st = h->gguf_u32(m, KEY("embedding_length_out"), &hp->n_embd_out);
+    if (st == TSR_OK && h->gguf_has(m, KEY("centroid_intermediate_top_k")))
+      st = h->gguf_u32(m, key, &hp->centroid_top_k);
+  }
   if (st == TSR_OK) st = h->gguf_u32(m, KEY("embedding_length"), &hp->n_embd);
   if (st == TSR_OK) st = h->gguf_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
   if (st == TSR_OK) st = h->gguf_f32(m, KEY("rope.freq_base"), &hp->rope_base);
@@ -135,7 +143,12 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   q = h->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q), false);
   q = h->permute(g, q, 0, 2, 1, 3);
 
-  if (L->kv_shared_from > 0) {
+  if (L->kv_shared_from < 0) {
+    /* a drafter layer reads the target's last layer of its kind (host-filled) */
+    const int pool = L->kind == TSR_LAYER_SLIDING;
+    kv[il].k = fw->target_k[pool];
+    kv[il].v = fw->target_v[pool];
+  } else if (L->kv_shared_from > 0) {
     kv[il] = kv[L->kv_shared_from - 1];
   } else {
     struct tsr_tensor *k_raw = h->reshape(g, gemma_linear(h, fw, il, "attn_k.weight", x), 3,
@@ -160,6 +173,21 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .struct_size = sizeof call, .layer = &desc, .q = q, .k = kv[il].k, .v = kv[il].v,
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f, .causal = true,
       .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0, .rope = &rope};
+  if (L->kv_shared_from < 0) {
+    /* transformers' drafter, its query at the target's next position N, sees
+    ** the last window + 1 of the target's sliding keys (its flipped
+    ** bidirectional mask): N - p < window + 2 */
+    call.kv_pos = fw->target_kv_pos[L->kind == TSR_LAYER_SLIDING];
+    if (call.window) call.window += 2;
+    if (!q || !call.k || !call.v || !call.kv_pos) {
+      h->graph_fail(g, TSR_ERR_INVALID_ARG, "arch_gemma4: drafter layer %d has no target "
+                    "K/V of its kind (the host fills target_k/v/kv_pos)", il);
+      return NULL;
+    }
+    struct tsr_tensor *o = h->attn_build(fw, il, &call);
+    o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
+    return gemma_linear(h, fw, il, "attn_output.weight", o);
+  }
   if (!q || !call.k || !call.v) return NULL;
   /* with a cache: store what attention consumes (normed, rotated K; normed V)
   ** and attend over every cell of the sequence; a shared layer stores nothing
@@ -256,8 +284,65 @@ static struct tsr_tensor *per_layer_block(const struct tsr_host *h, struct tsr_a
   return gemma_norm(h, fw, hp->eps, il, "post_norm.weight", y);
 }
 
+/* One decoder layer: attention, MLP (+ MoE beside it), per-layer input, the layer's scale. */
+static struct tsr_tensor *decoder_layer(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                        const struct g4_hparams *hp, const int32_t *rope_op,
+                                        int il, struct g4_kv *kv, struct tsr_tensor *ple,
+                                        struct tsr_tensor *x) {
+  struct tsr_graph *g = fw->g;
+  struct tsr_tensor *a = attention_block(h, fw, hp, rope_op, il, kv,
+                                         gemma_norm(h, fw, hp->eps, il, "attn_norm.weight", x));
+  x = h->add(g, x, gemma_norm(h, fw, hp->eps, il, "post_attention_norm.weight", a));
+  struct tsr_tensor *m = gemma_mlp_block(h, fw, il, gemma_norm(h, fw, hp->eps, il, "ffn_norm.weight", x));
+  if (hp->n_expert && has_layer_weight(h, fw, il, "ffn_gate_inp.weight")) {
+    m = gemma_norm(h, fw, hp->eps, il, "post_ffw_norm_1.weight", m);
+    struct tsr_tensor *e = gemma_norm(h, fw, hp->eps, il, "post_ffw_norm_2.weight",
+                                      moe_block(h, fw, hp, il, x));
+    m = h->add(g, m, e);
+  }
+  x = h->add(g, x, gemma_norm(h, fw, hp->eps, il, "post_ffw_norm.weight", m));
+  if (ple) x = h->add(g, x, per_layer_block(h, fw, hp, il, ple, x));
+  x = h->mul(g, x, gemma_layer_weight(h, fw, il, "layer_output_scale.weight"));
+  if (fw->hidden) fw->hidden[il] = x;
+  return x;
+}
+
+/* The gemma4 assistant (transformers' Gemma4AssistantForCausalLM), one
+** draft step per token at the target's next position:
+**   x = pre_projection . [E_target[t] * sqrt(H_t) ; h_target]
+**   the decoder layers, each on the target's K/V of its kind
+**   hidden_final = post_projection . output_norm(x)     (the next step's h)
+**   logits = the ordered-embedding head over E . output_norm(x), no softcap */
+static tsr_status drafter_build(const struct tsr_host *h, struct tsr_arch_forward *fw,
+                                const struct g4_hparams *hp, const struct gemma4_ops *ops) {
+  if (fw->struct_size <= offsetof(struct tsr_arch_forward, target_kv_pos) || !fw->target ||
+      !fw->nextn_hidden)
+    return h->set_error(TSR_ERR_INVALID_ARG, "arch_gemma4: a gemma4-assistant drafter needs "
+                        "its target model and the target's hidden state");
+  struct tsr_graph *g = fw->g;
+  struct tsr_tensor *e = h->get_rows(g, h->weight(g, fw->target, "token_embd.weight"), fw->tokens);
+  e = h->scale(g, e, sqrtf((float)hp->n_embd_out));
+  struct tsr_tensor *x = h->mat_mul(g, h->weight(g, fw->model, "nextn.pre_projection.weight"),
+                                    h->concat(g, e, fw->nextn_hidden, 0));
+  struct g4_kv kv[GEMMA4_MAX_LAYERS] = {{0}};
+  const int32_t *rope_op = ops ? &ops->rope : NULL;
+  for (int il = 0; il < fw->n_layers; il++)
+    x = decoder_layer(h, fw, hp, rope_op, il, kv, NULL, x);
+  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp->eps);
+  fw->hidden_final = h->mat_mul(g, h->weight(g, fw->model, "nextn.post_projection.weight"), x);
+  struct tsr_tensor *logits = h->mat_mul(g, h->weight(g, fw->model, "token_embd.weight"), x);
+  if (hp->centroid_top_k)
+    logits = gemma4_ordered_logits(
+        h, g, ops ? ops->ordered_logits : -1, logits,
+        h->mat_mul(g, h->weight(g, fw->model, "masked_embd_centroids.weight"), x),
+        h->weight(g, fw->model, "masked_embd_ordering"), (int32_t)hp->centroid_top_k);
+  fw->logits = logits;
+  return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
+}
+
 tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
-  const int32_t *rope_op = ctx; /* the rounding rope op's id, or NULL */
+  const struct gemma4_ops *ops = ctx;
+  const int32_t *rope_op = ops ? &ops->rope : NULL; /* the rounding rope, or the core's */
   struct g4_hparams hp;
   tsr_status st = read_hparams(h, fw->model, &hp);
   if (st != TSR_OK) return st;
@@ -265,11 +350,12 @@ tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
     return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: %d layers", fw->n_layers);
   for (int il = 0; il < fw->n_layers; il++) {
     const int32_t src = fw->layers[il].kv_shared_from;
-    if (src < 0 || src > il)
-      return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: layer %d reads %s K/V (only a "
-                          "model's own earlier layers are supported by this forward pass)", il,
+    if ((src < 0) != hp.assistant || src > il)
+      return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: layer %d reads %s K/V (a drafter "
+                          "reads its target's; a model its own earlier layers')", il,
                           src < 0 ? "a paired target model's" : "a later layer's");
   }
+  if (hp.assistant) return drafter_build(h, fw, &hp, ops);
   struct tsr_graph *g = fw->g;
   struct tsr_tensor *emb = h->weight(g, fw->model, "token_embd.weight");
   struct tsr_tensor *x = h->scale(g, h->get_rows(g, emb, fw->tokens), sqrtf((float)hp.n_embd));
@@ -279,22 +365,7 @@ tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
     ple = per_layer_inputs(h, fw, &hp, x);
 
   struct g4_kv kv[GEMMA4_MAX_LAYERS] = {{0}}; /* 8 KB */
-  for (int il = 0; il < fw->n_layers; il++) {
-    struct tsr_tensor *a =
-        attention_block(h, fw, &hp, rope_op, il, kv, gemma_norm(h, fw, hp.eps, il, "attn_norm.weight", x));
-    x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_attention_norm.weight", a));
-    struct tsr_tensor *m = gemma_mlp_block(h, fw, il, gemma_norm(h, fw, hp.eps, il, "ffn_norm.weight", x));
-    if (hp.n_expert && has_layer_weight(h, fw, il, "ffn_gate_inp.weight")) {
-      m = gemma_norm(h, fw, hp.eps, il, "post_ffw_norm_1.weight", m);
-      struct tsr_tensor *e = gemma_norm(h, fw, hp.eps, il, "post_ffw_norm_2.weight",
-                                  moe_block(h, fw, &hp, il, x));
-      m = h->add(g, m, e);
-    }
-    x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_ffw_norm.weight", m));
-    if (ple) x = h->add(g, x, per_layer_block(h, fw, &hp, il, ple, x));
-    x = h->mul(g, x, gemma_layer_weight(h, fw, il, "layer_output_scale.weight"));
-    if (fw->hidden) fw->hidden[il] = x;
-  }
+  for (int il = 0; il < fw->n_layers; il++) x = decoder_layer(h, fw, &hp, rope_op, il, kv, ple, x);
   x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
   if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
   const char *head =

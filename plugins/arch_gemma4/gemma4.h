@@ -61,12 +61,29 @@ static inline bool gemma3_layer_slides(int32_t l) {
 ** (convert_gemma4.c). */
 tsr_status gemma4_convert(void *ctx, const struct tsr_host *host, struct tsr_convert *cv);
 
-/* The forward pass of `gemma4` models (forward_gemma4.c): the arch's build().
-** ctx points at the int32 op id of the plugin's rope (-1: the core's rope). */
+/* The ids of the plugin's ops, -1 until init registers them. */
+struct gemma4_ops {
+  int32_t rope;           /* rope_f32 (rope_gemma4.c); its address is a rope_op below */
+  int32_t ordered_logits; /* ordered_logits (ordered_logits_gemma4.c) */
+};
+
+/* The forward pass of `gemma4` and `gemma4-assistant` models (forward_gemma4.c):
+** the arch's build(). ctx points at struct gemma4_ops (NULL: the core's rope,
+** no assistant head). */
 tsr_status gemma4_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
 
 /* The forward pass of `gemma3` models (forward_gemma3.c); ctx as gemma4_build's. */
 tsr_status gemma3_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+
+/* The assistant's ordered-embedding head (ordered_logits_gemma4.c): registers
+** the op once per process, and appends it: full f32 [V, N], centroid_logits
+** f32 [C, N], ordering i32 [V]; NULL with the graph's error set. */
+tsr_status gemma4_ordered_register(const struct tsr_host *host, struct tsr_plugin *self,
+                                   int32_t *op_id);
+struct tsr_tensor *gemma4_ordered_logits(const struct tsr_host *host, struct tsr_graph *g,
+                                         int32_t op_id, struct tsr_tensor *full,
+                                         struct tsr_tensor *centroid_logits,
+                                         struct tsr_tensor *ordering, int32_t top_k_clusters);
 
 /* RoPE rounded as transformers rounds it (rope_gemma4.c): registers the op
 ** and its CPU kernel once (*op_id stays as it is when already >= 0), and

@@ -627,17 +627,25 @@ char *srv_render_metrics(struct srv *s) {
 
 /* ---- /tokenize, /detokenize ---- */
 
+/* The body as a JSON object holding only known fields: 0 and *root (free
+** it), or 400 (*root may still need freeing). */
+static int parse_object(const char *body, size_t len, const char *const *known,
+                        const char *endpoint, struct perr *e, cJSON **root) {
+  *root = NULL;
+  if (tsr_json_parse(body, len, "request body", root) != TSR_OK)
+    return bad(e, NULL, "invalid JSON: %s", tsr_error_message());
+  return cJSON_IsObject(*root) ? check_fields(*root, known, endpoint, e)
+                               : bad(e, NULL, "the body must be a JSON object");
+}
+
 int srv_tokenize(const struct srv *s, const char *body, size_t len, char **out, char *msg,
                  size_t cap, const char **param) {
   struct perr e = {msg, cap, param};
   *param = NULL;
-  cJSON *root = NULL;
-  if (tsr_json_parse(body, len, "request body", &root) != TSR_OK)
-    return bad(&e, NULL, "invalid JSON: %s", tsr_error_message());
   static const char *const known[] = {"content", "add_special", "parse_special", NULL};
   bool add_special = false, parse_special = true;
-  int st = cJSON_IsObject(root) ? check_fields(root, known, "/tokenize", &e)
-                                : bad(&e, NULL, "the body must be a JSON object");
+  cJSON *root;
+  int st = parse_object(body, len, known, "/tokenize", &e, &root);
   const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "content");
   if (!st && !cJSON_IsString(c)) st = bad(&e, "content", "'content' must be a string");
   if (!st) st = get_bool(root, "add_special", &add_special, &e);
@@ -661,12 +669,9 @@ int srv_detokenize(const struct srv *s, const char *body, size_t len, char **out
                    size_t cap, const char **param) {
   struct perr e = {msg, cap, param};
   *param = NULL;
-  cJSON *root = NULL;
-  if (tsr_json_parse(body, len, "request body", &root) != TSR_OK)
-    return bad(&e, NULL, "invalid JSON: %s", tsr_error_message());
   static const char *const known[] = {"tokens", NULL};
-  int st = cJSON_IsObject(root) ? check_fields(root, known, "/detokenize", &e)
-                                : bad(&e, NULL, "the body must be a JSON object");
+  cJSON *root;
+  int st = parse_object(body, len, known, "/detokenize", &e, &root);
   const cJSON *t = cJSON_GetObjectItemCaseSensitive(root, "tokens");
   if (!st && !cJSON_IsArray(t)) st = bad(&e, "tokens", "'tokens' must be an array of token ids");
   const int n = st ? 0 : cJSON_GetArraySize(t);

@@ -17,13 +17,22 @@ struct tsr_backend_i {
   tsr_status (*compute)(void *ctx, struct tsr_graph *g);
   void (*free)(void *ctx);
   /* Appended for device backends; NULL where the backend computes in host
-  ** memory (cpu). A device backend keeps its own copy of external memory
-  ** (weights, KV cache, recurrent state) once a graph has used it, and that
-  ** copy is the authoritative one: sync_to_host copies it back over
-  ** [host, host + size); forget drops it, so the next compute uploads the
-  ** host bytes again (call it after the host rewrites or frees such memory). */
+  ** memory (cpu). External memory (tsr_new_external: weights, KV cache,
+  ** recurrent state, index arrays) is of two kinds on a device backend:
+  **  - kept: [host, host + size) registered with keep. Its device copy is
+  **    made at the first compute that uses it and is the authoritative one
+  **    from then on: sync_to_host copies device bytes back over a sub-range,
+  **    sync_to_device copies host bytes over one (after the host rewrote
+  **    it), forget drops the copy and the registration (before the host
+  **    frees or reuses the memory);
+  **  - everything else: uploaded at every compute that uses it, and copied
+  **    back after the compute when a node wrote into it, exactly as the cpu
+  **    backend would have left it. Nothing is remembered by host address, so
+  **    freed and reused host memory can never meet a stale copy. */
   tsr_status (*sync_to_host)(void *ctx, void *host, size_t size);
   void (*forget)(void *ctx, const void *host, size_t size);
+  tsr_status (*keep)(void *ctx, const void *host, size_t size);
+  tsr_status (*sync_to_device)(void *ctx, const void *host, size_t size);
 };
 
 struct tsr_backend {
@@ -40,9 +49,18 @@ void tsr_backend_free(struct tsr_backend *b);
 ** Every failure is an error naming it: the .so not built or not loadable, no
 ** CUDA driver, no GPU, a driver older than the runtime (core/backend_cuda_loader.c). */
 tsr_status tsr_backend_cuda_new(struct tsr_backend **out);
-/* No-ops on backends without device copies (see struct tsr_backend_i). */
+/* Device copies of external memory (see struct tsr_backend_i); no-ops on
+** backends without them (cpu). keep registers a range as persistent (weights,
+** KV cache, state): it may not overlap another kept range partly (an error
+** naming both). forget drops every kept range overlapping [host, host+size),
+** whole. sync_to_host / sync_to_device copy exactly the bytes asked for, where
+** a device copy exists. tsr_backend_has_device_copies says whether any of it
+** matters (callers skip the bookkeeping on the cpu). */
+tsr_status tsr_backend_keep(struct tsr_backend *b, const void *host, size_t size);
 tsr_status tsr_backend_sync_to_host(struct tsr_backend *b, void *host, size_t size);
+tsr_status tsr_backend_sync_to_device(struct tsr_backend *b, const void *host, size_t size);
 void tsr_backend_forget(struct tsr_backend *b, const void *host, size_t size);
+bool tsr_backend_has_device_copies(const struct tsr_backend *b);
 const char *tsr_backend_name(const struct tsr_backend *b);
 
 /* Checks every node against the backend; the first gap is the error. */

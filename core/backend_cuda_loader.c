@@ -105,10 +105,20 @@ tsr_status tsr_backend_cuda_new(struct tsr_backend **out) {
   return st;
 }
 
+tsr_status tsr_backend_keep(struct tsr_backend *b, const void *host, size_t size) {
+  return b->i.keep ? b->i.keep(b->context, host, size) : TSR_OK;
+}
+
 tsr_status tsr_backend_sync_to_host(struct tsr_backend *b, void *host, size_t size) {
   return b->i.sync_to_host ? b->i.sync_to_host(b->context, host, size) : TSR_OK;
+}
+
+tsr_status tsr_backend_sync_to_device(struct tsr_backend *b, const void *host, size_t size) {
+  return b->i.sync_to_device ? b->i.sync_to_device(b->context, host, size) : TSR_OK;
 }
 
 void tsr_backend_forget(struct tsr_backend *b, const void *host, size_t size) {
   if (b->i.forget) b->i.forget(b->context, host, size);
 }
+
+bool tsr_backend_has_device_copies(const struct tsr_backend *b) { return b && b->i.keep; }

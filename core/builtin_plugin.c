@@ -8,12 +8,18 @@
 #include "error.h"
 #include "plugin_host_internal.h"
 
+/* The core KV codecs: every scalar dtype both backends read and write. */
+static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR_Q8_0, TSR_Q6_0,
+                                               TSR_Q5_1, TSR_Q5_0, TSR_Q4_1, TSR_Q4_0};
+#define N_CODECS (sizeof g_codec_types / sizeof g_codec_types[0])
+
 /* ---- flash -------------------------------------------------------------- */
 
 static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
                                   enum tsr_read_path *k_path, enum tsr_read_path *v_path) {
   (void)ctx;
-  if (strcmp(layer->backend, "cpu"))
+  const bool cuda = !strcmp(layer->backend, "cuda");
+  if (strcmp(layer->backend, "cpu") && !cuda)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash has no kernel for backend '%s' in this "
                          "build", layer->backend);
   if (layer->kind == TSR_LAYER_LINEAR)
@@ -28,6 +34,17 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
     ** allows only for a codec that can decode to f16 */
     const int dt = tsr_dtype_from_name(codecs[i]);
     const struct tsr_dtype_traits *tr = dt >= 0 ? tsr_dtype_traits(dt) : NULL;
+    /* the cuda kernel (core/cuda/kernels_attn.cu) decodes the core codecs in
+    ** registers, head dims up to 512; it cannot lift another codec */
+    bool core_codec = false;
+    for (size_t c = 0; c < N_CODECS; c++) core_codec |= dt == (int)g_codec_types[c];
+    if (cuda && !core_codec)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash on cuda reads the core codecs only (f32, "
+                           "f16, bf16, q8_0, q6_0, q5_1, q5_0, q4_1, q4_0); %s codec is %s",
+                           i ? "V" : "K", codecs[i]);
+    if (cuda && dims[i] > 512)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash on cuda holds head dims up to 512; %s "
+                           "head dim is %d", i ? "V" : "K", (int)dims[i]);
     if (tr && dims[i] > 0 && dims[i] % tr->block_size)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash reads %s codec %s in whole blocks of "
                            "%lld values; head dim %d is not a multiple", i ? "V" : "K",
@@ -80,9 +97,6 @@ static void codec_decode_f32(void *ctx, const void *src, float *dst, int64_t n) 
 }
 
 /* q6_0 is tessera's own block type (core/KV_CODECS.md), the rest are GGUF's. */
-static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR_Q8_0, TSR_Q6_0,
-                                               TSR_Q5_1, TSR_Q5_0, TSR_Q4_1, TSR_Q4_0};
-#define N_CODECS (sizeof g_codec_types / sizeof g_codec_types[0])
 
 static tsr_status core_init(const struct tsr_host *host, struct tsr_plugin *self) {
   struct tsr_attention_v1 flash = g_flash; /* the host keeps its own copy */
@@ -97,7 +111,7 @@ static tsr_status core_init(const struct tsr_host *host, struct tsr_plugin *self
         .dtype = (int32_t)g_codec_types[i],
         .block_size = tr->block_size,
         .block_bytes = tr->type_size,
-        .backends = "cpu",
+        .backends = "cpu,cuda", /* cuda: set_rows and flash_attn read and write them */
         .ctx = (void *)(intptr_t)g_codec_types[i],
         .encode_rows = codec_encode,
         .decode_f16 = codec_decode_f16,

@@ -1,6 +1,16 @@
 /*
-** The engine (engine.h): a tsr_setup, the KV cache it planned, a CPU
-** backend, and one forward graph per ubatch.
+** The engine (engine.h): a tsr_setup, the KV cache it planned, the backend
+** the profile names (cpu, or cuda opened from libtessera-cuda.so), and one
+** forward graph per ubatch.
+**
+** A device backend (cuda) keeps its own copy of the model's tensor data and
+** of every KV cache buffer (tsr_backend_keep), and that copy is the one that
+** counts: the engine pushes every host write into those buffers (the
+** recurrent state seq_rm zeroes) with tsr_backend_sync_to_device. Other
+** external tensors of a graph (the context shift's cell lists) are uploaded
+** with each compute. Before anything runs, a one-token forward graph is
+** checked against the backend, so a model using an op the backend has no
+** kernel for (a plugin op on cuda) fails at load naming it.
 **
 ** Profile. With profile_path NULL the engine loads a minimal built-in
 ** profile from memory (`model: default`, plugins arch_qwen and arch_gemma4
@@ -53,6 +63,7 @@ struct tsr_engine {
   struct tsr_setup *setup;
   struct tsr_kv_cache *kv;
   struct tsr_backend *backend;
+  bool device; /* the backend keeps device copies of external memory */
   const struct tsr_attention_v1 *attention;
   int32_t n_vocab, n_ubatch;
   bool has_linear;
@@ -161,7 +172,66 @@ static tsr_status read_n_vocab(struct tsr_engine *e) {
   if (st == TSR_OK && (!fw.logits || fw.logits->ne[0] <= 0 || fw.logits->ne[0] > INT32_MAX))
     st = tsr_error_set(TSR_ERR_INTERNAL, "the arch built no logits of a usable shape");
   if (st == TSR_OK) e->n_vocab = (int32_t)fw.logits->ne[0];
+  /* every op this model's forward pass uses must have a kernel on the backend */
+  if (st == TSR_OK && (st = tsr_backend_check_graph(e->backend, g)) != TSR_OK)
+    tsr_error_prefix("%s: backend %s cannot run %s (arch plugin %s, attention %s)",
+                     tsr_profile_where(s->profile, "backend"), tsr_backend_name(e->backend),
+                     s->model_path, tsr_plugin_name(s->arch_owner), s->profile->attention);
   tsr_graph_free(g);
+  return st;
+}
+
+static tsr_status open_backend(struct tsr_engine *e, const struct tsr_engine_options *opt) {
+  const struct tsr_profile *p = e->setup->profile;
+  tsr_status st;
+  if (!strcmp(p->backend, "cuda")) {
+    st = tsr_backend_cuda_new(&e->backend);
+    if (st != TSR_OK) tsr_error_prefix("%s", tsr_profile_where(p, "backend"));
+  } else {
+    st = tsr_backend_cpu_new(opt->n_threads > 0 ? opt->n_threads : p->threads, &e->backend);
+  }
+  e->device = st == TSR_OK && tsr_backend_has_device_copies(e->backend);
+  return st;
+}
+
+static tsr_status keep_buffer(void *ctx, void *p, size_t bytes) {
+  return tsr_backend_keep(ctx, p, bytes);
+}
+
+/* The model's tensor data (one span of the mapping) and every KV cache buffer. */
+static tsr_status keep_on_device(struct tsr_engine *e) {
+  const struct tsr_gguf *model = e->setup->model;
+  const char *lo = NULL, *hi = NULL;
+  for (int64_t i = 0; i < tsr_gguf_n_tensors(model); i++) {
+    const struct tsr_gguf_tensor *t = tsr_gguf_tensor_at(model, i);
+    const char *d = t->data;
+    if (!d || !t->nbytes) continue;
+    if (!lo || d < lo) lo = d;
+    if (!hi || d + t->nbytes > hi) hi = d + t->nbytes;
+  }
+  tsr_status st = lo ? tsr_backend_keep(e->backend, lo, (size_t)(hi - lo)) : TSR_OK;
+  if (st == TSR_OK) st = tsr_kv_cache_each_buffer(e->kv, keep_buffer, e->backend);
+  return st;
+}
+
+/* The cache zeroes the recurrent state of a sequence it empties (seq_rm of
+** seq, or of all when seq < 0): the device copy must hear of it. */
+static void push_zeroed_state(struct tsr_engine *e, int32_t seq) {
+  if (!e->device || !e->has_linear) return;
+  for (int32_t s = 0; s < e->n_seq; s++) {
+    if ((seq >= 0 && s != seq) || tsr_kv_cache_seq_pos_max(e->kv, s) >= 0) continue;
+    for (int32_t l = 0; l < e->setup->n_layers; l++) {
+      float *state = tsr_kv_cache_state(e->kv, l, s);
+      if (state)
+        tsr_backend_sync_to_device(e->backend, state, (size_t)e->setup->layers[l].state_bytes);
+    }
+  }
+}
+
+/* seq_rm, and the device hears of the state it zeroed. */
+static tsr_status kv_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1) {
+  tsr_status st = tsr_kv_cache_seq_rm(e->kv, seq, p0, p1);
+  if (st == TSR_OK) push_zeroed_state(e, seq);
   return st;
 }
 
@@ -171,9 +241,6 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
   if (!e) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   tsr_status st = load_setup(opt, &e->setup);
   const struct tsr_profile *p = e->setup ? e->setup->profile : NULL;
-  if (st == TSR_OK && strcmp(p->backend, "cpu"))
-    st = tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: backend %s: the CUDA backend is not built yet "
-                       "(use backend: cpu)", tsr_profile_where(p, "backend"), p->backend);
   if (st == TSR_OK && !e->setup->arch->build)
     st = tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: arch plugin %s builds no forward graphs in this "
                        "version", e->setup->model_path, tsr_plugin_name(e->setup->arch_owner));
@@ -189,10 +256,10 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
     if (!(e->seq_ids = calloc((size_t)e->n_seq, sizeof *e->seq_ids)))
       st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   }
+  if (st == TSR_OK) st = open_backend(e, opt);
   if (st == TSR_OK) st = new_kv_cache(e);
+  if (st == TSR_OK && e->device) st = keep_on_device(e);
   if (st == TSR_OK) st = read_n_vocab(e);
-  if (st == TSR_OK)
-    st = tsr_backend_cpu_new(opt->n_threads > 0 ? opt->n_threads : p->threads, &e->backend);
   if (st != TSR_OK) {
     tsr_engine_free(e);
     return st;
@@ -203,7 +270,8 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
 
 void tsr_engine_free(struct tsr_engine *e) {
   if (!e) return;
-  tsr_backend_free(e->backend);
+  /* first: a device backend holds copies of the cache and of the model mapping */
+  if (e->backend) tsr_backend_free(e->backend);
   tsr_kv_cache_free(e->kv);
   tsr_setup_free(e->setup);
   free(e->arena);
@@ -243,7 +311,7 @@ static void ids_add(struct tsr_engine *e, int32_t seq, int32_t p0, const int32_t
 }
 
 tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1) {
-  tsr_status st = tsr_kv_cache_seq_rm(e->kv, seq, p0, p1);
+  tsr_status st = kv_seq_rm(e, seq, p0, p1);
   if (st == TSR_OK) ids_cut(e, seq, p0);
   return st;
 }
@@ -379,7 +447,7 @@ static tsr_status roll_back(struct tsr_engine *e, tsr_status st, const int32_t *
   for (int32_t s = 0; s < e->n_seq; s++) {
     if (!touched[s]) continue;
     /* an empty sequence is dropped whole, which also zeroes any recurrent state */
-    if (tsr_kv_cache_seq_rm(e->kv, s, p0[s] > 0 ? p0[s] : -1, -1) == TSR_OK) {
+    if (kv_seq_rm(e, s, p0[s] > 0 ? p0[s] : -1, -1) == TSR_OK) {
       ids_cut(e, s, p0[s]);
       continue;
     }
@@ -388,7 +456,7 @@ static tsr_status roll_back(struct tsr_engine *e, tsr_status st, const int32_t *
     ** cells whose contents were never written */
     if (dropped < 0) snprintf(why, sizeof why, "%s", tsr_error_message());
     dropped = s;
-    tsr_kv_cache_seq_rm(e->kv, s, -1, -1);
+    kv_seq_rm(e, s, -1, -1);
     ids_cut(e, s, 0);
   }
   if (dropped < 0) return tsr_error_set(st, "%s", msg);
@@ -606,14 +674,14 @@ tsr_status tsr_engine_context_shift(struct tsr_engine *e, int32_t seq, int32_t n
   if (st != TSR_OK && ran) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", tsr_error_message());
-    tsr_kv_cache_seq_rm(e->kv, seq, -1, -1); /* half-rotated keys must not be read */
+    kv_seq_rm(e, seq, -1, -1); /* half-rotated keys must not be read */
     ids_cut(e, seq, 0);
     return tsr_error_set(st, "%s (sequence %d was dropped)", msg, seq);
   }
   if (st != TSR_OK) return st;
   /* the keys are rotated: now the positions follow (neither call can refuse here: no linear
   ** layers, no shared cells, and the dropped span leaves room below the moved one) */
-  st = tsr_kv_cache_seq_rm(e->kv, seq, n_keep, n_keep + n_discard);
+  st = kv_seq_rm(e, seq, n_keep, n_keep + n_discard);
   if (st == TSR_OK) st = tsr_kv_cache_seq_add(e->kv, seq, n_keep + n_discard, -1, -n_discard);
   if (st != TSR_OK) return st;
   struct seq_ids *q = &e->seq_ids[seq];

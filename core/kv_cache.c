@@ -546,3 +546,18 @@ float *tsr_kv_cache_state(struct tsr_kv_cache *c, int32_t layer, int32_t seq) {
   if (!y->state) return NULL;
   return y->state + (size_t)seq * (size_t)(y->desc.state_bytes / 4);
 }
+
+tsr_status tsr_kv_cache_each_buffer(const struct tsr_kv_cache *c,
+                                    tsr_status (*fn)(void *ctx, void *p, size_t bytes), void *ctx) {
+  for (int32_t i = 0; i < c->n_layers; i++) {
+    const struct tsr_kv__layer *y = &c->layers[i];
+    void *bufs[3] = {y->k, y->v, y->state};
+    const uint64_t sizes[3] = {y->k_bytes, y->v_bytes, y->state_bytes};
+    for (int b = 0; b < 3; b++) {
+      if (!bufs[b] || !sizes[b]) continue;
+      tsr_status st = fn(ctx, bufs[b], (size_t)sizes[b]);
+      if (st != TSR_OK) return st;
+    }
+  }
+  return TSR_OK;
+}

@@ -210,4 +210,10 @@ void tsr_kv_cache_clear(struct tsr_kv_cache *c);
 ** layer without state or a bad seq. */
 float *tsr_kv_cache_state(struct tsr_kv_cache *c, int32_t layer, int32_t seq);
 
+/* Calls fn on every buffer whose bytes graphs read or write (each layer's K,
+** V and state allocation), so a device backend can keep them
+** (tsr_backend_keep); stops at the first error fn returns. */
+tsr_status tsr_kv_cache_each_buffer(const struct tsr_kv_cache *c,
+                                    tsr_status (*fn)(void *ctx, void *p, size_t bytes), void *ctx);
+
 #endif

@@ -16,7 +16,7 @@
 
 #include "tessera/tessera.h"
 
-#define TSR_CUDA_ABI_VERSION 1
+#define TSR_CUDA_ABI_VERSION 2 /* 2: keep / sync_to_device in struct tsr_backend_i */
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;

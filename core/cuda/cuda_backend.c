@@ -4,11 +4,12 @@
 **
 ** Memory (README.md says it at length): the graph is planned into a host
 ** arena as for the cpu backend; a device arena of the same size holds every
-** planned tensor at the same offset. External tensors (weights, KV cache,
-** recurrent state) are uploaded the first time a graph uses them and kept,
-** keyed by host address and size; from then on the device copy is the
-** authoritative one. Inputs (planned leaves the host fills) are uploaded at
-** every compute, outputs downloaded after it.
+** planned tensor at the same offset. External tensors in ranges the caller
+** kept (tsr_backend_keep: weights, KV cache, recurrent state) are uploaded the
+** first time a graph uses them; from then on the device copy is the
+** authoritative one. Other external tensors are uploaded for each compute
+** and copied back when a node wrote into them. Inputs (planned leaves the
+** host fills) are uploaded at every compute, outputs downloaded after it.
 */
 #include <stdint.h>
 #include <stdio.h>
@@ -24,11 +25,21 @@
 
 extern const struct tsr_cuda_host *tsr_cuda_host_table; /* cuda_shim.c */
 
+/* Errors after which every later CUDA call of the process fails too. */
+static bool poisons_context(cudaError_t e) {
+  return e == cudaErrorIllegalAddress || e == cudaErrorLaunchFailure ||
+         e == cudaErrorMisalignedAddress || e == cudaErrorIllegalInstruction ||
+         e == cudaErrorHardwareStackError || e == cudaErrorInvalidPc || e == cudaErrorAssert;
+}
+
 tsr_status tsr_cuda_rt_fail(int err, const char *call, const char *file, int line) {
   cudaError_t e = (cudaError_t)err;
   tsr_status st = e == cudaErrorMemoryAllocation ? TSR_ERR_NOMEM : TSR_ERR_INTERNAL;
-  return tsr_error_set(st, "cuda backend: %s failed: %s (%s) at %s:%d", call, cudaGetErrorName(e),
-                       cudaGetErrorString(e), file, line);
+  return tsr_error_set(st, "cuda backend: %s failed: %s (%s) at %s:%d%s", call, cudaGetErrorName(e),
+                       cudaGetErrorString(e), file, line,
+                       poisons_context(e) ? " [a kernel fault: the CUDA context is unusable from "
+                       "now on; the first failing op is the culprit, TESSERA_CUDA_SYNC=1 names it]"
+                       : "");
 }
 
 tsr_status tsr_cuda_blas_fail(int s, const char *call, const char *file, int line) {
@@ -52,9 +63,15 @@ tsr_status tsr_cuda_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t 
   return TSR_OK;
 }
 
-/* ---- external memory: device copies keyed by host range ------------------- */
+/* ---- external memory --------------------------------------------------------
+** Two kinds (README.md, "Memory model"). Kept ranges (tsr_backend_keep) get a
+** device copy at their first use that stays authoritative until forget. Any
+** other external tensor is uploaded for the compute that uses it and, when a
+** node writes into it, copied back afterwards: nothing is looked up by host
+** address alone, so host memory freed and reused at the same address (a
+** test's buffers, a graph's index arrays) can never meet a stale copy. */
 
-/* Index of the first region whose end lies past p. */
+/* Index of the first kept range whose end lies past p. */
 static int region_lower(const struct cu_ctx *c, const char *p) {
   int lo = 0, hi = c->n_regions;
   while (lo < hi) {
@@ -65,66 +82,55 @@ static int region_lower(const struct cu_ctx *c, const char *p) {
   return lo;
 }
 
-/* The device address of host range [p, p + n): an existing copy holding it,
-** else a new copy of the union of it and every copy it overlaps (their
-** device bytes are kept: they are the authoritative ones). */
-static tsr_status region_ensure(struct cu_ctx *c, const char *p, size_t n, const char *name,
-                                char **dev) {
+static tsr_status cu_keep(void *ctx, const void *host, size_t size) {
+  struct cu_ctx *c = ctx;
+  const char *p = host, *end = p + size;
+  if (!host || !size) return TSR_OK;
   int i = region_lower(c, p);
-  if (i < c->n_regions && c->regions[i].host <= p && p + n <= c->regions[i].host + c->regions[i].size) {
-    *dev = c->regions[i].dev + (p - c->regions[i].host);
-    return TSR_OK;
+  if (i < c->n_regions && c->regions[i].host < end) {
+    const struct cu_region *r = &c->regions[i];
+    if (r->host <= p && end <= r->host + r->size) return TSR_OK; /* already kept */
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "cuda backend: keeping host memory [%p, +%zu) that "
+                         "partly overlaps the kept range [%p, +%zu); forget that one first",
+                         host, size, (const void *)r->host, r->size);
   }
-  const char *lo = p, *hi = p + n;
-  int first = i, last = i; /* regions [first, last) overlap */
-  while (last < c->n_regions && c->regions[last].host < hi) {
-    const struct cu_region *r = &c->regions[last];
-    if (r->host < lo) lo = r->host;
-    if (r->host + r->size > hi) hi = r->host + r->size;
-    last++;
-  }
-  char *nd = NULL;
-  cudaError_t e = cudaMalloc((void **)&nd, (size_t)(hi - lo));
-  if (e != cudaSuccess)
-    return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: cannot allocate %zu bytes of device memory "
-                         "for '%s' (%s)", (size_t)(hi - lo), name, cudaGetErrorString(e));
-  CU_RT(cudaMemcpyAsync(nd, lo, (size_t)(hi - lo), cudaMemcpyHostToDevice, c->stream));
-  for (int k = first; k < last; k++) {
-    const struct cu_region *r = &c->regions[k];
-    CU_RT(cudaMemcpyAsync(nd + (r->host - lo), r->dev, r->size, cudaMemcpyDeviceToDevice, c->stream));
-  }
-  CU_RT(cudaStreamSynchronize(c->stream));
-  for (int k = first; k < last; k++) CU_RT(cudaFree(c->regions[k].dev));
-  int removed = last - first;
-  if (c->n_regions - removed + 1 > c->cap_regions) {
+  if (c->n_regions + 1 > c->cap_regions) {
     int cap = c->cap_regions ? 2 * c->cap_regions : 64;
     struct cu_region *nr = realloc(c->regions, (size_t)cap * sizeof *nr);
-    if (!nr) {
-      cudaFree(nd);
-      return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
-    }
+    if (!nr) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
     c->regions = nr;
     c->cap_regions = cap;
   }
-  memmove(&c->regions[first + 1], &c->regions[last], (size_t)(c->n_regions - last) * sizeof *c->regions);
-  c->regions[first] = (struct cu_region){lo, (size_t)(hi - lo), nd};
-  c->n_regions += 1 - removed;
-  *dev = nd + (p - lo);
+  memmove(&c->regions[i + 1], &c->regions[i], (size_t)(c->n_regions - i) * sizeof *c->regions);
+  c->regions[i] = (struct cu_region){p, size, NULL};
+  c->n_regions++;
+  return TSR_OK;
+}
+
+/* Copies the part of [host, host + size) that kept ranges with a device copy
+** hold, in the direction asked for; the rest has no device copy to differ. */
+static tsr_status region_copy(struct cu_ctx *c, const char *p, size_t size, bool to_host) {
+  const char *end = p + size;
+  CU_RT(cudaStreamSynchronize(c->stream));
+  for (int i = region_lower(c, p); i < c->n_regions && c->regions[i].host < end; i++) {
+    const struct cu_region *r = &c->regions[i];
+    if (!r->dev) continue;
+    const char *a = r->host > p ? r->host : p;
+    const char *b = r->host + r->size < end ? r->host + r->size : end;
+    if (to_host)
+      CU_RT(cudaMemcpy((char *)a, r->dev + (a - r->host), (size_t)(b - a), cudaMemcpyDeviceToHost));
+    else
+      CU_RT(cudaMemcpy(r->dev + (a - r->host), a, (size_t)(b - a), cudaMemcpyHostToDevice));
+  }
   return TSR_OK;
 }
 
 static tsr_status cu_sync_to_host(void *ctx, void *host, size_t size) {
-  struct cu_ctx *c = ctx;
-  const char *p = host, *end = p + size;
-  CU_RT(cudaStreamSynchronize(c->stream));
-  for (int i = region_lower(c, p); i < c->n_regions && c->regions[i].host < end; i++) {
-    const struct cu_region *r = &c->regions[i];
-    const char *a = r->host > p ? r->host : p;
-    const char *b = r->host + r->size < end ? r->host + r->size : end;
-    CU_RT(cudaMemcpy((char *)host + (a - p), r->dev + (a - r->host), (size_t)(b - a),
-                     cudaMemcpyDeviceToHost));
-  }
-  return TSR_OK;
+  return region_copy(ctx, host, size, true);
+}
+
+static tsr_status cu_sync_to_device(void *ctx, const void *host, size_t size) {
+  return region_copy(ctx, host, size, false);
 }
 
 static void cu_forget(void *ctx, const void *host, size_t size) {
@@ -132,7 +138,10 @@ static void cu_forget(void *ctx, const void *host, size_t size) {
   const char *p = host, *end = p + size;
   cudaStreamSynchronize(c->stream);
   int i = region_lower(c, p), j = i;
-  while (j < c->n_regions && c->regions[j].host < end) cudaFree(c->regions[j++].dev);
+  while (j < c->n_regions && c->regions[j].host < end) {
+    if (c->regions[j].dev) cudaFree(c->regions[j].dev);
+    j++;
+  }
   memmove(&c->regions[i], &c->regions[j], (size_t)(c->n_regions - j) * sizeof *c->regions);
   c->n_regions -= j - i;
 }
@@ -145,27 +154,134 @@ static const struct tsr_tensor *owner_of(const struct tsr_tensor *t) {
   return t->view_src ? t->view_src : t;
 }
 
-static tsr_status resolve(struct cu_ctx *c, struct tsr_graph *g) {
-  if (g->n > c->dptr_cap) {
-    char **d = realloc(c->dptr, (size_t)g->n * sizeof *d);
-    if (!d) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
-    c->dptr = d;
-    c->dptr_cap = g->n;
+static bool is_external(const struct tsr_graph *g, const struct tsr_tensor *t) {
+  return !t->view_src && g->offsets[t->index] == TSR_NO_OFFSET && (t->flags & TSR_FLAG_WEIGHT);
+}
+
+/* The device copy of kept external tensor t: the kept range holding it,
+** uploaded whole at its first use. *found is false when no kept range
+** touches t; a range that holds only part of it is an error. */
+static tsr_status kept_address(struct cu_ctx *c, const struct tsr_tensor *t, char **dev,
+                               bool *found) {
+  const char *p = t->data;
+  const size_t n = tsr_tensor_nbytes(t);
+  *found = false;
+  int i = region_lower(c, p);
+  if (i >= c->n_regions || c->regions[i].host >= p + n) return TSR_OK;
+  struct cu_region *r = &c->regions[i];
+  if (!(r->host <= p && p + n <= r->host + r->size))
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "cuda backend: external tensor '%s' [%p, +%zu) lies "
+                         "partly inside the kept range [%p, +%zu); keep all of it or none",
+                         t->name, (const void *)p, n, (const void *)r->host, r->size);
+  if (!r->dev) {
+    cudaError_t e = cudaMalloc((void **)&r->dev, r->size);
+    if (e != cudaSuccess) {
+      r->dev = NULL;
+      return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: cannot allocate %zu bytes of device "
+                           "memory for the kept range holding '%s' (%s)", r->size, t->name,
+                           cudaGetErrorString(e));
+    }
+    CU_RT(cudaMemcpyAsync(r->dev, r->host, r->size, cudaMemcpyHostToDevice, c->stream));
   }
+  *dev = r->dev + (p - r->host);
+  *found = true;
+  return TSR_OK;
+}
+
+static int span_cmp(const void *a, const void *b) {
+  const struct cu_span *x = a, *y = b;
+  return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The span holding address p, or NULL (spans are merged and sorted). */
+static struct cu_span *span_of(struct cu_ctx *c, const char *p) {
+  int lo = 0, hi = c->n_spans;
+  while (lo < hi) {
+    int mid = (lo + hi) / 2;
+    if (c->spans[mid].hi <= p) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo < c->n_spans && c->spans[lo].lo <= p ? &c->spans[lo] : NULL;
+}
+
+/* Device addresses of every tensor of g, in c->dptr. Owners first: arena
+** tensors, then external ones (kept ranges, else this compute's staging,
+** uploaded here); views last, as owner + offset. Nothing is freed or moved
+** once an address is handed out, so no address goes stale within a compute. */
+static tsr_status resolve(struct cu_ctx *c, struct tsr_graph *g) {
+  if (g->n > c->dptr_cap || g->n > c->cap_spans) {
+    char **d = realloc(c->dptr, (size_t)g->n * sizeof *d);
+    if (d) c->dptr = d, c->dptr_cap = g->n;
+    struct cu_span *sp = d ? realloc(c->spans, (size_t)g->n * sizeof *sp) : NULL;
+    if (sp) c->spans = sp, c->cap_spans = g->n;
+    if (!d || !sp) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
+  }
+  c->n_spans = 0;
   for (int i = 0; i < g->n; i++) {
-    const struct tsr_tensor *t = &g->tensors[i], *o = owner_of(t);
-    const size_t offs = t->view_src ? t->view_offs : 0;
-    if (g->offsets[o->index] != TSR_NO_OFFSET) {
-      c->dptr[i] = c->arena + g->offsets[o->index] + offs;
-    } else if ((o->flags & TSR_FLAG_WEIGHT) && o->data) {
-      char *dev = NULL;
-      tsr_status st = region_ensure(c, o->data, tsr_tensor_nbytes(o), o->name, &dev);
-      if (st != TSR_OK) return st;
-      c->dptr[i] = dev + offs;
-    } else {
+    struct tsr_tensor *t = &g->tensors[i];
+    c->dptr[i] = NULL;
+    if (t->view_src) continue;
+    if (g->offsets[i] != TSR_NO_OFFSET) {
+      c->dptr[i] = c->arena + g->offsets[i];
+      continue;
+    }
+    if (!is_external(g, t) || !t->data)
       return tsr_error_set(TSR_ERR_INVALID_ARG, "cuda backend: tensor '%s' has no memory; plan "
                            "and bind the graph first", t->name);
+    bool kept = false;
+    tsr_status st = kept_address(c, t, &c->dptr[i], &kept);
+    if (st != TSR_OK) return st;
+    if (!kept && !tsr_tensor_nbytes(t)) c->dptr[i] = c->arena; /* empty: never read */
+    else if (!kept)
+      c->spans[c->n_spans++] = (struct cu_span){t->data, (const char *)t->data + tsr_tensor_nbytes(t),
+                                                0, false};
+  }
+  /* unkept external memory: merge overlapping ranges, stage them back to back */
+  if (c->n_spans) {
+    qsort(c->spans, (size_t)c->n_spans, sizeof *c->spans, span_cmp);
+    int m = 0;
+    for (int k = 1; k < c->n_spans; k++) {
+      if (c->spans[k].lo < c->spans[m].hi) {
+        if (c->spans[k].hi > c->spans[m].hi) c->spans[m].hi = c->spans[k].hi;
+      } else {
+        c->spans[++m] = c->spans[k];
+      }
     }
+    c->n_spans = m + 1;
+    size_t total = 0;
+    for (int k = 0; k < c->n_spans; k++) {
+      c->spans[k].off = total;
+      total += ((size_t)(c->spans[k].hi - c->spans[k].lo) + 255) & ~(size_t)255;
+    }
+    void *stage = NULL;
+    tsr_status st = tsr_cuda_scratch(c, SCR_STAGE, total, &stage);
+    if (st != TSR_OK) return st;
+    for (int k = 0; k < c->n_spans; k++)
+      CU_RT(cudaMemcpyAsync((char *)stage + c->spans[k].off, c->spans[k].lo,
+                            (size_t)(c->spans[k].hi - c->spans[k].lo), cudaMemcpyHostToDevice,
+                            c->stream));
+    for (int i = 0; i < g->n; i++) {
+      const struct tsr_tensor *t = &g->tensors[i];
+      if (c->dptr[i] || t->view_src || !is_external(g, t) || !tsr_tensor_nbytes(t)) continue;
+      const struct cu_span *sp = span_of(c, t->data);
+      if (sp) c->dptr[i] = (char *)stage + sp->off + ((const char *)t->data - sp->lo);
+    }
+    /* spans a node writes into go back to the host after the compute */
+    for (int i = 0; i < g->n; i++) {
+      const struct tsr_tensor *t = &g->tensors[i];
+      if (!computes(t) || !t->view_src || !is_external(g, t->view_src)) continue;
+      struct cu_span *sp = span_of(c, t->view_src->data);
+      if (sp) sp->written = true;
+    }
+  }
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i];
+    if (!t->view_src) continue;
+    const char *base = c->dptr[t->view_src->index];
+    if (!base)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "cuda backend: view '%s' of '%s', which has no "
+                           "memory", t->name, t->view_src->name);
+    c->dptr[i] = (char *)base + t->view_offs;
   }
   return TSR_OK;
 }
@@ -276,8 +392,15 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
       return st;
     }
   }
-  /* outputs in the arena come back; an output written into external memory
-  ** stays on the device (its copy is authoritative: sync_to_host reads it) */
+  /* unkept external memory a node wrote into goes back whole (its other
+  ** bytes are the ones just uploaded); outputs in the arena come back; an
+  ** output written into kept memory stays on the device (sync_to_host reads it) */
+  void *stage = c->scratch[SCR_STAGE];
+  for (int k = 0; k < c->n_spans; k++)
+    if (c->spans[k].written)
+      CU_RT(cudaMemcpyAsync((char *)c->spans[k].lo, (char *)stage + c->spans[k].off,
+                            (size_t)(c->spans[k].hi - c->spans[k].lo), cudaMemcpyDeviceToHost,
+                            c->stream));
   for (int i = 0; i < g->n; i++) {
     const struct tsr_tensor *t = &g->tensors[i];
     if (!(t->flags & TSR_FLAG_OUTPUT) || g->offsets[owner_of(t)->index] == TSR_NO_OFFSET) continue;
@@ -301,13 +424,15 @@ static void cu_free(void *ctx) {
   struct cu_ctx *c = ctx;
   if (!c) return;
   if (c->stream) cudaStreamSynchronize(c->stream);
-  for (int i = 0; i < c->n_regions; i++) cudaFree(c->regions[i].dev);
+  for (int i = 0; i < c->n_regions; i++)
+    if (c->regions[i].dev) cudaFree(c->regions[i].dev);
   for (int i = 0; i < SCR_COUNT; i++)
     if (c->scratch[i]) cudaFree(c->scratch[i]);
   if (c->arena) cudaFree(c->arena);
   if (c->blas) cublasDestroy(c->blas);
   if (c->stream) cudaStreamDestroy(c->stream);
   free(c->regions);
+  free(c->spans);
   free(c->dptr);
   free(c->host_buf);
   free(c);
@@ -397,7 +522,8 @@ tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_ba
     free(b);
     return st;
   }
-  b->i = (struct tsr_backend_i){cu_name, cu_supports, cu_compute, cu_free, cu_sync_to_host, cu_forget};
+  b->i = (struct tsr_backend_i){cu_name,         cu_supports, cu_compute, cu_free,
+                                cu_sync_to_host, cu_forget,   cu_keep,    cu_sync_to_device};
   b->context = c;
   *out = b;
   return TSR_OK;

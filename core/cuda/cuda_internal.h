@@ -15,11 +15,20 @@
 #include "cuda_abi.h"
 #include "cuda_kernels.h"
 
-/* A device copy of external host memory [host, host + size). */
+/* A kept range of external host memory [host, host + size) (tsr_backend_keep)
+** and its device copy, made at the first compute that uses it (NULL before). */
 struct cu_region {
   const char *host;
   size_t size;
   char *dev;
+};
+
+/* External memory a compute uploads for itself (not kept): the union of the
+** ranges of one or more external tensors, staged at offset off. */
+struct cu_span {
+  const char *lo, *hi;
+  size_t off;
+  bool written; /* a node writes into it: copied back after the compute */
 };
 
 enum cu_scratch_slot {
@@ -30,6 +39,7 @@ enum cu_scratch_slot {
   SCR_Y,     /* mat_mul_id: one expert's outputs before the scatter */
   SCR_LIST,  /* mat_mul_id: pairs grouped by expert */
   SCR_ATTN,  /* attention split partials */
+  SCR_STAGE, /* external memory that is not kept, uploaded for one compute */
   SCR_COUNT,
 };
 
@@ -45,8 +55,10 @@ struct cu_ctx {
   char *arena; /* mirrors the host arena: same size, same offsets */
   size_t arena_cap;
 
-  struct cu_region *regions; /* sorted by host address, never overlapping */
+  struct cu_region *regions; /* kept ranges, sorted by host address, never overlapping */
   int n_regions, cap_regions;
+  struct cu_span *spans; /* the compute being run: unkept external memory */
+  int n_spans, cap_spans;
 
   void *scratch[SCR_COUNT];
   size_t scratch_cap[SCR_COUNT];

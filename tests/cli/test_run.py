@@ -79,6 +79,26 @@ def test_greedy_twice_gives_identical_output():
 
 
 @case
+def test_backend_cuda_without_a_gpu_fails_naming_what_is_missing():
+    # this machine has no GPU (or no driver, or a build without the backend): the
+    # loader's message, exit 2, no crash; where a GPU answers, the run must succeed
+    code, out, err = run(*M, "-p", "Hello", "-n", "4", "--temp", "0", "--set", "backend=cuda")
+    if code == 0:
+        assert out.strip(), "cuda run printed nothing"
+        return
+    assert code == 2, f"exit {code} (want 2); stderr: {err.strip()}"
+    assert "--set backend" in err and "cuda backend" in err, f"unclear message: {err.strip()}"
+    assert any(w in err for w in ("no CUDA driver", "not found", "no CUDA GPU", "cannot load",
+                                  "older than")), f"no reason given: {err.strip()}"
+    env = dict(os.environ, TESSERA_CUDA_BACKEND=os.path.join(TMP, "missing.so"))
+    p = subprocess.run([TESSERA, "run", *M, "-p", "Hello", "-n", "4", "--set", "backend=cuda"],
+                       capture_output=True, timeout=300, env=env)
+    err = p.stderr.decode("utf-8", "replace")
+    assert p.returncode == 2, f"exit {p.returncode} (want 2); stderr: {err.strip()}"
+    assert "libtessera-cuda.so not found" in err and "missing.so" in err, err.strip()
+
+
+@case
 def test_n_limits_the_tokens_generated():
     out, err = ok(*run(*M, "-p", "Hello", "-n", "5", "--temp", "0", "--verbose"))
     assert generated(err) == 5, err

@@ -62,7 +62,8 @@ static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, i
   struct tsr_tensor *x = tsr_new_tensor_2d(g, TSR_F32, k, n);
   tsr_graph_mark_output(tsr_mat_mul(g, wt, x));
   struct tsr_test_graph tg = {.g = g};
-  if (tsr_test_graph_alloc(&tg) == TSR_OK) {
+  /* kept, as the engine keeps weights: uploaded once, not at every compute */
+  if (tsr_backend_keep(be, w, tsr_tensor_nbytes(wt)) == TSR_OK && tsr_test_graph_alloc(&tg) == TSR_OK) {
     tsr_test_fill_normal(x, 1.0f);
     double ms = time_graph(be, g, 20);
     double bytes = (double)tsr_dtype_row_size(dt, k) * (double)m;
@@ -71,6 +72,7 @@ static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, i
              tsr_dtype_name(dt), (long long)m, (long long)k, (long long)n, ms, bytes / ms / 1e6,
              2.0 * k * m * n / ms / 1e9);
   }
+  tsr_backend_forget(be, w, tsr_tensor_nbytes(wt));
   free(tg.arena);
   tsr_graph_free(g);
   free(w);
@@ -86,7 +88,8 @@ static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t n
   struct tsr_attn_params ap = {.scale = 0.1f};
   tsr_graph_mark_output(tsr_flash_attn(g, q, kt, vt, NULL, NULL, NULL, &ap));
   struct tsr_test_graph tg = {.g = g};
-  if (tsr_test_graph_alloc(&tg) == TSR_OK) {
+  if (tsr_backend_keep(be, k, tsr_tensor_nbytes(kt)) == TSR_OK &&
+      tsr_backend_keep(be, v, tsr_tensor_nbytes(vt)) == TSR_OK && tsr_test_graph_alloc(&tg) == TSR_OK) {
     tsr_test_fill_normal(q, 1.0f);
     double ms = time_graph(be, g, 20);
     double bytes = 2.0 * (double)tsr_dtype_row_size(kv, d) * (double)(nkv * hkv);
@@ -95,6 +98,8 @@ static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t n
              tsr_dtype_name(kv), (long long)nkv, (long long)d, (long long)hq, (long long)hkv, ms,
              bytes / ms / 1e6);
   }
+  tsr_backend_forget(be, k, tsr_tensor_nbytes(kt));
+  tsr_backend_forget(be, v, tsr_tensor_nbytes(vt));
   free(tg.arena);
   tsr_graph_free(g);
   free(k);

@@ -72,6 +72,20 @@ static void compare_golden(const struct tsr_gguf *gold, int seq, int64_t p, cons
                          (const float *)lg->data + p * k, k, ((const float *)lse->data)[p], s, kl);
 }
 
+/* The span of the model's tensor data, kept on the device as the engine
+** keeps it (uploaded once). */
+static tsr_status keep_weights(struct tsr_backend *b, const struct tsr_gguf *model) {
+  const char *lo = NULL, *hi = NULL;
+  for (int64_t i = 0; i < tsr_gguf_n_tensors(model); i++) {
+    const struct tsr_gguf_tensor *t = tsr_gguf_tensor_at(model, i);
+    const char *p = t->data;
+    if (!p || !t->nbytes) continue;
+    if (!lo || p < lo) lo = p;
+    if (!hi || p + t->nbytes > hi) hi = p + t->nbytes;
+  }
+  return lo ? tsr_backend_keep(b, lo, (size_t)(hi - lo)) : TSR_OK;
+}
+
 int main(int argc, char **argv) {
   if (argc < 4) {
     fprintf(stderr, "usage: %s MODEL.gguf GOLDEN.gguf LABEL [--min-argmax A] [--max-kl K]\n", argv[0]);
@@ -88,6 +102,7 @@ int main(int argc, char **argv) {
   tsr_status st = open_model(argv[1], argv[2], &m);
   if (st == TSR_OK) st = tsr_backend_cpu_new(0, &cpu);
   if (st == TSR_OK) st = tsr_backend_cuda_new(&cuda);
+  if (st == TSR_OK) st = keep_weights(cuda, m.model);
   uint32_t n_seqs = 0;
   if (st == TSR_OK) st = tsr_gguf_get_u32(m.gold, "golden.n_sequences", &n_seqs);
   struct tsr_parity_stats gs = {0}, cs = {0};
@@ -161,7 +176,7 @@ int main(int argc, char **argv) {
            (long long)gs.n_positions, 100 * min_argmax, max_kl);
     st = ok ? TSR_OK : TSR_ERR_INTERNAL;
   }
-  if (cuda) tsr_backend_free(cuda);
+  if (cuda) tsr_backend_free(cuda); /* before the mapping it keeps a copy of */
   if (cpu) tsr_backend_free(cpu);
   if (m.gold) tsr_gguf_close(m.gold);
   if (m.model) tsr_gguf_close(m.model);

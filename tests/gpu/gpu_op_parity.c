@@ -18,12 +18,27 @@
 **   1e-4           flash attention (another summation and rescaling order)
 **   4e-3           batched products on f16 tensor cores (x rounded to f16:
 **                  2^-11 relative per term)
-** Prints one PASS/FAIL line per case and a summary; exits non-zero on any FAIL.
-** usage: gpu_op_parity [filter]   (runs only cases whose name contains filter)
+** Prints one PASS/FAIL line per case (a FAIL names the first element that
+** differs, its coordinates and both values) and a summary naming the first
+** failure; exits non-zero on any FAIL.
+**
+** Isolation: a kernel fault poisons the CUDA context, after which every call
+** of the process fails, so one bad kernel would fail every later case. The
+** cases therefore run in a child process; when a case poisons the context or
+** kills the child, the parent reports that case and starts a fresh child at
+** the next one. TESSERA_CUDA_SYNC=1 (wait after every node, so an error names
+** its node) is on unless the environment sets it. The external tensors of the
+** cases are not kept (tsr_backend_keep): each compute uploads them, so the
+** buffers each case frees can never be met again as stale device copies; the
+** memory checks at the end exercise kept ranges.
+** usage: gpu_op_parity [--no-fork] [filter]   (only cases whose name contains filter)
 */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend.h"
 #include "op_registry.h"
@@ -49,6 +64,16 @@ typedef void (*case_fn)(struct pc *p, int phase);
 static struct tsr_backend *g_cpu, *g_cuda;
 static int g_pass, g_fail;
 static const char *g_filter;
+static bool g_poisoned; /* the cuda context faulted: later cases need a fresh process */
+static char g_first_fail[200];
+
+static void note_fail(const char *name) {
+  if (!g_first_fail[0]) snprintf(g_first_fail, sizeof g_first_fail, "%s", name);
+}
+
+static void note_cuda_error(const char *msg) {
+  if (strstr(msg, "CUDA context is unusable")) g_poisoned = true;
+}
 
 /* ---- helpers ----------------------------------------------------------- */
 
@@ -108,10 +133,9 @@ static void run_side(case_fn fn, int var, struct tsr_backend *be, struct pc *p, 
     s->st = tsr_backend_compute(be, p->g);
   }
   if (s->st != TSR_OK) snprintf(s->msg, sizeof s->msg, "%s", tsr_error_message());
+  /* outputs written into (unkept) external memory are back on the host already */
   for (int i = 0; s->st == TSR_OK && i < p->n_out; i++) {
-    const struct tsr_tensor *o = p->out[i], *own = o->view_src ? o->view_src : o;
-    if (own->flags & TSR_FLAG_WEIGHT) /* written into external memory: its device copy rules */
-      s->st = tsr_backend_sync_to_host(be, own->data, tsr_tensor_nbytes(own));
+    const struct tsr_tensor *o = p->out[i];
     s->vals[i] = tsr_test_read_alloc(o);
     s->n[i] = tsr_tensor_nelements(o);
   }
@@ -129,26 +153,43 @@ static void run_case(case_fn fn, int var) {
   run_side(fn, var, g_cuda, &pb, &b);
   bool ok = a.st == TSR_OK && b.st == TSR_OK;
   double worst = 0, worst_tol = 0;
+  char where[400] = "";
   for (int i = 0; ok && i < pa.n_out; i++) {
-    double scale = 0, diff = 0;
-    for (int64_t j = 0; j < a.n[i]; j++) {
+    double scale = 0;
+    for (int64_t j = 0; j < a.n[i]; j++)
       if (fabs(a.vals[i][j]) > scale) scale = fabs(a.vals[i][j]);
+    if (scale == 0) scale = 1;
+    double diff = 0;
+    int64_t first = -1, n_bad = 0;
+    for (int64_t j = 0; j < a.n[i]; j++) {
       double d = fabs(a.vals[i][j] - b.vals[i][j]);
       if (d != d) d = (a.vals[i][j] != a.vals[i][j] && b.vals[i][j] != b.vals[i][j]) ? 0 : INFINITY;
       if (d > diff) diff = d;
+      if (!(d / scale <= pa.tol[i])) n_bad++, first = first < 0 ? j : first;
     }
-    double err = diff / (scale > 0 ? scale : 1);
+    double err = diff / scale;
     if (err > worst) worst = err, worst_tol = pa.tol[i];
-    if (!(err <= pa.tol[i])) ok = false;
+    if (!(err <= pa.tol[i])) {
+      ok = false;
+      const int64_t *ne = pa.out[i]->ne;
+      snprintf(where, sizeof where, "; output %d %s [%lld,%lld,%lld,%lld]: %lld of %lld elements "
+               "off, first at (%lld,%lld,%lld,%lld) cpu %.6g cuda %.6g", i,
+               tsr_dtype_name(pa.out[i]->dtype), (long long)ne[0], (long long)ne[1],
+               (long long)ne[2], (long long)ne[3], (long long)n_bad, (long long)a.n[i],
+               (long long)(first % ne[0]), (long long)(first / ne[0] % ne[1]),
+               (long long)(first / (ne[0] * ne[1]) % ne[2]), (long long)(first / (ne[0] * ne[1] * ne[2])),
+               a.vals[i][first], b.vals[i][first]);
+    }
   }
   if (ok) g_pass++;
-  else g_fail++;
+  else g_fail++, note_fail(pa.name);
   if (a.st != TSR_OK)
     printf("FAIL  %-48s cpu side failed: %s\n", pa.name, a.msg);
   else if (b.st != TSR_OK)
-    printf("FAIL  %-48s cuda side failed: %s\n", pa.name, b.msg);
+    printf("FAIL  %-48s cuda side failed: %s\n", pa.name, b.msg), note_cuda_error(b.msg);
   else
-    printf("%s  %-48s err %.2e (tol %.0e)\n", ok ? "PASS" : "FAIL", pa.name, worst, worst_tol);
+    printf("%s  %-48s err %.2e (tol %.0e)%s\n", ok ? "PASS" : "FAIL", pa.name, worst, worst_tol,
+           where);
   fflush(stdout);
   for (int i = 0; i < MAX_OUT; i++) free(b.vals[i]);
 done:
@@ -469,7 +510,8 @@ static void c_flash_attn(struct pc *p, int phase) {
 
 static void check(bool ok, const char *what, const char *detail) {
   if (ok) g_pass++;
-  else g_fail++;
+  else g_fail++, note_fail(what);
+  if (!ok && detail) note_cuda_error(detail);
   printf("%s  %-48s %s\n", ok ? "PASS" : "FAIL", what, detail ? detail : "");
 }
 
@@ -507,82 +549,244 @@ static void refusals(void) {
   }
 }
 
-/* External memory is uploaded once and its device copy rules afterwards:
-** a host rewrite is not seen until forget; set_rows results reach the host
-** only through sync_to_host. The arena grows for a larger graph. */
+/* One product y = w x (x all ones, 64 columns of w summed per row) plus a
+** set_rows of y's first column into cache row idx, on the cuda backend.
+** y0 gets y[0] and y_last y[N * (n - 1)]. */
+enum { MEM_N = 64 };
+static tsr_status mem_round(float *w, float *cache, int64_t n, int32_t idx, double *y0,
+                            double *y_last) {
+  const int N = MEM_N;
+  struct tsr_graph *g = tsr_graph_new(32);
+  struct tsr_tensor *wt = tsr_new_external(g, TSR_F32, 2, (int64_t[]){N, N}, w);
+  struct tsr_tensor *x = tsr_new_tensor_2d(g, TSR_F32, N, n);
+  struct tsr_tensor *y = tsr_mat_mul(g, wt, x);
+  struct tsr_tensor *ct = tsr_new_external(g, TSR_F32, 2, (int64_t[]){N, 4}, cache);
+  struct tsr_tensor *ix = tsr_new_tensor_1d(g, TSR_I32, 1);
+  struct tsr_tensor *sr = tsr_set_rows(g, ct, tsr_view(g, y, 2, (int64_t[]){N, 1},
+                                                       (size_t[]){4, (size_t)N * 4}, 0), ix);
+  tsr_graph_mark_output(y);
+  tsr_graph_mark_output(sr);
+  struct tsr_test_graph tg = {.g = g};
+  tsr_status st = tsr_test_graph_alloc(&tg);
+  for (int64_t i = 0; st == TSR_OK && i < N * n; i++) ((float *)x->data)[i] = 1.0f;
+  if (st == TSR_OK) *(int32_t *)ix->data = idx;
+  if (st == TSR_OK) st = tsr_backend_compute(g_cuda, g);
+  *y0 = st == TSR_OK ? ((float *)y->data)[0] : NAN;
+  *y_last = st == TSR_OK ? ((float *)y->data)[N * (n - 1)] : NAN;
+  free(tg.arena);
+  tsr_graph_free(g);
+  return st;
+}
+
+static void fill(float *p, int n, float v) {
+  for (int i = 0; i < n; i++) p[i] = v;
+}
+
+/* Kept ranges: uploaded at first use, then the device copy rules (a host
+** rewrite is seen only after sync_to_device; set_rows results reach the host
+** only through sync_to_host); forget ends it. Unkept memory: uploaded per
+** compute, written bytes come back, and a freed-and-reused address never
+** meets an old copy. The arena grows for a larger graph. */
 static void memory_model(void) {
   if (g_filter && !strstr("memory", g_filter)) return;
-  enum { N = 64 };
+  const int N = MEM_N;
   float *w = malloc(N * N * sizeof *w), *cache = calloc(N * 4, sizeof *cache);
+  double expect = 0, y0, yl; /* row 0 of the weight as first uploaded, times ones */
   for (int i = 0; i < N * N; i++) w[i] = (float)(i % 7) - 3.0f;
-  for (int round = 0; round < 3; round++) {
-    struct tsr_graph *g = tsr_graph_new(32);
-    struct tsr_tensor *wt = tsr_new_external(g, TSR_F32, 2, (int64_t[]){N, N}, w);
-    int64_t n = round == 2 ? 512 : 1; /* round 2: a larger arena */
-    struct tsr_tensor *x = tsr_new_tensor_2d(g, TSR_F32, N, n);
-    struct tsr_tensor *y = tsr_mat_mul(g, wt, x);
-    struct tsr_tensor *ct = tsr_new_external(g, TSR_F32, 2, (int64_t[]){N, 4}, cache);
-    struct tsr_tensor *idx = tsr_new_tensor_1d(g, TSR_I32, 1);
-    struct tsr_tensor *sr = tsr_set_rows(g, ct, tsr_view(g, y, 2, (int64_t[]){N, 1},
-                                                         (size_t[]){4, (size_t)N * 4}, 0), idx);
-    tsr_graph_mark_output(y);
-    tsr_graph_mark_output(sr);
-    struct tsr_test_graph tg = {.g = g};
-    tsr_status st = tsr_test_graph_alloc(&tg);
-    for (int64_t i = 0; st == TSR_OK && i < N * n; i++) ((float *)x->data)[i] = 1.0f;
-    if (st == TSR_OK) *(int32_t *)idx->data = round;
-    if (st == TSR_OK) st = tsr_backend_compute(g_cuda, g);
-    double y0 = st == TSR_OK ? ((float *)y->data)[0] : NAN;
-    double expect = 0; /* row 0 of the weight as first uploaded, times ones */
-    for (int k = 0; k < N; k++) expect += (float)(k % 7) - 3.0f;
-    if (round == 0) {
-      check(st == TSR_OK && y0 == expect, "memory: first use uploads the weight", NULL);
-      for (int i = 0; i < N * N; i++) w[i] = 100.0f; /* the host rewrites it */
-    } else if (round == 1) {
-      check(st == TSR_OK && y0 == expect, "memory: device copy kept after a host rewrite", NULL);
-      check(cache[0] == 0.0f && cache[N] == 0.0f, "memory: set_rows stays on the device", NULL);
-      st = tsr_backend_sync_to_host(g_cuda, cache, sizeof(float) * N * 4);
-      check(st == TSR_OK && cache[0] == (float)expect && cache[N] == (float)expect &&
-            cache[2 * N] == 0.0f, "memory: sync_to_host brings cache rows back", NULL);
-      tsr_backend_forget(g_cuda, w, sizeof(float) * N * N);
-    } else {
-      check(st == TSR_OK && y0 == 100.0 * N && ((float *)y->data)[N * 511] == 100.0f * N,
-            "memory: forget re-uploads; the arena grows", NULL);
-    }
-    free(tg.arena);
-    tsr_graph_free(g);
-  }
+  for (int k = 0; k < N; k++) expect += (float)(k % 7) - 3.0f;
+  tsr_status st = tsr_backend_keep(g_cuda, w, sizeof(float) * N * N);
+  if (st == TSR_OK) st = tsr_backend_keep(g_cuda, cache, sizeof(float) * N * 4);
+  if (st == TSR_OK) st = mem_round(w, cache, 1, 0, &y0, &yl);
+  check(st == TSR_OK && y0 == expect, "memory: first use uploads the kept weight",
+        st == TSR_OK ? NULL : tsr_error_message());
+
+  fill(w, N * N, 100.0f); /* the host rewrites it */
+  st = mem_round(w, cache, 1, 1, &y0, &yl);
+  check(st == TSR_OK && y0 == expect, "memory: kept copy rules after a host rewrite",
+        st == TSR_OK ? NULL : tsr_error_message());
+  check(cache[0] == 0.0f && cache[N] == 0.0f, "memory: set_rows into kept memory stays on device",
+        NULL);
+  st = tsr_backend_sync_to_host(g_cuda, cache, sizeof(float) * N * 4);
+  check(st == TSR_OK && cache[0] == (float)expect && cache[N] == (float)expect && cache[2 * N] == 0.0f,
+        "memory: sync_to_host brings kept cache rows back", st == TSR_OK ? NULL : tsr_error_message());
+
+  st = tsr_backend_sync_to_device(g_cuda, w, sizeof(float) * N * N);
+  if (st == TSR_OK) st = mem_round(w, cache, 512, 2, &y0, &yl); /* a larger arena */
+  check(st == TSR_OK && y0 == 100.0 * N && yl == 100.0 * N,
+        "memory: sync_to_device pushes a rewrite; arena grows", st == TSR_OK ? NULL : tsr_error_message());
+
+  /* half of the cache rewritten on the host: only those bytes are pushed */
+  fill(cache + 3 * N, N, 7.0f);
+  st = tsr_backend_sync_to_device(g_cuda, cache + 3 * N, sizeof(float) * N);
+  if (st == TSR_OK) st = tsr_backend_sync_to_host(g_cuda, cache, sizeof(float) * N * 4);
+  check(st == TSR_OK && cache[0] == (float)expect && cache[2 * N] == 100.0f * N && cache[3 * N] == 7.0f,
+        "memory: sync_to_device of a sub-range keeps the rest", st == TSR_OK ? NULL : tsr_error_message());
+
+  tsr_backend_forget(g_cuda, w, sizeof(float) * N * N);
   tsr_backend_forget(g_cuda, cache, sizeof(float) * N * 4);
+  fill(w, N * N, 2.0f);
+  fill(cache, N * 4, 0.0f);
+  st = mem_round(w, cache, 1, 3, &y0, &yl);
+  check(st == TSR_OK && y0 == 2.0 * N && cache[3 * N] == 2.0f * N && cache[0] == 0.0f,
+        "memory: after forget: per-compute upload, writes return", st == TSR_OK ? NULL : tsr_error_message());
   free(w);
   free(cache);
+
+  /* unkept buffers freed and allocated again (glibc hands the same address
+  ** back): every compute must see the new bytes */
+  bool ok = true;
+  st = TSR_OK;
+  for (int r = 0; r < 4 && ok; r++) {
+    float *w2 = malloc(N * N * sizeof *w2), *c2 = calloc(N * 4, sizeof *c2);
+    fill(w2, N * N, (float)(r + 1));
+    st = mem_round(w2, c2, 1 + 16 * r, r, &y0, &yl);
+    ok = st == TSR_OK && y0 == (r + 1.0) * N && c2[r * N] == (float)((r + 1) * N);
+    free(w2);
+    free(c2);
+  }
+  check(ok, "memory: reused host addresses meet no stale copy", st == TSR_OK ? NULL : tsr_error_message());
+}
+
+/* ---- the case list, and a child process that runs it ------------------------- */
+
+struct entry {
+  case_fn fn; /* NULL: refusals (var 0) or the memory checks (var 1) */
+  int var;
+};
+static struct entry g_cases[512];
+static int g_n_cases;
+
+static void add(case_fn fn, int n) {
+  for (int v = 0; v < n; v++) g_cases[g_n_cases++] = (struct entry){fn, v};
+}
+
+static void list_cases(void) {
+  add(c_get_rows, N_WEIGHTS);
+  add(c_mat_mul, N_WEIGHTS * N_COLS);
+  add(c_mat_mul_views, 6);
+  add(c_mat_mul_id, 16);
+  add(c_elementwise, 8);
+  add(c_unary, TSR_UNARY_COUNT);
+  add(c_glu, 12);
+  add(c_softmax, 3);
+  add(c_rope, 4);
+  add(c_concat, 6);
+  add(c_cpy, N_WRITES + 2);
+  add(c_set_rows, 2 * N_WRITES);
+  add(c_select, 2);
+  add(c_flash_attn, N_FA);
+  g_cases[g_n_cases++] = (struct entry){NULL, 0};
+  g_cases[g_n_cases++] = (struct entry){NULL, 1};
+}
+
+/* What a child tells its parent about case k. */
+struct record {
+  int k, done, pass, fail, poisoned;
+  char first_fail[200];
+};
+
+static void run_entry(int k) {
+  if (g_cases[k].fn) run_case(g_cases[k].fn, g_cases[k].var);
+  else if (g_cases[k].var == 0) refusals();
+  else memory_model();
+}
+
+static int open_backends(void) {
+  if (tsr_backend_cpu_new(0, &g_cpu) != TSR_OK || tsr_backend_cuda_new(&g_cuda) != TSR_OK) {
+    printf("FAIL  opening the backends: %s\n", tsr_error_message());
+    return 1;
+  }
+  printf("      cuda backend: %s\n", tsr_backend_name(g_cuda));
+  return 0;
+}
+
+/* Runs cases [start, n) and reports each to fd; exits 3 when the CUDA
+** context faulted (the parent restarts after the case), 4 when the backends
+** do not open, 0 at the end. */
+static int child(int start, int fd) {
+  if (open_backends()) return 4;
+  for (int k = start; k < g_n_cases; k++) {
+    struct record r = {.k = k};
+    if (write(fd, &r, sizeof r) != (ssize_t)sizeof r) return 5; /* started */
+    int p0 = g_pass, f0 = g_fail;
+    g_first_fail[0] = '\0';
+    run_entry(k);
+    r.done = 1, r.pass = g_pass - p0, r.fail = g_fail - f0, r.poisoned = g_poisoned;
+    snprintf(r.first_fail, sizeof r.first_fail, "%s", g_first_fail);
+    if (write(fd, &r, sizeof r) != (ssize_t)sizeof r) return 5;
+    if (g_poisoned) return 3;
+  }
+  return 0;
+}
+
+static int run_forked(void) {
+  int start = 0, pass = 0, fail = 0, restarts = 0;
+  char first[200] = "";
+  while (start < g_n_cases) {
+    int fds[2];
+    if (pipe(fds)) return perror("pipe"), 1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) return perror("fork"), 1;
+    if (pid == 0) {
+      close(fds[0]);
+      int rc = child(start, fds[1]);
+      fflush(stdout);
+      _exit(rc);
+    }
+    close(fds[1]);
+    struct record r;
+    int started = -1, last_done = start - 1;
+    while (read(fds[0], &r, sizeof r) == (ssize_t)sizeof r) {
+      if (!r.done) {
+        started = r.k;
+        continue;
+      }
+      last_done = r.k;
+      pass += r.pass, fail += r.fail;
+      if (r.first_fail[0] && !first[0]) snprintf(first, sizeof first, "%s", r.first_fail);
+    }
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    const int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (rc == 0) break;
+    if (rc == 4 || rc == 5) return printf("op parity: could not run\n"), 1;
+    if (started > last_done) { /* died inside case `started` */
+      fail++;
+      char what[120];
+      if (WIFSIGNALED(status)) snprintf(what, sizeof what, "signal %d (%s)", WTERMSIG(status),
+                                        strsignal(WTERMSIG(status)));
+      else snprintf(what, sizeof what, "exit status %d", rc);
+      printf("FAIL  case #%d (the one after the last line above) killed the process: %s\n",
+             started, what);
+      if (!first[0]) snprintf(first, sizeof first, "case #%d (process died)", started);
+      start = started + 1;
+    } else {
+      printf("      (the CUDA context faulted; the next cases run in a fresh process)\n");
+      start = last_done + 1;
+    }
+    if (++restarts > 64) return printf("op parity: too many restarts, stopping\n"), 1;
+  }
+  printf("op parity: %d passed, %d failed%s%s\n", pass, fail, first[0] ? "; first failure: " : "",
+         first);
+  return fail ? 1 : 0;
 }
 
 int main(int argc, char **argv) {
-  g_filter = argc > 1 ? argv[1] : NULL;
+  bool fork_cases = true;
+  int a = 1;
+  if (a < argc && !strcmp(argv[a], "--no-fork")) fork_cases = false, a++;
+  g_filter = a < argc ? argv[a] : NULL;
   (void)tsr_tests_run_, (void)tsr_tests_failed_, (void)tsr_test_failures_; /* harness unused */
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (tsr_backend_cpu_new(0, &g_cpu) != TSR_OK || tsr_backend_cuda_new(&g_cuda) != TSR_OK) {
-    printf("FAIL  opening the backends: %s\n", tsr_error_message());
-    printf("op parity: 0 passed, 1 failed\n");
-    return 1;
-  }
-  for (int v = 0; v < N_WEIGHTS; v++) run_case(c_get_rows, v);
-  for (int v = 0; v < N_WEIGHTS * N_COLS; v++) run_case(c_mat_mul, v);
-  for (int v = 0; v < 6; v++) run_case(c_mat_mul_views, v);
-  for (int v = 0; v < 16; v++) run_case(c_mat_mul_id, v);
-  for (int v = 0; v < 8; v++) run_case(c_elementwise, v);
-  for (int v = 0; v < TSR_UNARY_COUNT; v++) run_case(c_unary, v);
-  for (int v = 0; v < 12; v++) run_case(c_glu, v);
-  for (int v = 0; v < 3; v++) run_case(c_softmax, v);
-  for (int v = 0; v < 4; v++) run_case(c_rope, v);
-  for (int v = 0; v < 6; v++) run_case(c_concat, v);
-  for (int v = 0; v < N_WRITES + 2; v++) run_case(c_cpy, v);
-  for (int v = 0; v < 2 * N_WRITES; v++) run_case(c_set_rows, v);
-  for (int v = 0; v < 2; v++) run_case(c_select, v);
-  for (int v = 0; v < N_FA; v++) run_case(c_flash_attn, v);
-  refusals();
-  memory_model();
-  printf("op parity: %d passed, %d failed\n", g_pass, g_fail);
+  setenv("TESSERA_CUDA_SYNC", "1", 0); /* each error names its node; export 0 to time it */
+  list_cases();
+  if (fork_cases) return run_forked();
+  if (open_backends()) return printf("op parity: 0 passed, 1 failed\n"), 1;
+  for (int k = 0; k < g_n_cases; k++) run_entry(k);
+  printf("op parity: %d passed, %d failed%s%s\n", g_pass, g_fail,
+         g_first_fail[0] ? "; first failure: " : "", g_first_fail);
   tsr_backend_free(g_cuda);
   tsr_backend_free(g_cpu);
   return g_fail ? 1 : 0;

@@ -6,9 +6,14 @@
 #       BUILD_DIR-run/: only what the GPU machine runs, in the build tree's layout
 #       (executables find the .so and the plugins relative to themselves).
 #   tests/gpu/run.sh check RUN_DIR      on the GPU machine, over a copy of the tree
-#       with RUN_DIR carried: no rebuild. Runs the loader test, op parity, whole-model
-#       parity on every reference fixture (converted there with the carried tessera)
+#       with RUN_DIR carried: no rebuild. Runs the loader test, op parity (each case
+#       isolated, TESSERA_CUDA_SYNC=1; the first failing case is then rerun under
+#       compute-sanitizer memcheck when the machine has it), whole-model parity on
+#       every reference fixture (converted there with the carried tessera), `tessera
+#       run` on backend cuda (greedy twice: identical; compared with the cpu's text)
 #       and the benchmarks; prints a summary table last. Exit status 0 iff nothing failed.
+#   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
+#       --tool memcheck (every case, or those whose name contains FILTER).
 #
 # The GPU machine has no libyaml/inih/cJSON: tessera links the first two statically and
 # carries libcjson.so.1 beside itself (core/cli); cudart is static in libtessera-cuda.so,
@@ -24,22 +29,22 @@ build)
   if [ ! -d "$b" ]; then
     meson setup "$b" -Dcuda=enabled -Dfuzz=disabled >/dev/null || { echo "meson setup failed"; exit 1; }
   fi
-  ninja -C "$b" -j1 || { echo "build failed"; exit 1; }
+  ninja -C "$b" -j2 || { echo "build failed"; exit 1; }
   run="$b-run"
   rm -rf "$run"
   mkdir -p "$run"
   # executables, shared objects, plugin manifests and the carried libcjson, paths kept
   (cd "$b" && find core/cli/tessera core/cli/libcjson.so.1 core/cli/libmicrohttpd.so.12 core/cuda/libtessera-cuda.so \
       core/tests/test_cuda_loader tests/gpu/gpu_op_parity tests/gpu/gpu_model_parity \
-      tests/gpu/gpu_bench plugins -maxdepth 2 \( -name '*.so' -o -name '*.so.1' -o -name plugin.ini \
+      tests/gpu/gpu_bench plugins -maxdepth 2 \( -name '*.so' -o -name '*.so.[0-9]*' -o -name plugin.ini \
       -o -type f -perm -u+x \) -type f 2>/dev/null) | while read -r f; do
     mkdir -p "$run/$(dirname "$f")" && cp "$b/$f" "$run/$f"
   done
   echo "built $b; the GPU machine needs $run ($(du -sh "$run" | cut -f1)):"
   echo "  carry [\"$run\"], run: bash tests/gpu/run.sh check $run"
   ;;
-check)
-  b=${2:?usage: run.sh check RUN_DIR}
+check|sanitize)
+  b=${2:?usage: run.sh check RUN_DIR | sanitize RUN_DIR [FILTER]}
   b=$(cd "$b" && pwd)
   out=$(mktemp -d /tmp/tsr-gpu.XXXXXX)
   # cuBLAS: the toolkit's, else the one pip's nvidia-cublas ships
@@ -49,6 +54,14 @@ check)
   done
   export LD_LIBRARY_PATH="$b/core/cli:${LD_LIBRARY_PATH:-}"
   export TESSERA_CUDA_BACKEND="$b/core/cuda/libtessera-cuda.so"
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer \
+              /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -1)
+  if [ "$mode" = sanitize ]; then
+    [ -n "$sanitizer" ] || { echo "compute-sanitizer not found on this machine"; exit 1; }
+    TESSERA_CUDA_SYNC=1 "$sanitizer" --tool memcheck --print-limit 30 --target-processes all \
+      "$b/tests/gpu/gpu_op_parity" --no-fork ${3:+"$3"}
+    exit $?
+  fi
   declare -a rows
   fails=0
   row() { rows+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && fails=$((fails + 1)); }
@@ -68,8 +81,16 @@ check)
   echo "== op parity"
   "$b/tests/gpu/gpu_op_parity" 2>&1 | tee "$out/ops.log"
   np=$(grep -c '^PASS' "$out/ops.log"); nf=$(grep -c '^FAIL' "$out/ops.log")
+  first=$(grep -m1 -o 'first failure: .*' "$out/ops.log" | sed 's/first failure: //')
   [ "$nf" -eq 0 ] && [ "$np" -gt 0 ] && row "op parity (cpu vs cuda)" PASS "$np cases" ||
-    row "op parity (cpu vs cuda)" FAIL "$nf of $((np + nf)) cases failed"
+    row "op parity (cpu vs cuda)" FAIL "$nf of $((np + nf)) failed; first: ${first:-?}"
+  if [ "$nf" -gt 0 ] && [ -n "$first" ] && [ -n "$sanitizer" ] && ! echo "$first" | grep -q '^case #'; then
+    echo "== compute-sanitizer memcheck on the first failing case: $first"
+    TESSERA_CUDA_SYNC=1 timeout 600 "$sanitizer" --tool memcheck --print-limit 30 \
+      "$b/tests/gpu/gpu_op_parity" --no-fork "$first" 2>&1 | tail -80
+  elif [ "$nf" -gt 0 ]; then
+    echo "== (no compute-sanitizer on this machine: the memcheck rerun is skipped)"
+  fi
 
   echo "== whole-model parity on the reference fixtures"
   fixtures=tests/reference/fixtures
@@ -94,6 +115,40 @@ check)
     done
   done
 
+  echo "== tessera run on backend cuda (greedy, 16 tokens)"
+  prompt="The quick brown fox"
+  for f in qwen3_tied qwen3_moe_norm qwen3_5 gemma4_dense; do
+    [ -d "$fixtures/$f" ] || continue
+    m="$out/$f.run.gguf"
+    if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1; then
+      row "run $f cuda" FAIL "convert: $(tail -1 "$out/convert.log")"
+      continue
+    fi
+    run() { "$b/core/cli/tessera" run -m "$m" -p "$prompt" -n 16 --temp 0 "$@"; }
+    run --set backend=cpu >"$out/cpu.txt" 2>"$out/cpu.err"; rc_cpu=$?
+    run --set backend=cuda >"$out/cuda1.txt" 2>"$out/cuda1.err"; rc1=$?
+    run --set backend=cuda >"$out/cuda2.txt" 2>"$out/cuda2.err"; rc2=$?
+    echo "-- $f: cpu exit $rc_cpu, cuda exits $rc1 $rc2"
+    echo "   cpu : $(head -c 300 "$out/cpu.txt" | tr '\n' ' ')"
+    echo "   cuda: $(head -c 300 "$out/cuda1.txt" | tr '\n' ' ')"
+    [ $rc1 -ne 0 ] && echo "   cuda stderr: $(tail -3 "$out/cuda1.err")"
+    if [ $rc1 -eq 2 ] && grep -q "no kernel for plugin op" "$out/cuda1.err"; then
+      row "run $f cuda" REFUSED "$(grep -o "plugin op '[^']*'" "$out/cuda1.err" | head -1) (at load)"
+    elif [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
+      row "run $f cuda" FAIL "exit $rc1/$rc2: $(tail -1 "$out/cuda1.err" | cut -c1-100)"
+    elif ! cmp -s "$out/cuda1.txt" "$out/cuda2.txt"; then
+      row "run $f cuda" FAIL "two greedy runs differ"
+    else
+      same=$(python3 -c 'import sys; a=open(sys.argv[1],"rb").read(); b=open(sys.argv[2],"rb").read()
+n=0
+while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+print(f"{n} of {max(len(a), len(b))} bytes")' "$out/cpu.txt" "$out/cuda1.txt" 2>/dev/null)
+      if cmp -s "$out/cpu.txt" "$out/cuda1.txt"; then row "run $f cuda" PASS "deterministic; same text as cpu"
+      else row "run $f cuda" PASS "deterministic; agrees with cpu for $same (differs after)"; fi
+    fi
+    rm -f "$m"
+  done
+
   echo "== benchmarks"
   "$b/tests/gpu/gpu_bench" 2>&1 | tee "$out/bench.log"
   if grep -q "BENCH error" "$out/bench.log"; then row "benchmarks" FAIL "$(grep -m1 'BENCH error' "$out/bench.log")"
@@ -108,7 +163,7 @@ check)
   [ "$fails" -eq 0 ]
   ;;
 *)
-  echo "usage: tests/gpu/run.sh build [BUILD_DIR] | check RUN_DIR" >&2
+  echo "usage: tests/gpu/run.sh build [BUILD_DIR] | check RUN_DIR | sanitize RUN_DIR [FILTER]" >&2
   exit 2
   ;;
 esac

@@ -306,16 +306,32 @@ static void test_malformed_safetensors_are_clear_errors(void) {
   CHECK_ERR(tsr_convert_open(&o, &cv), TSR_ERR_FORMAT, "model.safetensors", "too short");
 }
 
-static void test_other_dtypes_index_but_refuse_reading(void) {
+/* Integer index tables (a token ordering) read as exact floats; a value f32
+** cannot hold exactly and a dtype with no reading are refused by name. */
+static void test_index_tables_read_and_other_dtypes_refuse_reading(void) {
   const char *dir = folder("i64");
   put(dir, "config.json", "{\"model_type\":\"toy\"}");
-  static const unsigned char zeros[16];
+  const int64_t vals[4] = {7, -3, 1 << 24, (1 << 24) + 1};
+  const int32_t vals32[2] = {5, -9};
+  unsigned char raw[48];
+  memcpy(raw, vals, 32);
+  memcpy(raw + 32, vals32, 8);
+  memset(raw + 40, 0, 8);
   put_st_raw(dir, "model.safetensors",
-             "{\"pos\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}}", -1, zeros, 16);
+             "{\"pos\":{\"dtype\":\"I64\",\"shape\":[3],\"data_offsets\":[0,24]},"
+             "\"big\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[24,32]},"
+             "\"ids\":{\"dtype\":\"I32\",\"shape\":[2],\"data_offsets\":[32,40]},"
+             "\"u8\":{\"dtype\":\"U8\",\"shape\":[8],\"data_offsets\":[40,48]}}",
+             -1, raw, 48);
   struct tsr_convert *cv = open_cv(dir, "/tmp/unused.gguf", TSR_F32);
   if (!cv) return;
-  float out[2];
-  CHECK_ERR(tsr_convert_hf_tensor_read(cv, "pos", out, 2), TSR_ERR_UNSUPPORTED, "'pos'", "I64",
+  float out[8];
+  CHECK_OK(tsr_convert_hf_tensor_read(cv, "pos", out, 3));
+  CHECK(out[0] == 7.0f && out[1] == -3.0f && out[2] == 16777216.0f);
+  CHECK_OK(tsr_convert_hf_tensor_read(cv, "ids", out, 2));
+  CHECK(out[0] == 5.0f && out[1] == -9.0f);
+  CHECK_ERR(tsr_convert_hf_tensor_read(cv, "big", out, 1), TSR_ERR_UNSUPPORTED, "'big'", "16777217");
+  CHECK_ERR(tsr_convert_hf_tensor_read(cv, "u8", out, 8), TSR_ERR_UNSUPPORTED, "'u8'", "U8",
             "model.safetensors");
   tsr_convert_free(cv);
 }
@@ -748,7 +764,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_config_that_is_not_json_names_line_and_column);
   TSR_RUN(test_safetensors_reads_f32_f16_bf16_with_shapes);
   TSR_RUN(test_malformed_safetensors_are_clear_errors);
-  TSR_RUN(test_other_dtypes_index_but_refuse_reading);
+  TSR_RUN(test_index_tables_read_and_other_dtypes_refuse_reading);
   TSR_RUN(test_missing_checkpoint_is_named);
   TSR_RUN(test_sharded_checkpoints_with_and_without_index);
   TSR_RUN(test_tensors_neither_read_nor_skipped_fail_the_conversion);

@@ -175,7 +175,8 @@ const struct tsr_gguf_tensor *tsr_gguf_find_tensor(const struct tsr_gguf *g, con
 ** fsync the directory. A failure at any step leaves an existing target as it
 ** was. Keys, strings and arrays are copied when added; tensor data is not
 ** (the pointer must stay valid until tsr_gguf_writer_write returns; NULL
-** writes zeros). The writer refuses what the reader would refuse (duplicate
+** writes zeros), or is produced while writing (tsr_gguf_writer_add_tensor_rows).
+** The writer refuses what the reader would refuse (duplicate
 ** or empty keys and names, bad dims, ne[0] not a multiple of the block size),
 ** so everything it writes reads back. Setting general.alignment (u32, power of
 ** two, at most 1 MiB) changes the padding used; the default is 32. */
@@ -204,6 +205,35 @@ tsr_status tsr_gguf_writer_add_arr_str(struct tsr_gguf_writer *w, const char *ke
 tsr_status tsr_gguf_writer_add_tensor(struct tsr_gguf_writer *w, const char *name,
                                       enum tsr_dtype dtype, uint32_t n_dims,
                                       const int64_t *ne, const void *data);
+
+/* Streaming tensors. A tensor's bytes are rows of ne[0] elements (every dim
+** above 0 flattened: ne[1]*ne[2]*ne[3] rows). fn writes rows [row0, row0 +
+** n_rows) into dst (n_rows whole rows, tightly packed) and returns TSR_OK, or
+** an error that aborts the write (its message stands). */
+typedef tsr_status (*tsr_gguf_rows_fn)(void *ctx, int64_t row0, int64_t n_rows, void *dst);
+
+/* Bytes of the row blocks fn is asked for: each call gets as many whole rows
+** as fit in this (at least one row). */
+#define TSR_GGUF_STREAM_BLOCK (4u << 20)
+
+/* Adds a tensor whose bytes fn produces while the file is written: the header,
+** with every offset, goes out first; then each streamed tensor's rows are
+** asked for in order, block by block, and written at once, so the writer holds
+** one block (TSR_GGUF_STREAM_BLOCK) whatever the file's size. fn is called
+** from the thread that called tsr_gguf_writer_write; ctx must stay valid
+** until then. The file is byte for byte what tsr_gguf_writer_add_tensor with
+** the same bytes writes. */
+tsr_status tsr_gguf_writer_add_tensor_rows(struct tsr_gguf_writer *w, const char *name,
+                                           enum tsr_dtype dtype, uint32_t n_dims,
+                                           const int64_t *ne, tsr_gguf_rows_fn fn, void *ctx);
+
+/* Bytes the file will have when written as the writer stands (header, padding
+** and tensor data): what a caller can check against free disk space. */
+tsr_status tsr_gguf_writer_file_size(const struct tsr_gguf_writer *w, uint64_t *out);
+
+/* Writes the file (see above). A tensor with neither data nor fn is zeros,
+** left as a hole in the file where the filesystem allows (it reads as zeros
+** and takes no disk). */
 tsr_status tsr_gguf_writer_write(struct tsr_gguf_writer *w, const char *path);
 
 #endif

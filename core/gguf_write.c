@@ -1,8 +1,11 @@
 /*
 ** GGUF v3 writer. Pairs are stored already encoded (the bytes that follow the
 ** key and type), so writing is a straight copy; tensors keep the caller's
-** data pointer. The file appears under its name only once it is complete and
-** on disk: write a temporary beside it, fsync, rename, fsync the directory.
+** data pointer, or the caller's row producer, asked for one block of rows at
+** a time while the data section is written (every offset is known from the
+** shapes alone, so the header goes out first and nothing is held back). The
+** file appears under its name only once it is complete and on disk: write a
+** temporary beside it, fsync, rename, fsync the directory.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +33,8 @@ struct wtensor {
   size_t nbytes;
   uint64_t offset; /* assigned at write */
   const void *data;
+  tsr_gguf_rows_fn fn; /* or the bytes are produced, row block by row block */
+  void *fn_ctx;
 };
 
 struct tsr_gguf_writer {
@@ -204,9 +209,9 @@ tsr_status tsr_gguf_writer_add_arr_str(struct tsr_gguf_writer *w, const char *ke
   return add_kv(w, key, TSR_GGUF_ARRAY, val, total);
 }
 
-tsr_status tsr_gguf_writer_add_tensor(struct tsr_gguf_writer *w, const char *name,
-                                      enum tsr_dtype dtype, uint32_t n_dims, const int64_t *ne,
-                                      const void *data) {
+static tsr_status add_tensor(struct tsr_gguf_writer *w, const char *name, enum tsr_dtype dtype,
+                             uint32_t n_dims, const int64_t *ne, const void *data,
+                             tsr_gguf_rows_fn fn, void *fn_ctx) {
   const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)dtype);
   if (!name || !name[0] || strlen(name) >= TSR_GGUF_MAX_NAME)
     return tsr_error_set(TSR_ERR_INVALID_ARG,
@@ -221,7 +226,8 @@ tsr_status tsr_gguf_writer_add_tensor(struct tsr_gguf_writer *w, const char *nam
   if (n_dims == 0 || n_dims > TSR_GGUF_MAX_DIMS)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "gguf writer: tensor '%s': n_dims %u not in 1..%d",
                          name, n_dims, TSR_GGUF_MAX_DIMS);
-  struct wtensor t = {.dtype = dtype, .n_dims = n_dims, .ne = {1, 1, 1, 1}, .data = data};
+  struct wtensor t = {.dtype = dtype, .n_dims = n_dims, .ne = {1, 1, 1, 1}, .data = data,
+                      .fn = fn, .fn_ctx = fn_ctx};
   for (uint32_t d = 0; d < n_dims; d++) {
     if (ne[d] <= 0)
       return tsr_error_set(TSR_ERR_INVALID_ARG, "gguf writer: tensor '%s': dimension %u is %lld",
@@ -247,6 +253,21 @@ tsr_status tsr_gguf_writer_add_tensor(struct tsr_gguf_writer *w, const char *nam
   }
   w->tensors[w->n_tensors++] = t;
   return TSR_OK;
+}
+
+tsr_status tsr_gguf_writer_add_tensor(struct tsr_gguf_writer *w, const char *name,
+                                      enum tsr_dtype dtype, uint32_t n_dims, const int64_t *ne,
+                                      const void *data) {
+  return add_tensor(w, name, dtype, n_dims, ne, data, NULL, NULL);
+}
+
+tsr_status tsr_gguf_writer_add_tensor_rows(struct tsr_gguf_writer *w, const char *name,
+                                           enum tsr_dtype dtype, uint32_t n_dims,
+                                           const int64_t *ne, tsr_gguf_rows_fn fn, void *ctx) {
+  if (!fn)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "gguf writer: tensor '%s': no row producer",
+                         name ? name : "");
+  return add_tensor(w, name, dtype, n_dims, ne, NULL, fn, ctx);
 }
 
 /* ---- writing ------------------------------------------------------------- */
@@ -276,11 +297,13 @@ struct out {
   FILE *f;
   const char *path;
   uint64_t pos;
-  int failed;
+  int failed;          /* errno of a failed write or seek */
+  tsr_status gen_st;   /* a row producer's error (its message stands) */
+  unsigned char *block; /* the one buffer streamed tensors are produced in */
 };
 
 static void emit(struct out *o, const void *p, size_t n) {
-  if (o->failed || n == 0) return;
+  if (o->failed || o->gen_st || n == 0) return;
   if (fwrite(p, 1, n, o->f) != n) o->failed = errno ? errno : EIO;
   o->pos += n;
 }
@@ -297,11 +320,48 @@ static void emit_zeros(struct out *o, uint64_t n) {
   }
 }
 
+/* Zeros of a tensor without data: a hole when large (the file reads the same
+** and a shape-only model takes no disk); the caller truncates to the final
+** size, so a hole at the end still counts. */
+static void emit_hole(struct out *o, uint64_t n) {
+  if (n < (64u << 10) || o->failed || o->gen_st) {
+    emit_zeros(o, n);
+    return;
+  }
+  if (fflush(o->f) != 0 || fseeko(o->f, (off_t)n, SEEK_CUR) != 0) {
+    o->failed = errno ? errno : EIO;
+    return;
+  }
+  o->pos += n;
+}
+
 static void emit_pad(struct out *o, uint32_t align) {
   emit_zeros(o, (align - o->pos % align) % align);
 }
 
-static void emit_file(struct out *o, const struct tsr_gguf_writer *w) {
+static int64_t rows_of(const struct wtensor *t) { return t->ne[1] * t->ne[2] * t->ne[3]; }
+
+/* Whole rows per produced block: as many as fit in TSR_GGUF_STREAM_BLOCK, at least one. */
+static int64_t block_rows(const struct wtensor *t) {
+  size_t row = t->nbytes / (size_t)rows_of(t);
+  int64_t k = row ? (int64_t)(TSR_GGUF_STREAM_BLOCK / row) : 1;
+  if (k < 1) k = 1;
+  return k < rows_of(t) ? k : rows_of(t);
+}
+
+static void emit_rows(struct out *o, const struct wtensor *t) {
+  const int64_t n = rows_of(t), k = block_rows(t);
+  const size_t row = t->nbytes / (size_t)n;
+  for (int64_t r = 0; r < n && !o->failed && !o->gen_st; r += k) {
+    int64_t m = n - r < k ? n - r : k;
+    o->gen_st = t->fn(t->fn_ctx, r, m, o->block);
+    if (o->gen_st) tsr_error_prefix("tensor '%s', rows %lld..%lld", t->name, (long long)r,
+                                    (long long)(r + m - 1));
+    emit(o, o->block, (size_t)m * row);
+  }
+}
+
+static void emit_header(struct out *o, const struct tsr_gguf_writer *w) {
   emit(o, TSR_GGUF_MAGIC, 4);
   emit_u32(o, TSR_GGUF_VERSION);
   emit_u64(o, w->n_tensors);
@@ -324,12 +384,54 @@ static void emit_file(struct out *o, const struct tsr_gguf_writer *w) {
     emit_u64(o, t->offset);
   }
   emit_pad(o, w->alignment);
+}
+
+static void emit_file(struct out *o, const struct tsr_gguf_writer *w) {
+  emit_header(o, w);
   for (size_t i = 0; i < w->n_tensors; i++) {
     const struct wtensor *t = &w->tensors[i];
     if (t->data) emit(o, t->data, t->nbytes);
-    else emit_zeros(o, t->nbytes);
+    else if (t->fn) emit_rows(o, t);
+    else emit_hole(o, t->nbytes);
     emit_pad(o, w->alignment);
   }
+}
+
+static uint64_t pad_to(uint64_t n, uint32_t align) { return n + (align - n % align) % align; }
+
+/* Every tensor's offset in the data section; *data_bytes its padded size. */
+static tsr_status assign_offsets(struct tsr_gguf_writer *w, uint64_t *data_bytes) {
+  uint64_t off = 0;
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    w->tensors[i].offset = off;
+    if (__builtin_add_overflow(off, (uint64_t)w->tensors[i].nbytes, &off) ||
+        off > UINT64_MAX - w->alignment || off > SIZE_MAX)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "gguf writer: tensor data exceeds the address "
+                           "space");
+    off = pad_to(off, w->alignment);
+  }
+  *data_bytes = off;
+  return TSR_OK;
+}
+
+static uint64_t header_bytes(const struct tsr_gguf_writer *w) {
+  uint64_t n = 4 + 4 + 8 + 8;
+  for (size_t i = 0; i < w->n_kv; i++) n += 8 + strlen(w->kv[i].key) + 4 + w->kv[i].val_len;
+  for (size_t i = 0; i < w->n_tensors; i++)
+    n += 8 + strlen(w->tensors[i].name) + 4 + 8 * (uint64_t)w->tensors[i].n_dims + 4 + 8;
+  return pad_to(n, w->alignment);
+}
+
+tsr_status tsr_gguf_writer_file_size(const struct tsr_gguf_writer *w, uint64_t *out) {
+  uint64_t data = 0;
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    if (__builtin_add_overflow(data, (uint64_t)w->tensors[i].nbytes, &data) ||
+        data > UINT64_MAX - w->alignment)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "gguf writer: tensor data exceeds 64 bits");
+    data = pad_to(data, w->alignment);
+  }
+  *out = header_bytes(w) + data;
+  return TSR_OK;
 }
 
 static void fsync_dir_of(const char *path) {
@@ -353,19 +455,28 @@ static void fsync_dir_of(const char *path) {
 tsr_status tsr_gguf_writer_write(struct tsr_gguf_writer *w, const char *path) {
   tsr_status st = check_unique_names(w);
   if (st) return st;
-
-  size_t off = 0;
-  for (size_t i = 0; i < w->n_tensors; i++) {
-    w->tensors[i].offset = off;
-    if (!tsr_size_add(off, w->tensors[i].nbytes, &off) ||
-        !tsr_size_add(off, (w->alignment - off % w->alignment) % w->alignment, &off))
-      return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: tensor data exceeds the address space",
-                           path);
+  uint64_t data_bytes;
+  if ((st = assign_offsets(w, &data_bytes)) != TSR_OK) {
+    tsr_error_prefix("%s", path);
+    return st;
   }
+  size_t block_bytes = 0;
+  for (size_t i = 0; i < w->n_tensors; i++) {
+    const struct wtensor *t = &w->tensors[i];
+    size_t b = t->fn ? (size_t)block_rows(t) * (t->nbytes / (size_t)rows_of(t)) : 0;
+    if (b > block_bytes) block_bytes = b;
+  }
+  unsigned char *block = NULL;
+  if (block_bytes && !(block = malloc(block_bytes)))
+    return tsr_error_set(TSR_ERR_NOMEM, "%s: out of memory for a %zu-byte row block", path,
+                         block_bytes);
 
   size_t plen = strlen(path);
   char *tmp = malloc(plen + 16);
-  if (!tmp) return tsr_error_set(TSR_ERR_NOMEM, "%s: out of memory", path);
+  if (!tmp) {
+    free(block);
+    return tsr_error_set(TSR_ERR_NOMEM, "%s: out of memory", path);
+  }
   memcpy(tmp, path, plen);
   memcpy(tmp + plen, ".tmp-XXXXXX", 12);
   int fd = mkstemp(tmp);
@@ -373,13 +484,14 @@ tsr_status tsr_gguf_writer_write(struct tsr_gguf_writer *w, const char *path) {
     st = tsr_error_set(TSR_ERR_IO, "%s: cannot create temporary file %s: %s", path, tmp,
                        strerror(errno));
     free(tmp);
+    free(block);
     return st;
   }
   /* mkstemp makes 0600: keep the mode of the file being replaced, else use
   ** 0644, as a model file is meant to be shared like any other. */
   struct stat old;
   fchmod(fd, stat(path, &old) == 0 ? (old.st_mode & 0777) : 0644);
-  struct out o = {.f = fdopen(fd, "wb"), .path = path};
+  struct out o = {.f = fdopen(fd, "wb"), .path = path, .block = block};
   if (!o.f) {
     st = tsr_error_set(TSR_ERR_IO, "%s: fdopen: %s", tmp, strerror(errno));
     close(fd);
@@ -387,9 +499,16 @@ tsr_status tsr_gguf_writer_write(struct tsr_gguf_writer *w, const char *path) {
   }
   errno = 0;
   emit_file(&o, w);
-  if (!o.failed && fflush(o.f) != 0) o.failed = errno ? errno : EIO;
-  if (!o.failed && fsync(fd) != 0) o.failed = errno;
+  if (!o.failed && !o.gen_st && fflush(o.f) != 0) o.failed = errno ? errno : EIO;
+  /* a file that ends in a hole gets its length here */
+  if (!o.failed && !o.gen_st && ftruncate(fd, (off_t)o.pos) != 0) o.failed = errno;
+  if (!o.failed && !o.gen_st && fsync(fd) != 0) o.failed = errno;
   if (fclose(o.f) != 0 && !o.failed) o.failed = errno ? errno : EIO;
+  if (o.gen_st) {
+    st = o.gen_st;
+    tsr_error_prefix("%s", path);
+    goto fail;
+  }
   if (o.failed) {
     st = tsr_error_set(TSR_ERR_IO, "%s: writing %s failed: %s", path, tmp, strerror(o.failed));
     goto fail;
@@ -401,9 +520,11 @@ tsr_status tsr_gguf_writer_write(struct tsr_gguf_writer *w, const char *path) {
   }
   fsync_dir_of(path);
   free(tmp);
+  free(block);
   return TSR_OK;
 fail:
   unlink(tmp);
   free(tmp);
+  free(block);
   return st;
 }

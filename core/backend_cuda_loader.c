@@ -96,6 +96,8 @@ tsr_status tsr_backend_cuda_new(struct tsr_backend **out) {
       .set_error = host_set_error,
       .get_error = tsr_error_message,
       .custom_op_name = tsr_op_registry_name,
+      .custom_op_kernel = tsr_op_registry_resolve,
+      .set_device_call = tsr_op_registry_set_device_call,
   };
   tsr_status st = open_fn(&host, out);
   if (st != TSR_OK) {

@@ -1,6 +1,9 @@
 #include "op_registry.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "error.h"
@@ -11,8 +14,10 @@ struct custom_op {
   char name[64];
   struct {
     char backend[16];
-    tsr_plugin_kernel_fn fn;
+    tsr_plugin_kernel_fn fn; /* NULL until a library kernel is opened */
     void *ctx;
+    char lib[1024];          /* "" for a kernel registered as a function */
+    char symbol[128];
   } kernels[MAX_BACKENDS];
   int n_kernels;
 };
@@ -39,10 +44,8 @@ tsr_status tsr_op_registry_add(const char *name, int32_t *op_id) {
   return st;
 }
 
-tsr_status tsr_op_registry_add_kernel(int32_t op_id, const char *backend, tsr_plugin_kernel_fn fn,
-                                      void *ctx) {
-  if (!backend || !*backend || strlen(backend) >= sizeof g_ops[0].kernels[0].backend || !fn)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "kernel registration needs a backend name and a function");
+static tsr_status add_kernel(int32_t op_id, const char *backend, tsr_plugin_kernel_fn fn,
+                             void *ctx, const char *lib, const char *symbol) {
   tsr_status st = TSR_OK;
   pthread_mutex_lock(&g_lock);
   if (op_id < 0 || op_id >= g_n_ops) {
@@ -60,12 +63,95 @@ tsr_status tsr_op_registry_add_kernel(int32_t op_id, const char *backend, tsr_pl
       strcpy(op->kernels[op->n_kernels].backend, backend);
       op->kernels[op->n_kernels].fn = fn;
       op->kernels[op->n_kernels].ctx = ctx;
+      strcpy(op->kernels[op->n_kernels].lib, lib);
+      strcpy(op->kernels[op->n_kernels].symbol, symbol);
       op->n_kernels++;
     }
   }
   pthread_mutex_unlock(&g_lock);
   return st;
 }
+
+static bool backend_name_ok(const char *backend) {
+  return backend && *backend && strlen(backend) < sizeof g_ops[0].kernels[0].backend;
+}
+
+tsr_status tsr_op_registry_add_kernel(int32_t op_id, const char *backend, tsr_plugin_kernel_fn fn,
+                                      void *ctx) {
+  if (!backend_name_ok(backend) || !fn)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kernel registration needs a backend name and a function");
+  return add_kernel(op_id, backend, fn, ctx, "", "");
+}
+
+tsr_status tsr_op_registry_add_kernel_lib(int32_t op_id, const char *backend, const char *path,
+                                          const char *symbol, void *ctx) {
+  if (!backend_name_ok(backend) || !path || !*path || !symbol || !*symbol)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kernel library registration needs a backend name, "
+                         "a file and a symbol");
+  if (strlen(path) >= sizeof g_ops[0].kernels[0].lib ||
+      strlen(symbol) >= sizeof g_ops[0].kernels[0].symbol)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kernel library '%s' or symbol '%s' too long", path,
+                         symbol);
+  return add_kernel(op_id, backend, NULL, ctx, path, symbol);
+}
+
+tsr_status tsr_op_registry_resolve(int32_t op_id, const char *backend, tsr_plugin_kernel_fn *fn,
+                                   void **ctx) {
+  *fn = NULL;
+  tsr_status st = TSR_OK;
+  pthread_mutex_lock(&g_lock);
+  struct custom_op *op = op_id >= 0 && op_id < g_n_ops ? &g_ops[op_id] : NULL;
+  int k = -1;
+  for (int i = 0; op && i < op->n_kernels; i++)
+    if (!strcmp(op->kernels[i].backend, backend)) k = i;
+  if (!op) {
+    st = tsr_error_set(TSR_ERR_UNSUPPORTED, "no op registered with id %d", op_id);
+  } else if (k < 0) {
+    st = tsr_error_set(TSR_ERR_UNSUPPORTED, "plugin op '%s' has no %s kernel (its plugin "
+                       "registers none for this backend)", op->name, backend);
+  } else if (!op->kernels[k].fn) {
+    /* a library kernel: opened here, at the first lookup for its backend. A
+    ** failure is not remembered, so a later lookup reports it again. The
+    ** library stays loaded for the process, as plugins do. */
+    const char *path = op->kernels[k].lib, *sym = op->kernels[k].symbol;
+    dlerror();
+    void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void *f = dl ? dlsym(dl, sym) : NULL;
+    if (!dl) {
+      const char *why = dlerror();
+      st = tsr_error_set(TSR_ERR_UNSUPPORTED, "plugin op '%s': its %s kernels are in %s, which "
+                         "does not load: %s (built only where the %s toolchain is; rebuild with "
+                         "it, or run this model on another backend)", op->name, backend, path,
+                         why ? why : "unknown dlopen error", backend);
+    } else if (!f) {
+      st = tsr_error_set(TSR_ERR_UNSUPPORTED, "plugin op '%s': %s has no symbol '%s' (a %s "
+                         "kernel library from another build?)", op->name, path, sym, backend);
+    } else {
+      op->kernels[k].fn = (tsr_plugin_kernel_fn)(uintptr_t)f;
+    }
+  }
+  if (st == TSR_OK) {
+    *fn = op->kernels[k].fn;
+    *ctx = op->kernels[k].ctx;
+  }
+  pthread_mutex_unlock(&g_lock);
+  return st;
+}
+
+int32_t tsr_op_registry_find(const char *name) {
+  int32_t id = -1;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < g_n_ops && id < 0; i++)
+    if (!strcmp(g_ops[i].name, name)) id = i;
+  pthread_mutex_unlock(&g_lock);
+  return id;
+}
+
+static _Thread_local struct tsr_device_call *g_device_call;
+
+void tsr_op_registry_set_device_call(struct tsr_device_call *call) { g_device_call = call; }
+
+struct tsr_device_call *tsr_op_registry_device_call(void) { return g_device_call; }
 
 const char *tsr_op_registry_name(int32_t op_id) {
   pthread_mutex_lock(&g_lock);
@@ -75,16 +161,12 @@ const char *tsr_op_registry_name(int32_t op_id) {
 }
 
 tsr_plugin_kernel_fn tsr_op_registry_kernel(int32_t op_id, const char *backend, void **ctx) {
+  /* a library kernel is opened here too; a failure is simply no kernel */
   tsr_plugin_kernel_fn fn = NULL;
-  pthread_mutex_lock(&g_lock);
-  if (op_id >= 0 && op_id < g_n_ops) {
-    struct custom_op *op = &g_ops[op_id];
-    for (int i = 0; i < op->n_kernels; i++)
-      if (!strcmp(op->kernels[i].backend, backend)) {
-        fn = op->kernels[i].fn;
-        *ctx = op->kernels[i].ctx;
-      }
-  }
-  pthread_mutex_unlock(&g_lock);
+  void *c = NULL;
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", tsr_error_message());
+  if (tsr_op_registry_resolve(op_id, backend, &fn, &c) == TSR_OK) *ctx = c;
+  else tsr_error_set(TSR_OK, "%s", saved); /* a lookup that finds nothing sets no error */
   return fn;
 }

@@ -14,6 +14,22 @@
 tsr_status tsr_op_registry_add(const char *name, int32_t *op_id);
 tsr_status tsr_op_registry_add_kernel(int32_t op_id, const char *backend, tsr_plugin_kernel_fn fn,
                                       void *ctx);
+/* A kernel for backend from a shared object: path (absolute, or as dlopen
+** takes it) and the exported symbol, opened at the first lookup for that
+** backend (tsr_op_registry_resolve), never before. */
+tsr_status tsr_op_registry_add_kernel_lib(int32_t op_id, const char *backend, const char *path,
+                                          const char *symbol, void *ctx);
+/* The kernel of op_id for backend, opening its shared object on first use.
+** No kernel, or a library that does not load or lacks the symbol, is
+** TSR_ERR_UNSUPPORTED with a message naming the op (and file). */
+tsr_status tsr_op_registry_resolve(int32_t op_id, const char *backend, tsr_plugin_kernel_fn *fn,
+                                   void **ctx);
+/* The id registered under name ("arch_gemma4.rope_f32"), or -1. */
+int32_t tsr_op_registry_find(const char *name);
+/* The device call a device backend is making on this thread (plugin.h,
+** host->device_call); NULL when none. The backend sets it around each call. */
+void tsr_op_registry_set_device_call(struct tsr_device_call *call);
+struct tsr_device_call *tsr_op_registry_device_call(void);
 /* NULL if no such id. */
 const char *tsr_op_registry_name(int32_t op_id);
 /* The kernel for a backend, or NULL (ctx untouched). */

@@ -202,6 +202,26 @@ static tsr_status host_register_kernel(struct tsr_plugin *self, int32_t op_id, c
   return tsr_op_registry_add_kernel(op_id, backend, fn, ctx);
 }
 
+/* A relative file is looked for beside the plugin's .so (the built-in core
+** has none: the name goes to dlopen as it is). */
+static tsr_status host_register_kernel_lib(struct tsr_plugin *self, int32_t op_id,
+                                           const char *backend, const char *file,
+                                           const char *symbol, void *ctx) {
+  if (!file || !*file)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: a kernel library needs a file name",
+                         self->desc->name);
+  char path[1024];
+  const char *slash = strrchr(self->library, '/');
+  int n = file[0] == '/' || !slash
+              ? snprintf(path, sizeof path, "%s", file)
+              : snprintf(path, sizeof path, "%.*s/%s", (int)(slash - self->library), self->library,
+                         file);
+  if (n < 0 || (size_t)n >= sizeof path)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: kernel library path too long",
+                         self->desc->name);
+  return tsr_op_registry_add_kernel_lib(op_id, backend, path, symbol, ctx);
+}
+
 static struct tsr_tensor *host_custom_op(struct tsr_graph *g, int32_t op_id, int32_t n_dims,
                                          const int64_t *ne, struct tsr_tensor *const *src,
                                          int32_t n_src, const int32_t *params, int32_t n_params) {
@@ -379,6 +399,8 @@ static const struct tsr_host g_services = {
     .vec_axpy_f32 = tsr_vec_axpy_f32,
     .vec_axpy_f16 = tsr_vec_axpy_f16,
     .vec_scale_f32 = tsr_vec_scale_f32,
+    .register_kernel_lib = host_register_kernel_lib,
+    .device_call = tsr_op_registry_device_call,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

@@ -14,9 +14,12 @@
 
 #include <stdint.h>
 
+#include "tessera/plugin.h"
 #include "tessera/tessera.h"
 
-#define TSR_CUDA_ABI_VERSION 2 /* 2: keep / sync_to_device in struct tsr_backend_i */
+/* 2: keep / sync_to_device in struct tsr_backend_i; 3: plugin kernels (custom_op_kernel,
+** set_device_call) */
+#define TSR_CUDA_ABI_VERSION 3
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;
@@ -30,6 +33,12 @@ struct tsr_cuda_host {
   const char *(*get_error)(void);
   /* name of a plugin-registered op, or NULL (core/op_registry.h) */
   const char *(*custom_op_name)(int32_t op_id);
+  /* a plugin op's kernel for `backend` (its library opened on first use), or
+  ** an error naming the op and what is missing (op_registry.h) */
+  tsr_status (*custom_op_kernel)(int32_t op_id, const char *backend, tsr_plugin_kernel_fn *fn,
+                                 void **ctx);
+  /* what host->device_call() hands a plugin kernel on this thread; NULL after */
+  void (*set_device_call)(struct tsr_device_call *call);
 };
 
 typedef tsr_status (*tsr_cuda_open_fn)(const struct tsr_cuda_host *host, struct tsr_backend **out);

@@ -266,12 +266,21 @@ static tsr_status resolve(struct cu_ctx *c, struct tsr_graph *g) {
       const struct cu_span *sp = span_of(c, t->data);
       if (sp) c->dptr[i] = (char *)stage + sp->off + ((const char *)t->data - sp->lo);
     }
-    /* spans a node writes into go back to the host after the compute */
+    /* spans a node writes into go back to the host after the compute; a
+    ** plugin kernel may write into any of its sources (a state carried in
+    ** place, plugin.h), so theirs go back too */
     for (int i = 0; i < g->n; i++) {
       const struct tsr_tensor *t = &g->tensors[i];
-      if (!computes(t) || !t->view_src || !is_external(g, t->view_src)) continue;
-      struct cu_span *sp = span_of(c, t->view_src->data);
-      if (sp) sp->written = true;
+      if (!computes(t)) continue;
+      if (t->view_src && is_external(g, t->view_src)) {
+        struct cu_span *sp = span_of(c, t->view_src->data);
+        if (sp) sp->written = true;
+      }
+      for (int k = 0; t->op == TSR_OP_CUSTOM && k < TSR_MAX_SRC && t->src[k]; k++) {
+        const struct tsr_tensor *o = owner_of(t->src[k]);
+        struct cu_span *sp = is_external(g, o) ? span_of(c, t->src[k]->data) : NULL;
+        if (sp) sp->written = true;
+      }
     }
   }
   for (int i = 0; i < g->n; i++) {
@@ -312,6 +321,36 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
   return TSR_OK;
 }
 
+static void info_of(const struct cu_ctx *c, const struct tsr_tensor *t, struct tsr_tensor_info *i) {
+  *i = (struct tsr_tensor_info){.struct_size = sizeof *i, .dtype = (int32_t)t->dtype, .n_dims = 4,
+                                .data = c->dptr[t->index], .name = t->name};
+  for (int d = 0; d < 4; d++) i->ne[d] = t->ne[d], i->nb[d] = t->nb[d];
+}
+
+/* A plugin op: its cuda kernel with device addresses, enqueuing on our
+** stream (plugin.h, register_kernel_lib). */
+static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t) {
+  tsr_plugin_kernel_fn fn;
+  void *kctx;
+  tsr_status st = c->host->custom_op_kernel(t->op_params[0], "cuda", &fn, &kctx);
+  if (st != TSR_OK) return st;
+  struct tsr_tensor_info dst, src[TSR_MAX_SRC];
+  int n_src = 0;
+  info_of(c, t, &dst);
+  while (n_src < TSR_MAX_SRC && t->src[n_src]) info_of(c, t->src[n_src], &src[n_src]), n_src++;
+  struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
+                                 .device = c->device, .stream = c->stream, .status = TSR_OK};
+  c->host->set_device_call(&call);
+  fn(kctx, 0, 1, &dst, src, n_src, &t->op_params[2]);
+  c->host->set_device_call(NULL);
+  if (call.status != TSR_OK) {
+    const char *name = c->host->custom_op_name(t->op_params[0]);
+    tsr_error_prefix("cuda kernel of plugin op '%s'", name ? name : "?");
+    return (tsr_status)call.status;
+  }
+  return TSR_OK;
+}
+
 static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
   struct cu_t d = cu_of(c, t), a = cu_of(c, t->src[0]), b = cu_of(c, t->src[1]);
   struct cu_t s2 = cu_of(c, t->src[2]);
@@ -346,6 +385,7 @@ static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
   case TSR_OP_TOP_K: CU_LAUNCH(cu_top_k(cs, &d, &a, t->op_params[0])); break;
   case TSR_OP_ARGMAX: CU_LAUNCH(cu_argmax(cs, &d, &a)); break;
   case TSR_OP_FLASH_ATTN: return run_attention(c, t);
+  case TSR_OP_CUSTOM: return run_custom(c, t);
   default:
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: no kernel for op %s", tsr_op_name(t->op));
   }

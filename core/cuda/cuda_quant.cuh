@@ -212,9 +212,36 @@ CU_HD static inline uint16_t f_bf16(float f) {
   return (uint16_t)((x + (0x7fffu + ((x >> 16) & 1u))) >> 16);
 }
 
+/* The CPU's tsr_f32_to_f16 in integer operations: round to nearest even,
+** overflow to inf, subnormals rounded, NaN kept quiet. */
+CU_HD static inline uint32_t f_h16(float f) {
+  const uint32_t x = f2u(f), sign = (x >> 16) & 0x8000u, man = x & 0x7fffffu;
+  const int32_t e = (int32_t)((x >> 23) & 0xffu) - 127 + 15;
+  if (e == 128 + 15) return sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0u);
+  if (e >= 31) return sign | 0x7c00u;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    const uint32_t m = man | 0x800000u, shift = (uint32_t)(14 - e);
+    const uint32_t rem = m & ((1u << shift) - 1u), mid = 1u << (shift - 1u);
+    uint32_t h = m >> shift;
+    if (rem > mid || (rem == mid && (h & 1u))) h++;
+    return sign | h;
+  }
+  uint32_t h = (uint32_t)e << 10 | man >> 13;
+  const uint32_t rem = man & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right */
+  return sign | h;
+}
+
+/* A half scale, byte by byte (blocks leave it 2-byte aligned at best). The
+** bits come from integer rounding, never from a cvt to f16: ptxas (CUDA 13.0,
+** sm_90) compiled `st.u8` of the low byte of a cvt.rn.f16.f32 result into
+** F2I.U8.F16 (the half's value converted to an integer, 0 for |d| < 1), so
+** every block scale lost its low byte on the device while the host build of
+** the same code was right. */
 CU_HD static inline void st_h(uint8_t *p, float f) {
-  const unsigned short h = __half_as_ushort(__float2half_rn(f));
-  p[0] = (uint8_t)h;
+  const uint32_t h = f_h16(f);
+  p[0] = (uint8_t)(h & 0xffu);
   p[1] = (uint8_t)(h >> 8);
 }
 

@@ -73,10 +73,14 @@ tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
     return TSR_OK;
   }
   case TSR_OP_CUSTOM: {
-    const char *name = c->host->custom_op_name ? c->host->custom_op_name(t->op_params[0]) : NULL;
-    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: no kernel for plugin op '%s' "
-                         "(tensor '%s'); plugin ops run on the cpu backend only in this version",
-                         name ? name : "(unregistered)", label(t));
+    /* the plugin's cuda kernel, its library opened here the first time (plugin.h) */
+    tsr_plugin_kernel_fn fn;
+    void *kctx;
+    if (c->host->custom_op_kernel(t->op_params[0], "cuda", &fn, &kctx) != TSR_OK) {
+      tsr_error_prefix("cuda backend: no kernel for plugin op, tensor '%s'", label(t));
+      return TSR_ERR_UNSUPPORTED;
+    }
+    return TSR_OK;
   }
   default:
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: no kernel for op %s (tensor '%s')",

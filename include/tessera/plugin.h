@@ -421,6 +421,18 @@ struct tsr_speculator_v1 {
 
 enum tsr_log_level { TSR_LOG_DEBUG = 0, TSR_LOG_INFO = 1, TSR_LOG_WARN = 2, TSR_LOG_ERROR = 3 };
 
+/* What a kernel registered for a device backend ("cuda") gets from
+** host->device_call() while the backend calls it (appended in ABI 1.0's
+** growth; check host->struct_size before reading device_call). */
+struct tsr_device_call {
+  uint32_t struct_size;
+  const char *backend; /* "cuda" */
+  int32_t device;      /* the device ordinal: cudaSetDevice(device) before launching */
+  void *stream;        /* the cudaStream_t to enqueue on; the kernel never synchronizes it */
+  int32_t status;      /* the kernel sets a tsr_status here (and host->set_error) when a
+                       ** launch fails; the backend then fails the node with that message */
+};
+
 /* A kernel of a plugin-defined op for one backend. */
 typedef void (*tsr_plugin_kernel_fn)(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                                      const struct tsr_tensor_info *src, int n_src,
@@ -656,6 +668,30 @@ struct tsr_host {
   /* output tensor of int32 values (indices, orderings), stored as i32 */
   tsr_status (*out_tensor_i32)(struct tsr_convert *cv, const char *name, int32_t n_dims,
                                const int64_t *ne, const int32_t *data);
+  /* appended: plugin ops on a device backend. A kernel for backend "cuda" is
+  ** registered like a cpu one (register_kernel), or, so that the plugin's own
+  ** .so links no CUDA, from a shared object of the plugin's built apart (its
+  ** CUDA code, e.g. plugins/NAME/cuda/ built into NAME_cuda.so beside the
+  ** plugin's .so): register_kernel_lib names the file (a relative name is
+  ** looked for in the directory of the plugin's .so) and the exported symbol, a
+  ** tsr_plugin_kernel_fn. The host opens the file (dlopen, RTLD_LOCAL) only
+  ** when that backend first asks for the op's kernel, i.e. when a graph
+  ** holding the op is checked against it at load: a cpu run never opens it,
+  ** and a file that is missing, does not load or lacks the symbol makes the
+  ** backend refuse the graph with a message naming the file and the op.
+  ** How a device backend calls a kernel: once per node (ith 0, nth 1), on the
+  ** thread that runs the graph, in graph order, with tensor infos whose data
+  ** are DEVICE addresses (planned tensors, kept or staged external memory;
+  ** views already offset) and the layout the cpu kernel sees. The kernel
+  ** enqueues its work on device_call()->stream after
+  ** cudaSetDevice(device_call()->device) and returns without waiting; it
+  ** reports a failed launch through device_call()->status. It may write into
+  ** its sources (a state carried in place) exactly as its cpu kernel does:
+  ** the backend copies such external memory back when it is not kept.
+  ** device_call() is NULL outside such a call (and on the cpu). */
+  tsr_status (*register_kernel_lib)(struct tsr_plugin *self, int32_t op_id, const char *backend,
+                                    const char *file, const char *symbol, void *ctx);
+  struct tsr_device_call *(*device_call)(void);
   /* later minors append here */
 };
 

@@ -10,6 +10,7 @@
 #define TSR_ARCH_GEMMA4_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tessera/plugin.h"
@@ -84,6 +85,16 @@ struct tsr_tensor *gemma4_ordered_logits(const struct tsr_host *host, struct tsr
                                          int32_t op_id, struct tsr_tensor *full,
                                          struct tsr_tensor *centroid_logits,
                                          struct tsr_tensor *ordering, int32_t top_k_clusters);
+
+/* The cuda kernel of op id: symbol in arch_gemma4_cuda.so (cuda/), which the
+** host opens only when a cuda run checks a graph holding the op; a host
+** without the call (older ABI 1.x) runs these ops on the cpu only. */
+static inline tsr_status gemma4_register_cuda(const struct tsr_host *host, struct tsr_plugin *self,
+                                              int32_t id, const char *symbol) {
+  if (host->struct_size < offsetof(struct tsr_host, device_call) + sizeof host->device_call)
+    return TSR_OK;
+  return host->register_kernel_lib(self, id, "cuda", "arch_gemma4_cuda.so", symbol, (void *)host);
+}
 
 /* RoPE rounded as transformers rounds it (rope_gemma4.c): registers the op
 ** and its CPU kernel once (*op_id stays as it is when already >= 0), and

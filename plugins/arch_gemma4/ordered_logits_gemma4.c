@@ -68,6 +68,7 @@ tsr_status gemma4_ordered_register(const struct tsr_host *host, struct tsr_plugi
   int32_t id;
   tsr_status st = host->register_op(self, "ordered_logits", &id);
   if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", ordered_kernel, NULL);
+  if (st == TSR_OK) st = gemma4_register_cuda(host, self, id, "gemma4_ordered_logits_cuda");
   if (st == TSR_OK) *op_id = id;
   return st;
 }

@@ -70,6 +70,7 @@ tsr_status gemma4_rope_register(const struct tsr_host *host, struct tsr_plugin *
   int32_t id;
   tsr_status st = host->register_op(self, "rope_f32", &id);
   if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", rope_kernel, NULL);
+  if (st == TSR_OK) st = gemma4_register_cuda(host, self, id, "gemma4_rope_f32_cuda");
   if (st == TSR_OK) *op_id = id;
   return st;
 }

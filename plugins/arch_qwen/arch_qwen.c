@@ -14,6 +14,7 @@
 ** registers, ops_deltanet.c); shift_keys() re-rotates cached keys for a
 ** context shift (qwen2, qwen3, qwen3moe; the hybrids refuse).
 */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,18 +179,30 @@ static const struct tsr_arch_v1 g_arch = {
     .build_nextn = qwen_build_nextn,
 };
 
+/* The cuda kernel of op id: symbol in arch_qwen_cuda.so (cuda/), which the
+** host opens only when a cuda run checks a graph holding the op; a host
+** without the call (older ABI 1.x) runs these ops on the cpu only. */
+static tsr_status register_cuda(const struct tsr_host *host, struct tsr_plugin *self, int32_t id,
+                                const char *symbol) {
+  if (host->struct_size < offsetof(struct tsr_host, device_call) + sizeof host->device_call)
+    return TSR_OK;
+  return host->register_kernel_lib(self, id, "cuda", "arch_qwen_cuda.so", symbol, (void *)host);
+}
+
 static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *self) {
   tsr_status st = TSR_OK;
   if (g_ops.conv1d < 0) {
     int32_t id;
     st = host->register_op(self, "conv1d", &id);
     if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", tsr_qwen_conv1d_cpu, NULL);
+    if (st == TSR_OK) st = register_cuda(host, self, id, "qwen_conv1d_cuda");
     if (st == TSR_OK) g_ops.conv1d = id;
   }
   if (st == TSR_OK && g_ops.delta_rule < 0) {
     int32_t id;
     st = host->register_op(self, "delta_rule", &id);
     if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", tsr_qwen_delta_rule_cpu, NULL);
+    if (st == TSR_OK) st = register_cuda(host, self, id, "qwen_delta_rule_cuda");
     if (st == TSR_OK) g_ops.delta_rule = id;
   }
   return st;

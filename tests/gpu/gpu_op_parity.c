@@ -31,7 +31,18 @@
 ** cases are not kept (tsr_backend_keep): each compute uploads them, so the
 ** buffers each case frees can never be met again as stale device copies; the
 ** memory checks at the end exercise kept ranges.
-** usage: gpu_op_parity [--no-fork] [filter]   (only cases whose name contains filter)
+** Plugin ops (arch_gemma4 rope_f32 and ordered_logits, arch_qwen conv1d and
+** delta_rule) run through the plugins' cuda kernel libraries, loaded as the
+** engine loads them; what they write into their sources (conv1d's history,
+** delta_rule's state) is compared too. Tolerances: exact, except rope_f32 and
+** delta_rule at 1e-6 (cos, sin and exp in double rounded to f32 against
+** glibc's cosf, sinf and expf: the same value but where one misrounds).
+** A FAIL of a block-typed output also prints the raw bytes of the first
+** differing block on both sides (the scale d first: a wrong scale is
+** visible at once).
+** usage: gpu_op_parity [--no-fork] [--self] [filter]   (only cases whose name contains
+** filter; --self runs the "cuda" side on a second cpu backend, one thread: a check of
+** the harness and its cases on a machine without a GPU)
 */
 #include <signal.h>
 #include <stdio.h>
@@ -43,6 +54,7 @@
 #include "backend.h"
 #include "op_registry.h"
 #include "op_test_util.h"
+#include "plugin_host.h"
 
 #define MAX_T 24
 #define MAX_OUT 4
@@ -65,6 +77,7 @@ static struct tsr_backend *g_cpu, *g_cuda;
 static int g_pass, g_fail;
 static const char *g_filter;
 static bool g_poisoned; /* the cuda context faulted: later cases need a fresh process */
+static bool g_self;     /* --self: the "cuda" side is a one-thread cpu backend */
 static char g_first_fail[200];
 
 static void note_fail(const char *name) {
@@ -116,6 +129,13 @@ struct side {
   char msg[512];
   double *vals[MAX_OUT];
   int64_t n[MAX_OUT];
+  /* each output's layout, and for block types its bytes (the graph is gone
+  ** by the time the sides are compared) */
+  enum tsr_dtype dtype[MAX_OUT];
+  int64_t ne[MAX_OUT][4];
+  size_t nb[MAX_OUT][4];
+  unsigned char *raw[MAX_OUT];
+  size_t raw_n[MAX_OUT];
 };
 
 static void run_side(case_fn fn, int var, struct tsr_backend *be, struct pc *p, struct side *s) {
@@ -138,10 +158,37 @@ static void run_side(case_fn fn, int var, struct tsr_backend *be, struct pc *p, 
     const struct tsr_tensor *o = p->out[i];
     s->vals[i] = tsr_test_read_alloc(o);
     s->n[i] = tsr_tensor_nelements(o);
+    s->dtype[i] = o->dtype;
+    for (int d = 0; d < 4; d++) s->ne[i][d] = o->ne[d], s->nb[i][d] = o->nb[d];
+    if (tsr_dtype_block_size(o->dtype) > 1 && (s->raw[i] = malloc(tsr_tensor_nbytes(o)))) {
+      s->raw_n[i] = tsr_tensor_nbytes(o);
+      memcpy(s->raw[i], o->data, s->raw_n[i]);
+    }
   }
   free(tg.arena);
   tsr_graph_free(p->g);
   for (int i = 0; i < p->n_ext; i++) free(p->ext[i]);
+}
+
+/* The raw bytes of the block holding flat element `first` of output i, both sides. */
+static void block_bytes(const struct side *a, const struct side *b, int i, int64_t first, char *buf,
+                        size_t cap) {
+  const enum tsr_dtype dt = a->dtype[i];
+  const int64_t bs = tsr_dtype_block_size(dt), *ne = a->ne[i];
+  const size_t *nb = a->nb[i], ts = tsr_dtype_type_size(dt);
+  if (bs <= 1 || !a->raw[i] || !b->raw[i]) return;
+  const int64_t i0 = first % ne[0], i1 = first / ne[0] % ne[1], i2 = first / (ne[0] * ne[1]) % ne[2],
+                i3 = first / (ne[0] * ne[1] * ne[2]);
+  const size_t off = (size_t)(i0 / bs) * nb[0] + (size_t)i1 * nb[1] + (size_t)i2 * nb[2] +
+                     (size_t)i3 * nb[3];
+  if (off + ts > a->raw_n[i] || off + ts > b->raw_n[i]) return;
+  size_t used = (size_t)snprintf(buf, cap, "; block at byte %zu (%zu bytes, scale first)", off, ts);
+  for (int side = 0; side < 2 && used < cap; side++) {
+    const unsigned char *r = (side ? b : a)->raw[i] + off;
+    used += (size_t)snprintf(buf + used, cap - used, "%s", side ? "; cuda" : "; cpu ");
+    for (size_t k = 0; k < ts && used < cap; k++)
+      used += (size_t)snprintf(buf + used, cap - used, " %02x", r[k]);
+  }
 }
 
 static void run_case(case_fn fn, int var) {
@@ -153,7 +200,7 @@ static void run_case(case_fn fn, int var) {
   run_side(fn, var, g_cuda, &pb, &b);
   bool ok = a.st == TSR_OK && b.st == TSR_OK;
   double worst = 0, worst_tol = 0;
-  char where[400] = "";
+  char where[800] = "";
   for (int i = 0; ok && i < pa.n_out; i++) {
     double scale = 0;
     for (int64_t j = 0; j < a.n[i]; j++)
@@ -171,14 +218,17 @@ static void run_case(case_fn fn, int var) {
     if (err > worst) worst = err, worst_tol = pa.tol[i];
     if (!(err <= pa.tol[i])) {
       ok = false;
-      const int64_t *ne = pa.out[i]->ne;
-      snprintf(where, sizeof where, "; output %d %s [%lld,%lld,%lld,%lld]: %lld of %lld elements "
-               "off, first at (%lld,%lld,%lld,%lld) cpu %.6g cuda %.6g", i,
-               tsr_dtype_name(pa.out[i]->dtype), (long long)ne[0], (long long)ne[1],
-               (long long)ne[2], (long long)ne[3], (long long)n_bad, (long long)a.n[i],
-               (long long)(first % ne[0]), (long long)(first / ne[0] % ne[1]),
-               (long long)(first / (ne[0] * ne[1]) % ne[2]), (long long)(first / (ne[0] * ne[1] * ne[2])),
-               a.vals[i][first], b.vals[i][first]);
+      const int64_t *ne = a.ne[i];
+      int n = snprintf(where, sizeof where, "; output %d %s [%lld,%lld,%lld,%lld]: %lld of %lld "
+                       "elements off, first at (%lld,%lld,%lld,%lld) cpu %.6g cuda %.6g", i,
+                       tsr_dtype_name(a.dtype[i]), (long long)ne[0], (long long)ne[1],
+                       (long long)ne[2], (long long)ne[3], (long long)n_bad, (long long)a.n[i],
+                       (long long)(first % ne[0]), (long long)(first / ne[0] % ne[1]),
+                       (long long)(first / (ne[0] * ne[1]) % ne[2]),
+                       (long long)(first / (ne[0] * ne[1] * ne[2])), a.vals[i][first],
+                       b.vals[i][first]);
+      if (n > 0 && (size_t)n < sizeof where)
+        block_bytes(&a, &b, i, first, where + n, sizeof where - (size_t)n);
     }
   }
   if (ok) g_pass++;
@@ -191,9 +241,9 @@ static void run_case(case_fn fn, int var) {
     printf("%s  %-48s err %.2e (tol %.0e)%s\n", ok ? "PASS" : "FAIL", pa.name, worst, worst_tol,
            where);
   fflush(stdout);
-  for (int i = 0; i < MAX_OUT; i++) free(b.vals[i]);
+  for (int i = 0; i < MAX_OUT; i++) free(b.vals[i]), free(b.raw[i]);
 done:
-  for (int i = 0; i < MAX_OUT; i++) free(a.vals[i]);
+  for (int i = 0; i < MAX_OUT; i++) free(a.vals[i]), free(a.raw[i]);
 }
 
 /* ---- cases ----------------------------------------------------------------- */
@@ -506,6 +556,132 @@ static void c_flash_attn(struct pc *p, int phase) {
   }
 }
 
+/* ---- plugin ops (their cuda kernel libraries) ------------------------------------ */
+
+/* The id of a plugin op the arch plugins registered, or -1 with the case
+** named as failing (the plugins did not load). */
+static int32_t plugin_op(struct pc *p, const char *name) {
+  const int32_t id = tsr_op_registry_find(name);
+  if (id < 0) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "plugin op '%s' is not registered (are the arch plugins built "
+             "beside this binary?)", name);
+    tsr_graph_fail(p->g, TSR_ERR_UNSUPPORTED, msg);
+  }
+  return id;
+}
+
+static void put_f32(int32_t *word, float f) { memcpy(word, &f, sizeof f); }
+
+/* arch_gemma4.rope_f32: head dims 256 and 512, positions up to 1e6, with
+** and without freq factors (1 and 1e30, as proportional RoPE has them). */
+static void c_gemma4_rope(struct pc *p, int phase) {
+  const int D = p->var / 2 ? 512 : 256, with_ff = p->var % 2, N = 7;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "plugin arch_gemma4.rope_f32 D=%d%s", D,
+             with_ff ? " freq_factors" : "");
+    const int32_t id = plugin_op(p, "arch_gemma4.rope_f32");
+    p->t[0] = tsr_new_tensor_3d(p->g, TSR_F32, D, 3, N);
+    p->t[1] = tsr_new_tensor_1d(p->g, TSR_I32, N);
+    p->t[2] = with_ff ? tsr_new_tensor_1d(p->g, TSR_F32, D / 2) : NULL;
+    int32_t params[1];
+    put_f32(&params[0], with_ff ? 1000000.0f : 10000.0f);
+    struct tsr_tensor *src[3] = {p->t[0], p->t[1], p->t[2]};
+    if (id >= 0)
+      out(p, tsr_custom_op(p->g, id, 3, p->t[0]->ne, src, with_ff ? 3 : 2, params, 1), 1e-6);
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+    fill_i32(p->t[1], (const int32_t[]){0, 1, 17, 160, 4095, 65536, 999999});
+    if (p->t[2])
+      for (int i = 0; i < D / 2; i++) tsr_test_set(p->t[2], i, 0, 0, 0, i < D / 8 ? 1.0 : 1e30);
+  }
+}
+
+/* arch_gemma4.ordered_logits: 64 clusters of 64 tokens (a shuffled
+** ordering), top 8 and top 40, with tied centroid logits. */
+static void c_gemma4_ordered(struct pc *p, int phase) {
+  enum { V = 4096, C = 64, N = 3 };
+  const int32_t k = p->var ? 40 : 8;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "plugin arch_gemma4.ordered_logits top %d of %d", k, C);
+    const int32_t id = plugin_op(p, "arch_gemma4.ordered_logits");
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, V, N);
+    p->t[1] = tsr_new_tensor_2d(p->g, TSR_F32, C, N);
+    p->t[2] = tsr_new_tensor_1d(p->g, TSR_I32, V);
+    struct tsr_tensor *src[3] = {p->t[0], p->t[1], p->t[2]};
+    if (id >= 0) out(p, tsr_custom_op(p->g, id, 2, p->t[0]->ne, src, 3, &k, 1), 0);
+  } else {
+    tsr_test_fill_normal(p->t[0], 3.0f);
+    tsr_test_fill_normal(p->t[1], 1.0f);
+    for (int t = 0; t < N; t++) { /* ties: the lower cluster first */
+      tsr_test_set(p->t[1], 5, t, 0, 0, 9.0);
+      tsr_test_set(p->t[1], 50, t, 0, 0, 9.0);
+      tsr_test_set(p->t[1], 7, t, 0, 0, -0.0);
+      tsr_test_set(p->t[1], 9, t, 0, 0, 0.0);
+    }
+    static int32_t perm[V];
+    for (int i = 0; i < V; i++) perm[i] = i;
+    for (int i = V - 1; i > 0; i--) {
+      const int j = (int)(tsr_test_next() % (uint64_t)(i + 1));
+      const int32_t x = perm[i];
+      perm[i] = perm[j], perm[j] = x;
+    }
+    fill_i32(p->t[2], perm);
+  }
+}
+
+/* arch_qwen.conv1d: without history (zeros before t = 0), and a decode-like
+** step with history in and out in the same external memory. */
+static void c_qwen_conv1d(struct pc *p, int phase) {
+  enum { CH = 96, K = 4 };
+  const int hist = p->var, N = hist ? 2 : 9;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "plugin arch_qwen.conv1d%s", hist ? " history in place" : "");
+    const int32_t id = plugin_op(p, "arch_qwen.conv1d");
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, CH, N);
+    p->t[1] = tsr_new_tensor_2d(p->g, TSR_F32, K, CH);
+    struct tsr_tensor *h = hist ? ext(p, TSR_F32, K - 1, CH, 1, 1.0f) : NULL;
+    struct tsr_tensor *src[4] = {p->t[0], p->t[1], h, h};
+    if (id < 0) return;
+    out(p, tsr_custom_op(p->g, id, 2, p->t[0]->ne, src, hist ? 4 : 2, NULL, 0), 0);
+    if (h) out(p, h, 0); /* the new history, written over the old */
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+    tsr_test_fill_normal(p->t[1], 0.5f);
+  }
+}
+
+/* arch_qwen.delta_rule: zero initial state, key heads tiled; a carried
+** state written back, key heads grouped (the KV cache's state slot). */
+static void c_qwen_delta(struct pc *p, int phase) {
+  enum { DK = 32, HK = 2, DV = 48, HV = 4, N = 5 };
+  const int state = p->var;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "plugin arch_qwen.delta_rule %s",
+             state ? "state written back, grouped" : "zero state, tiled");
+    const int32_t id = plugin_op(p, "arch_qwen.delta_rule");
+    struct tsr_graph *g = p->g;
+    p->t[0] = tsr_new_tensor_3d(g, TSR_F32, DK, HK, N);
+    p->t[1] = tsr_new_tensor_3d(g, TSR_F32, DK, HK, N);
+    p->t[2] = tsr_new_tensor_3d(g, TSR_F32, DV, HV, N);
+    p->t[3] = tsr_new_tensor_2d(g, TSR_F32, HV, N);
+    p->t[4] = tsr_new_tensor_2d(g, TSR_F32, HV, N);
+    struct tsr_tensor *s0 = state ? ext(p, TSR_F32, DV, HV, DK, 0.3f) : NULL;
+    struct tsr_tensor *src[6] = {p->t[0], p->t[1], p->t[2], p->t[3], p->t[4], s0};
+    const int32_t params[2] = {state ? 1 : 0, 1};
+    if (id < 0) return;
+    out(p, tsr_custom_op(g, id, 3, (int64_t[]){DV, HV, N + DK}, src, state ? 6 : 5, params, 2),
+        1e-6);
+    if (s0) out(p, s0, 1e-6);
+  } else {
+    tsr_test_fill_normal(p->t[0], 0.3f);
+    tsr_test_fill_normal(p->t[1], 0.3f);
+    tsr_test_fill_normal(p->t[2], 1.0f);
+    tsr_test_fill_uniform(p->t[3], -1.0f, 0.0f);
+    tsr_test_fill_uniform(p->t[4], 0.0f, 1.0f);
+  }
+}
+
 /* ---- refusals and the memory model -------------------------------------------- */
 
 static void check(bool ok, const char *what, const char *detail) {
@@ -675,6 +851,10 @@ static void list_cases(void) {
   add(c_set_rows, 2 * N_WRITES);
   add(c_select, 2);
   add(c_flash_attn, N_FA);
+  add(c_gemma4_rope, 4);
+  add(c_gemma4_ordered, 2);
+  add(c_qwen_conv1d, 2);
+  add(c_qwen_delta, 2);
   g_cases[g_n_cases++] = (struct entry){NULL, 0};
   g_cases[g_n_cases++] = (struct entry){NULL, 1};
 }
@@ -687,16 +867,19 @@ struct record {
 
 static void run_entry(int k) {
   if (g_cases[k].fn) run_case(g_cases[k].fn, g_cases[k].var);
+  else if (g_self) return; /* the cpu refuses nothing and copies nothing */
   else if (g_cases[k].var == 0) refusals();
   else memory_model();
 }
 
 static int open_backends(void) {
-  if (tsr_backend_cpu_new(0, &g_cpu) != TSR_OK || tsr_backend_cuda_new(&g_cuda) != TSR_OK) {
+  if (tsr_backend_cpu_new(0, &g_cpu) != TSR_OK ||
+      (g_self ? tsr_backend_cpu_new(1, &g_cuda) : tsr_backend_cuda_new(&g_cuda)) != TSR_OK) {
     printf("FAIL  opening the backends: %s\n", tsr_error_message());
     return 1;
   }
-  printf("      cuda backend: %s\n", tsr_backend_name(g_cuda));
+  printf("      cuda backend: %s%s\n", tsr_backend_name(g_cuda),
+         g_self ? " (--self: the harness and its cases checked on the cpu alone)" : "");
   return 0;
 }
 
@@ -776,18 +959,28 @@ static int run_forked(void) {
 int main(int argc, char **argv) {
   bool fork_cases = true;
   int a = 1;
-  if (a < argc && !strcmp(argv[a], "--no-fork")) fork_cases = false, a++;
+  for (; a < argc && argv[a][0] == '-' && argv[a][1] == '-'; a++) {
+    if (!strcmp(argv[a], "--no-fork")) fork_cases = false;
+    else if (!strcmp(argv[a], "--self")) g_self = true;
+    else return fprintf(stderr, "usage: gpu_op_parity [--no-fork] [--self] [filter]\n"), 2;
+  }
   g_filter = a < argc ? argv[a] : NULL;
+  /* the arch plugins register their ops (and cuda kernel libraries) as the engine does */
+  struct tsr_plugin_host *plugins = NULL;
+  if (tsr_plugin_host_new(&plugins) != TSR_OK ||
+      tsr_plugin_host_load_providers(plugins, TSR_IFACE_ARCH) != TSR_OK)
+    printf("      (arch plugins not loaded: %s; their op cases fail)\n", tsr_error_message());
   (void)tsr_tests_run_, (void)tsr_tests_failed_, (void)tsr_test_failures_; /* harness unused */
   setvbuf(stdout, NULL, _IOLBF, 0);
   setenv("TESSERA_CUDA_SYNC", "1", 0); /* each error names its node; export 0 to time it */
   list_cases();
-  if (fork_cases) return run_forked();
+  if (fork_cases) return run_forked(); /* the plugins stay loaded: the process ends */
   if (open_backends()) return printf("op parity: 0 passed, 1 failed\n"), 1;
   for (int k = 0; k < g_n_cases; k++) run_entry(k);
   printf("op parity: %d passed, %d failed%s%s\n", g_pass, g_fail,
          g_first_fail[0] ? "; first failure: " : "", g_first_fail);
   tsr_backend_free(g_cuda);
   tsr_backend_free(g_cpu);
+  if (plugins) tsr_plugin_host_free(plugins);
   return g_fail ? 1 : 0;
 }

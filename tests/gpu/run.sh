@@ -9,8 +9,10 @@
 #       with RUN_DIR carried: no rebuild. Runs the loader test, op parity (each case
 #       isolated, TESSERA_CUDA_SYNC=1; the first failing case is then rerun under
 #       compute-sanitizer memcheck when the machine has it), whole-model parity on
-#       every reference fixture (converted there with the carried tessera), `tessera
-#       run` on backend cuda (greedy twice: identical; compared with the cpu's text)
+#       every reference fixture (converted there with the carried tessera; a refusal
+#       fails: Qwen3.5's and Gemma 4's plugin ops run through their plugins' cuda
+#       libraries), `tessera run` on backend cuda (greedy twice: identical; compared
+#       with the cpu's text)
 #       and the benchmarks; prints a summary table last. Exit status 0 iff nothing failed.
 #   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
 #       --tool memcheck (every case, or those whose name contains FILTER).
@@ -108,7 +110,9 @@ check|sanitize)
       res=$(echo "$line" | awk '{print $1}')
       case "$res" in
       PASS) row "model $f $t" PASS "$(echo "$line" | sed -E 's/.*cuda: (argmax [0-9.]+%) mean KL ([0-9.e+-]+).*/\1, KL \2/')" ;;
-      REFUSED) row "model $f $t" REFUSED "$(echo "$line" | grep -o "plugin op '[^']*'" | head -1) has no cuda kernel" ;;
+      # every fixture's ops have cuda kernels now (plugin ops through their plugins' cuda
+      # libraries): a refusal is a failure
+      REFUSED) row "model $f $t" FAIL "refused: $(echo "$line" | awk '{$1=$2=$3=""; print substr($0, 4)}' | cut -c1-100)" ;;
       *) row "model $f $t" FAIL "$(echo "$line" | awk '{$1=$2=$3=""; print substr($0, 4)}' | cut -c1-110)" ;;
       esac
       rm -f "$m"
@@ -117,7 +121,7 @@ check|sanitize)
 
   echo "== tessera run on backend cuda (greedy, 16 tokens)"
   prompt="The quick brown fox"
-  for f in qwen3_tied qwen3_moe_norm qwen3_5 gemma4_dense; do
+  for f in qwen3_tied qwen3_moe_norm qwen3_5 qwen3_5_moe gemma4_dense gemma4_moe gemma4_e2b; do
     [ -d "$fixtures/$f" ] || continue
     m="$out/$f.run.gguf"
     if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1; then
@@ -133,7 +137,7 @@ check|sanitize)
     echo "   cuda: $(head -c 300 "$out/cuda1.txt" | tr '\n' ' ')"
     [ $rc1 -ne 0 ] && echo "   cuda stderr: $(tail -3 "$out/cuda1.err")"
     if [ $rc1 -eq 2 ] && grep -q "no kernel for plugin op" "$out/cuda1.err"; then
-      row "run $f cuda" REFUSED "$(grep -o "plugin op '[^']*'" "$out/cuda1.err" | head -1) (at load)"
+      row "run $f cuda" FAIL "refused $(grep -o "plugin op '[^']*'" "$out/cuda1.err" | head -1) (at load)"
     elif [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
       row "run $f cuda" FAIL "exit $rc1/$rc2: $(tail -1 "$out/cuda1.err" | cut -c1-100)"
     elif ! cmp -s "$out/cuda1.txt" "$out/cuda2.txt"; then
@@ -148,6 +152,32 @@ print(f"{n} of {max(len(a), len(b))} bytes")' "$out/cpu.txt" "$out/cuda1.txt" 2>
     fi
     rm -f "$m"
   done
+
+  echo "== tessera serve on backend cuda (qwen3_tied, one chat and one streamed completion)"
+  m="$out/serve.gguf"
+  if "$b/core/cli/tessera" convert "$fixtures/qwen3_tied" "$m" --outtype f32 >"$out/convert.log" 2>&1; then
+    "$b/core/cli/tessera" serve -m "$m" --set backend=cuda --port 0 --parallel 2 2>"$out/serve.err" &
+    spid=$!
+    port=""
+    for _ in $(seq 100); do
+      port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$out/serve.err" | grep -o '[0-9]*$')
+      [ -n "$port" ] && break
+      sleep 0.1
+    done
+    url="http://127.0.0.1:$port"
+    chat=$(curl -s "$url/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0}')
+    stream=$(curl -sN "$url/v1/completions" -d '{"prompt":"The quick","max_tokens":8,"stream":true}')
+    kill -TERM $spid; wait $spid; src=$?
+    echo "   chat: ${chat:0:300}"
+    echo "   stream ends: $(echo "$stream" | tail -2 | tr '\n' ' ')"
+    if echo "$chat" | grep -q '"completion_tokens":8' && echo "$stream" | grep -q 'data: \[DONE\]' && [ $src -eq 0 ]; then
+      row "serve qwen3_tied cuda" PASS "chat 8 tokens, stream ends [DONE], exit 0 on SIGTERM"
+    else
+      row "serve qwen3_tied cuda" FAIL "exit $src; $(tail -2 "$out/serve.err" | tr '\n' ' ' | cut -c1-120)"
+    fi
+  else
+    row "serve qwen3_tied cuda" FAIL "convert: $(tail -1 "$out/convert.log")"
+  fi
 
   echo "== benchmarks"
   "$b/tests/gpu/gpu_bench" 2>&1 | tee "$out/bench.log"

@@ -1,4 +1,9 @@
-/* RULER-style tasks (ruler.h): generation from a seed, and scoring. */
+/*
+** RULER-style tasks (ruler.h): generation from a seed, and scoring. The
+** format and the generator are tests/reference/train/tasks.py's, line for
+** line, so the project's trained models are scored on what they learned;
+** tests/cli/test_ruler_format.py checks the two agree byte for byte.
+*/
 #include "ruler.h"
 
 #include <ctype.h>
@@ -11,18 +16,49 @@
 
 static const char *const k_names[] = {"passkey", "niah_single", "niah_multi", "vt"};
 
-/* RULER's "noise" haystack: one unit. */
-static const char k_filler[] =
-    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. ";
+/* RULER's "noise" haystack: one filler line. */
+static const char k_noise[] =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+
+static const char *const k_intro[] = {
+    "There is an important pass key hidden inside a lot of irrelevant text. Find it and "
+    "memorize it. I will quiz you about the pass key.",
+    "Some special magic numbers are hidden within the following text. Make sure to memorize "
+    "them. I will quiz you about the numbers afterwards.",
+    "Some special magic numbers are hidden within the following text. Make sure to memorize "
+    "them. I will quiz you about the numbers afterwards.",
+    "Memorize and track the chain of variable assignments hidden in the following text.",
+};
 
 static const char *const k_adjectives[] = {
-    "abundant", "bitter", "calm", "dusty", "eager", "fragile", "gentle", "hollow",
-    "icy", "jolly", "keen", "loud", "mellow", "narrow", "odd", "proud",
-    "quiet", "rapid", "silent", "tidy", "urban", "vivid", "wary", "young"};
+    "able", "ancient", "angry", "bold", "brave", "bright", "broad", "calm", "careful", "cheap",
+    "clean", "clever", "cold", "cool", "curious", "damp", "dark", "deep", "eager", "early",
+    "empty", "fair", "famous", "fancy", "fast", "fierce", "flat", "fresh", "gentle", "giant",
+    "glad", "golden", "green", "happy", "heavy", "hollow", "honest", "huge", "icy", "jolly",
+    "kind", "large", "lazy", "little", "lively", "loud", "lucky", "mighty", "modern", "narrow",
+    "noisy", "odd", "old", "pale", "plain", "polite", "proud", "quick", "quiet", "rapid",
+    "rare", "rich", "round", "rusty", "shiny", "short", "silent", "silly", "simple", "slow",
+    "small", "smooth", "soft", "solid", "sour", "steep", "still", "strange", "strong", "sweet",
+    "tall", "tame", "thick", "thin", "tiny", "tired", "vast", "warm", "wet", "wild", "wise",
+    "young",
+};
 static const char *const k_nouns[] = {
-    "anchor", "basket", "candle", "desert", "engine", "feather", "garden", "harbor",
-    "island", "jacket", "kettle", "ladder", "meadow", "needle", "orchard", "pepper",
-    "quarry", "river", "saddle", "tunnel", "violin", "wagon", "yogurt", "zipper"};
+    "anchor", "apple", "arrow", "badger", "basket", "beacon", "bell", "bicycle", "bird",
+    "blanket", "bottle", "bridge", "bucket", "button", "cabin", "camel", "candle", "canyon",
+    "castle", "cat", "cloud", "comet", "compass", "cookie", "crane", "crystal", "desert",
+    "dolphin", "dragon", "drum", "eagle", "engine", "falcon", "feather", "forest", "fox",
+    "garden", "giraffe", "glacier", "hammer", "harbor", "helmet", "island", "jacket", "kettle",
+    "ladder", "lantern", "lemon", "lion", "magnet", "meadow", "mirror", "monkey", "mountain",
+    "needle", "ocean", "orchard", "otter", "owl", "paddle", "parrot", "pebble", "pencil",
+    "piano", "pillow", "planet", "pocket", "puzzle", "rabbit", "river", "rocket", "saddle",
+    "sheep", "shell", "signal", "spoon", "squirrel", "statue", "tiger", "tower", "trumpet",
+    "tunnel", "turtle", "umbrella", "valley", "violin", "wagon", "whale", "window", "wolf",
+};
+#define N_ADJ (sizeof k_adjectives / sizeof *k_adjectives)
+#define N_NOUN (sizeof k_nouns / sizeof *k_nouns)
+#define NIAH_MULTI_KEYS 4
+#define VT_HOPS 4
+#define GOLDEN 0x9e3779b97f4a7c15ull
 
 tsr_status tsr_ruler_task_parse(const char *name, enum tsr_ruler_task *out) {
   for (int i = 0; i < 4; i++)
@@ -42,15 +78,26 @@ int32_t tsr_ruler_max_new_tokens(enum tsr_ruler_task t) {
   return t == TSR_RULER_PASSKEY ? 16 : t == TSR_RULER_VT ? 64 : 32;
 }
 
-static uint64_t splitmix(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+/* SplitMix64 as tasks.py runs it: state = seed + index * GOLDEN. */
+struct rng {
+  uint64_t state;
+};
+
+static uint64_t next(struct rng *r) {
+  uint64_t z = (r->state += GOLDEN);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
-static uint64_t below(uint64_t *s, uint64_t n) { return splitmix(s) % n; }
-static double unit(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
+static uint64_t below(struct rng *r, uint64_t n) { return next(r) % n; }
+
+/* A decimal number of `digits` digits without a leading zero. */
+static void number(struct rng *r, int digits, char *out) {
+  out[0] = (char)('1' + below(r, 9));
+  for (int i = 1; i < digits; i++) out[i] = (char)('0' + below(r, 10));
+  out[digits] = 0;
+}
 
 /* A growing string; on failure it stays NULL-safe and ok turns false. */
 struct sbuf {
@@ -77,123 +124,109 @@ static void put(struct sbuf *b, const char *s) {
   b->n += len;
 }
 
-struct needle {
-  double depth;
-  char text[160];
-};
-
-static int by_depth(const void *a, const void *b) {
-  double x = ((const struct needle *)a)->depth, y = ((const struct needle *)b)->depth;
-  return (x > y) - (x < y);
+static bool taken(char (*list)[64], int n, const char *s) {
+  for (int i = 0; i < n; i++)
+    if (!strcmp(list[i], s)) return true;
+  return false;
 }
 
-/* n_filler units with the needles at their depths (in order of depth). */
-static void haystack(struct sbuf *b, const struct needle *nd, int n, int64_t n_filler) {
-  int next = 0;
-  for (int64_t u = 0; u <= n_filler; u++) {
-    while (next < n && (int64_t)(nd[next].depth * (double)n_filler) <= u) {
-      put(b, nd[next++].text);
-      put(b, " ");
+struct needles {
+  int n;
+  char line[5][256];
+  char question[384], prefix[384];
+};
+
+/* tasks.needles(): the needle lines in chain order, the question, the
+** answer prefix and the expected strings (into it->refs). */
+static void make_needles(enum tsr_ruler_task t, struct rng *r, struct needles *nd,
+                         struct tsr_ruler_item *it, bool *ok) {
+  char val[16], names[5][64];
+  if (t == TSR_RULER_PASSKEY) {
+    number(r, 5, val);
+    nd->n = 1;
+    snprintf(nd->line[0], sizeof nd->line[0], "The pass key is %s. Remember it. %s is the pass key.",
+             val, val);
+    snprintf(nd->question, sizeof nd->question, "What is the pass key?");
+    snprintf(nd->prefix, sizeof nd->prefix, "The pass key is");
+    if (!(it->refs[it->n_refs++] = strdup(val))) *ok = false;
+  } else if (t == TSR_RULER_NIAH_SINGLE || t == TSR_RULER_NIAH_MULTI) {
+    char vals[NIAH_MULTI_KEYS][16];
+    nd->n = t == TSR_RULER_NIAH_SINGLE ? 1 : NIAH_MULTI_KEYS;
+    for (int j = 0; j < nd->n; j++) {
+      do { /* distinct keys: the question must have one answer */
+        const char *adj = k_adjectives[below(r, N_ADJ)];
+        snprintf(names[j], sizeof names[j], "%s-%s", adj, k_nouns[below(r, N_NOUN)]);
+      } while (taken(names, j, names[j]));
+      number(r, 7, vals[j]);
+      snprintf(nd->line[j], sizeof nd->line[j], "One of the special magic numbers for %.63s is: %.15s.",
+               names[j], vals[j]);
     }
-    if (u < n_filler) put(b, k_filler);
+    const int q = (int)below(r, (uint64_t)nd->n);
+    snprintf(nd->question, sizeof nd->question, "What is the special magic number for %.63s "
+             "mentioned in the provided text?", names[q]);
+    snprintf(nd->prefix, sizeof nd->prefix, "The special magic number for %.63s mentioned in the "
+             "provided text is", names[q]);
+    if (!(it->refs[it->n_refs++] = strdup(vals[q]))) *ok = false;
+  } else { /* vt: one chain of VT_HOPS + 1 variables */
+    number(r, 5, val);
+    nd->n = VT_HOPS + 1;
+    for (int j = 0; j < nd->n; j++) {
+      do {
+        for (int c = 0; c < 5; c++) names[j][c] = (char)('A' + below(r, 26));
+        names[j][5] = 0;
+      } while (taken(names, j, names[j]));
+      if (j == 0) snprintf(nd->line[0], sizeof nd->line[0], "VAR %.8s = %s", names[0], val);
+      else snprintf(nd->line[j], sizeof nd->line[j], "VAR %.8s = VAR %.8s", names[j], names[j - 1]);
+      if (!(it->refs[it->n_refs++] = strdup(names[j]))) *ok = false;
+    }
+    snprintf(nd->question, sizeof nd->question, "Question: Find all variables that are assigned "
+             "the value %s in the text above.", val);
+    snprintf(nd->prefix, sizeof nd->prefix, "Answer: According to the chain of variable "
+             "assignments in the text above, %d variables are assigned the value %s, they are:",
+             nd->n, val);
   }
 }
 
-static char *dup_str(const char *s, bool *ok) {
-  char *d = strdup(s);
-  if (!d) *ok = false;
-  return d;
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
 }
 
 tsr_status tsr_ruler_make(enum tsr_ruler_task t, uint64_t seed, int64_t index, int64_t n_filler,
                           struct tsr_ruler_item *it) {
   memset(it, 0, sizeof *it);
   if ((unsigned)t >= 4 || n_filler < 0 || index < 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "ruler: task %d, item %lld, %lld filler units",
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "ruler: task %d, item %lld, %lld filler lines",
                          (int)t, (long long)index, (long long)n_filler);
-  /* every choice below comes from (task, seed, index) alone */
-  uint64_t rng = seed ^ (0x51ed270b27f3a1c5ull * (uint64_t)(index + 1)) ^ ((uint64_t)t << 56);
-  splitmix(&rng);
-  struct needle nd[5];
-  int n_needles = 0;
-  char question[384], prefix[384], value[16];
-  struct sbuf b = {.ok = true};
+  struct rng r = {seed + (uint64_t)index * GOLDEN};
+  struct needles nd;
   bool ok = true;
-  if (t == TSR_RULER_PASSKEY) {
-    snprintf(value, sizeof value, "%05llu", (unsigned long long)(10000 + below(&rng, 90000)));
-    nd[0].depth = unit(&rng);
-    snprintf(nd[0].text, sizeof nd[0].text, "The pass key is %s. Remember it. %s is the pass key.",
-             value, value);
-    n_needles = 1;
-    put(&b, "There is an important info hidden inside a lot of irrelevant text. Find it and "
-            "memorize it. I will quiz you about the important information there.\n\n");
-    snprintf(question, sizeof question, "\n\nWhat is the pass key?");
-    snprintf(prefix, sizeof prefix, "The pass key is");
-    it->refs[it->n_refs++] = dup_str(value, &ok);
-  } else if (t == TSR_RULER_NIAH_SINGLE || t == TSR_RULER_NIAH_MULTI) {
-    n_needles = t == TSR_RULER_NIAH_SINGLE ? 1 : 4;
-    char keys[4][64];
-    const int asked = (int)below(&rng, (uint64_t)n_needles);
-    for (int j = 0; j < n_needles; j++) {
-      bool fresh;
-      do { /* distinct keys: the question must have one answer */
-        snprintf(keys[j], sizeof keys[j], "%s-%s", k_adjectives[below(&rng, 24)],
-                 k_nouns[below(&rng, 24)]);
-        fresh = true;
-        for (int q = 0; q < j; q++) fresh = fresh && strcmp(keys[q], keys[j]);
-      } while (!fresh);
-      char num[16];
-      snprintf(num, sizeof num, "%07llu", (unsigned long long)(1000000 + below(&rng, 9000000)));
-      nd[j].depth = unit(&rng);
-      snprintf(nd[j].text, sizeof nd[j].text, "One of the special magic numbers for %s is: %s.",
-               keys[j], num);
-      if (j == asked) {
-        it->refs[it->n_refs++] = dup_str(num, &ok);
-        it->depth = nd[j].depth;
-      }
+  make_needles(t, &r, &nd, it, &ok);
+  /* each needle goes before filler line depth[j] (n_filler: after the last), in order */
+  uint64_t depth[5];
+  for (int j = 0; j < nd.n; j++) depth[j] = below(&r, (uint64_t)n_filler + 1);
+  qsort(depth, (size_t)nd.n, sizeof *depth, cmp_u64);
+  it->depth = n_filler ? (double)depth[0] / (double)n_filler : 0;
+  struct sbuf b = {.ok = true};
+  put(&b, k_intro[t]);
+  int j = 0;
+  for (int64_t i = 0; i <= n_filler; i++) {
+    for (; j < nd.n && depth[j] == (uint64_t)i; j++) {
+      put(&b, "\n");
+      put(&b, nd.line[j]);
     }
-    put(&b, "Some special magic numbers are hidden within the following text. Make sure to "
-            "memorize it. I will quiz you about the numbers afterwards.\n");
-    snprintf(question, sizeof question, "\nWhat is the special magic number for %s mentioned in "
-             "the provided text?", keys[asked]);
-    snprintf(prefix, sizeof prefix, "The special magic number for %s mentioned in the provided "
-             "text is", keys[asked]);
-  } else { /* vt: one chain of 5 variables, in order through the haystack */
-    n_needles = 5;
-    char names[5][8];
-    snprintf(value, sizeof value, "%05llu", (unsigned long long)(10000 + below(&rng, 90000)));
-    for (int j = 0; j < 5; j++) {
-      bool fresh;
-      do {
-        for (int c = 0; c < 5; c++) names[j][c] = (char)('A' + below(&rng, 26));
-        names[j][5] = 0;
-        fresh = true;
-        for (int q = 0; q < j; q++) fresh = fresh && strcmp(names[q], names[j]);
-      } while (!fresh);
-      nd[j].depth = unit(&rng);
+    if (i < n_filler) {
+      put(&b, "\n");
+      put(&b, k_noise);
     }
-    qsort(nd, 5, sizeof *nd, by_depth); /* the chain reads in order */
-    for (int j = 0; j < 5; j++) {
-      if (j == 0) snprintf(nd[j].text, sizeof nd[j].text, "VAR %s = %s.", names[0], value);
-      else snprintf(nd[j].text, sizeof nd[j].text, "VAR %s = VAR %s.", names[j], names[j - 1]);
-      it->refs[it->n_refs++] = dup_str(names[j], &ok);
-    }
-    put(&b, "Memorize and track the chain(s) of variable assignment hidden in the following "
-            "text.\n\n");
-    snprintf(question, sizeof question, "\nQuestion: Find all variables that are assigned the "
-             "value %s in the text above.", value);
-    snprintf(prefix, sizeof prefix, "Answer: According to the chain(s) of variable assignment "
-             "in the text above, 5 variables are assigned the value %s, they are: ", value);
   }
-  if (t != TSR_RULER_NIAH_SINGLE && t != TSR_RULER_NIAH_MULTI) it->depth = nd[0].depth;
-  qsort(nd, (size_t)n_needles, sizeof *nd, by_depth);
-  haystack(&b, nd, n_needles, n_filler);
-  put(&b, question);
+  put(&b, "\n");
+  put(&b, nd.question);
   it->user = b.p;
-  it->answer_prefix = dup_str(prefix, &ok);
+  if (!(it->answer_prefix = strdup(nd.prefix))) ok = false;
   if (!b.ok || !ok) {
     tsr_ruler_item_free(it);
-    return tsr_error_set(TSR_ERR_NOMEM, "ruler: out of memory for %lld filler units",
+    return tsr_error_set(TSR_ERR_NOMEM, "ruler: out of memory for %lld filler lines",
                          (long long)n_filler);
   }
   return TSR_OK;

@@ -1,25 +1,25 @@
 /*
 ** RULER-style synthetic long-context tasks (Hsieh et al., "RULER: What's the
 ** Real Context Size of Your Long-Context Language Models?"), generated
-** deterministically from a seed, in RULER's own wording with its "noise"
-** haystack (the repeated grass/sky/sun sentences), so figures compare with
-** published ones:
+** deterministically from (task, seed, item) exactly as the project's training
+** script does (tests/reference/train/tasks.py, its noise haystack), so the
+** trained reference models are scored on the format they learned:
 **
-**  - passkey: one line "The pass key is N. Remember it. N is the pass key."
-**    (N has 5 digits) hidden in the haystack; the reply must contain N.
+**  - passkey: "The pass key is N. Remember it. N is the pass key." (N has 5
+**    digits) among filler lines; the reply must contain N.
 **  - niah_single: one needle "One of the special magic numbers for KEY is:
-**    N." (KEY a word pair, N 7 digits); asked for KEY's number.
-**  - niah_multi: four such needles with different keys; asked for one.
-**  - vt: variable tracking, one chain "VAR A = N." then "VAR B = VAR A." ...
-**    (5 variables, 4 hops) spread through the haystack in order; the reply
-**    must name all 5 variables.
+**    N." (KEY an adjective-noun pair, N 7 digits); asked for KEY's number.
+**  - niah_multi: four such needles with distinct keys; asked for one.
+**  - vt: variable tracking, one chain "VAR A = N" then "VAR B = VAR A" ...
+**    (5 variables, 4 hops) in order through the filler; the reply must name
+**    all 5 variables.
 **
-** An item is the user's message (instruction, haystack, question), the
-** start of the reply the prompt ends with (RULER's answer prefix) and the
-** strings the reply must contain. Which needles, where (as a fraction of the
-** haystack) and their values depend only on (task, seed, index); the
-** haystack length (n_filler units) only stretches the text around them, so
-** one item can be fitted to any context length.
+** An item is the user's message (the task's intro line, the filler lines
+** with the needles between them, the question, joined by newlines), the
+** start of the reply the prompt ends with (the answer prefix; raw text puts
+** it after the question and a space) and the strings the reply must contain.
+** The needles and their values depend only on (task, seed, item); the
+** filler line count moves where they sit, as in tasks.py.
 **
 ** Scoring is RULER's string_match_all: the fraction of the expected strings
 ** found in the reply, case-insensitively.
@@ -45,7 +45,7 @@ struct tsr_ruler_item {
   char *answer_prefix; /* the reply starts with this (part of the prompt) */
   char *refs[TSR_RULER_MAX_REFS];
   int n_refs;
-  double depth;        /* where the first needle sits in the haystack, 0..1 */
+  double depth;        /* where the first needle sits among the filler lines, 0..1 */
 };
 
 /* "passkey", "niah_single", "niah_multi", "vt"; another name is
@@ -56,7 +56,7 @@ const char *tsr_ruler_task_name(enum tsr_ruler_task t);
 ** what the answers here take. */
 int32_t tsr_ruler_max_new_tokens(enum tsr_ruler_task t);
 
-/* Item `index` of the task with a haystack of n_filler units. */
+/* Item `index` of the task with n_filler filler lines. */
 tsr_status tsr_ruler_make(enum tsr_ruler_task t, uint64_t seed, int64_t index, int64_t n_filler,
                           struct tsr_ruler_item *it);
 void tsr_ruler_item_free(struct tsr_ruler_item *it);

@@ -24,7 +24,8 @@
 #define MAX_SETS 64
 
 /* The prompt text of an item: chat-rendered user message then the answer
-** prefix, or (no template) the message, a blank line and the prefix. */
+** prefix, or (no template) the message, a space and the prefix, the raw
+** text the reference models were trained on. */
 static tsr_status render(const struct tsr_ruler_opts *o, const struct tsr_ruler_item *it,
                          char **out) {
   *out = NULL;
@@ -34,7 +35,7 @@ static tsr_status render(const struct tsr_ruler_opts *o, const struct tsr_ruler_
     tsr_status st = tsr_chat_render(o->template, &m, 1, true, &head);
     if (st != TSR_OK) return st;
   }
-  const char *first = head ? head : it->user, *sep = head ? "" : "\n\n";
+  const char *first = head ? head : it->user, *sep = head ? "" : " ";
   size_t len = strlen(first) + strlen(sep) + strlen(it->answer_prefix) + 1;
   if ((*out = malloc(len))) snprintf(*out, len, "%s%s%s", first, sep, it->answer_prefix);
   free(head);
@@ -54,8 +55,8 @@ static tsr_status make_prompt(const struct tsr_ruler_opts *o, const struct tsr_t
   return st;
 }
 
-/* Item `index` with the longest haystack whose prompt fits `target` tokens:
-** tokens grow linearly in filler units, so a few corrections suffice. */
+/* Item `index` with the most filler lines whose prompt fits `target` tokens:
+** tokens grow linearly in filler lines, so a few corrections suffice. */
 static tsr_status fit_item(const struct tsr_ruler_opts *o, const struct tsr_tokenizer *tok,
                            int64_t index, int64_t target, struct tsr_ruler_item *it,
                            int32_t **ids, size_t *n) {

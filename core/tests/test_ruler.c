@@ -24,13 +24,13 @@ static void test_same_seed_and_index_give_the_same_item(void) {
   }
 }
 
-/* The haystack length stretches the text, never moves or changes the needles. */
-static void test_haystack_length_keeps_needles_and_depth(void) {
+/* The filler length stretches the text; the needles and answers stay. */
+static void test_filler_length_keeps_needles_and_answers(void) {
   for (int t = TSR_RULER_PASSKEY; t <= TSR_RULER_VT; t++) {
     struct tsr_ruler_item a, b;
     CHECK_OK(tsr_ruler_make((enum tsr_ruler_task)t, 1, 0, 10, &a));
     CHECK_OK(tsr_ruler_make((enum tsr_ruler_task)t, 1, 0, 1000, &b));
-    CHECK(a.n_refs == b.n_refs && a.depth == b.depth);
+    CHECK(a.n_refs == b.n_refs && !strcmp(a.answer_prefix, b.answer_prefix));
     for (int i = 0; i < a.n_refs; i++) CHECK(!strcmp(a.refs[i], b.refs[i]));
     CHECK(strlen(b.user) > strlen(a.user) + 900 * 80);
     CHECK(count(b.user, "The grass is green.") == 1000);
@@ -66,7 +66,7 @@ static void test_needles_hold_the_expected_answers(void) {
   for (int i = 0; i < 5; i++) {
     char stmt[64];
     if (i == 0) snprintf(stmt, sizeof stmt, "VAR %s = ", it.refs[0]);
-    else snprintf(stmt, sizeof stmt, "VAR %s = VAR %s.", it.refs[i], it.refs[i - 1]);
+    else snprintf(stmt, sizeof stmt, "VAR %s = VAR %s", it.refs[i], it.refs[i - 1]);
     const char *p = strstr(it.user, stmt);
     CHECK_MSG(p && p >= prev, "statement %d '%s' missing or out of order", i, stmt);
     if (p) prev = p;
@@ -99,7 +99,7 @@ static void test_unknown_task_is_named(void) {
 
 int main(void) {
   TSR_RUN(test_same_seed_and_index_give_the_same_item);
-  TSR_RUN(test_haystack_length_keeps_needles_and_depth);
+  TSR_RUN(test_filler_length_keeps_needles_and_answers);
   TSR_RUN(test_needles_hold_the_expected_answers);
   TSR_RUN(test_score_is_string_match_all);
   TSR_RUN(test_unknown_task_is_named);

@@ -1,9 +1,9 @@
 """`tessera perplexity`, `logit-eq`, `ruler` and `ab` on the qwen3_tied fixture converted at f32.
 
-usage: test_quality_tools.py TESSERA_BINARY SOURCE_ROOT DEFAULT_MODEL.gguf
+usage: test_quality_tools.py TESSERA_BINARY SOURCE_ROOT RANDOM_MODEL.gguf
 The fixture has random weights, but its distributions are peaked (mean entropy ~1.7 of
-ln 512 = 6.2 nats), so the KL instruments are valid on it; the build's default model is
-near-flat and serves to check the validity gate. Prints "ok   name" / "FAIL name" per case.
+ln 512 = 6.2 nats), so the KL instruments are valid on it; the build's tiny random model
+is near-flat and serves to check the validity gate. Prints "ok   name" / "FAIL name" per case.
 """
 import json
 import math

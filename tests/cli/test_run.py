@@ -1,9 +1,9 @@
 """`tessera run` as a user meets it: determinism, token limits, chat rendering, exit codes.
 
-usage: test_run.py TESSERA_BINARY SOURCE_ROOT DEFAULT_MODEL.gguf
+usage: test_run.py TESSERA_BINARY SOURCE_ROOT RANDOM_MODEL.gguf
        test_run.py TESSERA_BINARY SOURCE_ROOT --real
-The default model has random weights: its text is noise, but greedy decoding and a fixed
-seed make it repeatable. --real greedy-completes a Python prompt with the real
+On the build's tiny random model (random-model.gguf) the text is noise, but greedy decoding
+and a fixed seed make it repeatable. --real greedy-completes a Python prompt with the real
 Qwen2.5-Coder 0.5B (fetched by tests/reference/real/fetch_models.py).
 Prints "ok   name" / "FAIL name" per case, like the C tests.
 """
@@ -170,7 +170,7 @@ def test_require_engaged_passes_for_the_arch_and_fails_for_an_absent_plugin():
 
 @case
 def test_chat_without_a_gguf_template_uses_the_arch_plugins():
-    # the default model's GGUF has no tokenizer.chat_template: arch_qwen knows Qwen's ChatML
+    # the random model's GGUF has no tokenizer.chat_template: arch_qwen knows Qwen's ChatML
     code, out, err = run(*M, "--chat", "-n", "2", "--verbose", stdin="hi\n")
     ok(code, out, err)
     assert "chat template: chatml (arch plugin arch_qwen)" in err, err

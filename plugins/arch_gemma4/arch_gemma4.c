@@ -20,6 +20,7 @@
 */
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gemma4.h"
@@ -136,12 +137,23 @@ static tsr_status gemma4_describe(void *ctx, const struct tsr_host *host, const 
 /* this plugin's op ids, once init registered them */
 static struct gemma4_ops g_ops = {.rope = -1, .ordered_logits = -1};
 
+/* One registration's state: the op ids (process-wide) and the plugin, so
+** the forward passes it builds are counted for --require-engaged. */
+struct gemma4_instance {
+  struct gemma4_ops ops;
+  struct tsr_plugin *self;
+};
+
 /* gemma3 and gemma4 share the plan; each has its own forward pass */
 static tsr_status gemma_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw) {
+  struct gemma4_instance *inst = ctx;
   const char *arch;
   tsr_status st = host->gguf_str(fw->model, "general.architecture", &arch);
   if (st != TSR_OK) return st;
-  return !strcmp(arch, "gemma3") ? gemma3_build(ctx, host, fw) : gemma4_build(ctx, host, fw);
+  st = !strcmp(arch, "gemma3") ? gemma3_build(&inst->ops, host, fw)
+                               : gemma4_build(&inst->ops, host, fw);
+  if (st == TSR_OK) host->engaged(inst->self, "forward_graphs", 1);
+  return st;
 }
 
 static const char *gemma_chat_template(void *ctx, const char *arch) {
@@ -152,7 +164,7 @@ static const char *gemma_chat_template(void *ctx, const char *arch) {
 static const struct tsr_arch_v1 g_arch = {
     .struct_size = sizeof(struct tsr_arch_v1),
     .names = "gemma4,gemma4-assistant,gemma3",
-    .ctx = &g_ops,
+    .ctx = NULL, /* each registration carries its own struct gemma4_instance */
     .describe = gemma4_describe,
     .hf_types = "gemma4,gemma4_text,gemma4_assistant",
     .convert = gemma4_convert,
@@ -163,7 +175,19 @@ static const struct tsr_arch_v1 g_arch = {
 static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *self) {
   tsr_status st = gemma4_rope_register(host, self, &g_ops.rope);
   if (st == TSR_OK) st = gemma4_ordered_register(host, self, &g_ops.ordered_logits);
-  return st == TSR_OK ? host->register_arch(self, &g_arch) : st;
+  if (st != TSR_OK) return st;
+  struct gemma4_instance *inst = calloc(1, sizeof *inst);
+  if (!inst) return host->set_error(TSR_ERR_NOMEM, "arch_gemma4: out of memory");
+  inst->ops = g_ops;
+  inst->self = self;
+  host->set_state(self, inst);
+  struct tsr_arch_v1 arch = g_arch; /* the host keeps its own copy */
+  arch.ctx = inst;
+  return host->register_arch(self, &arch);
+}
+
+static void gemma4_destroy(const struct tsr_host *host, struct tsr_plugin *self) {
+  free(host->get_state(self));
 }
 
 static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}};
@@ -179,6 +203,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .provides = g_provides,
     .n_provides = 1,
     .init = gemma4_init,
+    .destroy = gemma4_destroy,
 };
 
 TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *tsr_plugin_entry(void) {

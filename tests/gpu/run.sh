@@ -66,7 +66,7 @@ check|sanitize)
   fi
   declare -a rows
   fails=0
-  row() { rows+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); [ "$2" = FAIL ] && fails=$((fails + 1)); }
+  row() { rows+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); if [ "$2" = FAIL ]; then fails=$((fails + 1)); fi; }
 
   echo "== device"
   nvidia-smi -L 2>&1 | head -8
@@ -84,8 +84,11 @@ check|sanitize)
   "$b/tests/gpu/gpu_op_parity" 2>&1 | tee "$out/ops.log"
   np=$(grep -c '^PASS' "$out/ops.log"); nf=$(grep -c '^FAIL' "$out/ops.log")
   first=$(grep -m1 -o 'first failure: .*' "$out/ops.log" | sed 's/first failure: //')
-  [ "$nf" -eq 0 ] && [ "$np" -gt 0 ] && row "op parity (cpu vs cuda)" PASS "$np cases" ||
+  if [ "$nf" -eq 0 ] && [ "$np" -gt 0 ]; then
+    row "op parity (cpu vs cuda)" PASS "$np cases"
+  else
     row "op parity (cpu vs cuda)" FAIL "$nf of $((np + nf)) failed; first: ${first:-?}"
+  fi
   if [ "$nf" -gt 0 ] && [ -n "$first" ] && [ -n "$sanitizer" ] && ! echo "$first" | grep -q '^case #'; then
     echo "== compute-sanitizer memcheck on the first failing case: $first"
     TESSERA_CUDA_SYNC=1 timeout 600 "$sanitizer" --tool memcheck --print-limit 30 \

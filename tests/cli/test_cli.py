@@ -7,9 +7,9 @@ import os
 import subprocess
 import sys
 import tempfile
+from cases import case, finish
 
 TESSERA, SOURCE = sys.argv[1], sys.argv[2]
-failures = 0
 
 
 def run(*args, cwd=None):
@@ -17,16 +17,6 @@ def run(*args, cwd=None):
     return p.returncode, p.stdout, p.stderr
 
 
-def case(fn):
-    global failures
-    try:
-        fn()
-        print(f"ok   {fn.__name__}")
-    except AssertionError as e:
-        failures += 1
-        print(f"FAIL {fn.__name__}")
-        print(f"  {e}", file=sys.stderr)
-    return fn
 
 
 def expect(code, out, err, want_code, *needles):
@@ -140,5 +130,4 @@ def test_gen_model_rejects_bad_options():
     assert not os.path.exists(os.path.join(TMP, "x.gguf")), "a failed gen-model left a file"
 
 
-print(f"{failures} cli case(s) failed" if failures else "all cli cases passed")
-sys.exit(1 if failures else 0)
+finish("cli")

@@ -13,10 +13,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from cases import case, finish
 
 TESSERA, SOURCE = sys.argv[1], sys.argv[2]
 TMP = tempfile.mkdtemp(prefix="tsr_gen_model_")
-failures = 0
 MiB = 1 << 20
 
 
@@ -32,16 +32,6 @@ def ok(*args):
     return out, err
 
 
-def case(fn):
-    global failures
-    try:
-        fn()
-        print(f"ok   {fn.__name__}")
-    except AssertionError as e:
-        failures += 1
-        print(f"FAIL {fn.__name__}")
-        print(f"  {e}", file=sys.stderr)
-    return fn
 
 
 def path(name):
@@ -258,5 +248,4 @@ def test_bad_options_are_refused():
 
 
 shutil.rmtree(TMP, ignore_errors=True)  # the cuts are hundreds of MB
-print(f"{failures} gen-model case(s) failed" if failures else "all gen-model cases passed")
-sys.exit(1 if failures else 0)
+finish("gen-model")

@@ -13,10 +13,10 @@ import re
 import subprocess
 import sys
 import tempfile
+from cases import case, finish
 
 TESSERA, SOURCE, DEFAULT_MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
 TMP = tempfile.mkdtemp(prefix="tsr_quality_")
-failures = 0
 
 
 def tessera(*args):
@@ -29,16 +29,6 @@ def ok(code, out, err):
     return out
 
 
-def case(fn):
-    global failures
-    try:
-        fn()
-        print(f"ok   {fn.__name__}")
-    except AssertionError as e:
-        failures += 1
-        print(f"FAIL {fn.__name__}")
-        print(f"  {e}", file=sys.stderr)
-    return fn
 
 
 def value(out, label):
@@ -238,4 +228,4 @@ def test_help_exits_0():
         assert "usage: tessera " + tool in out, out
 
 
-sys.exit(1 if failures else 0)
+finish()

@@ -12,19 +12,10 @@ DUMP, SOURCE = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(SOURCE, "tests", "reference", "train"))
 import tasks  # noqa: E402
 
-failures = 0
+from cases import case, finish  # noqa: E402
 
 
-def case(fn):
-    global failures
-    try:
-        fn()
-        print(f"ok   {fn.__name__}")
-    except AssertionError as e:
-        failures += 1
-        print(f"FAIL {fn.__name__}")
-        print(f"  {e}", file=sys.stderr)
-    return fn
+
 
 
 def c_item(task, seed, index, n_filler):
@@ -52,4 +43,4 @@ def test_every_task_renders_as_the_training_script_does():
     print(f"  {n} items identical")
 
 
-sys.exit(1 if failures else 0)
+finish()

@@ -12,9 +12,9 @@ import re
 import subprocess
 import sys
 import tempfile
+from cases import case, finish
 
 TESSERA, SOURCE, MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
-failures = 0
 
 
 def run(*args, stdin=None):
@@ -23,16 +23,6 @@ def run(*args, stdin=None):
     return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
 
-def case(fn):
-    global failures
-    try:
-        fn()
-        print(f"ok   {fn.__name__}")
-    except AssertionError as e:
-        failures += 1
-        print(f"FAIL {fn.__name__}")
-        print(f"  {e}", file=sys.stderr)
-    return fn
 
 
 def ok(code, out, err):
@@ -269,4 +259,4 @@ def test_model_that_cannot_shift_stops_or_fails_as_before():
     assert "context full" in err and "linear (recurrent)" in err, err
 
 
-sys.exit(1 if failures else 0)
+finish()

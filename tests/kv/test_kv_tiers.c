@@ -19,6 +19,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "tests/harness.h"
+#include "tests/logits_test_util.h"
 
 /* Slack on each ordering, relative: a tier may measure up to this much above
 ** the next lower-bit tier's KL before the order counts as broken. On the
@@ -167,20 +168,9 @@ int main(int argc, char **argv) {
   }
   g_model = argv[1];
   struct tsr_gguf *gold = NULL;
-  if (tsr_gguf_open(argv[2], &gold) != TSR_OK) {
-    fprintf(stderr, "%s\n", tsr_error_message());
-    return 2;
-  }
-  const struct tsr_gguf_tensor *ids = tsr_gguf_find_tensor(gold, "seq.0.ids");
-  const struct tsr_gguf_tensor *lg = tsr_gguf_find_tensor(gold, "seq.0.logits");
-  if (!ids || !lg || ids->dtype != TSR_I32 || lg->dtype != TSR_F32 || lg->n_dims != 2 ||
-      ids->n_elements <= 32) {
-    fprintf(stderr, "%s: want seq.0.ids (i32, > 32 tokens) and seq.0.logits\n", argv[2]);
-    return 2;
-  }
-  g_ids = ids->data;
-  g_n = (int32_t)ids->n_elements;
-  g_vocab = (int32_t)lg->ne[0];
+  struct tsr_test_golden gs;
+  if (!tsr_test_golden_seq0(argv[2], 32, &gold, &gs)) return 2;
+  g_ids = gs.ids, g_n = gs.n, g_vocab = gs.vocab;
   printf("%s: %d tokens in ubatches of 16, vocabulary %d\n", g_model, g_n, g_vocab);
   TSR_RUN(test_every_pair_against_f16);
   if (g_base_lp) {

@@ -162,22 +162,9 @@ int main(int argc, char **argv) {
   if (argc >= 4) g_max_rel_golden = atof(argv[3]);
   if (argc >= 5) g_max_rel_self = atof(argv[4]);
   struct tsr_gguf *gold = NULL;
-  if (tsr_gguf_open(argv[2], &gold) != TSR_OK) {
-    fprintf(stderr, "%s\n", tsr_error_message());
-    return 2;
-  }
-  const struct tsr_gguf_tensor *ids = tsr_gguf_find_tensor(gold, "seq.0.ids");
-  const struct tsr_gguf_tensor *lg = tsr_gguf_find_tensor(gold, "seq.0.logits");
-  if (!ids || !lg || ids->dtype != TSR_I32 || lg->dtype != TSR_F32 || lg->n_dims != 2 ||
-      lg->ne[1] != ids->n_elements || ids->n_elements <= N_PREFILL + 1) {
-    fprintf(stderr, "%s: want seq.0.ids (i32, > %d) and seq.0.logits (f32 [vocab, n])\n",
-            argv[2], N_PREFILL + 1);
-    return 2;
-  }
-  g_ids = ids->data;
-  g_n = (int32_t)ids->n_elements;
-  g_golden = lg->data;
-  g_vocab = (int32_t)lg->ne[0];
+  struct tsr_test_golden gs;
+  if (!tsr_test_golden_seq0(argv[2], N_PREFILL + 1, &gold, &gs)) return 2;
+  g_ids = gs.ids, g_n = gs.n, g_golden = gs.logits, g_vocab = gs.vocab;
   g_whole = calloc((size_t)g_n * g_vocab, sizeof *g_whole);
   printf("%s: %d tokens, vocabulary %d\n", g_model, g_n, g_vocab);
   TSR_RUN(test_whole_sequence_in_one_call_matches_golden);

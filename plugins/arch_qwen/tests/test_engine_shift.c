@@ -174,22 +174,16 @@ int main(int argc, char **argv) {
   }
   g_model = argv[1];
   struct tsr_gguf *gold = NULL, *model = NULL;
-  if (tsr_gguf_open(argv[2], &gold) != TSR_OK || tsr_gguf_open(argv[1], &model) != TSR_OK) {
+  struct tsr_test_golden gs;
+  if (!tsr_test_golden_seq0(argv[2], CTX + 1, &gold, &gs)) return 2;
+  if (tsr_gguf_open(argv[1], &model) != TSR_OK) {
     fprintf(stderr, "%s\n", tsr_error_message());
-    return 2;
-  }
-  const struct tsr_gguf_tensor *ids = tsr_gguf_find_tensor(gold, "seq.0.ids");
-  const struct tsr_gguf_tensor *lg = tsr_gguf_find_tensor(gold, "seq.0.logits");
-  if (!ids || !lg || ids->dtype != TSR_I32 || ids->n_elements <= CTX + 1) {
-    fprintf(stderr, "%s: want seq.0.ids (i32, > %d)\n", argv[2], CTX + 1);
     return 2;
   }
   const char *arch = "";
   tsr_gguf_get_str(model, "general.architecture", &arch);
   g_linear = !strncmp(arch, "qwen35", 6) || !strcmp(arch, "qwen3next");
-  g_ids = ids->data;
-  g_n = (int32_t)ids->n_elements;
-  g_vocab = (int32_t)lg->ne[0];
+  g_ids = gs.ids, g_n = gs.n, g_vocab = gs.vocab;
   printf("%s (%s): %d tokens, vocabulary %d\n", g_model, arch, g_n, g_vocab);
   TSR_RUN(test_shift_without_prefix_equals_dropping_positions);
   TSR_RUN(test_shift_with_kept_prefix_against_from_scratch);

@@ -11,20 +11,10 @@
 #include <cuda_runtime.h>
 
 #include "cuda_kernels.h"
+#include "cuda_launch.cuh"
 #include "cuda_quant.cuh"
 
-#define NT 256
 #define WARPS 8 /* rows per gemv block */
-
-static unsigned grid_for(int64_t n) {
-  int64_t b = (n + NT - 1) / NT;
-  if (b > (1 << 20)) b = 1 << 20;
-  return (unsigned)(b > 0 ? b : 1);
-}
-
-#define FOR_EACH(i, n) \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
 
 /* Calls F<T>(args) for the weight type t; unknown types return an error. */
 #define DISPATCH_TYPE(t, CALL)               \

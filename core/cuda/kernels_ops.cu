@@ -12,19 +12,8 @@
 #include <math.h>
 
 #include "cuda_kernels.h"
+#include "cuda_launch.cuh"
 #include "cuda_quant.cuh"
-
-#define NT 256
-
-static unsigned grid_for(int64_t n) {
-  int64_t b = (n + NT - 1) / NT;
-  if (b > (1 << 20)) b = 1 << 20;
-  return (unsigned)(b > 0 ? b : 1);
-}
-
-#define FOR_EACH(i, n) \
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); \
-       i += (int64_t)gridDim.x * blockDim.x)
 
 __device__ static inline char *at(const cu_t &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
   return t.p + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];

@@ -13,32 +13,14 @@
 **   ordered_logits  exact: the same top-k order (larger first, lower index on
 **                   ties; a row holding NaN takes the cpu's scan itself), the
 **                   same minimum, the same writes.
-** Each kernel receives the host services table as ctx and reads the stream
-** and device from host->device_call() (include/tessera/plugin.h).
+** The calling convention is include/tessera/plugin_cuda.h's.
 */
 #include <cuda_runtime.h>
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "tessera/plugin.h"
-
-/* ---- calling convention ------------------------------------------------------ */
-
-static struct tsr_device_call *begin(void *ctx) {
-  const struct tsr_host *host = (const struct tsr_host *)ctx;
-  struct tsr_device_call *call = host->device_call();
-  if (call) cudaSetDevice(call->device);
-  return call;
-}
-
-static void finish(void *ctx, struct tsr_device_call *call, const char *op) {
-  const struct tsr_host *host = (const struct tsr_host *)ctx;
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess && call)
-    call->status = host->set_error(TSR_ERR_INTERNAL, "arch_gemma4 %s: kernel launch failed: %s (%s)",
-                                   op, cudaGetErrorName(e), cudaGetErrorString(e));
-}
+#include "tessera/plugin_cuda.h"
 
 static void refuse(void *ctx, struct tsr_device_call *call, const char *msg) {
   const struct tsr_host *host = (const struct tsr_host *)ctx;
@@ -83,7 +65,7 @@ extern "C" TSR_PLUGIN_EXPORT void gemma4_rope_f32_cuda(void *ctx, int ith, int n
                                                        const struct tsr_tensor_info *src,
                                                        int n_src, const int32_t *params) {
   (void)ith, (void)nth;
-  struct tsr_device_call *call = begin(ctx);
+  struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const struct tsr_tensor_info *x = &src[0], *pos = &src[1];
   const struct tsr_tensor_info *ff = n_src > 2 ? &src[2] : NULL;
   float base;
@@ -109,8 +91,8 @@ extern "C" TSR_PLUGIN_EXPORT void gemma4_rope_f32_cuda(void *ctx, int ith, int n
   long long blocks = (a.rows * half + 255) / 256;
   if (blocks > 65535) blocks = 65535;
   if (blocks < 1) blocks = 1;
-  k_rope_gemma4<<<(unsigned)blocks, 256, 0, (cudaStream_t)(call ? call->stream : NULL)>>>(a, inv);
-  finish(ctx, call, "rope_f32");
+  k_rope_gemma4<<<(unsigned)blocks, 256, 0, tsr_cuda_call_stream(call)>>>(a, inv);
+  tsr_cuda_call_finish(ctx, call, "arch_gemma4 rope_f32");
 }
 
 /* ---- ordered_logits ------------------------------------------------------------- */
@@ -210,7 +192,7 @@ extern "C" TSR_PLUGIN_EXPORT void gemma4_ordered_logits_cuda(void *ctx, int ith,
                                                              const struct tsr_tensor_info *src,
                                                              int n_src, const int32_t *params) {
   (void)ith, (void)nth, (void)n_src;
-  struct tsr_device_call *call = begin(ctx);
+  struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const struct tsr_tensor_info *full = &src[0], *cent = &src[1], *ord = &src[2];
   struct ol_args a;
   a.full = (const char *)full->data, a.cent = (const char *)cent->data;
@@ -224,6 +206,6 @@ extern "C" TSR_PLUGIN_EXPORT void gemma4_ordered_logits_cuda(void *ctx, int ith,
     return;
   }
   k_ordered_logits<<<(unsigned)full->ne[1], OL_THREADS, 0,
-                     (cudaStream_t)(call ? call->stream : NULL)>>>(a);
-  finish(ctx, call, "ordered_logits");
+                     tsr_cuda_call_stream(call)>>>(a);
+  tsr_cuda_call_finish(ctx, call, "arch_gemma4 ordered_logits");
 }

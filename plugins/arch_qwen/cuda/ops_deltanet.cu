@@ -15,32 +15,13 @@
 **               where the cpu keeps it (dst's last dk rows). The decay is
 **               exp taken in double and rounded to f32: glibc expf's value
 **               except where expf misrounds by an ulp (rare).
-** Each kernel receives the host services table as ctx and reads the stream
-** and device from host->device_call() (include/tessera/plugin.h).
+** The calling convention is include/tessera/plugin_cuda.h's.
 */
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "../ops_deltanet.h"
-
-static struct tsr_device_call *begin(void *ctx) {
-  const struct tsr_host *host = (const struct tsr_host *)ctx;
-  struct tsr_device_call *call = host->device_call();
-  if (call) cudaSetDevice(call->device);
-  return call;
-}
-
-static void finish(void *ctx, struct tsr_device_call *call, const char *op) {
-  const struct tsr_host *host = (const struct tsr_host *)ctx;
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess && call)
-    call->status = host->set_error(TSR_ERR_INTERNAL, "arch_qwen %s: kernel launch failed: %s (%s)",
-                                   op, cudaGetErrorName(e), cudaGetErrorString(e));
-}
-
-static cudaStream_t stream_of(const struct tsr_device_call *call) {
-  return (cudaStream_t)(call ? call->stream : NULL);
-}
+#include "tessera/plugin_cuda.h"
 
 /* A tensor as the kernels read it: device address and byte strides. */
 struct ten {
@@ -91,14 +72,14 @@ extern "C" TSR_PLUGIN_EXPORT void qwen_conv1d_cuda(void *ctx, int ith, int nth,
                                                    const struct tsr_tensor_info *src, int n_src,
                                                    const int32_t *params) {
   (void)ith, (void)nth, (void)params;
-  struct tsr_device_call *call = begin(ctx);
+  struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const bool has_h = n_src > 3;
   const struct ten none = {NULL, {0, 0, 0, 0}};
   const long long n_ch = dst->ne[0];
-  k_conv1d<<<blocks_for(n_ch, 128), 128, 0, stream_of(call)>>>(
+  k_conv1d<<<blocks_for(n_ch, 128), 128, 0, tsr_cuda_call_stream(call)>>>(
       ten_of(dst), ten_of(&src[0]), ten_of(&src[1]), has_h ? ten_of(&src[2]) : none,
       has_h ? ten_of(&src[3]) : none, has_h, n_ch, dst->ne[1], src[1].ne[0]);
-  finish(ctx, call, "conv1d");
+  tsr_cuda_call_finish(ctx, call, "arch_qwen conv1d");
 }
 
 /* ---- delta_rule -------------------------------------------------------------------- */
@@ -140,15 +121,15 @@ extern "C" TSR_PLUGIN_EXPORT void qwen_delta_rule_cuda(void *ctx, int ith, int n
                                                        const struct tsr_tensor_info *src,
                                                        int n_src, const int32_t *params) {
   (void)ith, (void)nth;
-  struct tsr_device_call *call = begin(ctx);
+  struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const struct tsr_tensor_info *q = &src[0], *v = &src[2];
   const bool has_s0 = n_src > 5;
   const struct ten none = {NULL, {0, 0, 0, 0}};
   const long long dv = v->ne[0];
   const int threads = dv >= 128 ? 128 : (int)((dv + 31) / 32 * 32);
-  k_delta_rule<<<(unsigned)v->ne[1], threads, 0, stream_of(call)>>>(
+  k_delta_rule<<<(unsigned)v->ne[1], threads, 0, tsr_cuda_call_stream(call)>>>(
       ten_of(dst), ten_of(q), ten_of(&src[1]), ten_of(v), ten_of(&src[3]), ten_of(&src[4]),
       has_s0 ? ten_of(&src[5]) : none, has_s0, params[0] == TSR_DELTA_GROUPED, params[1], q->ne[0],
       q->ne[1], dv, v->ne[1], v->ne[2]);
-  finish(ctx, call, "delta_rule");
+  tsr_cuda_call_finish(ctx, call, "arch_qwen delta_rule");
 }

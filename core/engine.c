@@ -287,6 +287,11 @@ int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq) {
   return tsr_kv_cache_seq_pos_max(e->kv, seq) + 1;
 }
 
+void tsr_engine_seq_lens(const struct tsr_engine *e, int32_t *lens) {
+  tsr_kv_cache_seq_pos_max_all(e->kv, lens);
+  for (int32_t s = 0; s < e->n_seq; s++) lens[s]++;
+}
+
 /* Forgets the remembered ids from position p on (seq < 0: every sequence). */
 static void ids_cut(struct tsr_engine *e, int32_t seq, int32_t p) {
   if (p < 0) p = 0;
@@ -489,7 +494,8 @@ tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_b
     return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   }
   int32_t *next = p0 + ns, *pos = next + ns, *idx = pos + n;
-  for (int32_t s = 0; s < e->n_seq; s++) p0[s] = next[s] = tsr_engine_seq_len(e, s);
+  tsr_engine_seq_lens(e, p0); /* one pass over the cells, not one per sequence */
+  memcpy(next, p0, ns * sizeof *next);
   int32_t n_rows = 0, n_touched = 0;
   for (int32_t i = 0; i < b->n; i++) {
     const int32_t s = b->seq[i];

@@ -57,6 +57,9 @@ tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_b
 
 /* Next position of seq (= tokens it holds). */
 int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq);
+/* The same for every sequence (the profile's server.parallel of them) in one
+** pass over the cache: a caller tracking many sequences per step uses this. */
+void tsr_engine_seq_lens(const struct tsr_engine *e, int32_t *lens);
 /* Forgets positions [p0, p1) of seq (p1 < 0: to the end). Refused, naming
 ** why, when seq could not resume at p0 (recurrent state, or sliding-ring
 ** keys already released). */

@@ -527,6 +527,16 @@ int32_t tsr_kv_cache_seq_pos_max(const struct tsr_kv_cache *c, int32_t seq) {
   return m;
 }
 
+void tsr_kv_cache_seq_pos_max_all(const struct tsr_kv_cache *c, int32_t *out) {
+  const struct tsr_kv__pool *q = &c->pools[TSR_KV_POOL_FULL];
+  for (int32_t s = 0; s < c->params.n_seq; s++) out[s] = -1;
+  for (int32_t i = 0; i < q->n_cells; i++)
+    for (uint64_t m = q->seqs[i]; m; m &= m - 1) {
+      const int s = __builtin_ctzll(m);
+      if (s < c->params.n_seq && q->pos[i] > out[s]) out[s] = q->pos[i];
+    }
+}
+
 void tsr_kv_cache_clear(struct tsr_kv_cache *c) {
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     struct tsr_kv__pool *q = &c->pools[pl];

@@ -203,6 +203,8 @@ void tsr_kv_cache_seq_keep(struct tsr_kv_cache *c, int32_t seq);
 int32_t tsr_kv_cache_seq_resume_min(const struct tsr_kv_cache *c, int32_t seq);
 /* Largest position of seq, -1 if it holds none. */
 int32_t tsr_kv_cache_seq_pos_max(const struct tsr_kv_cache *c, int32_t seq);
+/* The same for every sequence in one pass over the cells: out[n_seq]. */
+void tsr_kv_cache_seq_pos_max_all(const struct tsr_kv_cache *c, int32_t *out);
 /* Empties every pool and zeroes every state. */
 void tsr_kv_cache_clear(struct tsr_kv_cache *c);
 

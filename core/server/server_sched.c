@@ -291,10 +291,12 @@ static void run_step(struct srv *s, struct step *st) {
     else
       apply_token(s, st->slot_of_row[row], st->row_token[row]);
   }
+  int32_t lens[SRV_MAX_SLOTS];
+  tsr_engine_seq_lens(s->e, lens);
   s->m.kv_used = 0;
   for (int i = 0; i < s->n_slots; i++) {
-    s->slots[i].n_cached = tsr_engine_seq_len(s->e, i);
-    s->m.kv_used += (uint64_t)s->slots[i].n_cached;
+    s->slots[i].n_cached = lens[i];
+    s->m.kv_used += (uint64_t)lens[i];
   }
   pthread_mutex_unlock(&s->mu);
 }

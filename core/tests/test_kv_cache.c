@@ -347,6 +347,9 @@ static void test_two_sequences_are_isolated_shared_by_copy_and_removed_alone(voi
   int64_t shared = cells_of(c, 0, 0, 1);
   CHECK(cells_of(c, 1, 0, 100) == shared);
   CHECK(tsr_kv_cache_seq_pos_max(c, 1) == 1);
+  int32_t all[2];
+  tsr_kv_cache_seq_pos_max_all(c, all); /* one pass agrees with each shared cell's owners */
+  CHECK(all[0] == tsr_kv_cache_seq_pos_max(c, 0) && all[0] == 3 && all[1] == 1);
   tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, qp, qs, 2, true, 0, mask);
   CHECK(visible(mask, N, 0) == s0);     /* seq 0 still sees all of its own */
   CHECK(visible(mask, N, 1) == shared); /* seq 1 sees the shared cells */

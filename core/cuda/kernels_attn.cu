@@ -19,7 +19,7 @@
 #include <math.h>
 
 #include "cuda_kernels.h"
-#include "cuda_quant.cuh"
+#include "tessera/cuda_quant.cuh"
 
 #define FA_WARPS 4
 #define FA_REG (CU_ATTN_MAX_D / 32)

@@ -12,7 +12,7 @@
 
 #include "cuda_kernels.h"
 #include "cuda_launch.cuh"
-#include "cuda_quant.cuh"
+#include "tessera/cuda_quant.cuh"
 
 #define WARPS 8 /* rows per gemv block */
 

@@ -13,7 +13,7 @@
 
 #include "cuda_kernels.h"
 #include "cuda_launch.cuh"
-#include "cuda_quant.cuh"
+#include "tessera/cuda_quant.cuh"
 
 __device__ static inline char *at(const cu_t &t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
   return t.p + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];

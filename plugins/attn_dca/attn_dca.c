@@ -7,7 +7,7 @@
 ** rotation. prepare_k rotates each new key at p mod C with the arch's own
 ** rotation, and that is what the KV cache stores; build rotates q at its
 ** three band positions with the same rotation and runs the fused kernel
-** (dca_cpu.c). A context shift re-rotates every moved key by its own delta
+** (dca_cpu.c on the cpu, cuda/dca_cuda.cu on cuda). A context shift re-rotates every moved key by its own delta
 ** ((p + d) mod C - p mod C), or needs none when d is a multiple of C.
 **
 ** Full-attention layers only: sliding-window layers never see past their
@@ -108,13 +108,23 @@ static struct tsr_tensor *positions(const struct tsr_host *h, struct tsr_graph *
 
 /* ---- the attention interface ------------------------------------------------- */
 
+/* The dtypes the cuda kernel decodes in place (dq_rt, include/tessera/cuda_quant.cuh):
+** the scalar KV tiers f32, f16, bf16, q8_0, q6_0, q5_1, q5_0, q4_1, q4_0. */
+static bool cuda_reads(int32_t dtype) {
+  static const int32_t reads[] = {0, 1, 30, 8, 1000, 7, 6, 3, 2};
+  for (size_t i = 0; i < sizeof reads / sizeof reads[0]; i++)
+    if (reads[i] == dtype) return true;
+  return false;
+}
+
 static tsr_status dca_negotiate(void *ctx, const struct tsr_layer_desc *layer,
                                 enum tsr_read_path *k_path, enum tsr_read_path *v_path) {
   struct dca_state *st = ctx;
   const struct tsr_host *h = st->host;
-  if (strcmp(layer->backend, "cpu"))
-    return h->set_error(TSR_ERR_UNSUPPORTED, "dca has no kernel for backend '%s' in this build "
-                        "(cpu only)", layer->backend);
+  const bool cuda = !strcmp(layer->backend, "cuda");
+  if (!cuda && strcmp(layer->backend, "cpu"))
+    return h->set_error(TSR_ERR_UNSUPPORTED, "dca has no kernel for backend '%s' (cpu and cuda)",
+                        layer->backend);
   if (layer->kind != TSR_LAYER_FULL)
     return h->set_error(TSR_ERR_UNSUPPORTED, "dca runs full-attention layers only: a %s layer "
                         "never sees past its window, so keep flash there (attention: {full: dca, "
@@ -131,7 +141,13 @@ static tsr_status dca_negotiate(void *ctx, const struct tsr_layer_desc *layer,
       return h->set_error(TSR_ERR_UNSUPPORTED, "dca reads %s codec %s in whole blocks of %lld "
                           "values; head dim %d is not a multiple", i ? "V" : "K", codecs[i],
                           (long long)c->block_size, (int)dims[i]);
-    if (c->dtype == DCA_F32 || c->dtype == DCA_F16)
+    if (cuda) {
+      if (!cuda_reads(c->dtype))
+        return h->set_error(TSR_ERR_UNSUPPORTED, "dca on cuda reads the scalar KV dtypes in its "
+                            "kernel; %s codec %s is not one of them", i ? "V" : "K", codecs[i]);
+      *paths[i] = c->dtype == DCA_F32 || c->dtype == DCA_F16 ? TSR_READ_NATIVE
+                                                             : TSR_READ_IN_REGISTER;
+    } else if (c->dtype == DCA_F32 || c->dtype == DCA_F16)
       *paths[i] = TSR_READ_NATIVE;
     else if (c->decode_f32 || c->decode_f16)
       *paths[i] = TSR_READ_IN_REGISTER; /* a row at a time through the codec */
@@ -262,28 +278,33 @@ static const struct tsr_plugin_setting g_settings[] = {
 };
 #define N_SETTINGS (sizeof g_settings / sizeof g_settings[0])
 
+/* Registers op `name` with its cpu kernel and its cuda kernel `cuda_symbol` in
+** attn_dca_cuda.so beside the plugin (cuda/; opened only by a cuda run). */
+static tsr_status register_op(const struct tsr_host *h, struct tsr_plugin *self, const char *name,
+                              tsr_plugin_kernel_fn cpu, const char *cuda_symbol, int32_t *op) {
+  if (*op >= 0) return TSR_OK;
+  int32_t id;
+  tsr_status st = h->register_op(self, name, &id);
+  if (st == TSR_OK) st = h->register_kernel(self, id, "cpu", cpu, NULL);
+  if (st == TSR_OK)
+    st = h->register_kernel_lib(self, id, "cuda", "attn_dca_cuda.so", cuda_symbol, (void *)h);
+  if (st == TSR_OK) *op = id;
+  return st;
+}
+
 static tsr_status register_ops(const struct tsr_host *h, struct tsr_plugin *self) {
-  tsr_status st = TSR_OK;
-  if (g_pos_op < 0) {
-    int32_t id;
-    st = h->register_op(self, "positions", &id);
-    if (st == TSR_OK) st = h->register_kernel(self, id, "cpu", dca_positions_cpu, NULL);
-    if (st == TSR_OK) g_pos_op = id;
-  }
-  if (st == TSR_OK && g_attn_op < 0) {
-    int32_t id;
-    st = h->register_op(self, "attention", &id);
-    if (st == TSR_OK) st = h->register_kernel(self, id, "cpu", dca_attention_cpu, NULL);
-    if (st == TSR_OK) g_attn_op = id;
-  }
+  tsr_status st = register_op(h, self, "positions", dca_positions_cpu, "dca_positions_cuda",
+                              &g_pos_op);
+  if (st == TSR_OK)
+    st = register_op(h, self, "attention", dca_attention_cpu, "dca_attention_cuda", &g_attn_op);
   return st;
 }
 
 static tsr_status dca_init(const struct tsr_host *h, struct tsr_plugin *self) {
-  const size_t need = offsetof(struct tsr_host, vec_scale_f32) + sizeof h->vec_scale_f32;
+  const size_t need = offsetof(struct tsr_host, device_call) + sizeof h->device_call;
   if (h->struct_size < need)
-    return h->set_error(TSR_ERR_UNSUPPORTED, "attn_dca needs a host with attention RoPE "
-                        "services (plugin ABI 1.0 as of attn_dca 0.1.0)");
+    return h->set_error(TSR_ERR_UNSUPPORTED, "attn_dca needs a host with attention RoPE and "
+                        "plugin cuda kernel services (plugin ABI 1.0 as of attn_dca 0.2.0)");
   tsr_status st = register_ops(h, self);
   if (st != TSR_OK) return st;
   struct dca_state *s = calloc(1, sizeof *s);
@@ -315,7 +336,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .abi_minor = TSR_PLUGIN_ABI_MINOR,
     .struct_size = sizeof(struct tsr_plugin_descriptor),
     .name = "attn_dca",
-    .version = "0.1.0",
+    .version = "0.2.0",
     .description = "Dual Chunk Attention for contexts past the trained length",
     .provides = g_provides,
     .n_provides = 1,

@@ -61,10 +61,19 @@ enum {
   DCA_P_COUNT = 11,
 };
 
-void dca_put_ptr(int32_t *params, int at, const void *p);
-const void *dca_get_ptr(const int32_t *params, int at);
+/* A host pointer in two param words (the cpu and cuda kernels both read it). */
+static inline void dca_put_ptr(int32_t *params, int at, const void *p) {
+  const uint64_t u = (uint64_t)(uintptr_t)p;
+  params[at] = (int32_t)(uint32_t)u;
+  params[at + 1] = (int32_t)(uint32_t)(u >> 32);
+}
 
-/* CPU kernels (dca_cpu.c) */
+static inline const void *dca_get_ptr(const int32_t *params, int at) {
+  const uint64_t u = (uint64_t)(uint32_t)params[at] | (uint64_t)(uint32_t)params[at + 1] << 32;
+  return (const void *)(uintptr_t)u;
+}
+
+/* CPU kernels (dca_cpu.c); the cuda ones are cuda/dca_cuda.cu's, in attn_dca_cuda.so */
 void dca_positions_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                        const struct tsr_tensor_info *src, int n_src, const int32_t *params);
 void dca_attention_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,

@@ -28,17 +28,6 @@
 
 #define DCA_TILE 64 /* flash's tile: the same tiles give the same rounding */
 
-void dca_put_ptr(int32_t *params, int at, const void *p) {
-  const uint64_t u = (uint64_t)(uintptr_t)p;
-  params[at] = (int32_t)(uint32_t)u;
-  params[at + 1] = (int32_t)(uint32_t)(u >> 32);
-}
-
-const void *dca_get_ptr(const int32_t *params, int at) {
-  const uint64_t u = (uint64_t)(uint32_t)params[at] | (uint64_t)(uint32_t)params[at + 1] << 32;
-  return (const void *)(uintptr_t)u;
-}
-
 float dca_logit_gain(int32_t p, int32_t from) {
   if (from <= 0 || (int64_t)p + 1 <= from) return 1.0f;
   const double f = 0.1 * log(((double)p + 1.0) / (double)from) + 1.0;

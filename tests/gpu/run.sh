@@ -12,8 +12,8 @@
 #       every reference fixture (converted there with the carried tessera; a refusal
 #       fails: Qwen3.5's and Gemma 4's plugin ops run through their plugins' cuda
 #       libraries), `tessera run` on backend cuda (greedy twice: identical; compared
-#       with the cpu's text)
-#       and the benchmarks; prints a summary table last. Exit status 0 iff nothing failed.
+#       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
+#       with DCA: cpu against cuda), and the benchmarks; prints a summary table last. Exit status 0 iff nothing failed.
 #   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
 #       --tool memcheck (every case, or those whose name contains FILTER).
 #
@@ -38,7 +38,7 @@ build)
   # executables, shared objects, plugin manifests and the carried libcjson, paths kept
   (cd "$b" && find core/cli/tessera core/cli/libcjson.so.1 core/cli/libmicrohttpd.so.12 core/cuda/libtessera-cuda.so \
       core/tests/test_cuda_loader tests/gpu/gpu_op_parity tests/gpu/gpu_model_parity \
-      tests/gpu/gpu_bench plugins -maxdepth 2 \( -name '*.so' -o -name '*.so.[0-9]*' -o -name plugin.ini \
+      tests/gpu/gpu_bench plugins/attn_dca/tests/test_attn_dca_ops plugins -maxdepth 2 \( -name '*.so' -o -name '*.so.[0-9]*' -o -name plugin.ini \
       -o -type f -perm -u+x \) -type f 2>/dev/null) | while read -r f; do
     mkdir -p "$run/$(dirname "$f")" && cp "$b/$f" "$run/$f"
   done
@@ -120,6 +120,33 @@ check|sanitize)
       esac
       rm -f "$m"
     done
+  done
+
+  echo "== attn_dca on backend cuda"
+  if "$b/plugins/attn_dca/tests/test_attn_dca_ops" --backend cuda >"$out/dca.log" 2>&1; then
+    row "attn_dca ops cuda" PASS "$(grep -o '[0-9]* tests, 0 failed' "$out/dca.log"); worst $(grep -m1 -o 'f32 cache: worst .*' "$out/dca.log" | cut -c19-)"
+  else
+    row "attn_dca ops cuda" FAIL "$(grep -m1 -E '^(FAIL|setup)' "$out/dca.log" | cut -c1-110)"
+  fi
+  grep -vE '^\[attn_dca\] info' "$out/dca.log" | tail -40
+  # whole models through the engine: DCA with chunks of 64 over 512-token windows
+  # (8 chunks), the cpu backend against cuda on the same tokens
+  for f in qwen3_tied gemma4_dense; do
+    m="$out/$f.dca.gguf" p="$out/$f.dca.yaml"
+    arch=arch_qwen; [ "${f#gemma}" != "$f" ] && arch=arch_gemma4
+    "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1
+    printf 'model: %s\ncontext: 512\nattention: {full: dca, sliding: flash}\nplugins:\n  - %s\n  - name: attn_dca\n    settings: {chunk_size: 64, local_size: 8}\n' \
+      "$m" "$arch" >"$p"
+    "$b/core/cli/tessera" logit-eq README.md --ref "$p" --cand "$p" --cand-set backend=cuda \
+      --ctx 512 --chunks 2 >"$out/leq.log" 2>&1
+    cat "$out/leq.log"
+    rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); tv=$(awk '/^mean_tv/ {print $2}' "$out/leq.log")
+    if [ -n "$rf" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$tv') < 1e-4 else 1)"; then
+      row "attn_dca model $f cpu=cuda" PASS "1024 positions: real_frac $rf, mean TV $tv"
+    else
+      row "attn_dca model $f cpu=cuda" FAIL "real_frac ${rf:-?} mean TV ${tv:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"
+    fi
+    rm -f "$m"
   done
 
   echo "== tessera run on backend cuda (greedy, 16 tokens)"

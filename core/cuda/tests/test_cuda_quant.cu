@@ -12,7 +12,7 @@ extern "C" {
 #include "dtype.h"
 #include "harness.h"
 }
-#include "cuda_quant.cuh"
+#include "tessera/cuda_quant.cuh"
 
 static const int k_read[] = {T_F32, T_F16, T_BF16, T_Q4_0, T_Q4_1, T_Q5_0, T_Q5_1, T_Q8_0,
                              T_Q6_0, T_Q2_K, T_Q3_K, T_Q4_K, T_Q5_K, T_Q6_K, T_Q8_K};

@@ -11,6 +11,9 @@
 **   - decode one query at a time bit for bit against one prefill;
 **   - geometries that leave bands (or whole rows) empty stay finite;
 **   - a context shift re-rotates each key to where prepare_k puts it.
+** `--backend cuda` runs the same tests through the cuda backend and the
+** plugin's cuda kernels (tests/gpu/run.sh check, on the GPU machine), and
+** compares cuda with the cpu on prefill and split-KV decode cases.
 */
 #include <math.h>
 #include <stdio.h>
@@ -26,7 +29,8 @@
 
 static struct tsr_plugin_host *g_host, *g_host_yarn;
 static const struct tsr_attention_v1 *g_dca, *g_dca_yarn, *g_flash;
-static struct tsr_backend *g_be;
+static struct tsr_backend *g_be, *g_cpu; /* g_be: the backend under test */
+static const char *g_backend = "cpu";
 static double g_worst[64]; /* worst relative error per K codec, for the summary */
 
 struct dcase {
@@ -176,7 +180,7 @@ static tsr_status attend(const struct dcase *c, const struct data *d,
   if (!a->rotates) q = tsr_plugin_host_services()->rope_apply(g, &rope, q, qp);
   struct tsr_layer_desc desc = {.struct_size = sizeof desc, .kind = TSR_LAYER_FULL,
                                 .n_head = c->Hq, .n_head_kv = c->Hkv, .head_dim_k = c->D,
-                                .head_dim_v = c->Dv, .backend = "cpu"};
+                                .head_dim_v = c->Dv, .backend = g_backend};
   struct tsr_attn_call call = {
       .struct_size = sizeof call, .layer = &desc, .q = tsr_permute(g, q, 0, 2, 1, 3),
       .k = tsr_new_external(g, c->kdt, 3, (int64_t[]){c->D, c->nkv, c->Hkv}, d->kenc),
@@ -547,14 +551,57 @@ static void test_refusals_name_what_is_missing(void) {
   l.kind = TSR_LAYER_FULL, l.window = 0;
   CHECK_OK(g_dca->negotiate(g_dca->ctx, &l, &kp, &vp));
   CHECK(kp == TSR_READ_NATIVE && vp == TSR_READ_IN_REGISTER);
-  l.backend = "cuda";
+  l.backend = "cuda"; /* the scalar tiers are read in the cuda kernel */
+  CHECK_OK(g_dca->negotiate(g_dca->ctx, &l, &kp, &vp));
+  CHECK(kp == TSR_READ_NATIVE && vp == TSR_READ_IN_REGISTER);
+  l.backend = "metal";
   CHECK(g_dca->negotiate(g_dca->ctx, &l, &kp, &vp) == TSR_ERR_UNSUPPORTED);
+  CHECK(strstr(tsr_error_message(), "'metal'"));
   /* an arch that does not describe its RoPE */
   struct tsr_graph *g = tsr_graph_new(16);
   struct tsr_attn_call call = {.struct_size = sizeof call, .causal = true};
   CHECK(!g_dca->build(g_dca->ctx, tsr_plugin_host_services(), g, &call));
   CHECK(strstr(tsr_error_message(), "describe its RoPE"));
   tsr_graph_free(g);
+}
+
+/* --backend cuda: the same cases on the cpu backend and the one under test */
+static void test_cuda_equals_cpu(void) {
+  tsr_test_seed(18);
+  const struct dcase cases[] = {
+      {.D = 128, .Dv = 128, .Hq = 8, .Hkv = 2, .n_rot = 128, .neox = 1, .cs = 256, .ls = 32,
+       .nkv = 2000, .nq = 64, .kdt = TSR_F16, .vdt = TSR_F16},          /* prefill, 9 chunks */
+      {.D = 128, .Dv = 128, .Hq = 8, .Hkv = 2, .n_rot = 128, .neox = 1, .cs = 256, .ls = 32,
+       .nkv = 6000, .nq = 1, .kdt = TSR_Q8_0, .vdt = TSR_Q4_0, .holes = 7}, /* decode, splits */
+      {.D = 512, .Dv = 512, .Hq = 2, .Hkv = 1, .n_rot = 128, .neox = 1, .cs = 300, .ls = 40,
+       .nkv = 3000, .nq = 3, .kdt = TSR_BF16, .vdt = TSR_Q8_0, .ff = 1},  /* head dim 512 */
+      {.D = 256, .Dv = 256, .Hq = 4, .Hkv = 1, .n_rot = 256, .neox = 1, .cs = 100, .ls = 10,
+       .nkv = 700, .nq = 16, .kdt = TSR_Q6_0, .vdt = TSR_Q5_1, .mask = 1, .yarn = 1,
+       .softcap = 20.0f},                                               /* mask, yarn, softcap */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const struct dcase *c = &cases[i];
+    const struct tsr_attention_v1 *a = c->yarn ? g_dca_yarn : g_dca;
+    struct data d = data_new(c, a);
+    const size_t n = (size_t)c->nq * c->Hq * c->Dv;
+    float *dev = malloc(n * sizeof(float)), *cpu = malloc(n * sizeof(float));
+    CHECK_OK(attend(c, &d, a, 0, c->nq, d.kvpos, dev));
+    struct tsr_backend *under_test = g_be;
+    const char *name = g_backend;
+    g_be = g_cpu, g_backend = "cpu";
+    CHECK_OK(attend(c, &d, a, 0, c->nq, d.kvpos, cpu));
+    g_be = under_test, g_backend = name;
+    double worst = 0;
+    for (size_t e = 0; e < n; e++) {
+      const double r = fabs((double)dev[e] - cpu[e]) / (1.0 + fabs(cpu[e]));
+      if (!(r <= worst)) worst = isnan(r) ? 1e9 : r;
+    }
+    printf("  %s = cpu: D %d keys %d q %d K %s V %s: max rel %.2e\n", g_backend, c->D, c->nkv,
+           c->nq, tsr_dtype_name(c->kdt), tsr_dtype_name(c->vdt), worst);
+    CHECK_MSG(worst < 1e-5, "case %zu: %.3e", i, worst);
+    free(dev), free(cpu);
+    data_free(&d);
+  }
 }
 
 static double now_s(void) {
@@ -604,11 +651,20 @@ int main(int argc, char **argv) {
   load(&g_host, &g_dca, NULL, 0);
   load(&g_host_yarn, &g_dca_yarn, yarn, 2);
   g_flash = g_host ? tsr_plugin_host_attention(g_host, "flash", NULL) : NULL;
-  if (!g_dca || !g_dca_yarn || !g_flash || tsr_backend_cpu_new(2, &g_be) != TSR_OK) {
+  int a = 1;
+  if (a + 1 < argc && !strcmp(argv[a], "--backend")) g_backend = argv[a + 1], a += 2;
+  const bool cuda = !strcmp(g_backend, "cuda");
+  if (!cuda && strcmp(g_backend, "cpu")) {
+    fprintf(stderr, "usage: test_attn_dca_ops [--backend cpu|cuda] [--bench]\n");
+    return 2;
+  }
+  if (!g_dca || !g_dca_yarn || !g_flash || tsr_backend_cpu_new(2, &g_cpu) != TSR_OK ||
+      (cuda ? tsr_backend_cuda_new(&g_be) : tsr_backend_cpu_new(2, &g_be)) != TSR_OK) {
     fprintf(stderr, "setup failed: %s\n", tsr_error_message());
     return 1;
   }
-  if (argc > 1 && !strcmp(argv[1], "--bench")) {
+  printf("  backend: %s\n", tsr_backend_name(g_be));
+  if (a < argc && !strcmp(argv[a], "--bench")) {
     bench();
     return 0;
   }
@@ -620,6 +676,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_empty_bands_give_finite_outputs);
   TSR_RUN(test_shift_rerotates_each_key_to_its_new_chunk_offset);
   TSR_RUN(test_refusals_name_what_is_missing);
+  if (cuda) TSR_RUN(test_cuda_equals_cpu);
   printf("  worst relative error per codec (K = V):");
   for (int i = 0; i < N_CODECS; i++) printf(" %s %.1e", tsr_dtype_name(k_codecs[i]), g_worst[i]);
   printf("\n");
@@ -627,6 +684,7 @@ int main(int argc, char **argv) {
   printf("  attn_dca counted %llu\n", (unsigned long long)served);
   CHECK(served > 0);
   tsr_backend_free(g_be);
+  tsr_backend_free(g_cpu);
   tsr_plugin_host_free(g_host);
   tsr_plugin_host_free(g_host_yarn);
   return TSR_TEST_EXIT();

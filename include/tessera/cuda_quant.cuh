@@ -1,6 +1,8 @@
 /*
 ** Device-side element access for every dtype the CUDA backend reads, and the
-** block quantizers it writes (cpy, set_rows: the KV codecs).
+** block quantizers it writes (cpy, set_rows: the KV codecs). Public so that a
+** plugin's CUDA kernels read the scalar KV tiers in place the way the core's
+** flash kernel does (dq_rt).
 **
 ** Layouts are core/quant_blocks.h and core/quant.c / quant_k.c byte for byte;
 ** offsets are spelled out here because the C header's _Static_asserts are not

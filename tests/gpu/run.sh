@@ -5,7 +5,7 @@
 #       meson setup BUILD_DIR (default build-gpu) with -Dcuda=enabled, ninja, then
 #       BUILD_DIR-run/: only what the GPU machine runs, in the build tree's layout
 #       (executables find the .so and the plugins relative to themselves).
-#   tests/gpu/run.sh check RUN_DIR      on the GPU machine, over a copy of the tree
+#   tests/gpu/run.sh check RUN_DIR [SECTION...]  on the GPU machine, over a copy of the tree
 #       with RUN_DIR carried: no rebuild. Runs the loader test, op parity (each case
 #       isolated, TESSERA_CUDA_SYNC=1; the first failing case is then rerun under
 #       compute-sanitizer memcheck when the machine has it), whole-model parity on
@@ -13,7 +13,9 @@
 #       fails: Qwen3.5's and Gemma 4's plugin ops run through their plugins' cuda
 #       libraries), `tessera run` on backend cuda (greedy twice: identical; compared
 #       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
-#       with DCA: cpu against cuda), and the benchmarks; prints a summary table last. Exit status 0 iff nothing failed.
+#       with DCA: cpu against cuda), and the benchmarks; prints a summary table last.
+#       Exit status 0 iff nothing failed. Sections (all by default; name some after
+#       RUN_DIR to run only those): loader ops models dca run serve bench.
 #   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
 #       --tool memcheck (every case, or those whose name contains FILTER).
 #
@@ -46,7 +48,7 @@ build)
   echo "  carry [\"$run\"], run: bash tests/gpu/run.sh check $run"
   ;;
 check|sanitize)
-  b=${2:?usage: run.sh check RUN_DIR | sanitize RUN_DIR [FILTER]}
+  b=${2:?usage: run.sh check RUN_DIR [SECTION...] | sanitize RUN_DIR [FILTER]}
   b=$(cd "$b" && pwd)
   out=$(mktemp -d /tmp/tsr-gpu.XXXXXX)
   # cuBLAS: the toolkit's, else the one pip's nvidia-cublas ships
@@ -64,6 +66,10 @@ check|sanitize)
       "$b/tests/gpu/gpu_op_parity" --no-fork ${3:+"$3"}
     exit $?
   fi
+  shift 2
+  sections=" $* " # check RUN_DIR [SECTION...]: only those sections, else all
+  want() { [ "$sections" = "  " ] || [[ $sections == *" $1 "* ]]; }
+  fixtures=tests/reference/fixtures
   declare -a rows
   fails=0
   row() { rows+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); if [ "$2" = FAIL ]; then fails=$((fails + 1)); fi; }
@@ -72,147 +78,160 @@ check|sanitize)
   nvidia-smi -L 2>&1 | head -8
   gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 
-  echo "== loader"
-  if "$b/core/tests/test_cuda_loader" "$TESSERA_CUDA_BACKEND" >"$out/loader.log" 2>&1; then
-    row "loader (test_cuda_loader)" PASS "$(grep -c '^ok' "$out/loader.log") checks"
-  else
-    row "loader (test_cuda_loader)" FAIL "see below"
-  fi
-  cat "$out/loader.log"
-
-  echo "== op parity"
-  "$b/tests/gpu/gpu_op_parity" 2>&1 | tee "$out/ops.log"
-  np=$(grep -c '^PASS' "$out/ops.log"); nf=$(grep -c '^FAIL' "$out/ops.log")
-  first=$(grep -m1 -o 'first failure: .*' "$out/ops.log" | sed 's/first failure: //')
-  if [ "$nf" -eq 0 ] && [ "$np" -gt 0 ]; then
-    row "op parity (cpu vs cuda)" PASS "$np cases"
-  else
-    row "op parity (cpu vs cuda)" FAIL "$nf of $((np + nf)) failed; first: ${first:-?}"
-  fi
-  if [ "$nf" -gt 0 ] && [ -n "$first" ] && [ -n "$sanitizer" ] && ! echo "$first" | grep -q '^case #'; then
-    echo "== compute-sanitizer memcheck on the first failing case: $first"
-    TESSERA_CUDA_SYNC=1 timeout 600 "$sanitizer" --tool memcheck --print-limit 30 \
-      "$b/tests/gpu/gpu_op_parity" --no-fork "$first" 2>&1 | tail -80
-  elif [ "$nf" -gt 0 ]; then
-    echo "== (no compute-sanitizer on this machine: the memcheck rerun is skipped)"
+  if want loader; then
+    echo "== loader"
+    if "$b/core/tests/test_cuda_loader" "$TESSERA_CUDA_BACKEND" >"$out/loader.log" 2>&1; then
+      row "loader (test_cuda_loader)" PASS "$(grep -c '^ok' "$out/loader.log") checks"
+    else
+      row "loader (test_cuda_loader)" FAIL "see below"
+    fi
+    cat "$out/loader.log"
   fi
 
-  echo "== whole-model parity on the reference fixtures"
-  fixtures=tests/reference/fixtures
-  for f in qwen3_tied qwen3_untied qwen3_moe_norm qwen3_moe_nonorm qwen3_5 qwen3_5_moe \
-           gemma4_dense gemma4_moe gemma4_e2b; do
-    [ -d "$fixtures/$f" ] || continue
-    for t in f32 f16; do
-      m="$out/$f.$t.gguf"
-      if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype "$t" >"$out/convert.log" 2>&1; then
-        row "model $f $t" FAIL "convert: $(tail -1 "$out/convert.log")"
-        continue
+  if want ops; then
+    echo "== op parity"
+    "$b/tests/gpu/gpu_op_parity" 2>&1 | tee "$out/ops.log"
+    np=$(grep -c '^PASS' "$out/ops.log"); nf=$(grep -c '^FAIL' "$out/ops.log")
+    first=$(grep -m1 -o 'first failure: .*' "$out/ops.log" | sed 's/first failure: //')
+    if [ "$nf" -eq 0 ] && [ "$np" -gt 0 ]; then
+      row "op parity (cpu vs cuda)" PASS "$np cases"
+    else
+      row "op parity (cpu vs cuda)" FAIL "$nf of $((np + nf)) failed; first: ${first:-?}"
+    fi
+    if [ "$nf" -gt 0 ] && [ -n "$first" ] && [ -n "$sanitizer" ] && ! echo "$first" | grep -q '^case #'; then
+      echo "== compute-sanitizer memcheck on the first failing case: $first"
+      TESSERA_CUDA_SYNC=1 timeout 600 "$sanitizer" --tool memcheck --print-limit 30 \
+        "$b/tests/gpu/gpu_op_parity" --no-fork "$first" 2>&1 | tail -80
+    elif [ "$nf" -gt 0 ]; then
+      echo "== (no compute-sanitizer on this machine: the memcheck rerun is skipped)"
+    fi
+  fi
+
+  if want models; then
+    echo "== whole-model parity on the reference fixtures"
+    for f in qwen3_tied qwen3_untied qwen3_moe_norm qwen3_moe_nonorm qwen3_5 qwen3_5_moe \
+             gemma4_dense gemma4_moe gemma4_e2b; do
+      [ -d "$fixtures/$f" ] || continue
+      for t in f32 f16; do
+        m="$out/$f.$t.gguf"
+        if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype "$t" >"$out/convert.log" 2>&1; then
+          row "model $f $t" FAIL "convert: $(tail -1 "$out/convert.log")"
+          continue
+        fi
+        line=$("$b/tests/gpu/gpu_model_parity" "$m" "$fixtures/$f/golden.gguf" "$f.$t" 2>&1 | tail -1)
+        echo "$line"
+        res=$(echo "$line" | awk '{print $1}')
+        case "$res" in
+        PASS) row "model $f $t" PASS "$(echo "$line" | sed -E 's/.*cuda: (argmax [0-9.]+%) mean KL ([0-9.e+-]+).*/\1, KL \2/')" ;;
+        # every fixture's ops have cuda kernels now (plugin ops through their plugins' cuda
+        # libraries): a refusal is a failure
+        REFUSED) row "model $f $t" FAIL "refused: $(echo "$line" | awk '{$1=$2=$3=""; print substr($0, 4)}' | cut -c1-100)" ;;
+        *) row "model $f $t" FAIL "$(echo "$line" | awk '{$1=$2=$3=""; print substr($0, 4)}' | cut -c1-110)" ;;
+        esac
+        rm -f "$m"
+      done
+    done
+  fi
+
+  if want dca; then
+    echo "== attn_dca on backend cuda"
+    if "$b/plugins/attn_dca/tests/test_attn_dca_ops" --backend cuda >"$out/dca.log" 2>&1; then
+      row "attn_dca ops cuda" PASS "$(grep -o '[0-9]* tests, 0 failed' "$out/dca.log"); worst $(grep -m1 -o 'f32 cache: worst .*' "$out/dca.log" | cut -c19-)"
+    else
+      row "attn_dca ops cuda" FAIL "$(grep -m1 -E '^(FAIL|setup)' "$out/dca.log" | cut -c1-110)"
+    fi
+    grep -vE '^\[attn_dca\] info' "$out/dca.log" | tail -40
+    # whole models through the engine: DCA with chunks of 64 over 512-token windows
+    # (8 chunks), the cpu backend against cuda on the same tokens
+    for f in qwen3_tied gemma4_dense; do
+      m="$out/$f.dca.gguf" p="$out/$f.dca.yaml"
+      arch=arch_qwen; [ "${f#gemma}" != "$f" ] && arch=arch_gemma4
+      "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1
+      printf 'model: %s\ncontext: 512\nattention: {full: dca, sliding: flash}\nplugins:\n  - %s\n  - name: attn_dca\n    settings: {chunk_size: 64, local_size: 8}\n' \
+        "$m" "$arch" >"$p"
+      "$b/core/cli/tessera" logit-eq README.md --ref "$p" --cand "$p" --cand-set backend=cuda \
+        --ctx 512 --chunks 2 >"$out/leq.log" 2>&1
+      cat "$out/leq.log"
+      rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); tv=$(awk '/^mean_tv/ {print $2}' "$out/leq.log")
+      if [ -n "$rf" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$tv') < 1e-4 else 1)"; then
+        row "attn_dca model $f cpu=cuda" PASS "1024 positions: real_frac $rf, mean TV $tv"
+      else
+        row "attn_dca model $f cpu=cuda" FAIL "real_frac ${rf:-?} mean TV ${tv:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"
       fi
-      line=$("$b/tests/gpu/gpu_model_parity" "$m" "$fixtures/$f/golden.gguf" "$f.$t" 2>&1 | tail -1)
-      echo "$line"
-      res=$(echo "$line" | awk '{print $1}')
-      case "$res" in
-      PASS) row "model $f $t" PASS "$(echo "$line" | sed -E 's/.*cuda: (argmax [0-9.]+%) mean KL ([0-9.e+-]+).*/\1, KL \2/')" ;;
-      # every fixture's ops have cuda kernels now (plugin ops through their plugins' cuda
-      # libraries): a refusal is a failure
-      REFUSED) row "model $f $t" FAIL "refused: $(echo "$line" | awk '{$1=$2=$3=""; print substr($0, 4)}' | cut -c1-100)" ;;
-      *) row "model $f $t" FAIL "$(echo "$line" | awk '{$1=$2=$3=""; print substr($0, 4)}' | cut -c1-110)" ;;
-      esac
       rm -f "$m"
     done
-  done
-
-  echo "== attn_dca on backend cuda"
-  if "$b/plugins/attn_dca/tests/test_attn_dca_ops" --backend cuda >"$out/dca.log" 2>&1; then
-    row "attn_dca ops cuda" PASS "$(grep -o '[0-9]* tests, 0 failed' "$out/dca.log"); worst $(grep -m1 -o 'f32 cache: worst .*' "$out/dca.log" | cut -c19-)"
-  else
-    row "attn_dca ops cuda" FAIL "$(grep -m1 -E '^(FAIL|setup)' "$out/dca.log" | cut -c1-110)"
   fi
-  grep -vE '^\[attn_dca\] info' "$out/dca.log" | tail -40
-  # whole models through the engine: DCA with chunks of 64 over 512-token windows
-  # (8 chunks), the cpu backend against cuda on the same tokens
-  for f in qwen3_tied gemma4_dense; do
-    m="$out/$f.dca.gguf" p="$out/$f.dca.yaml"
-    arch=arch_qwen; [ "${f#gemma}" != "$f" ] && arch=arch_gemma4
-    "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1
-    printf 'model: %s\ncontext: 512\nattention: {full: dca, sliding: flash}\nplugins:\n  - %s\n  - name: attn_dca\n    settings: {chunk_size: 64, local_size: 8}\n' \
-      "$m" "$arch" >"$p"
-    "$b/core/cli/tessera" logit-eq README.md --ref "$p" --cand "$p" --cand-set backend=cuda \
-      --ctx 512 --chunks 2 >"$out/leq.log" 2>&1
-    cat "$out/leq.log"
-    rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); tv=$(awk '/^mean_tv/ {print $2}' "$out/leq.log")
-    if [ -n "$rf" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$tv') < 1e-4 else 1)"; then
-      row "attn_dca model $f cpu=cuda" PASS "1024 positions: real_frac $rf, mean TV $tv"
-    else
-      row "attn_dca model $f cpu=cuda" FAIL "real_frac ${rf:-?} mean TV ${tv:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"
-    fi
-    rm -f "$m"
-  done
 
-  echo "== tessera run on backend cuda (greedy, 16 tokens)"
-  prompt="The quick brown fox"
-  for f in qwen3_tied qwen3_moe_norm qwen3_5 qwen3_5_moe gemma4_dense gemma4_moe gemma4_e2b; do
-    [ -d "$fixtures/$f" ] || continue
-    m="$out/$f.run.gguf"
-    if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1; then
-      row "run $f cuda" FAIL "convert: $(tail -1 "$out/convert.log")"
-      continue
-    fi
-    run() { "$b/core/cli/tessera" run -m "$m" -p "$prompt" -n 16 --temp 0 "$@"; }
-    run --set backend=cpu >"$out/cpu.txt" 2>"$out/cpu.err"; rc_cpu=$?
-    run --set backend=cuda >"$out/cuda1.txt" 2>"$out/cuda1.err"; rc1=$?
-    run --set backend=cuda >"$out/cuda2.txt" 2>"$out/cuda2.err"; rc2=$?
-    echo "-- $f: cpu exit $rc_cpu, cuda exits $rc1 $rc2"
-    echo "   cpu : $(head -c 300 "$out/cpu.txt" | tr '\n' ' ')"
-    echo "   cuda: $(head -c 300 "$out/cuda1.txt" | tr '\n' ' ')"
-    [ $rc1 -ne 0 ] && echo "   cuda stderr: $(tail -3 "$out/cuda1.err")"
-    if [ $rc1 -eq 2 ] && grep -q "no kernel for plugin op" "$out/cuda1.err"; then
-      row "run $f cuda" FAIL "refused $(grep -o "plugin op '[^']*'" "$out/cuda1.err" | head -1) (at load)"
-    elif [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
-      row "run $f cuda" FAIL "exit $rc1/$rc2: $(tail -1 "$out/cuda1.err" | cut -c1-100)"
-    elif ! cmp -s "$out/cuda1.txt" "$out/cuda2.txt"; then
-      row "run $f cuda" FAIL "two greedy runs differ"
-    else
-      same=$(python3 -c 'import sys; a=open(sys.argv[1],"rb").read(); b=open(sys.argv[2],"rb").read()
-n=0
-while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
-print(f"{n} of {max(len(a), len(b))} bytes")' "$out/cpu.txt" "$out/cuda1.txt" 2>/dev/null)
-      if cmp -s "$out/cpu.txt" "$out/cuda1.txt"; then row "run $f cuda" PASS "deterministic; same text as cpu"
-      else row "run $f cuda" PASS "deterministic; agrees with cpu for $same (differs after)"; fi
-    fi
-    rm -f "$m"
-  done
-
-  echo "== tessera serve on backend cuda (qwen3_tied, one chat and one streamed completion)"
-  m="$out/serve.gguf"
-  if "$b/core/cli/tessera" convert "$fixtures/qwen3_tied" "$m" --outtype f32 >"$out/convert.log" 2>&1; then
-    "$b/core/cli/tessera" serve -m "$m" --set backend=cuda --port 0 --parallel 2 2>"$out/serve.err" &
-    spid=$!
-    port=""
-    for _ in $(seq 100); do
-      port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$out/serve.err" | grep -o '[0-9]*$')
-      [ -n "$port" ] && break
-      sleep 0.1
+  if want run; then
+    echo "== tessera run on backend cuda (greedy, 16 tokens)"
+    prompt="The quick brown fox"
+    for f in qwen3_tied qwen3_moe_norm qwen3_5 qwen3_5_moe gemma4_dense gemma4_moe gemma4_e2b; do
+      [ -d "$fixtures/$f" ] || continue
+      m="$out/$f.run.gguf"
+      if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1; then
+        row "run $f cuda" FAIL "convert: $(tail -1 "$out/convert.log")"
+        continue
+      fi
+      run() { "$b/core/cli/tessera" run -m "$m" -p "$prompt" -n 16 --temp 0 "$@"; }
+      run --set backend=cpu >"$out/cpu.txt" 2>"$out/cpu.err"; rc_cpu=$?
+      run --set backend=cuda >"$out/cuda1.txt" 2>"$out/cuda1.err"; rc1=$?
+      run --set backend=cuda >"$out/cuda2.txt" 2>"$out/cuda2.err"; rc2=$?
+      echo "-- $f: cpu exit $rc_cpu, cuda exits $rc1 $rc2"
+      echo "   cpu : $(head -c 300 "$out/cpu.txt" | tr '\n' ' ')"
+      echo "   cuda: $(head -c 300 "$out/cuda1.txt" | tr '\n' ' ')"
+      [ $rc1 -ne 0 ] && echo "   cuda stderr: $(tail -3 "$out/cuda1.err")"
+      if [ $rc1 -eq 2 ] && grep -q "no kernel for plugin op" "$out/cuda1.err"; then
+        row "run $f cuda" FAIL "refused $(grep -o "plugin op '[^']*'" "$out/cuda1.err" | head -1) (at load)"
+      elif [ $rc1 -ne 0 ] || [ $rc2 -ne 0 ]; then
+        row "run $f cuda" FAIL "exit $rc1/$rc2: $(tail -1 "$out/cuda1.err" | cut -c1-100)"
+      elif ! cmp -s "$out/cuda1.txt" "$out/cuda2.txt"; then
+        row "run $f cuda" FAIL "two greedy runs differ"
+      else
+        same=$(python3 -c 'import sys; a=open(sys.argv[1],"rb").read(); b=open(sys.argv[2],"rb").read()
+  n=0
+  while n < min(len(a), len(b)) and a[n] == b[n]: n += 1
+  print(f"{n} of {max(len(a), len(b))} bytes")' "$out/cpu.txt" "$out/cuda1.txt" 2>/dev/null)
+        if cmp -s "$out/cpu.txt" "$out/cuda1.txt"; then row "run $f cuda" PASS "deterministic; same text as cpu"
+        else row "run $f cuda" PASS "deterministic; agrees with cpu for $same (differs after)"; fi
+      fi
+      rm -f "$m"
     done
-    url="http://127.0.0.1:$port"
-    chat=$(curl -s "$url/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0}')
-    stream=$(curl -sN "$url/v1/completions" -d '{"prompt":"The quick","max_tokens":8,"stream":true}')
-    kill -TERM $spid; wait $spid; src=$?
-    echo "   chat: ${chat:0:300}"
-    echo "   stream ends: $(echo "$stream" | tail -2 | tr '\n' ' ')"
-    if echo "$chat" | grep -q '"completion_tokens":8' && echo "$stream" | grep -q 'data: \[DONE\]' && [ $src -eq 0 ]; then
-      row "serve qwen3_tied cuda" PASS "chat 8 tokens, stream ends [DONE], exit 0 on SIGTERM"
-    else
-      row "serve qwen3_tied cuda" FAIL "exit $src; $(tail -2 "$out/serve.err" | tr '\n' ' ' | cut -c1-120)"
-    fi
-  else
-    row "serve qwen3_tied cuda" FAIL "convert: $(tail -1 "$out/convert.log")"
   fi
 
-  echo "== benchmarks"
-  "$b/tests/gpu/gpu_bench" 2>&1 | tee "$out/bench.log"
-  if grep -q "BENCH error" "$out/bench.log"; then row "benchmarks" FAIL "$(grep -m1 'BENCH error' "$out/bench.log")"
-  else row "benchmarks" ran "$(grep -c '^BENCH' "$out/bench.log") shapes (lines above)"; fi
+  if want serve; then
+    echo "== tessera serve on backend cuda (qwen3_tied, one chat and one streamed completion)"
+    m="$out/serve.gguf"
+    if "$b/core/cli/tessera" convert "$fixtures/qwen3_tied" "$m" --outtype f32 >"$out/convert.log" 2>&1; then
+      "$b/core/cli/tessera" serve -m "$m" --set backend=cuda --port 0 --parallel 2 2>"$out/serve.err" &
+      spid=$!
+      port=""
+      for _ in $(seq 100); do
+        port=$(grep -o 'listening on http://[^:]*:[0-9]*' "$out/serve.err" | grep -o '[0-9]*$')
+        [ -n "$port" ] && break
+        sleep 0.1
+      done
+      url="http://127.0.0.1:$port"
+      chat=$(curl -s "$url/v1/chat/completions" -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":0}')
+      stream=$(curl -sN "$url/v1/completions" -d '{"prompt":"The quick","max_tokens":8,"stream":true}')
+      kill -TERM $spid; wait $spid; src=$?
+      echo "   chat: ${chat:0:300}"
+      echo "   stream ends: $(echo "$stream" | tail -2 | tr '\n' ' ')"
+      if echo "$chat" | grep -q '"completion_tokens":8' && echo "$stream" | grep -q 'data: \[DONE\]' && [ $src -eq 0 ]; then
+        row "serve qwen3_tied cuda" PASS "chat 8 tokens, stream ends [DONE], exit 0 on SIGTERM"
+      else
+        row "serve qwen3_tied cuda" FAIL "exit $src; $(tail -2 "$out/serve.err" | tr '\n' ' ' | cut -c1-120)"
+      fi
+    else
+      row "serve qwen3_tied cuda" FAIL "convert: $(tail -1 "$out/convert.log")"
+    fi
+  fi
+
+  if want bench; then
+    echo "== benchmarks"
+    "$b/tests/gpu/gpu_bench" 2>&1 | tee "$out/bench.log"
+    if grep -q "BENCH error" "$out/bench.log"; then row "benchmarks" FAIL "$(grep -m1 'BENCH error' "$out/bench.log")"
+    else row "benchmarks" ran "$(grep -c '^BENCH' "$out/bench.log") shapes (lines above)"; fi
+  fi
 
   echo
   echo "== summary (${gpu:-unknown GPU})"
@@ -223,7 +242,7 @@ print(f"{n} of {max(len(a), len(b))} bytes")' "$out/cpu.txt" "$out/cuda1.txt" 2>
   [ "$fails" -eq 0 ]
   ;;
 *)
-  echo "usage: tests/gpu/run.sh build [BUILD_DIR] | check RUN_DIR | sanitize RUN_DIR [FILTER]" >&2
+  echo "usage: tests/gpu/run.sh build [BUILD_DIR] | check RUN_DIR [SECTION...] | sanitize RUN_DIR [FILTER]" >&2
   exit 2
   ;;
 esac

@@ -503,7 +503,8 @@ static void c_select(struct pc *p, int phase) {
 }
 
 /* flash attention: K x V codecs, head dims, GQA, mask, positions (causal,
-** window, empty cells), softcap, decode with split keys and prefill. */
+** window, empty cells), softcap, decode with split keys and prefill (16 queries
+** or more: the tiled kernel). */
 static const enum tsr_dtype k_codecs[] = {TSR_F32, TSR_F16, TSR_BF16, TSR_Q8_0, TSR_Q6_0,
                                           TSR_Q5_1, TSR_Q5_0, TSR_Q4_1, TSR_Q4_0};
 #define N_CODECS 9
@@ -521,10 +522,12 @@ static struct fa_case fa_case_of(int var) {
       {3, 3, 512, 512, 4, 2, 9, 400, 1, 1, 64, 30}, /* hd 512 prefill, window, softcap */
       {1, 1, 192, 128, 4, 2, 5, 90, 1, 0, 0, 50},   /* D != Dv, no causal, softcap */
       {2, 7, 96, 96, 6, 3, 4, 260, 0, 1, 0, 0},     /* bf16 / q4_1 */
+      {1, 1, 192, 128, 4, 2, 40, 90, 1, 0, 0, 50},  /* tiled: D != Dv, no causal, softcap */
+      {1, 5, 128, 128, 8, 2, 100, 1500, 1, 1, 0, 0}, /* tiled: f16 / q5_1, 47 key tiles */
   };
   return more[var - N_CODECS];
 }
-#define N_FA (N_CODECS + 6)
+#define N_FA (N_CODECS + 8)
 
 static void c_flash_attn(struct pc *p, int phase) {
   struct fa_case c = fa_case_of(p->var);

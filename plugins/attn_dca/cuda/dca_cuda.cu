@@ -4,8 +4,10 @@
 ** links no CUDA). Semantics are dca_cpu.c's; the calling convention is
 ** include/tessera/plugin_cuda.h's.
 **
-** dca_attention_cuda is the core's cuda flash kernel (core/cuda/kernels_attn.cu)
-** with the band choice added: a block of four warps takes one (query, q head)
+** dca_attention_cuda runs prefill (16 queries or more, head dims up to 256)
+** through the tiled kernel the core's flash uses too (tessera/cuda_attn_tile.cuh,
+** three bands). Otherwise it is the core's split-KV flash kernel
+** (core/cuda/kernels_attn.cu) with the band choice added: a block of four warps takes one (query, q head)
 ** and a range of keys, each warp walks every fourth key with its own running
 ** max, sum and accumulator, and the warps merge at the end; decode splits the
 ** keys over several blocks whose partial states a second kernel merges. Each
@@ -14,13 +16,14 @@
 ** share one online softmax, an empty band adds nothing and a row without keys
 ** is zeros. K and V are read in place in every scalar KV dtype (dq_rt,
 ** include/tessera/cuda_quant.cuh): a step never converts the cache. With every
-** key in the intra band it does flash's arithmetic in flash's order, so a
-** context of one chunk equals the cuda flash kernel bit for bit.
+** key in the intra band either path does flash's arithmetic in flash's order,
+** so a context of one chunk equals the cuda flash kernel bit for bit.
 */
 #include <cuda_runtime.h>
 #include <math.h>
 
 #include "../dca.h"
+#include "tessera/cuda_attn_tile.cuh"
 #include "tessera/cuda_quant.cuh"
 #include "tessera/plugin_cuda.h"
 
@@ -28,6 +31,7 @@
 #define DCA_MAX_D 512
 #define DCA_REG (DCA_MAX_D / 32)
 #define DCA_MIN_KEYS_PER_SPLIT 256
+#define DCA_TILE_MIN_QUERIES 16 /* prefill: the shared tiled kernel; fewer: split-KV below */
 
 /* A tensor as the kernels read it: device address, dtype, sizes, byte strides. */
 struct ten {
@@ -223,6 +227,39 @@ static int sm_count(int device) {
   return cached;
 }
 
+/* What a node served; queries past the first chunk are counted on the cpu
+** only, since their positions lie on the device. */
+static void count(const int32_t *params, int64_t n_queries) {
+  const struct dca_state *st = (const struct dca_state *)dca_get_ptr(params, DCA_P_STATE);
+  if (!st) return;
+  st->host->engaged(st->self, "layers_served", 1);
+  st->host->engaged(st->self, "tokens_served", (uint64_t)n_queries);
+}
+
+/* Prefill through the shared tiled kernel (tessera/cuda_attn_tile.cuh) with
+** three bands; false when the head dims are past it. */
+static bool tiled(const struct tsr_tensor_info *dst, const struct tsr_tensor_info *src,
+                  bool has_mask, const shape &s, cudaStream_t stream) {
+  const ten q3 = ten_of(&src[0]), k = ten_of(&src[1]), v = ten_of(&src[2]);
+  const ten qp = ten_of(&src[3]), kp = ten_of(&src[4]), out = ten_of(dst);
+  tsr_tile_args t = {};
+  t.q = q3.p, t.q_band = s.Nq * q3.nb[2], t.q_row = q3.nb[2], t.q_head = q3.nb[1];
+  t.q_nb0 = q3.nb[0];
+  t.k = k.p, t.k_type = k.type, t.k_nb0 = k.nb[0], t.k_nb1 = k.nb[1], t.k_nb2 = k.nb[2];
+  t.v = v.p, t.v_type = v.type, t.v_nb0 = v.nb[0], t.v_nb1 = v.nb[1], t.v_nb2 = v.nb[2];
+  t.q_pos = qp.p, t.q_pos_nb0 = qp.nb[0], t.kv_pos = kp.p, t.kv_pos_nb0 = kp.nb[0];
+  if (has_mask) {
+    const ten mk = ten_of(&src[5]);
+    t.mask = mk.p, t.mask_f16 = s.mask_f16, t.mask_nb0 = mk.nb[0], t.mask_nb1 = mk.nb[1];
+  }
+  t.dst = const_cast<char *>(out.p), t.dst_row = out.nb[2], t.dst_head = out.nb[1];
+  t.dst_nb0 = out.nb[0];
+  t.D = s.D, t.Dv = s.Dv, t.Nq = s.Nq, t.Hq = s.Hq, t.Nkv = s.Nkv, t.group = s.group;
+  t.scale = s.scale, t.softcap = s.softcap, t.causal = 1;
+  t.n_bands = 3, t.c = s.c, t.temp_from = s.temp_from;
+  return tsr_tile_attn_launch(&t, stream) == cudaSuccess;
+}
+
 extern "C" TSR_PLUGIN_EXPORT void
 dca_positions_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                    const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
@@ -262,6 +299,11 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
     return;
   }
   if (s.Nq == 0) return;
+  if (s.Nq >= DCA_TILE_MIN_QUERIES && tiled(dst, src, has_mask, s, stream)) {
+    tsr_cuda_call_finish(ctx, call, "attn_dca attention (tiled)");
+    count(params, s.Nq);
+    return;
+  }
   plan_splits(&s, sm_count(call ? call->device : 0));
   float *part = NULL;
   if (s.splits > 1) {
@@ -284,11 +326,5 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
     cudaFreeAsync(part, stream);
   }
   tsr_cuda_call_finish(ctx, call, "attn_dca attention");
-  /* what the node served; queries past the first chunk are counted on the cpu
-  ** only, since their positions lie on the device */
-  const struct dca_state *st = (const struct dca_state *)dca_get_ptr(params, DCA_P_STATE);
-  if (st) {
-    st->host->engaged(st->self, "layers_served", 1);
-    st->host->engaged(st->self, "tokens_served", (uint64_t)s.Nq);
-  }
+  count(params, s.Nq);
 }

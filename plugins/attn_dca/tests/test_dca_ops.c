@@ -414,8 +414,18 @@ static void test_one_chunk_is_bit_identical_to_flash(void) {
 }
 
 /* each query alone, the cache holding only what decode would have written */
+static double max_rel(const float *got, const float *ref, size_t n) {
+  double worst = 0;
+  for (size_t e = 0; e < n; e++) {
+    const double r = fabs((double)got[e] - ref[e]) / (1.0 + fabs(ref[e]));
+    if (!(r <= worst)) worst = isnan(r) ? 1e9 : r;
+  }
+  return worst;
+}
+
 static void test_decode_step_by_step_equals_prefill(void) {
   tsr_test_seed(15);
+  const bool cpu = !strcmp(g_backend, "cpu");
   const int codecs[][2] = {{0, 0}, {1, 1}, {3, 8}};
   for (size_t t = 0; t < 3; t++) {
     struct dcase c = {.D = 64, .Dv = 64, .Hq = 4, .Hkv = 2, .n_rot = 64, .neox = 1, .cs = 12,
@@ -431,10 +441,14 @@ static void test_decode_step_by_step_equals_prefill(void) {
     for (int i = 0; i < c.nq; i++) {
       for (int j = 0; j < c.nkv; j++) kv[j] = d.kvpos[j] <= d.qpos[i] ? d.kvpos[j] : -1;
       CHECK_OK(attend(&c, &d, a, i, 1, kv, one));
-      equal += !memcmp(one, pre + (size_t)i * row, row * sizeof(float));
+      /* the cpu runs one kernel for both; cuda's prefill is its tiled kernel, decode
+      ** the split-KV one, which sum in different orders */
+      equal += cpu ? !memcmp(one, pre + (size_t)i * row, row * sizeof(float))
+                   : max_rel(one, pre + (size_t)i * row, row) < 1e-5;
     }
-    printf("  decode = prefill, K %s V %s%s: %d of %d steps bit-identical (10 chunks)\n",
-           tsr_dtype_name(c.kdt), tsr_dtype_name(c.vdt), c.yarn ? " yarn" : "", equal, c.nq);
+    printf("  decode = prefill, K %s V %s%s: %d of %d steps %s (10 chunks)\n",
+           tsr_dtype_name(c.kdt), tsr_dtype_name(c.vdt), c.yarn ? " yarn" : "", equal, c.nq,
+           cpu ? "bit-identical" : "within 1e-5");
     CHECK(equal == c.nq);
     free(pre), free(one), free(kv);
     data_free(&d);
@@ -578,6 +592,8 @@ static void test_cuda_equals_cpu(void) {
       {.D = 256, .Dv = 256, .Hq = 4, .Hkv = 1, .n_rot = 256, .neox = 1, .cs = 100, .ls = 10,
        .nkv = 700, .nq = 16, .kdt = TSR_Q6_0, .vdt = TSR_Q5_1, .mask = 1, .yarn = 1,
        .softcap = 20.0f},                                               /* mask, yarn, softcap */
+      {.D = 64, .Dv = 64, .Hq = 6, .Hkv = 3, .n_rot = 32, .neox = 0, .cs = 50, .ls = 0,
+       .nkv = 900, .nq = 40, .kdt = TSR_Q4_0, .vdt = TSR_BF16, .holes = 5}, /* GPT-J, LS 0 */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const struct dcase *c = &cases[i];
@@ -591,11 +607,7 @@ static void test_cuda_equals_cpu(void) {
     g_be = g_cpu, g_backend = "cpu";
     CHECK_OK(attend(c, &d, a, 0, c->nq, d.kvpos, cpu));
     g_be = under_test, g_backend = name;
-    double worst = 0;
-    for (size_t e = 0; e < n; e++) {
-      const double r = fabs((double)dev[e] - cpu[e]) / (1.0 + fabs(cpu[e]));
-      if (!(r <= worst)) worst = isnan(r) ? 1e9 : r;
-    }
+    const double worst = max_rel(dev, cpu, n);
     printf("  %s = cpu: D %d keys %d q %d K %s V %s: max rel %.2e\n", g_backend, c->D, c->nkv,
            c->nq, tsr_dtype_name(c->kdt), tsr_dtype_name(c->vdt), worst);
     CHECK_MSG(worst < 1e-5, "case %zu: %.3e", i, worst);

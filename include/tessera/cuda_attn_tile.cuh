@@ -1,0 +1,232 @@
+/*
+** A tiled attention kernel for prefill on the GPU, shared by the core's flash
+** and attention plugins (attn_dca): a block takes 32 queries of one q head,
+** stages 32 keys at a time in shared memory as f32 (each K/V element decoded
+** once per block, not once per query: dq_rt, tessera/cuda_quant.cuh) and runs
+** one online softmax per query. Lanes own keys for the logits and head dims
+** for the output, so every step is a plain FMA over shared memory.
+**
+** Bands: with n_bands 3 (Dual Chunk Attention) a key picks the query rotation
+** of its band from its absolute position (intra kp >= nC, successive
+** (n-1)C <= kp < nC, inter below); with 1 band every key uses the one query
+** row. A key is hidden by an empty cell (kv_pos < 0), the future (causal),
+** the window, or a -inf mask; a key tile hidden from every query of the block
+** is skipped whole. A query that sees no key gives zeros, never NaN.
+**
+** Head dims up to 256 (the caller keeps its own kernel past that); K and V
+** share the K head dim's staging width.
+*/
+#ifndef TESSERA_CUDA_ATTN_TILE_CUH
+#define TESSERA_CUDA_ATTN_TILE_CUH
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "tessera/cuda_quant.cuh"
+
+#define TSR_TILE_WARPS 4
+#define TSR_TILE_QPW 8 /* queries per warp */
+#define TSR_TILE_Q (TSR_TILE_WARPS * TSR_TILE_QPW)
+#define TSR_TILE_K 32
+#define TSR_TILE_MAX_D 256
+
+struct tsr_tile_args {
+  /* query row (band b, query i, head h) at q + b*q_band + i*q_row + h*q_head; f32 */
+  const char *q;
+  int64_t q_band, q_row, q_head, q_nb0;
+  const char *k, *v; /* rows: j*nb1 + hk*nb2, element type k_type / v_type */
+  int32_t k_type, v_type;
+  int64_t k_nb0, k_nb1, k_nb2, v_nb0, v_nb1, v_nb2;
+  const char *q_pos, *kv_pos; /* i32, stride nb0; q_pos NULL: queries at 0; kv_pos NULL:
+                              ** no position checks (mask only) */
+  int64_t q_pos_nb0, kv_pos_nb0;
+  const char *mask; /* f32 or f16 [Nkv, Nq] or NULL */
+  int32_t mask_f16;
+  int64_t mask_nb0, mask_nb1;
+  char *dst; /* f32 out: i*dst_row + h*dst_head + d*dst_nb0 */
+  int64_t dst_row, dst_head, dst_nb0;
+  int64_t D, Dv, Nq, Hq, Nkv, group;
+  float scale, softcap;
+  int32_t causal, window;
+  int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
+};
+
+/* Dynamic shared memory bytes of a launch: query rows per band, K and V tiles,
+** key positions. */
+static inline size_t tsr_tile_smem(const struct tsr_tile_args *a) {
+  return sizeof(float) * ((size_t)a->n_bands * TSR_TILE_Q * (size_t)a->D +
+                          TSR_TILE_K * (size_t)(a->D + 1) + TSR_TILE_K * (size_t)a->Dv) +
+         sizeof(int32_t) * TSR_TILE_K;
+}
+
+__device__ static inline int32_t tsr_tile_pos(const char *p, int64_t nb0, int64_t i) {
+  return *reinterpret_cast<const int32_t *>(p + i * nb0);
+}
+
+__device__ static inline float tsr_tile_gain(int32_t p, int32_t from) {
+  if (from <= 0 || (int64_t)p + 1 <= from) return 1.0f;
+  const double f = 0.1 * log(((double)p + 1.0) / (double)from) + 1.0;
+  return (float)(f * f);
+}
+
+/* VREG: output values per lane (Dv <= 32 VREG). grid (ceil(Nq / 32), Hq), 128 threads. */
+template <int VREG>
+__global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_args a) {
+  extern __shared__ float tsr_tile_smem_f[];
+  const int64_t D = a.D, Dv = a.Dv, Dk = a.D + 1; /* K rows padded: lanes read column d */
+  float *qs = tsr_tile_smem_f;                        /* [bands][TILE_Q][D] */
+  float *ks = qs + (size_t)a.n_bands * TSR_TILE_Q * D; /* [TILE_K][D + 1] */
+  float *vs = ks + TSR_TILE_K * Dk;                    /* [TILE_K][Dv] */
+  int32_t *kpos = reinterpret_cast<int32_t *>(vs + TSR_TILE_K * Dv);
+  __shared__ int32_t tile_live, q_max;
+
+  const int64_t h = blockIdx.y, hk = h / a.group, i0 = (int64_t)blockIdx.x * TSR_TILE_Q;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t nq = a.Nq - i0 < TSR_TILE_Q ? a.Nq - i0 : TSR_TILE_Q;
+
+  for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * TSR_TILE_Q * D; e += blockDim.x) {
+    const int64_t b = e / (TSR_TILE_Q * D), qi = e / D % TSR_TILE_Q, d = e % D;
+    qs[e] = qi < nq ? *reinterpret_cast<const float *>(a.q + b * a.q_band + (i0 + qi) * a.q_row +
+                                                       h * a.q_head + d * a.q_nb0)
+                    : 0.0f;
+  }
+  if (threadIdx.x == 0) {
+    int32_t m = 0; /* no query positions: every query is at 0 */
+    for (int64_t qi = 0; qi < nq && a.q_pos; qi++) {
+      const int32_t p = tsr_tile_pos(a.q_pos, a.q_pos_nb0, i0 + qi);
+      m = qi == 0 || p > m ? p : m;
+    }
+    q_max = m;
+  }
+
+  /* per query of this warp: position, band bounds, gain, running max / sum / output */
+  int32_t qp[TSR_TILE_QPW];
+  int64_t lo_intra[TSR_TILE_QPW];
+  float gain[TSR_TILE_QPW], m[TSR_TILE_QPW], l[TSR_TILE_QPW], acc[TSR_TILE_QPW][VREG];
+#pragma unroll
+  for (int r = 0; r < TSR_TILE_QPW; r++) {
+    const int64_t qi = warp * TSR_TILE_QPW + r;
+    qp[r] = a.q_pos && qi < nq ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, i0 + qi) : 0;
+    lo_intra[r] = a.n_bands == 3 ? (int64_t)qp[r] / a.c * a.c : 0;
+    gain[r] = tsr_tile_gain(qp[r], a.temp_from);
+    m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < VREG; i++) acc[r][i] = 0.0f;
+  }
+  const char *kbase = a.k + hk * a.k_nb2, *vbase = a.v + hk * a.v_nb2;
+
+  for (int64_t j0 = 0; j0 < a.Nkv; j0 += TSR_TILE_K) {
+    const int64_t nk = a.Nkv - j0 < TSR_TILE_K ? a.Nkv - j0 : TSR_TILE_K;
+    __syncthreads(); /* the previous tile is consumed */
+    if (threadIdx.x < TSR_TILE_K) {
+      const int t = threadIdx.x;
+      kpos[t] = t >= nk ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j0 + t) : 0;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) { /* a tile of empty cells, or wholly in every query's future */
+      int live = 0;
+      for (int t = 0; t < nk; t++)
+        live |= kpos[t] >= 0 && (!a.kv_pos || !a.causal || kpos[t] <= q_max);
+      tile_live = live;
+    }
+    __syncthreads();
+    if (!tile_live) continue;
+    for (int64_t e = threadIdx.x; e < TSR_TILE_K * D; e += blockDim.x) {
+      const int64_t t = e / D, d = e % D;
+      ks[t * Dk + d] = kpos[t] >= 0 ? dq_rt(a.k_type, kbase + (j0 + t) * a.k_nb1, d, a.k_nb0) : 0;
+    }
+    for (int64_t e = threadIdx.x; e < TSR_TILE_K * Dv; e += blockDim.x) {
+      const int64_t t = e / Dv, d = e % Dv;
+      vs[e] = kpos[t] >= 0 ? dq_rt(a.v_type, vbase + (j0 + t) * a.v_nb1, d, a.v_nb0) : 0;
+    }
+    __syncthreads();
+
+    const int32_t kp = kpos[lane];
+#pragma unroll 1
+    for (int r = 0; r < TSR_TILE_QPW; r++) {
+      const int64_t qi = warp * TSR_TILE_QPW + r;
+      if (qi >= nq) break; /* the same for the whole warp */
+      bool seen = kp >= 0;
+      if (seen && a.kv_pos) {
+        if (a.causal && kp > qp[r]) seen = false;
+        if (a.window > 0 && (int64_t)qp[r] - kp >= a.window) seen = false;
+      }
+      float bias = 0.0f;
+      if (seen && a.mask) {
+        const char *p = a.mask + (i0 + qi) * a.mask_nb1 + (j0 + lane) * a.mask_nb0;
+        bias = a.mask_f16 ? __half2float(*reinterpret_cast<const __half *>(p))
+                          : *reinterpret_cast<const float *>(p);
+      }
+      float x = -INFINITY;
+      if (seen && bias != -INFINITY) {
+        const int band = a.n_bands == 1             ? 0
+                         : kp >= lo_intra[r]        ? 0
+                         : kp >= lo_intra[r] - a.c ? 1
+                                                    : 2;
+        const float *q = qs + ((size_t)band * TSR_TILE_Q + qi) * D;
+        const float *kr = ks + lane * Dk;
+        float dot = 0.0f;
+        for (int64_t d = 0; d < D; d++) dot += q[d] * kr[d];
+        x = dot * a.scale;
+        if (gain[r] != 1.0f) x *= gain[r];
+        if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+        x += bias;
+      }
+      float tmax = x;
+      for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
+      if (tmax == -INFINITY) continue; /* nothing visible in this tile for this query */
+      const float m_new = fmaxf(m[r], tmax);
+      const float f = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_new);
+      const float p = x == -INFINITY ? 0.0f : expf(x - m_new);
+      float psum = p;
+      for (int o = 16; o > 0; o >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
+      l[r] = l[r] * f + psum;
+      m[r] = m_new;
+#pragma unroll
+      for (int i = 0; i < VREG; i++) acc[r][i] *= f;
+      for (int t = 0; t < nk; t++) {
+        const float pt = __shfl_sync(0xffffffffu, p, t);
+        if (pt == 0.0f) continue; /* hidden or underflowed: its V row is not read */
+        const float *vr = vs + t * Dv;
+#pragma unroll
+        for (int i = 0; i < VREG; i++)
+          if (lane + 32 * i < Dv) acc[r][i] += pt * vr[lane + 32 * i];
+      }
+    }
+  }
+
+#pragma unroll
+  for (int r = 0; r < TSR_TILE_QPW; r++) {
+    const int64_t qi = warp * TSR_TILE_QPW + r;
+    if (qi >= nq) break;
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* no key: zeros */
+    char *out = a.dst + (i0 + qi) * a.dst_row + h * a.dst_head;
+#pragma unroll
+    for (int i = 0; i < VREG; i++)
+      if (lane + 32 * i < Dv)
+        *reinterpret_cast<float *>(out + (lane + 32 * i) * a.dst_nb0) = acc[r][i] * inv;
+  }
+}
+
+/* Launches the tiled kernel; returns cudaErrorInvalidValue when the head dims
+** are past it (the caller then keeps its own kernel). */
+static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a,
+                                               cudaStream_t stream) {
+  if (a->D > TSR_TILE_MAX_D || a->Dv > TSR_TILE_MAX_D || a->Nq <= 0) return cudaErrorInvalidValue;
+  const size_t smem = tsr_tile_smem(a);
+  const dim3 grid((unsigned)((a->Nq + TSR_TILE_Q - 1) / TSR_TILE_Q), (unsigned)a->Hq);
+  cudaError_t e;
+  if (a->Dv <= 128) {
+    e = cudaFuncSetAttribute(tsr_tile_attn<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+    if (e == cudaSuccess) tsr_tile_attn<4><<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
+  } else {
+    e = cudaFuncSetAttribute(tsr_tile_attn<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem);
+    if (e == cudaSuccess) tsr_tile_attn<8><<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
+  }
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+#endif

@@ -13,8 +13,10 @@
 ** the window, or a -inf mask; a key tile hidden from every query of the block
 ** is skipped whole. A query that sees no key gives zeros, never NaN.
 **
-** Head dims up to 256 (the caller keeps its own kernel past that); K and V
-** share the K head dim's staging width.
+** Head dims up to 512: 32 queries per block up to 256, 16 past that so three
+** bands of query rows and the K and V tiles fit the 227 KB of shared memory
+** an sm_90 block may have (the caller keeps its own kernel where a launch
+** fails).
 */
 #ifndef TESSERA_CUDA_ATTN_TILE_CUH
 #define TESSERA_CUDA_ATTN_TILE_CUH
@@ -26,10 +28,8 @@
 #include "tessera/cuda_quant.cuh"
 
 #define TSR_TILE_WARPS 4
-#define TSR_TILE_QPW 8 /* queries per warp */
-#define TSR_TILE_Q (TSR_TILE_WARPS * TSR_TILE_QPW)
 #define TSR_TILE_K 32
-#define TSR_TILE_MAX_D 256
+#define TSR_TILE_MAX_D 512
 
 struct tsr_tile_args {
   /* query row (band b, query i, head h) at q + b*q_band + i*q_row + h*q_head; f32 */
@@ -52,10 +52,10 @@ struct tsr_tile_args {
   int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
 };
 
-/* Dynamic shared memory bytes of a launch: query rows per band, K and V tiles,
-** key positions. */
-static inline size_t tsr_tile_smem(const struct tsr_tile_args *a) {
-  return sizeof(float) * ((size_t)a->n_bands * TSR_TILE_Q * (size_t)a->D +
+/* Dynamic shared memory bytes of a launch with QPW queries per warp: query
+** rows per band, K and V tiles, key positions. */
+static inline size_t tsr_tile_smem(const struct tsr_tile_args *a, int qpw) {
+  return sizeof(float) * ((size_t)a->n_bands * TSR_TILE_WARPS * qpw * (size_t)a->D +
                           TSR_TILE_K * (size_t)(a->D + 1) + TSR_TILE_K * (size_t)a->Dv) +
          sizeof(int32_t) * TSR_TILE_K;
 }
@@ -70,23 +70,25 @@ __device__ static inline float tsr_tile_gain(int32_t p, int32_t from) {
   return (float)(f * f);
 }
 
-/* VREG: output values per lane (Dv <= 32 VREG). grid (ceil(Nq / 32), Hq), 128 threads. */
-template <int VREG>
+/* VREG: output values per lane (Dv <= 32 VREG); QPW: queries per warp.
+** grid (ceil(Nq / (4 QPW)), Hq), 128 threads. */
+template <int VREG, int QPW>
 __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_args a) {
+  constexpr int TILE_Q = TSR_TILE_WARPS * QPW;
   extern __shared__ float tsr_tile_smem_f[];
   const int64_t D = a.D, Dv = a.Dv, Dk = a.D + 1; /* K rows padded: lanes read column d */
-  float *qs = tsr_tile_smem_f;                        /* [bands][TILE_Q][D] */
-  float *ks = qs + (size_t)a.n_bands * TSR_TILE_Q * D; /* [TILE_K][D + 1] */
-  float *vs = ks + TSR_TILE_K * Dk;                    /* [TILE_K][Dv] */
+  float *qs = tsr_tile_smem_f;                     /* [bands][TILE_Q][D] */
+  float *ks = qs + (size_t)a.n_bands * TILE_Q * D; /* [TILE_K][D + 1] */
+  float *vs = ks + TSR_TILE_K * Dk;                 /* [TILE_K][Dv] */
   int32_t *kpos = reinterpret_cast<int32_t *>(vs + TSR_TILE_K * Dv);
   __shared__ int32_t tile_live, q_max;
 
-  const int64_t h = blockIdx.y, hk = h / a.group, i0 = (int64_t)blockIdx.x * TSR_TILE_Q;
+  const int64_t h = blockIdx.y, hk = h / a.group, i0 = (int64_t)blockIdx.x * TILE_Q;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t nq = a.Nq - i0 < TSR_TILE_Q ? a.Nq - i0 : TSR_TILE_Q;
+  const int64_t nq = a.Nq - i0 < TILE_Q ? a.Nq - i0 : TILE_Q;
 
-  for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * TSR_TILE_Q * D; e += blockDim.x) {
-    const int64_t b = e / (TSR_TILE_Q * D), qi = e / D % TSR_TILE_Q, d = e % D;
+  for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * TILE_Q * D; e += blockDim.x) {
+    const int64_t b = e / (TILE_Q * D), qi = e / D % TILE_Q, d = e % D;
     qs[e] = qi < nq ? *reinterpret_cast<const float *>(a.q + b * a.q_band + (i0 + qi) * a.q_row +
                                                        h * a.q_head + d * a.q_nb0)
                     : 0.0f;
@@ -101,12 +103,12 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
   }
 
   /* per query of this warp: position, band bounds, gain, running max / sum / output */
-  int32_t qp[TSR_TILE_QPW];
-  int64_t lo_intra[TSR_TILE_QPW];
-  float gain[TSR_TILE_QPW], m[TSR_TILE_QPW], l[TSR_TILE_QPW], acc[TSR_TILE_QPW][VREG];
+  int32_t qp[QPW];
+  int64_t lo_intra[QPW];
+  float gain[QPW], m[QPW], l[QPW], acc[QPW][VREG];
 #pragma unroll
-  for (int r = 0; r < TSR_TILE_QPW; r++) {
-    const int64_t qi = warp * TSR_TILE_QPW + r;
+  for (int r = 0; r < QPW; r++) {
+    const int64_t qi = warp * QPW + r;
     qp[r] = a.q_pos && qi < nq ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, i0 + qi) : 0;
     lo_intra[r] = a.n_bands == 3 ? (int64_t)qp[r] / a.c * a.c : 0;
     gain[r] = tsr_tile_gain(qp[r], a.temp_from);
@@ -143,9 +145,9 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
     __syncthreads();
 
     const int32_t kp = kpos[lane];
-#pragma unroll 1
-    for (int r = 0; r < TSR_TILE_QPW; r++) {
-      const int64_t qi = warp * TSR_TILE_QPW + r;
+#pragma unroll
+    for (int r = 0; r < QPW; r++) {
+      const int64_t qi = warp * QPW + r;
       if (qi >= nq) break; /* the same for the whole warp */
       bool seen = kp >= 0;
       if (seen && a.kv_pos) {
@@ -164,7 +166,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
                          : kp >= lo_intra[r]        ? 0
                          : kp >= lo_intra[r] - a.c ? 1
                                                     : 2;
-        const float *q = qs + ((size_t)band * TSR_TILE_Q + qi) * D;
+        const float *q = qs + ((size_t)band * TILE_Q + qi) * D;
         const float *kr = ks + lane * Dk;
         float dot = 0.0f;
         for (int64_t d = 0; d < D; d++) dot += q[d] * kr[d];
@@ -197,8 +199,8 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
   }
 
 #pragma unroll
-  for (int r = 0; r < TSR_TILE_QPW; r++) {
-    const int64_t qi = warp * TSR_TILE_QPW + r;
+  for (int r = 0; r < QPW; r++) {
+    const int64_t qi = warp * QPW + r;
     if (qi >= nq) break;
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* no key: zeros */
     char *out = a.dst + (i0 + qi) * a.dst_row + h * a.dst_head;
@@ -209,24 +211,29 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
   }
 }
 
-/* Launches the tiled kernel; returns cudaErrorInvalidValue when the head dims
-** are past it (the caller then keeps its own kernel). */
+template <int VREG, int QPW>
+static inline cudaError_t tsr_tile_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
+  const size_t smem = tsr_tile_smem(a, QPW);
+  const dim3 grid((unsigned)((a->Nq + 4 * QPW - 1) / (4 * QPW)), (unsigned)a->Hq);
+  cudaError_t e = cudaFuncSetAttribute(tsr_tile_attn<VREG, QPW>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError(); /* not sticky: clear it, so the caller's own launch reports its own */
+    return e;
+  }
+  tsr_tile_attn<VREG, QPW><<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
+  return cudaGetLastError();
+}
+
+/* Launches the tiled kernel; an error (head dims past 512, shared memory the
+** device does not grant) launches nothing, and the caller keeps its own kernel. */
 static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a,
                                                cudaStream_t stream) {
   if (a->D > TSR_TILE_MAX_D || a->Dv > TSR_TILE_MAX_D || a->Nq <= 0) return cudaErrorInvalidValue;
-  const size_t smem = tsr_tile_smem(a);
-  const dim3 grid((unsigned)((a->Nq + TSR_TILE_Q - 1) / TSR_TILE_Q), (unsigned)a->Hq);
-  cudaError_t e;
-  if (a->Dv <= 128) {
-    e = cudaFuncSetAttribute(tsr_tile_attn<4>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
-    if (e == cudaSuccess) tsr_tile_attn<4><<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
-  } else {
-    e = cudaFuncSetAttribute(tsr_tile_attn<8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem);
-    if (e == cudaSuccess) tsr_tile_attn<8><<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
-  }
-  return e != cudaSuccess ? e : cudaGetLastError();
+  const int64_t d = a->D > a->Dv ? a->D : a->Dv;
+  if (d <= 128) return tsr_tile_attn_run<4, 8>(a, stream);
+  if (d <= 256) return tsr_tile_attn_run<8, 8>(a, stream);
+  return tsr_tile_attn_run<16, 4>(a, stream);
 }
 
 #endif

@@ -1,7 +1,7 @@
 /*
 ** First numbers for the cuda backend: decode-shaped products (one column),
-** a prefill-shaped product (512 columns) and decode attention at a few
-** context lengths, each one graph computed repeatedly through the backend
+** a prefill-shaped product (512 columns), decode attention at a few
+** context lengths and prefill attention (2048 or 512 queries over 8192 keys), each one graph computed repeatedly through the backend
 ** (so every time includes the input upload, output download and stream
 ** synchronisation of a real step). Prints one BENCH line per shape with the
 ** median time and the bandwidth or FLOP rate it implies; H200 ceilings for
@@ -78,13 +78,14 @@ static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, i
   free(w);
 }
 
-static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t nkv, int64_t d,
-                            int64_t hq, int64_t hkv) {
+/* nq queries (1: decode) against nkv keys, no mask: every key seen */
+static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t nq, int64_t nkv,
+                            int64_t d, int64_t hq, int64_t hkv) {
   void *k = weight_bytes(kv, d, nkv * hkv), *v = weight_bytes(kv, d, nkv * hkv);
   struct tsr_graph *g = tsr_graph_new(16);
   struct tsr_tensor *kt = tsr_new_external(g, kv, 3, (int64_t[]){d, nkv, hkv}, k);
   struct tsr_tensor *vt = tsr_new_external(g, kv, 3, (int64_t[]){d, nkv, hkv}, v);
-  struct tsr_tensor *q = tsr_new_tensor_3d(g, TSR_F32, d, 1, hq);
+  struct tsr_tensor *q = tsr_new_tensor_3d(g, TSR_F32, d, nq, hq);
   struct tsr_attn_params ap = {.scale = 0.1f};
   tsr_graph_mark_output(tsr_flash_attn(g, q, kt, vt, NULL, NULL, NULL, &ap));
   struct tsr_test_graph tg = {.g = g};
@@ -93,10 +94,14 @@ static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t n
     tsr_test_fill_normal(q, 1.0f);
     double ms = time_graph(be, g, 20);
     double bytes = 2.0 * (double)tsr_dtype_row_size(kv, d) * (double)(nkv * hkv);
-    if (ms > 0)
+    if (ms > 0 && nq == 1)
       printf("BENCH flash_attn decode %-5s kv=%-7lld D=%lld H=%lld/%lld %8.3f ms  %7.1f GB/s K+V\n",
              tsr_dtype_name(kv), (long long)nkv, (long long)d, (long long)hq, (long long)hkv, ms,
              bytes / ms / 1e6);
+    else if (ms > 0) /* two products of 2 D FLOPs per (query, head, key) */
+      printf("BENCH flash_attn prefill %-5s q=%lld kv=%-6lld D=%lld H=%lld/%lld %8.3f ms  %7.2f "
+             "TFLOP/s\n", tsr_dtype_name(kv), (long long)nq, (long long)nkv, (long long)d,
+             (long long)hq, (long long)hkv, ms, 4.0 * nq * hq * nkv * d / ms / 1e9);
   }
   tsr_backend_forget(be, k, tsr_tensor_nbytes(kt));
   tsr_backend_forget(be, v, tsr_tensor_nbytes(vt));
@@ -118,10 +123,13 @@ int main(void) {
   for (size_t i = 0; i < sizeof types / sizeof *types; i++) bench_matmul(be, types[i], 4096, 65536, 1);
   bench_matmul(be, TSR_F16, 4096, 4096, 512);
   bench_matmul(be, TSR_Q4_0, 4096, 4096, 512);
-  bench_attention(be, TSR_F16, 4096, 128, 32, 8);
-  bench_attention(be, TSR_F16, 32768, 128, 32, 8);
-  bench_attention(be, TSR_Q8_0, 32768, 128, 32, 8);
-  bench_attention(be, TSR_F16, 32768, 512, 16, 2);
+  bench_attention(be, TSR_F16, 1, 4096, 128, 32, 8);
+  bench_attention(be, TSR_F16, 1, 32768, 128, 32, 8);
+  bench_attention(be, TSR_Q8_0, 1, 32768, 128, 32, 8);
+  bench_attention(be, TSR_F16, 1, 32768, 512, 16, 2);
+  bench_attention(be, TSR_F16, 2048, 8192, 128, 32, 8);
+  bench_attention(be, TSR_Q8_0, 2048, 8192, 128, 32, 8);
+  bench_attention(be, TSR_F16, 512, 8192, 512, 16, 2);
   tsr_backend_free(be);
   return 0;
 }

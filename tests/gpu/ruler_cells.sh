@@ -9,7 +9,8 @@
 # One line per cell is appended to OUT_TSV as soon as it finishes (model, task, ctx,
 # multiple, attention, n, accuracy %, prefill tok/s, seconds), so a call that runs
 # out of time keeps what it measured. DEADLINE_S (default 480): no cell starts later;
-# BACKEND (cuda): the backend the cells run on.
+# BACKEND (cuda): the backend the cells run on; UBATCH (2048): tokens per prefill pass
+# (the tiled attention kernel fills the GPU with 32-query blocks of every head).
 set -uo pipefail
 if [ $# -lt 6 ]; then sed -n '2,13p' "$0"; exit 2; fi
 b=$(cd "$1" && pwd) tsv=$2 n=$3 models=$4 tasks=$5 mults=$6
@@ -34,7 +35,7 @@ for spec in $models; do
         profile=conf/default.yaml
         [ $attn = dca ] && profile=conf/long-context-dca.yaml
         ctx=$((trained * mult)) t0=$SECONDS
-        "$b/core/cli/tessera" ruler --profile $profile --set model="$model" --set backend="${BACKEND:-cuda}" \
+        "$b/core/cli/tessera" ruler --profile $profile --set model="$model" --set backend="${BACKEND:-cuda}" --set ubatch="${UBATCH:-2048}" \
           --task "$task" --ctx $ctx --n "$n" --no-chat >"$log" 2>&1
         rc=$?
         acc=$(grep -o 'accuracy [0-9.]*' "$log" | awk '{print $2}')

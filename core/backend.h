@@ -9,6 +9,14 @@
 
 #include "graph.h"
 
+/* What a benchmark compares its rates with: a device-to-device copy (bytes
+** read plus bytes written per second) and a large GEMM's FLOP/s, each with a
+** line saying how it was measured. */
+struct tsr_backend_ceilings {
+  double copy_bytes_per_s, gemm_flops;
+  char copy_how[128], gemm_how[128];
+};
+
 struct tsr_backend_i {
   const char *(*name)(void *ctx);
   /* TSR_OK if the backend can compute this node, else an error naming it. */
@@ -33,6 +41,9 @@ struct tsr_backend_i {
   void (*forget)(void *ctx, const void *host, size_t size);
   tsr_status (*keep)(void *ctx, const void *host, size_t size);
   tsr_status (*sync_to_device)(void *ctx, const void *host, size_t size);
+  /* The device's ceilings for `tessera bench`, measured with the vendor's own
+  ** copy and GEMM; NULL where there is no vendor library (cpu). */
+  tsr_status (*probe)(void *ctx, struct tsr_backend_ceilings *out);
 };
 
 struct tsr_backend {
@@ -62,6 +73,9 @@ tsr_status tsr_backend_sync_to_device(struct tsr_backend *b, const void *host, s
 void tsr_backend_forget(struct tsr_backend *b, const void *host, size_t size);
 bool tsr_backend_has_device_copies(const struct tsr_backend *b);
 const char *tsr_backend_name(const struct tsr_backend *b);
+/* The backend's vendor-measured ceilings; TSR_ERR_UNSUPPORTED (no message)
+** where it has no probe: the caller measures with tessera's own kernels. */
+tsr_status tsr_backend_probe(struct tsr_backend *b, struct tsr_backend_ceilings *out);
 
 /* Checks every node against the backend; the first gap is the error. */
 tsr_status tsr_backend_check_graph(struct tsr_backend *b, const struct tsr_graph *g);

@@ -124,3 +124,7 @@ void tsr_backend_forget(struct tsr_backend *b, const void *host, size_t size) {
 }
 
 bool tsr_backend_has_device_copies(const struct tsr_backend *b) { return b && b->i.keep; }
+
+tsr_status tsr_backend_probe(struct tsr_backend *b, struct tsr_backend_ceilings *out) {
+  return b->i.probe ? b->i.probe(b->context, out) : TSR_ERR_UNSUPPORTED;
+}

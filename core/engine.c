@@ -282,6 +282,7 @@ void tsr_engine_free(struct tsr_engine *e) {
 
 const struct tsr_setup *tsr_engine_setup(const struct tsr_engine *e) { return e->setup; }
 int32_t tsr_engine_n_vocab(const struct tsr_engine *e) { return e->n_vocab; }
+struct tsr_backend *tsr_engine_backend(const struct tsr_engine *e) { return e->backend; }
 
 int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq) {
   return tsr_kv_cache_seq_pos_max(e->kv, seq) + 1;

@@ -29,6 +29,8 @@ void tsr_engine_free(struct tsr_engine *e);
 /* The resolved profile, host, model, composition and memory plan. */
 const struct tsr_setup *tsr_engine_setup(const struct tsr_engine *e);
 int32_t tsr_engine_n_vocab(const struct tsr_engine *e);
+/* The backend the engine computes on (tessera bench probes it). */
+struct tsr_backend *tsr_engine_backend(const struct tsr_engine *e);
 
 /* Runs n tokens at the next positions of sequence seq (0 when serving one):
 ** prefill in ubatches of the profile's ubatch size, decode when n is 1.

@@ -39,5 +39,6 @@ int tsr_cli_logit_eq(int argc, char **argv);
 int tsr_cli_serve(int argc, char **argv);
 int tsr_cli_ruler(int argc, char **argv);
 int tsr_cli_ab(int argc, char **argv);
+int tsr_cli_bench(int argc, char **argv);
 
 #endif

@@ -19,11 +19,11 @@ static const struct subcommand g_subcommands[] = {
 #else
     {"serve", NULL, "OpenAI-compatible HTTP server (needs libmicrohttpd at build time)"},
 #endif
-    {"bench", NULL, "prefill/decode tokens per second at given depths"},
     {"perplexity", tsr_cli_perplexity, "perplexity and KL divergence against a saved base"},
     {"logit-eq", tsr_cli_logit_eq, "compare two profiles' logits on the same tokens"},
     {"ab", tsr_cli_ab, "the same prompts through two profiles, side by side"},
     {"ruler", tsr_cli_ruler, "synthetic long-context tasks with scoring"},
+    {"bench", tsr_cli_bench, "prefill and decode tokens/s against the device's ceilings"},
     {"convert", tsr_cli_convert, "Hugging Face safetensors + config -> GGUF"},
     {"gen-model", tsr_cli_gen_model, "random weights in a real architecture's shape"},
     {"gguf", tsr_cli_gguf, "inspect GGUF files"},

@@ -563,7 +563,8 @@ tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_ba
     return st;
   }
   b->i = (struct tsr_backend_i){cu_name,         cu_supports, cu_compute, cu_free,
-                                cu_sync_to_host, cu_forget,   cu_keep,    cu_sync_to_device};
+                                cu_sync_to_host, cu_forget,   cu_keep,    cu_sync_to_device,
+                                tsr_cuda_probe};
   b->context = c;
   *out = b;
   return TSR_OK;

@@ -69,6 +69,10 @@ struct cu_ctx {
   size_t host_buf_cap;
 };
 
+/* The ceilings for `tessera bench` (cuda_probe.c). */
+struct tsr_backend_ceilings;
+tsr_status tsr_cuda_probe(void *ctx, struct tsr_backend_ceilings *out);
+
 /* cudaError_t / cublasStatus_t to a tsr_status with the call, file and line. */
 tsr_status tsr_cuda_rt_fail(int err, const char *call, const char *file, int line);
 tsr_status tsr_cuda_blas_fail(int st, const char *call, const char *file, int line);

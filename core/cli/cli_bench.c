@@ -1,0 +1,456 @@
+/*
+** `tessera bench`: prefill (ppN: N tokens in one call) and decode (tgN: N
+** one-token steps) tokens/s on top of a context that already holds d tokens,
+** each test repeated with the median reported, in a table like llama-bench's
+** (and --json). Tokens are random ids (seeded): speed does not depend on text.
+**
+** Before the tests it measures the ceilings the rates are judged against: the
+** backend's vendor probe where it has one (cuda: cudaMemcpy device to device
+** and a cuBLAS bf16 GEMM), else tessera's own f32 copy and f32 mat_mul on that
+** backend (cpu, which has no vendor library). Each test then prints
+**   tg: the bytes a decode step must read (every weight once, experts scaled by
+**       the share a token uses, tables read one row per token left out; the KV
+**       of the cells it attends to; recurrent state read and written) times
+**       steps per second, as a fraction of the copy rate;
+**   pp: FLOPs (2 per active weight, 2 (Dk + Dv) per head per key attended)
+**       times tokens per second, as a fraction of the GEMM rate.
+** Between repetitions the tested tokens are removed from the cache again (or,
+** where a model cannot resume mid-sequence, the depth is prefilled anew).
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cli.h"
+#include "cli_quality.h"
+#include "error.h"
+#include "kv_cache.h"
+
+#define MAX_SETS 64
+#define MAX_LIST 16
+
+struct int_list {
+  int64_t v[MAX_LIST];
+  int n;
+};
+
+struct bench_args {
+  const char *model, *profile, *json;
+  const char *sets[MAX_SETS + 1];
+  int n_sets, threads;
+  struct int_list pp, tg, depth;
+  int64_t reps;
+  char ctx_set[40];
+};
+
+/* What one token costs the model, from the GGUF and the memory plan. */
+struct cost {
+  double weight_bytes, weight_params;   /* read / multiplied once per token */
+  double kv_bytes_per_cell[TSR_LAYER_KIND_COUNT];
+  uint64_t kv_cells[TSR_LAYER_KIND_COUNT];
+  double state_bytes;                   /* recurrent state of one sequence */
+  double attn_flops_per_key;            /* full layers: 2 (Dk + Dv) per head */
+  double swa_flops_per_key;             /* sliding layers, keys up to the window */
+  int32_t window;
+};
+
+struct result {
+  char test[48];
+  int64_t n_tokens, depth;
+  double median_ts, sd_ts, achieved, ceiling;
+  bool is_pp;
+};
+
+static void bench_usage(FILE *f) {
+  fprintf(f,
+          "usage: tessera bench (-m MODEL.gguf | --profile P) [--set key=value]...\n"
+          "                     [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-r REPS]\n"
+          "                     [--json OUT] [--threads N]\n"
+          "Prefill (ppN: N tokens in one call, default 512) and decode (tgN: N one-token\n"
+          "steps, default 128) tokens/s on top of a context already holding each depth -d\n"
+          "(default 0), REPS times each (default 5) after one warm-up: the median and the\n"
+          "standard deviation, as a table like llama-bench's. First it measures the\n"
+          "backend's copy rate and a large GEMM (cuda: cudaMemcpy and cuBLAS bf16; cpu:\n"
+          "tessera's own f32 kernels) and prints, per test, the bytes/s (tg) or FLOP/s\n"
+          "(pp) the model's size and shape imply, as a fraction of those ceilings.\n"
+          "-p 0 or -n 0 skips that kind of test. The profile's context is set to the\n"
+          "largest depth plus the largest test.\n");
+}
+
+static int usage_error(const char *what, const char *arg) {
+  fprintf(stderr, "tessera bench: %s%s\n(tessera bench --help for usage)\n", what, arg);
+  return TSR_EXIT_USAGE;
+}
+
+/* "N[,N...]": each in [lo, hi]; a lone 0 (when zero_ok) is the empty list. */
+static bool parse_list(const char *s, int64_t lo, int64_t hi, bool zero_ok, struct int_list *l) {
+  l->n = 0;
+  if (zero_ok && !strcmp(s, "0")) return true;
+  char buf[256];
+  if (strlen(s) >= sizeof buf) return false;
+  strcpy(buf, s);
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+    if (l->n == MAX_LIST || !tsr_cli_parse_i64(t, lo, hi, &l->v[l->n++])) return false;
+  return l->n > 0;
+}
+
+static int64_t list_max(const struct int_list *l) {
+  int64_t m = 0;
+  for (int i = 0; i < l->n; i++) m = l->v[i] > m ? l->v[i] : m;
+  return m;
+}
+
+static int parse_args(int argc, char **argv, struct bench_args *a) {
+  a->pp = (struct int_list){{512}, 1};
+  a->tg = (struct int_list){{128}, 1};
+  a->depth = (struct int_list){{0}, 1};
+  a->reps = 5;
+  for (int i = 1; i < argc; i++) {
+    const char *f = argv[i];
+    if (tsr_cli_is_help(f)) {
+      bench_usage(stdout);
+      return TSR_EXIT_OK;
+    }
+    if (f[0] != '-') return usage_error("unexpected argument ", f);
+    if (i + 1 >= argc) return usage_error("a value is missing after ", f);
+    const char *v = argv[++i];
+    int64_t n = 0;
+    bool ok = true;
+    if (!strcmp(f, "-p")) ok = parse_list(v, 1, 1 << 20, true, &a->pp);
+    else if (!strcmp(f, "-n")) ok = parse_list(v, 1, 1 << 20, true, &a->tg);
+    else if (!strcmp(f, "-d")) ok = parse_list(v, 0, 1 << 24, false, &a->depth);
+    else if (!strcmp(f, "-r")) ok = tsr_cli_parse_i64(v, 1, 1000, &a->reps);
+    else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
+    else if (!strcmp(f, "--profile")) a->profile = v;
+    else if (!strcmp(f, "--json")) a->json = v;
+    else if (!strcmp(f, "--threads") || !strcmp(f, "-t"))
+      ok = tsr_cli_parse_i64(v, 1, 4096, &n), a->threads = (int)n;
+    else if (!strcmp(f, "--set")) {
+      if (a->n_sets == MAX_SETS - 1) return usage_error("more than 63 --set", "");
+      a->sets[a->n_sets++] = v;
+    } else return usage_error("unknown option ", f);
+    if (!ok) return usage_error("not a valid value for ", f);
+  }
+  if (!a->model && !a->profile) return usage_error("give -m MODEL.gguf or --profile P", "");
+  if (!a->pp.n && !a->tg.n) return usage_error("-p 0 and -n 0 leave nothing to measure", "");
+  /* first, so a --set context=... given by the user still wins */
+  const int64_t test = list_max(&a->pp) > list_max(&a->tg) ? list_max(&a->pp) : list_max(&a->tg);
+  snprintf(a->ctx_set, sizeof a->ctx_set, "context=%lld", (long long)(list_max(&a->depth) + test));
+  memmove(a->sets + 1, a->sets, (size_t)a->n_sets * sizeof *a->sets);
+  a->sets[0] = a->ctx_set;
+  a->n_sets++;
+  return -1;
+}
+
+/* ---- what a token costs ---------------------------------------------------- */
+
+/* Tables read one row per token (get_rows), not streamed whole by a step. */
+static bool row_table(const struct tsr_gguf *m, const char *name) {
+  if (!strcmp(name, "per_layer_token_embd.weight")) return true;
+  /* tied embeddings are also the output head, read whole */
+  return !strcmp(name, "token_embd.weight") && tsr_gguf_find_tensor(m, "output.weight");
+}
+
+static void cost_of(const struct tsr_setup *s, struct cost *c) {
+  memset(c, 0, sizeof *c);
+  const struct tsr_gguf *m = s->model;
+  const char *arch = NULL;
+  uint32_t n_expert = 0, n_used = 0;
+  char key[160];
+  if (tsr_gguf_get_str(m, "general.architecture", &arch) == TSR_OK) {
+    snprintf(key, sizeof key, "%s.expert_count", arch);
+    if (tsr_gguf_get_u32(m, key, &n_expert) != TSR_OK) n_expert = 0;
+    snprintf(key, sizeof key, "%s.expert_used_count", arch);
+    if (tsr_gguf_get_u32(m, key, &n_used) != TSR_OK) n_used = 0;
+  }
+  for (int64_t i = 0; i < tsr_gguf_n_tensors(m); i++) {
+    const struct tsr_gguf_tensor *t = tsr_gguf_tensor_at(m, i);
+    if (t->n_dims < 2 || row_table(m, t->name)) continue; /* vectors: negligible */
+    double share = 1.0;
+    if (strstr(t->name, "_exps") && n_expert > 0 && n_used > 0) share = (double)n_used / n_expert;
+    c->weight_bytes += share * (double)t->nbytes;
+    c->weight_params += share * (double)t->n_elements;
+  }
+  const struct tsr_memory_plan *p = &s->memory;
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
+    c->kv_cells[k] = p->kv_cells[k];
+    if (k != TSR_LAYER_LINEAR && p->kv_cells[k])
+      c->kv_bytes_per_cell[k] = (double)p->kv[k] / (double)p->kv_cells[k];
+  }
+  if (p->kv_cells[TSR_LAYER_LINEAR])
+    c->state_bytes = (double)p->kv[TSR_LAYER_LINEAR] / (double)p->kv_cells[TSR_LAYER_LINEAR];
+  for (int32_t l = 0; l < s->n_layers; l++) {
+    const struct tsr_arch_layer *L = &s->layers[l];
+    const double per_key = 2.0 * L->n_head * (double)(L->head_dim_k + L->head_dim_v);
+    if (L->kind == TSR_LAYER_FULL) c->attn_flops_per_key += per_key;
+    else if (L->kind == TSR_LAYER_SLIDING) c->swa_flops_per_key += per_key, c->window = L->window;
+  }
+}
+
+/* Keys a token at position pos attends to in a sliding layer. */
+static double swa_keys(const struct cost *c, double pos) {
+  return c->window > 0 && pos + 1 > c->window ? c->window : pos + 1;
+}
+
+/* Bytes a decode step at position pos reads. */
+static double step_bytes(const struct cost *c, double pos) {
+  double b = c->weight_bytes + 2.0 * c->state_bytes;
+  b += c->kv_bytes_per_cell[TSR_LAYER_FULL] * (pos + 1);
+  b += c->kv_bytes_per_cell[TSR_LAYER_SLIDING] * swa_keys(c, pos);
+  return b;
+}
+
+/* FLOPs of a token at position pos (prefill). */
+static double token_flops(const struct cost *c, double pos) {
+  return 2.0 * c->weight_params + c->attn_flops_per_key * (pos + 1) +
+         c->swa_flops_per_key * swa_keys(c, pos);
+}
+
+/* ---- ceilings ------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Median seconds of 5 computes of g after one warm-up. */
+static tsr_status time_graph(struct tsr_backend *be, struct tsr_graph *g, double *s) {
+  double t[5];
+  for (int i = -1; i < 5; i++) {
+    const double t0 = tsr_now_s();
+    tsr_status st = tsr_backend_compute(be, g);
+    if (st != TSR_OK) return st;
+    if (i >= 0) t[i] = tsr_now_s() - t0;
+  }
+  qsort(t, 5, sizeof *t, cmp_double);
+  *s = t[2];
+  return TSR_OK;
+}
+
+/* One planned graph of the core's own op, timed on the backend. */
+static tsr_status own_probe(struct tsr_backend *be, bool gemm, double *rate) {
+  enum { COPY_N = 1 << 26, K = 2048, M = 2048, N = 512 }; /* 256 MiB; 4.3 GFLOP */
+  struct tsr_graph *g = tsr_graph_new(8);
+  if (!g) return tsr_error_set(TSR_ERR_NOMEM, "bench: a probe graph");
+  struct tsr_tensor *out;
+  if (gemm)
+    out = tsr_mat_mul(g, tsr_new_tensor_2d(g, TSR_F32, K, M), tsr_new_tensor_2d(g, TSR_F32, K, N));
+  else
+    out = tsr_cpy(g, tsr_new_tensor_1d(g, TSR_F32, COPY_N), tsr_new_tensor_1d(g, TSR_F32, COPY_N));
+  tsr_graph_mark_output(out);
+  struct tsr_graph_plan plan;
+  void *arena = NULL;
+  tsr_status st = tsr_graph_status(g);
+  if (st == TSR_OK) st = tsr_graph_alloc(g, &plan, &arena);
+  if (st == TSR_OK) memset(arena, 0, plan.arena_bytes); /* finite inputs */
+  double s = 0;
+  if (st == TSR_OK) st = time_graph(be, g, &s);
+  if (st == TSR_OK) *rate = gemm ? 2.0 * K * M * N / s : 2.0 * 4.0 * COPY_N / s;
+  free(arena);
+  tsr_graph_free(g);
+  return st;
+}
+
+static tsr_status ceilings(struct tsr_backend *be, struct tsr_backend_ceilings *c) {
+  memset(c, 0, sizeof *c);
+  tsr_status st = tsr_backend_probe(be, c);
+  if (st != TSR_ERR_UNSUPPORTED) return st;
+  st = own_probe(be, false, &c->copy_bytes_per_s);
+  if (st == TSR_OK) st = own_probe(be, true, &c->gemm_flops);
+  snprintf(c->copy_how, sizeof c->copy_how, "tessera's own f32 copy of 256 MiB (no vendor probe "
+           "on %s)", tsr_backend_name(be));
+  snprintf(c->gemm_how, sizeof c->gemm_how, "tessera's own f32 mat_mul 2048x2048 x 512 (no "
+           "vendor BLAS on %s)", tsr_backend_name(be));
+  return st;
+}
+
+/* ---- the tests ------------------------------------------------------------ */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static void random_tokens(int32_t *t, int64_t n, int32_t n_vocab) {
+  for (int64_t i = 0; i < n; i++) {
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    t[i] = (int32_t)(g_rng % (uint64_t)n_vocab);
+  }
+}
+
+/* Sequence 0 holding exactly `depth` random tokens: the tested tail cut off,
+** or (a model that cannot resume mid-sequence) everything prefilled anew. */
+static tsr_status reset_to(struct tsr_engine *e, int64_t depth, int32_t *tok, float *logits) {
+  if (tsr_engine_seq_len(e, 0) == depth) return TSR_OK;
+  if (tsr_engine_seq_len(e, 0) > depth && tsr_engine_seq_rm(e, 0, (int32_t)depth, -1) == TSR_OK)
+    return TSR_OK;
+  tsr_status st = tsr_engine_seq_rm(e, 0, 0, -1);
+  if (st != TSR_OK || depth == 0) return st;
+  random_tokens(tok, depth, tsr_engine_n_vocab(e));
+  return tsr_engine_eval(e, 0, tok, (int32_t)depth, logits, NULL);
+}
+
+/* Seconds of one run of a test: pp evaluates n tokens in one call, tg n steps. */
+static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int32_t *tok, float *logits,
+                           double *s) {
+  random_tokens(tok, n, tsr_engine_n_vocab(e));
+  const double t0 = tsr_now_s();
+  tsr_status st = TSR_OK;
+  if (pp) st = tsr_engine_eval(e, 0, tok, (int32_t)n, logits, NULL);
+  for (int64_t i = 0; !pp && st == TSR_OK && i < n; i++)
+    st = tsr_engine_eval(e, 0, tok + i, 1, logits, NULL);
+  *s = tsr_now_s() - t0;
+  return st;
+}
+
+static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
+                           const struct tsr_backend_ceilings *ceil, bool pp, int64_t n,
+                           int64_t depth, int64_t reps, int32_t *tok, float *logits,
+                           struct result *r) {
+  double *ts = malloc(sizeof(double) * (size_t)reps), sum = 0, sum2 = 0;
+  if (!ts) return tsr_error_set(TSR_ERR_NOMEM, "bench: %lld repetitions", (long long)reps);
+  tsr_status st = TSR_OK;
+  for (int64_t i = -1; st == TSR_OK && i < reps; i++) { /* -1: the warm-up */
+    double s = 0;
+    st = reset_to(e, depth, tok, logits);
+    if (st == TSR_OK) st = run_once(e, pp, n, tok, logits, &s);
+    if (st == TSR_OK && i >= 0) {
+      ts[i] = (double)n / s;
+      sum += ts[i], sum2 += ts[i] * ts[i];
+    }
+  }
+  if (st == TSR_OK) {
+    qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
+    r->is_pp = pp, r->n_tokens = n, r->depth = depth;
+    r->median_ts = reps % 2 ? ts[reps / 2] : 0.5 * (ts[reps / 2 - 1] + ts[reps / 2]);
+    const double mean = sum / (double)reps;
+    r->sd_ts = reps > 1 ? sqrt(fmax(0.0, (sum2 - reps * mean * mean) / (double)(reps - 1))) : 0;
+    snprintf(r->test, sizeof r->test, "%s%lld", pp ? "pp" : "tg", (long long)n);
+    if (depth) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%lld",
+                        (long long)depth);
+    /* per token, averaged over the positions the test covers */
+    const double mid = (double)depth + 0.5 * (double)(n - 1);
+    r->achieved = pp ? token_flops(c, mid) * r->median_ts : step_bytes(c, mid) * r->median_ts;
+    r->ceiling = pp ? ceil->gemm_flops : ceil->copy_bytes_per_s;
+  }
+  free(ts);
+  return st;
+}
+
+/* ---- output --------------------------------------------------------------- */
+
+static void print_table(const struct tsr_setup *s, const char *backend, const struct cost *c,
+                        const struct result *r, int n) {
+  const char *name = strrchr(s->model_path, '/');
+  name = name ? name + 1 : s->model_path;
+  printf("| %-28s | %10s | %8s | %-7s | %-16s | %20s | %-26s |\n", "model", "size", "params",
+         "backend", "test", "t/s", "achieved (of ceiling)");
+  printf("| %.28s | %.10s | %.8s | %.7s | %.16s | %.20s | %.26s |\n",
+         "----------------------------", "----------", "--------", "-------", "----------------",
+         "--------------------", "--------------------------");
+  for (int i = 0; i < n; i++) {
+    char ach[64];
+    if (r[i].is_pp)
+      snprintf(ach, sizeof ach, "%.2f TFLOP/s (%.1f%%)", r[i].achieved / 1e12,
+               100.0 * r[i].achieved / r[i].ceiling);
+    else
+      snprintf(ach, sizeof ach, "%.1f GB/s (%.1f%%)", r[i].achieved / 1e9,
+               100.0 * r[i].achieved / r[i].ceiling);
+    char ts[48];
+    snprintf(ts, sizeof ts, "%.2f +/- %.2f", r[i].median_ts, r[i].sd_ts);
+    printf("| %-28.28s | %6.2f MiB | %6.2f M | %-7s | %-16s | %20s | %-26s |\n", name,
+           tsr_gguf_file_size(s->model) / 1048576.0, c->weight_params / 1e6, backend, r[i].test,
+           ts, ach);
+  }
+}
+
+static bool write_json(const char *path, const struct tsr_setup *s, const char *backend,
+                       const struct tsr_backend_ceilings *ceil, const struct cost *c,
+                       const struct result *r, int n, int64_t reps) {
+  cJSON *o = cJSON_CreateObject(), *tests = cJSON_CreateArray();
+  cJSON_AddStringToObject(o, "model", s->model_path);
+  cJSON_AddStringToObject(o, "backend", backend);
+  cJSON_AddNumberToObject(o, "model_bytes", (double)tsr_gguf_file_size(s->model));
+  cJSON_AddNumberToObject(o, "active_weight_bytes_per_token", c->weight_bytes);
+  cJSON_AddNumberToObject(o, "active_params", c->weight_params);
+  cJSON_AddNumberToObject(o, "repetitions", (double)reps);
+  cJSON_AddNumberToObject(o, "copy_bytes_per_second", ceil->copy_bytes_per_s);
+  cJSON_AddStringToObject(o, "copy_measured_with", ceil->copy_how);
+  cJSON_AddNumberToObject(o, "gemm_flops", ceil->gemm_flops);
+  cJSON_AddStringToObject(o, "gemm_measured_with", ceil->gemm_how);
+  for (int i = 0; i < n; i++) {
+    cJSON *t = cJSON_CreateObject();
+    cJSON_AddStringToObject(t, "test", r[i].test);
+    cJSON_AddStringToObject(t, "kind", r[i].is_pp ? "pp" : "tg");
+    cJSON_AddNumberToObject(t, "tokens", (double)r[i].n_tokens);
+    cJSON_AddNumberToObject(t, "depth", (double)r[i].depth);
+    cJSON_AddNumberToObject(t, "tokens_per_second_median", r[i].median_ts);
+    cJSON_AddNumberToObject(t, "tokens_per_second_stddev", r[i].sd_ts);
+    cJSON_AddNumberToObject(t, r[i].is_pp ? "flops_per_second" : "bytes_per_second",
+                            r[i].achieved);
+    cJSON_AddNumberToObject(t, "fraction_of_ceiling", r[i].achieved / r[i].ceiling);
+    cJSON_AddItemToArray(tests, t);
+  }
+  cJSON_AddItemToObject(o, "tests", tests);
+  char *text = cJSON_Print(o);
+  cJSON_Delete(o);
+  FILE *f = text ? fopen(path, "w") : NULL;
+  bool ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+  if (f && fclose(f)) ok = false;
+  free(text);
+  return ok;
+}
+
+int tsr_cli_bench(int argc, char **argv) {
+  struct bench_args a = {0};
+  int code = parse_args(argc, argv, &a);
+  if (code >= 0) return code;
+  struct tsr_engine_options eo = {.profile_path = a.profile, .sets = a.sets, .n_sets = a.n_sets,
+                                  .model_path = a.model, .n_threads = a.threads};
+  struct tsr_engine *e = NULL;
+  tsr_status st = tsr_engine_new(&eo, &e);
+  if (st != TSR_OK) {
+    fprintf(stderr, "tessera bench: %s\n", tsr_error_message());
+    tsr_engine_free(e);
+    return st == TSR_ERR_NOMEM ? TSR_EXIT_RUNTIME : TSR_EXIT_USAGE;
+  }
+  const struct tsr_setup *s = tsr_engine_setup(e);
+  struct tsr_backend *be = tsr_engine_backend(e);
+  const char *backend = tsr_backend_name(be);
+  struct cost c;
+  cost_of(s, &c);
+  struct tsr_backend_ceilings ceil;
+  st = ceilings(be, &ceil);
+  if (st == TSR_OK) {
+    printf("ceiling copy: %.1f GB/s (%s)\n", ceil.copy_bytes_per_s / 1e9, ceil.copy_how);
+    printf("ceiling gemm: %.2f TFLOP/s (%s)\n", ceil.gemm_flops / 1e12, ceil.gemm_how);
+    printf("per token: %.2f MiB of weights read, %.2f M active parameters\n\n",
+           c.weight_bytes / 1048576.0, c.weight_params / 1e6);
+  }
+  const int64_t most = list_max(&a.depth) + (list_max(&a.pp) > list_max(&a.tg) ? list_max(&a.pp)
+                                                                               : list_max(&a.tg));
+  int32_t *tok = malloc(sizeof(int32_t) * (size_t)(most > 0 ? most : 1));
+  float *logits = malloc(sizeof(float) * (size_t)tsr_engine_n_vocab(e));
+  struct result r[2 * MAX_LIST * MAX_LIST];
+  int n_r = 0;
+  if (st == TSR_OK && (!tok || !logits)) st = tsr_error_set(TSR_ERR_NOMEM, "bench: token buffers");
+  for (int d = 0; st == TSR_OK && d < a.depth.n; d++) {
+    for (int i = 0; st == TSR_OK && i < a.pp.n; i++)
+      st = run_test(e, &c, &ceil, true, a.pp.v[i], a.depth.v[d], a.reps, tok, logits, &r[n_r++]);
+    for (int i = 0; st == TSR_OK && i < a.tg.n; i++)
+      st = run_test(e, &c, &ceil, false, a.tg.v[i], a.depth.v[d], a.reps, tok, logits, &r[n_r++]);
+  }
+  if (st == TSR_OK) {
+    print_table(s, backend, &c, r, n_r);
+    if (a.json && !write_json(a.json, s, backend, &ceil, &c, r, n_r, a.reps)) {
+      fprintf(stderr, "tessera bench: cannot write %s\n", a.json);
+      code = TSR_EXIT_RUNTIME;
+    }
+  } else {
+    fprintf(stderr, "tessera bench: %s\n", tsr_error_message());
+    code = TSR_EXIT_RUNTIME;
+  }
+  free(tok);
+  free(logits);
+  tsr_engine_free(e);
+  return code == -1 ? TSR_EXIT_OK : code;
+}

@@ -1,0 +1,109 @@
+"""`tessera bench` on the build's tiny random model and three converted fixtures (a hybrid
+with recurrent layers, an iSWA model, a MoE).
+
+usage: test_bench.py TESSERA_BINARY SOURCE_ROOT RANDOM_MODEL.gguf
+Speed itself is not checked here (benchmarks run on the device, docs/PERFORMANCE.md); these
+cases check that every requested test runs and is reported, that the ceilings are measured
+and named, that the cost model follows depth and expert sharing, and that bad flags are
+refused. Prints "ok   name" / "FAIL name" per case.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from cases import case, finish
+
+TESSERA, SOURCE, MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
+TMP = tempfile.mkdtemp(prefix="tsr_bench_")
+FIXTURES = os.path.join(SOURCE, "tests", "reference", "fixtures")
+
+
+def tessera(*args):
+    p = subprocess.run([TESSERA, *args], capture_output=True, timeout=300)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def bench(model, *args):
+    out = os.path.join(TMP, "bench.json")
+    code, text, err = tessera("bench", "-m", model, "--json", out, "--threads", "2", *args)
+    assert code == 0, f"exit {code}; stderr: {err.strip()}"
+    with open(out) as f:
+        return text, json.load(f)
+
+
+def fixture(name):
+    path = os.path.join(TMP, name + ".gguf")
+    if not os.path.exists(path):
+        code, _, err = tessera("convert", os.path.join(FIXTURES, name), path, "--outtype", "f16")
+        assert code == 0, err
+    return path
+
+
+@case
+def test_every_test_and_depth_gets_a_row_and_a_json_entry():
+    text, j = bench(MODEL, "-p", "32,64", "-n", "8", "-d", "0,100", "-r", "3")
+    names = [t["test"] for t in j["tests"]]
+    assert names == ["pp32", "pp64", "tg8", "pp32 @ d100", "pp64 @ d100", "tg8 @ d100"], names
+    for t in j["tests"]:
+        assert t["tokens_per_second_median"] > 0 and t["fraction_of_ceiling"] > 0, t
+        assert t["depth"] == (100 if "@" in t["test"] else 0), t
+        row = [line for line in text.splitlines()
+               if re.search(r"\| " + re.escape(t["test"]) + r"\s+\|", line)]
+        assert len(row) == 1, f"{t['test']}: {row}"
+    assert j["repetitions"] == 3
+
+
+@case
+def test_ceilings_are_measured_and_say_how():
+    text, j = bench(MODEL, "-p", "16", "-n", "0", "-r", "1")
+    assert j["copy_bytes_per_second"] > 1e8 and j["gemm_flops"] > 1e8, j
+    assert "own f32" in j["copy_measured_with"] and "no vendor" in j["gemm_measured_with"], j
+    assert re.search(r"^ceiling copy: [0-9.]+ GB/s", text, re.M), text
+    assert [t["kind"] for t in j["tests"]] == ["pp"]
+
+
+@case
+def test_a_decode_step_reads_more_at_depth_by_the_kv_it_attends():
+    _, j = bench(MODEL, "-p", "0", "-n", "4", "-d", "0,200", "-r", "2")
+    per_token = [t["bytes_per_second"] / t["tokens_per_second_median"] for t in j["tests"]]
+    assert per_token[0] >= j["active_weight_bytes_per_token"], (per_token, j)
+    assert per_token[1] > per_token[0], per_token
+
+
+@case
+def test_a_model_with_recurrent_layers_is_refilled_between_repetitions():
+    _, j = bench(fixture("qwen3_5"), "-p", "16", "-n", "4", "-d", "24", "-r", "2")
+    assert [t["test"] for t in j["tests"]] == ["pp16 @ d24", "tg4 @ d24"], j["tests"]
+
+
+@case
+def test_sliding_layers_and_experts():
+    _, j = bench(fixture("gemma4_dense"), "-p", "16", "-n", "4", "-d", "0,40", "-r", "2")
+    assert len(j["tests"]) == 4
+    _, moe = bench(fixture("qwen3_moe_norm"), "-p", "8", "-n", "2", "-r", "1")
+    # a token reads only its share of the experts
+    assert moe["active_weight_bytes_per_token"] < 0.9 * moe["model_bytes"], moe
+
+
+@case
+def test_bad_flags_are_refused_naming_them():
+    for args, needle in ((["-p", "0", "-n", "0"], "nothing to measure"), (["-p", "x"], "-p"),
+                         (["-r", "0"], "-r"), (["-d", "-5"], "-d"), (["--bogus", "1"], "--bogus"),
+                         (["-n", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"], "-n")):
+        code, _, err = tessera("bench", "-m", MODEL, *args)
+        assert code == 2 and needle in err, f"{args}: exit {code}: {err}"
+    code, _, err = tessera("bench", "-p", "8")
+    assert code == 2 and "-m MODEL.gguf or --profile" in err, err
+    code, _, err = tessera("bench", "-m", os.path.join(TMP, "missing.gguf"))
+    assert code == 2 and "missing.gguf" in err, err
+
+
+@case
+def test_help_exits_0():
+    code, out, _ = tessera("bench", "--help")
+    assert code == 0 and "usage: tessera bench" in out, out
+
+
+finish()

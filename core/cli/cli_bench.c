@@ -28,7 +28,6 @@
 #include "error.h"
 #include "kv_cache.h"
 
-#define MAX_SETS 64
 #define MAX_LIST 16
 
 struct int_list {
@@ -37,9 +36,8 @@ struct int_list {
 };
 
 struct bench_args {
-  const char *model, *profile, *json;
-  const char *sets[MAX_SETS + 1];
-  int n_sets, threads;
+  struct tsr_cli_engine_args eng;
+  const char *json;
   struct int_list pp, tg, depth;
   int64_t reps;
   char ctx_set[40];
@@ -116,31 +114,24 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
     if (f[0] != '-') return usage_error("unexpected argument ", f);
     if (i + 1 >= argc) return usage_error("a value is missing after ", f);
     const char *v = argv[++i];
-    int64_t n = 0;
+    const int common = tsr_cli_engine_flag(&a->eng, f, v);
+    if (common < 0) return usage_error("not a valid value for ", f);
+    if (common) continue;
     bool ok = true;
     if (!strcmp(f, "-p")) ok = parse_list(v, 1, 1 << 20, true, &a->pp);
     else if (!strcmp(f, "-n")) ok = parse_list(v, 1, 1 << 20, true, &a->tg);
     else if (!strcmp(f, "-d")) ok = parse_list(v, 0, 1 << 24, false, &a->depth);
     else if (!strcmp(f, "-r")) ok = tsr_cli_parse_i64(v, 1, 1000, &a->reps);
-    else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
-    else if (!strcmp(f, "--profile")) a->profile = v;
     else if (!strcmp(f, "--json")) a->json = v;
-    else if (!strcmp(f, "--threads") || !strcmp(f, "-t"))
-      ok = tsr_cli_parse_i64(v, 1, 4096, &n), a->threads = (int)n;
-    else if (!strcmp(f, "--set")) {
-      if (a->n_sets == MAX_SETS - 1) return usage_error("more than 63 --set", "");
-      a->sets[a->n_sets++] = v;
-    } else return usage_error("unknown option ", f);
+    else return usage_error("unknown option ", f);
     if (!ok) return usage_error("not a valid value for ", f);
   }
-  if (!a->model && !a->profile) return usage_error("give -m MODEL.gguf or --profile P", "");
+  if (!a->eng.model && !a->eng.profile)
+    return usage_error("give -m MODEL.gguf or --profile P", "");
   if (!a->pp.n && !a->tg.n) return usage_error("-p 0 and -n 0 leave nothing to measure", "");
-  /* first, so a --set context=... given by the user still wins */
   const int64_t test = list_max(&a->pp) > list_max(&a->tg) ? list_max(&a->pp) : list_max(&a->tg);
   snprintf(a->ctx_set, sizeof a->ctx_set, "context=%lld", (long long)(list_max(&a->depth) + test));
-  memmove(a->sets + 1, a->sets, (size_t)a->n_sets * sizeof *a->sets);
-  a->sets[0] = a->ctx_set;
-  a->n_sets++;
+  tsr_cli_engine_preset(&a->eng, a->ctx_set);
   return -1;
 }
 
@@ -404,8 +395,9 @@ int tsr_cli_bench(int argc, char **argv) {
   struct bench_args a = {0};
   int code = parse_args(argc, argv, &a);
   if (code >= 0) return code;
-  struct tsr_engine_options eo = {.profile_path = a.profile, .sets = a.sets, .n_sets = a.n_sets,
-                                  .model_path = a.model, .n_threads = a.threads};
+  struct tsr_engine_options eo = {.profile_path = a.eng.profile, .sets = a.eng.sets,
+                                  .n_sets = a.eng.n_sets, .model_path = a.eng.model,
+                                  .n_threads = a.eng.threads};
   struct tsr_engine *e = NULL;
   tsr_status st = tsr_engine_new(&eo, &e);
   if (st != TSR_OK) {

@@ -21,7 +21,6 @@
 #include "logprobs.h"
 #include "ruler.h"
 
-#define MAX_SETS 64
 
 /* The prompt text of an item: chat-rendered user message then the answer
 ** prefix, or (no template) the message, a space and the prefix, the raw
@@ -212,9 +211,8 @@ static void ruler_usage(FILE *f) {
 }
 
 struct ruler_args {
-  const char *model, *profile, *json, *chat_template;
-  const char *sets[MAX_SETS + 1];
-  int n_sets, threads;
+  struct tsr_cli_engine_args eng;
+  const char *json, *chat_template;
   char ctx_set[32];
   struct tsr_ruler_opts o;
   bool has_task;
@@ -238,6 +236,9 @@ static int parse_args(int argc, char **argv, struct ruler_args *a) {
     if (f[0] != '-') return usage_error("unexpected argument ", f);
     if (i + 1 >= argc) return usage_error("a value is missing after ", f);
     const char *v = argv[++i];
+    const int common = tsr_cli_engine_flag(&a->eng, f, v);
+    if (common < 0) return usage_error("not a valid value for ", f);
+    if (common) continue;
     int64_t n = 0;
     bool ok = true;
     if (!strcmp(f, "--task")) {
@@ -246,26 +247,17 @@ static int parse_args(int argc, char **argv, struct ruler_args *a) {
     } else if (!strcmp(f, "--ctx")) ok = tsr_cli_parse_i64(v, 16, 1 << 24, &a->o.ctx);
     else if (!strcmp(f, "--n")) ok = tsr_cli_parse_i64(v, 1, 1 << 20, &a->o.n);
     else if (!strcmp(f, "--seed")) ok = tsr_cli_parse_i64(v, 0, INT64_MAX, &n), a->o.seed = (uint64_t)n;
-    else if (!strcmp(f, "-m") || !strcmp(f, "--model")) a->model = v;
-    else if (!strcmp(f, "--profile")) a->profile = v;
     else if (!strcmp(f, "--json")) a->json = v;
     else if (!strcmp(f, "--chat-template")) a->chat_template = v;
-    else if (!strcmp(f, "--threads") || !strcmp(f, "-t"))
-      ok = tsr_cli_parse_i64(v, 1, 4096, &n), a->threads = (int)n;
-    else if (!strcmp(f, "--set")) {
-      if (a->n_sets == MAX_SETS - 1) return usage_error("more than 63 --set", "");
-      a->sets[a->n_sets++] = v;
-    } else return usage_error("unknown option ", f);
+    else return usage_error("unknown option ", f);
     if (!ok) return usage_error("not a valid value for ", f);
   }
   if (!a->has_task || !a->o.ctx || !a->o.n) return usage_error("give --task, --ctx and --n", "");
-  if (!a->model && !a->profile) return usage_error("give -m MODEL.gguf or --profile P", "");
+  if (!a->eng.model && !a->eng.profile)
+    return usage_error("give -m MODEL.gguf or --profile P", "");
   if (!a->o.chat && a->chat_template) return usage_error("--chat-template with --no-chat", "");
-  /* first, so a --set context=... given by the user still wins */
   snprintf(a->ctx_set, sizeof a->ctx_set, "context=%lld", (long long)a->o.ctx);
-  memmove(a->sets + 1, a->sets, (size_t)a->n_sets * sizeof *a->sets);
-  a->sets[0] = a->ctx_set;
-  a->n_sets++;
+  tsr_cli_engine_preset(&a->eng, a->ctx_set);
   return -1;
 }
 
@@ -292,8 +284,9 @@ int tsr_cli_ruler(int argc, char **argv) {
   if (code >= 0) return code;
   code = TSR_EXIT_OK;
   a.o.json_items = a.json != NULL;
-  struct tsr_engine_options eo = {.profile_path = a.profile, .sets = a.sets, .n_sets = a.n_sets,
-                                  .model_path = a.model, .n_threads = a.threads};
+  struct tsr_engine_options eo = {.profile_path = a.eng.profile, .sets = a.eng.sets,
+                                  .n_sets = a.eng.n_sets, .model_path = a.eng.model,
+                                  .n_threads = a.eng.threads};
   struct tsr_engine *e = NULL;
   struct tsr_tokenizer *tok = NULL;
   struct tsr_ruler_result r = {0};
@@ -319,7 +312,7 @@ int tsr_cli_ruler(int argc, char **argv) {
       cJSON_AddNumberToObject(o, "n", (double)r.n);
       cJSON_AddNumberToObject(o, "seed", (double)a.o.seed);
       cJSON_AddStringToObject(o, "model", s->model_path);
-      if (a.profile) cJSON_AddStringToObject(o, "profile", a.profile);
+      if (a.eng.profile) cJSON_AddStringToObject(o, "profile", a.eng.profile);
       cJSON_AddBoolToObject(o, "chat", a.o.chat);
       cJSON_AddNumberToObject(o, "accuracy", acc);
       cJSON_AddNumberToObject(o, "prefill_tokens_per_second",

@@ -7,8 +7,9 @@
 ** rotation. prepare_k rotates each new key at p mod C with the arch's own
 ** rotation, and that is what the KV cache stores; build rotates q at its
 ** three band positions with the same rotation and runs the fused kernel
-** (dca_cpu.c on the cpu, cuda/dca_cuda.cu on cuda). A context shift re-rotates every moved key by its own delta
-** ((p + d) mod C - p mod C), or needs none when d is a multiple of C.
+** (dca_cpu.c on the cpu, cuda/dca_cuda.cu on cuda). A context shift
+** re-rotates every moved key by its own delta ((p + d) mod C - p mod C), or
+** needs none when d is a multiple of C.
 **
 ** Full-attention layers only: sliding-window layers never see past their
 ** window, so a profile keeps flash there (attention: {full: dca, sliding: flash}).

@@ -5,16 +5,17 @@ real head_dim; q width 512 = H), SwiGLU FFN 1536, q/k RMSNorm, RoPE theta 1e4 ov
 dims (a base suited to the 2048-token context), tied embeddings, vocabulary 4096.
 
 gemma4 (Gemma4ForCausalLM, gemma4_text): H 384, 8 layers [s, s, s, full] x 2 (sliding window
-512), sliding layers 2 q heads / 1 kv head of head_dim 256 with RoPE theta 1e4 over all dims;
-full layers 2 q heads / 1 kv head of global_head_dim 512 with attention_k_eq_v (no v_proj: V
-is the raw k_proj output) and proportional RoPE theta 1e6 over a quarter of the dims, as the
-released Gemma 4 checkpoints; GELU-tanh FFN 1152, final logit softcap 30, sqrt(H) embedding
+512 unless train.py --window), sliding layers 2 q heads / 1 kv head of head_dim 256 with RoPE
+theta 1e4 over all dims; full layers 2 q heads / 1 kv head of global_head_dim 512 with
+attention_k_eq_v (no v_proj: V is the raw k_proj output) and proportional RoPE theta 1e6 over
+a quarter of the dims, as the released Gemma 4 checkpoints; GELU-tanh FFN 1152, final logit softcap 30, sqrt(H) embedding
 scale, attention scale 1, tied embeddings, no per-layer inputs, vocabulary 4096.
 
 `tiny` keeps every head dim and layer kind and shrinks the rest, for the CPU check.
 """
 
 CTX = 2048
+WINDOW = 512  # gemma4's sliding window (train.py --window)
 VOCAB = 4096
 GEMMA_LAYERS = ["sliding_attention"] * 3 + ["full_attention"]
 
@@ -32,7 +33,7 @@ SHAPES = {
 }
 
 
-def config(kind, size, tok):
+def config(kind, size, tok, window=WINDOW):
     """The transformers config of a model; token ids come from its tokenizer."""
     shape = dict(SHAPES[(kind, size)])
     if kind == "qwen3":
@@ -48,7 +49,7 @@ def config(kind, size, tok):
 
     return Gemma4TextConfig(
         vocab_size=VOCAB, head_dim=256, global_head_dim=512, attention_k_eq_v=True,
-        sliding_window=512, final_logit_softcapping=30.0, max_position_embeddings=CTX,
+        sliding_window=window, final_logit_softcapping=30.0, max_position_embeddings=CTX,
         rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh", hidden_size_per_layer_input=0,
         vocab_size_per_layer_input=VOCAB, tie_word_embeddings=True,
         rope_parameters={
@@ -66,7 +67,7 @@ def model_class(kind):
     return transformers.Qwen3ForCausalLM if kind == "qwen3" else transformers.Gemma4ForCausalLM
 
 
-def build(kind, size, tok, seed):
+def build(kind, size, tok, seed, window=WINDOW):
     """A freshly initialised model from a fixed seed: transformers' own init (normal, std
     0.02), except Gemma's q_norm/k_norm scales, which start at head_dim^-1/4 instead of 1.
 
@@ -80,7 +81,7 @@ def build(kind, size, tok, seed):
     import torch
 
     torch.manual_seed(seed)
-    cfg = config(kind, size, tok)
+    cfg = config(kind, size, tok, window)
     model = model_class(kind)._from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
     if kind == "gemma4":
         with torch.no_grad():

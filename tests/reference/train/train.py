@@ -113,7 +113,7 @@ def lr_at(step, a):
 
 CALIBRATE = (10, 40)  # --steps 0: the steps whose time sizes the schedule
 RUN_KEYS = ("model", "size", "seed", "steps", "batch", "lr", "warmup", "lr_min_ratio",
-            "weight_decay", "ctx")
+            "weight_decay", "ctx", "window")
 
 
 def val_loss(model, val_tokens, prefix, ctx, n_windows, device, amp):
@@ -156,7 +156,7 @@ def cmd_train(a):
     out.mkdir(parents=True, exist_ok=True)
     ckpt.mkdir(parents=True, exist_ok=True)
     tok = AutoTokenizer.from_pretrained(str(prep / a.model))
-    model = models.build(a.model, a.size, tok, a.seed).to(device)
+    model = models.build(a.model, a.size, tok, a.seed, a.window).to(device)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay},
@@ -414,6 +414,9 @@ def main():
     p.add_argument("--batch", type=int, default=48, help="rows of ctx tokens per step")
     p.add_argument("--micro", type=int, default=0, help="rows per forward (default: batch)")
     p.add_argument("--ctx", type=int, default=models.CTX)
+    p.add_argument("--window", type=int, default=models.WINDOW,
+                   help="gemma4: the sliding layers' window (a short one leaves retrieval past it "
+                   "to the full layers)")
     p.add_argument("--lr", type=float, default=1.5e-3)
     p.add_argument("--lr-min-ratio", type=float, default=0.1)
     p.add_argument("--warmup", type=int, default=100)

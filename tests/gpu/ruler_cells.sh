@@ -9,7 +9,8 @@
 # One line per cell is appended to OUT_TSV as soon as it finishes (model, task, ctx,
 # multiple, attention, n, accuracy %, prefill tok/s, seconds), so a call that runs
 # out of time keeps what it measured. DEADLINE_S (default 480): no cell starts later;
-# BACKEND (cuda): the backend the cells run on; UBATCH (2048): tokens per prefill pass
+# ATTNS ("flash dca"): which of the two to run; BACKEND (cuda): the backend the cells run on;
+# UBATCH (2048): tokens per prefill pass
 # (the tiled attention kernel fills the GPU with 32-query blocks of every head).
 set -uo pipefail
 if [ $# -lt 6 ]; then sed -n '2,13p' "$0"; exit 2; fi
@@ -27,7 +28,7 @@ for spec in $models; do
   [ "$spec" != "$model" ] && trained=${spec#*:}
   for mult in $mults; do
     for task in $tasks; do
-      for attn in flash dca; do
+      for attn in ${ATTNS:-flash dca}; do
         if [ $SECONDS -ge $deadline ]; then
           echo "deadline: $(basename "$model") $task ${mult}x $attn and later cells not started"
           continue

@@ -13,7 +13,7 @@
 # UBATCH (2048): tokens per prefill pass
 # (the tiled attention kernel fills the GPU with 32-query blocks of every head).
 set -uo pipefail
-if [ $# -lt 6 ]; then sed -n '2,13p' "$0"; exit 2; fi
+if [ $# -lt 6 ]; then sed -n '2,14p' "$0"; exit 2; fi
 b=$(cd "$1" && pwd) tsv=$2 n=$3 models=$4 tasks=$5 mults=$6
 deadline=$((SECONDS + ${DEADLINE_S:-480}))
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do

@@ -147,15 +147,12 @@ static bool row_table(const struct tsr_gguf *m, const char *name) {
 static void cost_of(const struct tsr_setup *s, struct cost *c) {
   memset(c, 0, sizeof *c);
   const struct tsr_gguf *m = s->model;
-  const char *arch = NULL;
   uint32_t n_expert = 0, n_used = 0;
   char key[160];
-  if (tsr_gguf_get_str(m, "general.architecture", &arch) == TSR_OK) {
-    snprintf(key, sizeof key, "%s.expert_count", arch);
-    if (tsr_gguf_get_u32(m, key, &n_expert) != TSR_OK) n_expert = 0;
-    snprintf(key, sizeof key, "%s.expert_used_count", arch);
-    if (tsr_gguf_get_u32(m, key, &n_used) != TSR_OK) n_used = 0;
-  }
+  snprintf(key, sizeof key, "%s.expert_count", s->arch_name);
+  if (tsr_gguf_get_u32(m, key, &n_expert) != TSR_OK) n_expert = 0;
+  snprintf(key, sizeof key, "%s.expert_used_count", s->arch_name);
+  if (tsr_gguf_get_u32(m, key, &n_used) != TSR_OK) n_used = 0;
   for (int64_t i = 0; i < tsr_gguf_n_tensors(m); i++) {
     const struct tsr_gguf_tensor *t = tsr_gguf_tensor_at(m, i);
     if (t->n_dims < 2 || row_table(m, t->name)) continue; /* vectors: negligible */

@@ -6,10 +6,11 @@
 ** positions (negative kv_pos = empty cell, causal, sliding window), softcap
 ** before the mask; a query that sees no key gives zeros.
 **
-** Prefill (16 queries or more, head dims up to 256) goes through the tiled
-** kernel of tessera/cuda_attn_tile.cuh, which stages each K/V tile once per
-** 32 queries. Otherwise a block of four warps takes one (query, q head) and a
-** range of the keys; each warp walks every fourth key of the range with its own running max,
+** Prefill and decode go through the tiled kernel of tessera/cuda_attn_tile.cuh
+** (K/V tiles staged once per block of rows of one KV head's group, keys split
+** over blocks when rows are few). Where positions are not one strided run
+** (or that kernel cannot launch), a block of four warps takes one (query, q
+** head) and a range of the keys; each warp walks every fourth key of the range with its own running max,
 ** sum and accumulator (lanes hold head dims lane, lane+32, ...), the warps
 ** merge in shared memory at the end. When queries x heads are too few to
 ** fill the GPU (decode), the keys are split over several blocks whose
@@ -27,7 +28,6 @@
 #define FA_WARPS 4
 #define FA_REG (CU_ATTN_MAX_D / 32)
 #define FA_MIN_KEYS_PER_SPLIT 256
-#define FA_TILE_MIN_QUERIES 16 /* prefill: the tiled kernel; fewer: split-KV below */
 
 struct fa_shape {
   int64_t D, Dv, Nq, Hq, Nkv, group;
@@ -190,34 +190,42 @@ __global__ void k_flash_combine(cu_t dst, fa_shape s, const float *part) {
   }
 }
 
+/* The shared tiled kernel's arguments (tessera/cuda_attn_tile.cuh), planned;
+** false when it does not apply (positions not one strided run). */
+static bool tile_args(const cu_t *dst, const cu_attn *a, const fa_shape &s, int n_sm,
+                      tsr_tile_args *t, size_t *part_bytes) {
+  if (s.D > TSR_TILE_MAX_D || s.Dv > TSR_TILE_MAX_D || (a->q_pos.p && !s.qps) ||
+      (a->kv_pos.p && !s.kvps))
+    return false;
+  *t = tsr_tile_args{};
+  t->q = a->q.p, t->q_row = a->q.nb[1], t->q_head = a->q.nb[2], t->q_nb0 = a->q.nb[0];
+  t->k = a->k.p, t->k_type = a->k.type, t->k_nb0 = a->k.nb[0], t->k_nb1 = a->k.nb[1];
+  t->k_nb2 = a->k.nb[2];
+  t->v = a->v.p, t->v_type = a->v.type, t->v_nb0 = a->v.nb[0], t->v_nb1 = a->v.nb[1];
+  t->v_nb2 = a->v.nb[2];
+  t->q_pos = a->q_pos.p, t->q_pos_nb0 = s.qps, t->kv_pos = a->kv_pos.p, t->kv_pos_nb0 = s.kvps;
+  t->mask = a->mask.p, t->mask_f16 = a->mask.type == T_F16, t->mask_nb0 = a->mask.nb[0];
+  t->mask_nb1 = a->mask.nb[1];
+  t->dst = dst->p, t->dst_row = dst->nb[2], t->dst_head = dst->nb[1], t->dst_nb0 = dst->nb[0];
+  t->D = s.D, t->Dv = s.Dv, t->Nq = s.Nq, t->Hq = s.Hq, t->Nkv = s.Nkv, t->group = s.group;
+  t->scale = a->scale, t->softcap = a->softcap, t->causal = a->causal, t->window = a->window;
+  t->n_bands = 1;
+  *part_bytes = tsr_tile_attn_plan(t, n_sm);
+  return true;
+}
+
+/* Scratch for the tiled kernel's split partials, or, where it does not apply or
+** cannot launch, for the per-query kernel's: enough for either. */
 extern "C" size_t cu_flash_attn_scratch(const cu_t *dst, const cu_attn *a, int n_sm) {
   fa_shape s;
   fa_plan(dst, a, n_sm, &s);
-  if (s.splits == 1) return 0;
-  return (size_t)(s.Nq * s.Hq) * (size_t)s.splits * (size_t)(s.Dv + 2) * sizeof(float);
-}
-
-/* Prefill through the shared tiled kernel (tessera/cuda_attn_tile.cuh): 32
-** queries per block, K and V staged once per block. Returns false when it does
-** not apply (few queries, head dims past 256, positions not one strided run). */
-static bool flash_tiled(cu_stream st, const cu_t *dst, const cu_attn *a, const fa_shape &s) {
-  if (s.Nq < FA_TILE_MIN_QUERIES || s.D > TSR_TILE_MAX_D || s.Dv > TSR_TILE_MAX_D ||
-      (a->q_pos.p && !s.qps) || (a->kv_pos.p && !s.kvps))
-    return false;
-  tsr_tile_args t = {};
-  t.q = a->q.p, t.q_row = a->q.nb[1], t.q_head = a->q.nb[2], t.q_nb0 = a->q.nb[0];
-  t.k = a->k.p, t.k_type = a->k.type, t.k_nb0 = a->k.nb[0], t.k_nb1 = a->k.nb[1];
-  t.k_nb2 = a->k.nb[2];
-  t.v = a->v.p, t.v_type = a->v.type, t.v_nb0 = a->v.nb[0], t.v_nb1 = a->v.nb[1];
-  t.v_nb2 = a->v.nb[2];
-  t.q_pos = a->q_pos.p, t.q_pos_nb0 = s.qps, t.kv_pos = a->kv_pos.p, t.kv_pos_nb0 = s.kvps;
-  t.mask = a->mask.p, t.mask_f16 = a->mask.type == T_F16, t.mask_nb0 = a->mask.nb[0];
-  t.mask_nb1 = a->mask.nb[1];
-  t.dst = dst->p, t.dst_row = dst->nb[2], t.dst_head = dst->nb[1], t.dst_nb0 = dst->nb[0];
-  t.D = s.D, t.Dv = s.Dv, t.Nq = s.Nq, t.Hq = s.Hq, t.Nkv = s.Nkv, t.group = s.group;
-  t.scale = a->scale, t.softcap = a->softcap, t.causal = a->causal, t.window = a->window;
-  t.n_bands = 1;
-  return tsr_tile_attn_launch(&t, (cudaStream_t)st) == cudaSuccess;
+  const size_t own = s.splits == 1 ? 0
+                                   : (size_t)(s.Nq * s.Hq) * (size_t)s.splits *
+                                         (size_t)(s.Dv + 2) * sizeof(float);
+  tsr_tile_args t;
+  size_t tiled = 0;
+  if (!tile_args(dst, a, s, n_sm, &t, &tiled)) tiled = 0;
+  return own > tiled ? own : tiled;
 }
 
 extern "C" int cu_flash_attn(cu_stream st, const cu_t *dst, const cu_attn *a, void *scratch,
@@ -225,7 +233,12 @@ extern "C" int cu_flash_attn(cu_stream st, const cu_t *dst, const cu_attn *a, vo
   fa_shape s;
   fa_plan(dst, a, n_sm, &s);
   if (s.D > CU_ATTN_MAX_D || s.Dv > CU_ATTN_MAX_D) return (int)cudaErrorInvalidValue;
-  if (flash_tiled(st, dst, a, s)) return (int)cudaGetLastError();
+  tsr_tile_args t;
+  size_t part = 0;
+  if (tile_args(dst, a, s, n_sm, &t, &part)) {
+    t.part = (float *)scratch;
+    if (tsr_tile_attn_launch(&t, (cudaStream_t)st) == cudaSuccess) return (int)cudaSuccess;
+  }
   const dim3 grid((unsigned)(s.Nq * s.Hq), (unsigned)s.splits);
   k_flash_attn<<<grid, 32 * FA_WARPS, 0, st>>>(*dst, *a, s, (float *)scratch);
   if (s.splits > 1) k_flash_combine<<<(unsigned)(s.Nq * s.Hq), 128, 0, st>>>(*dst, s, (float *)scratch);

@@ -1,22 +1,27 @@
 /*
-** A tiled attention kernel for prefill on the GPU, shared by the core's flash
-** and attention plugins (attn_dca): a block takes 32 queries of one q head,
-** stages 32 keys at a time in shared memory as f32 (each K/V element decoded
-** once per block, not once per query: dq_rt, tessera/cuda_quant.cuh) and runs
-** one online softmax per query. Lanes own keys for the logits and head dims
-** for the output, so every step is a plain FMA over shared memory.
+** The tiled attention kernel of the GPU, shared by the core's flash and
+** attention plugins (attn_dca), for prefill and decode alike.
+**
+** A block takes a tile of rows of one KV head, a row being one (query, q head
+** of that KV head's group), and one range of the keys: it stages 32 keys at a
+** time in shared memory as f32 (each K/V element decoded once per block, by
+** dq_rt of tessera/cuda_quant.cuh) and runs one online softmax per row. Lanes
+** own keys for the logits and head dims for the output, so every step is a
+** plain FMA over shared memory, and the q heads of a group share every K/V
+** tile they read. When rows are too few to fill the GPU (decode), the keys are
+** split over several blocks whose partial (max, sum, accumulator) a second
+** kernel merges.
 **
 ** Bands: with n_bands 3 (Dual Chunk Attention) a key picks the query rotation
 ** of its band from its absolute position (intra kp >= nC, successive
 ** (n-1)C <= kp < nC, inter below); with 1 band every key uses the one query
 ** row. A key is hidden by an empty cell (kv_pos < 0), the future (causal),
-** the window, or a -inf mask; a key tile hidden from every query of the block
-** is skipped whole. A query that sees no key gives zeros, never NaN.
+** the window, or a -inf mask; a key tile hidden from every row of the block is
+** skipped whole. A row that sees no key gives zeros, never NaN.
 **
-** Head dims up to 512: 32 queries per block up to 256, 16 past that so three
-** bands of query rows and the K and V tiles fit the 227 KB of shared memory
-** an sm_90 block may have (the caller keeps its own kernel where a launch
-** fails).
+** Head dims up to 512. Prefill tiles hold 32 rows (16 past head dim 256, so
+** three bands of rows and the K and V tiles fit the 227 KB of shared memory an
+** sm_90 block may have); decode tiles hold 8.
 */
 #ifndef TESSERA_CUDA_ATTN_TILE_CUH
 #define TESSERA_CUDA_ATTN_TILE_CUH
@@ -30,6 +35,7 @@
 #define TSR_TILE_WARPS 4
 #define TSR_TILE_K 32
 #define TSR_TILE_MAX_D 512
+#define TSR_TILE_MIN_KEYS_PER_SPLIT 256
 
 struct tsr_tile_args {
   /* query row (band b, query i, head h) at q + b*q_band + i*q_row + h*q_head; f32 */
@@ -50,14 +56,44 @@ struct tsr_tile_args {
   float scale, softcap;
   int32_t causal, window;
   int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
+  /* set by tsr_tile_attn_plan */
+  int32_t qpw, splits;
+  int64_t per_split;
+  float *part; /* splits > 1: [Nq * Hq][splits][Dv + 2] partial states, the caller's */
 };
 
-/* Dynamic shared memory bytes of a launch with QPW queries per warp: query
-** rows per band, K and V tiles, key positions. */
-static inline size_t tsr_tile_smem(const struct tsr_tile_args *a, int qpw) {
-  return sizeof(float) * ((size_t)a->n_bands * TSR_TILE_WARPS * qpw * (size_t)a->D +
+/* Queries per warp: 8 rows for prefill (4 past head dim 256), 2 for decode. */
+static inline int tsr_tile_qpw(const struct tsr_tile_args *a) {
+  if (a->Nq * a->group < 32) return 2;
+  return (a->D > a->Dv ? a->D : a->Dv) > 256 ? 4 : 8;
+}
+
+/* Dynamic shared memory of a launch: query rows per band, K and V tiles, key
+** positions. */
+static inline size_t tsr_tile_smem(const struct tsr_tile_args *a) {
+  return sizeof(float) * ((size_t)a->n_bands * TSR_TILE_WARPS * a->qpw * (size_t)a->D +
                           TSR_TILE_K * (size_t)(a->D + 1) + TSR_TILE_K * (size_t)a->Dv) +
          sizeof(int32_t) * TSR_TILE_K;
+}
+
+/* Picks the row tile and the key splits for n_sm multiprocessors; returns the
+** bytes of a->part the launch needs (0: none). */
+static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
+  a->qpw = tsr_tile_qpw(a);
+  const int64_t rows = TSR_TILE_WARPS * a->qpw;
+  const int64_t units = (a->Nq * a->group + rows - 1) / rows * (a->Hq / a->group);
+  const int64_t want = 2 * (int64_t)(n_sm > 0 ? n_sm : 132);
+  int64_t splits = (want + units - 1) / units;
+  const int64_t most = (a->Nkv + TSR_TILE_MIN_KEYS_PER_SPLIT - 1) / TSR_TILE_MIN_KEYS_PER_SPLIT;
+  if (splits > most) splits = most;
+  if (splits < 1) splits = 1;
+  a->per_split = (a->Nkv + splits - 1) / splits;
+  if (a->per_split < 1) a->per_split = 1;
+  a->splits = (int32_t)((a->Nkv + a->per_split - 1) / a->per_split);
+  if (a->splits < 1) a->splits = 1;
+  return a->splits > 1 ? sizeof(float) * (size_t)(a->Nq * a->Hq) * (size_t)a->splits *
+                             (size_t)(a->Dv + 2)
+                       : 0;
 }
 
 __device__ static inline int32_t tsr_tile_pos(const char *p, int64_t nb0, int64_t i) {
@@ -70,63 +106,67 @@ __device__ static inline float tsr_tile_gain(int32_t p, int32_t from) {
   return (float)(f * f);
 }
 
-/* VREG: output values per lane (Dv <= 32 VREG); QPW: queries per warp.
-** grid (ceil(Nq / (4 QPW)), Hq), 128 threads. */
+/* VREG: output values per lane (Dv <= 32 VREG); QPW: rows per warp.
+** grid (row tiles of one KV head, KV heads, key splits), 128 threads. */
 template <int VREG, int QPW>
 __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_args a) {
-  constexpr int TILE_Q = TSR_TILE_WARPS * QPW;
+  constexpr int TILE_R = TSR_TILE_WARPS * QPW;
   extern __shared__ float tsr_tile_smem_f[];
   const int64_t D = a.D, Dv = a.Dv, Dk = a.D + 1; /* K rows padded: lanes read column d */
-  float *qs = tsr_tile_smem_f;                     /* [bands][TILE_Q][D] */
-  float *ks = qs + (size_t)a.n_bands * TILE_Q * D; /* [TILE_K][D + 1] */
+  float *qs = tsr_tile_smem_f;                     /* [bands][TILE_R][D] */
+  float *ks = qs + (size_t)a.n_bands * TILE_R * D; /* [TILE_K][D + 1] */
   float *vs = ks + TSR_TILE_K * Dk;                 /* [TILE_K][Dv] */
   int32_t *kpos = reinterpret_cast<int32_t *>(vs + TSR_TILE_K * Dv);
   __shared__ int32_t tile_live, q_max;
 
-  const int64_t h = blockIdx.y, hk = h / a.group, i0 = (int64_t)blockIdx.x * TILE_Q;
+  const int64_t hk = blockIdx.y, r0 = (int64_t)blockIdx.x * TILE_R, G = a.group;
+  const int64_t n_rows = a.Nq * G - r0 < TILE_R ? a.Nq * G - r0 : TILE_R;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t nq = a.Nq - i0 < TILE_Q ? a.Nq - i0 : TILE_Q;
+  const int64_t j_lo = (int64_t)blockIdx.z * a.per_split;
+  const int64_t j_hi = j_lo + a.per_split < a.Nkv ? j_lo + a.per_split : a.Nkv;
 
-  for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * TILE_Q * D; e += blockDim.x) {
-    const int64_t b = e / (TILE_Q * D), qi = e / D % TILE_Q, d = e % D;
-    qs[e] = qi < nq ? *reinterpret_cast<const float *>(a.q + b * a.q_band + (i0 + qi) * a.q_row +
-                                                       h * a.q_head + d * a.q_nb0)
-                    : 0.0f;
+  /* row r of the tile: query (r0 + r) / G, q head hk G + (r0 + r) % G */
+  for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * TILE_R * D; e += blockDim.x) {
+    const int64_t b = e / (TILE_R * D), r = e / D % TILE_R, d = e % D;
+    const int64_t iq = (r0 + r) / G, h = hk * G + (r0 + r) % G;
+    qs[e] = r < n_rows ? *reinterpret_cast<const float *>(a.q + b * a.q_band + iq * a.q_row +
+                                                          h * a.q_head + d * a.q_nb0)
+                       : 0.0f;
   }
   if (threadIdx.x == 0) {
     int32_t m = 0; /* no query positions: every query is at 0 */
-    for (int64_t qi = 0; qi < nq && a.q_pos; qi++) {
-      const int32_t p = tsr_tile_pos(a.q_pos, a.q_pos_nb0, i0 + qi);
-      m = qi == 0 || p > m ? p : m;
+    for (int64_t r = 0; r < n_rows && a.q_pos; r++) {
+      const int32_t p = tsr_tile_pos(a.q_pos, a.q_pos_nb0, (r0 + r) / G);
+      m = r == 0 || p > m ? p : m;
     }
     q_max = m;
   }
 
-  /* per query of this warp: position, band bounds, gain, running max / sum / output */
+  /* per row of this warp: position, band bounds, gain, running max / sum / output */
   int32_t qp[QPW];
   int64_t lo_intra[QPW];
   float gain[QPW], m[QPW], l[QPW], acc[QPW][VREG];
 #pragma unroll
-  for (int r = 0; r < QPW; r++) {
-    const int64_t qi = warp * QPW + r;
-    qp[r] = a.q_pos && qi < nq ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, i0 + qi) : 0;
-    lo_intra[r] = a.n_bands == 3 ? (int64_t)qp[r] / a.c * a.c : 0;
-    gain[r] = tsr_tile_gain(qp[r], a.temp_from);
-    m[r] = -INFINITY, l[r] = 0.0f;
+  for (int w = 0; w < QPW; w++) {
+    const int64_t r = warp * QPW + w, iq = (r0 + r) / G;
+    qp[w] = a.q_pos && r < n_rows ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, iq) : 0;
+    lo_intra[w] = a.n_bands == 3 ? (int64_t)qp[w] / a.c * a.c : 0;
+    gain[w] = tsr_tile_gain(qp[w], a.temp_from);
+    m[w] = -INFINITY, l[w] = 0.0f;
 #pragma unroll
-    for (int i = 0; i < VREG; i++) acc[r][i] = 0.0f;
+    for (int i = 0; i < VREG; i++) acc[w][i] = 0.0f;
   }
   const char *kbase = a.k + hk * a.k_nb2, *vbase = a.v + hk * a.v_nb2;
 
-  for (int64_t j0 = 0; j0 < a.Nkv; j0 += TSR_TILE_K) {
-    const int64_t nk = a.Nkv - j0 < TSR_TILE_K ? a.Nkv - j0 : TSR_TILE_K;
+  for (int64_t j0 = j_lo; j0 < j_hi; j0 += TSR_TILE_K) {
+    const int64_t nk = j_hi - j0 < TSR_TILE_K ? j_hi - j0 : TSR_TILE_K;
     __syncthreads(); /* the previous tile is consumed */
     if (threadIdx.x < TSR_TILE_K) {
       const int t = threadIdx.x;
       kpos[t] = t >= nk ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j0 + t) : 0;
     }
     __syncthreads();
-    if (threadIdx.x == 0) { /* a tile of empty cells, or wholly in every query's future */
+    if (threadIdx.x == 0) { /* a tile of empty cells, or wholly in every row's future */
       int live = 0;
       for (int t = 0; t < nk; t++)
         live |= kpos[t] >= 0 && (!a.kv_pos || !a.causal || kpos[t] <= q_max);
@@ -146,75 +186,109 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
 
     const int32_t kp = kpos[lane];
 #pragma unroll
-    for (int r = 0; r < QPW; r++) {
-      const int64_t qi = warp * QPW + r;
-      if (qi >= nq) break; /* the same for the whole warp */
+    for (int w = 0; w < QPW; w++) {
+      const int64_t r = warp * QPW + w;
+      if (r >= n_rows) break; /* the same for the whole warp */
       bool seen = kp >= 0;
       if (seen && a.kv_pos) {
-        if (a.causal && kp > qp[r]) seen = false;
-        if (a.window > 0 && (int64_t)qp[r] - kp >= a.window) seen = false;
+        if (a.causal && kp > qp[w]) seen = false;
+        if (a.window > 0 && (int64_t)qp[w] - kp >= a.window) seen = false;
       }
       float bias = 0.0f;
       if (seen && a.mask) {
-        const char *p = a.mask + (i0 + qi) * a.mask_nb1 + (j0 + lane) * a.mask_nb0;
+        const char *p = a.mask + (r0 + r) / G * a.mask_nb1 + (j0 + lane) * a.mask_nb0;
         bias = a.mask_f16 ? __half2float(*reinterpret_cast<const __half *>(p))
                           : *reinterpret_cast<const float *>(p);
       }
       float x = -INFINITY;
       if (seen && bias != -INFINITY) {
         const int band = a.n_bands == 1             ? 0
-                         : kp >= lo_intra[r]        ? 0
-                         : kp >= lo_intra[r] - a.c ? 1
+                         : kp >= lo_intra[w]        ? 0
+                         : kp >= lo_intra[w] - a.c ? 1
                                                     : 2;
-        const float *q = qs + ((size_t)band * TILE_Q + qi) * D;
+        const float *q = qs + ((size_t)band * TILE_R + r) * D;
         const float *kr = ks + lane * Dk;
         float dot = 0.0f;
         for (int64_t d = 0; d < D; d++) dot += q[d] * kr[d];
         x = dot * a.scale;
-        if (gain[r] != 1.0f) x *= gain[r];
+        if (gain[w] != 1.0f) x *= gain[w];
         if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
         x += bias;
       }
       float tmax = x;
       for (int o = 16; o > 0; o >>= 1) tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));
-      if (tmax == -INFINITY) continue; /* nothing visible in this tile for this query */
-      const float m_new = fmaxf(m[r], tmax);
-      const float f = m[r] == -INFINITY ? 0.0f : expf(m[r] - m_new);
+      if (tmax == -INFINITY) continue; /* nothing visible in this tile for this row */
+      const float m_new = fmaxf(m[w], tmax);
+      const float f = m[w] == -INFINITY ? 0.0f : expf(m[w] - m_new);
       const float p = x == -INFINITY ? 0.0f : expf(x - m_new);
       float psum = p;
       for (int o = 16; o > 0; o >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
-      l[r] = l[r] * f + psum;
-      m[r] = m_new;
+      l[w] = l[w] * f + psum;
+      m[w] = m_new;
 #pragma unroll
-      for (int i = 0; i < VREG; i++) acc[r][i] *= f;
+      for (int i = 0; i < VREG; i++) acc[w][i] *= f;
       for (int t = 0; t < nk; t++) {
         const float pt = __shfl_sync(0xffffffffu, p, t);
         if (pt == 0.0f) continue; /* hidden or underflowed: its V row is not read */
         const float *vr = vs + t * Dv;
 #pragma unroll
         for (int i = 0; i < VREG; i++)
-          if (lane + 32 * i < Dv) acc[r][i] += pt * vr[lane + 32 * i];
+          if (lane + 32 * i < Dv) acc[w][i] += pt * vr[lane + 32 * i];
       }
     }
   }
 
 #pragma unroll
-  for (int r = 0; r < QPW; r++) {
-    const int64_t qi = warp * QPW + r;
-    if (qi >= nq) break;
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f; /* no key: zeros */
-    char *out = a.dst + (i0 + qi) * a.dst_row + h * a.dst_head;
+  for (int w = 0; w < QPW; w++) {
+    const int64_t r = warp * QPW + w;
+    if (r >= n_rows) break;
+    const int64_t iq = (r0 + r) / G, h = hk * G + (r0 + r) % G;
+    if (a.splits > 1) { /* the partial state; tsr_tile_combine merges the splits */
+      float *pr = a.part + ((iq * a.Hq + h) * a.splits + blockIdx.z) * (Dv + 2);
+      if (lane == 0) pr[0] = m[w], pr[1] = l[w];
+#pragma unroll
+      for (int i = 0; i < VREG; i++)
+        if (lane + 32 * i < Dv) pr[2 + lane + 32 * i] = acc[w][i];
+      continue;
+    }
+    const float inv = l[w] > 0.0f ? 1.0f / l[w] : 0.0f; /* no key: zeros */
+    char *out = a.dst + iq * a.dst_row + h * a.dst_head;
 #pragma unroll
     for (int i = 0; i < VREG; i++)
       if (lane + 32 * i < Dv)
-        *reinterpret_cast<float *>(out + (lane + 32 * i) * a.dst_nb0) = acc[r][i] * inv;
+        *reinterpret_cast<float *>(out + (lane + 32 * i) * a.dst_nb0) = acc[w][i] * inv;
+  }
+}
+
+/* Merges the splits' partial states of one (query, head): grid Nq * Hq. */
+__global__ void tsr_tile_combine(tsr_tile_args a) {
+  const int64_t unit = blockIdx.x, iq = unit / a.Hq, h = unit % a.Hq, stride = a.Dv + 2;
+  const float *pp = a.part + unit * a.splits * stride;
+  float M = -INFINITY;
+  for (int i = 0; i < a.splits; i++) M = fmaxf(M, pp[i * stride]);
+  float L = 0.0f;
+  for (int i = 0; i < a.splits; i++) {
+    const float mi = pp[i * stride];
+    if (mi != -INFINITY) L += pp[i * stride + 1] * expf(mi - M);
+  }
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  char *out = a.dst + iq * a.dst_row + h * a.dst_head;
+  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+    float v = 0.0f;
+    for (int i = 0; i < a.splits; i++) {
+      const float mi = pp[i * stride];
+      if (mi != -INFINITY) v += pp[i * stride + 2 + d] * expf(mi - M);
+    }
+    *reinterpret_cast<float *>(out + d * a.dst_nb0) = v * inv;
   }
 }
 
 template <int VREG, int QPW>
 static inline cudaError_t tsr_tile_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
-  const size_t smem = tsr_tile_smem(a, QPW);
-  const dim3 grid((unsigned)((a->Nq + 4 * QPW - 1) / (4 * QPW)), (unsigned)a->Hq);
+  const size_t smem = tsr_tile_smem(a);
+  const int64_t rows = TSR_TILE_WARPS * QPW;
+  const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group),
+                  (unsigned)a->splits);
   cudaError_t e = cudaFuncSetAttribute(tsr_tile_attn<VREG, QPW>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) {
@@ -222,15 +296,24 @@ static inline cudaError_t tsr_tile_attn_run(const struct tsr_tile_args *a, cudaS
     return e;
   }
   tsr_tile_attn<VREG, QPW><<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
+  if (a->splits > 1) tsr_tile_combine<<<(unsigned)(a->Nq * a->Hq), 128, 0, stream>>>(*a);
   return cudaGetLastError();
 }
 
-/* Launches the tiled kernel; an error (head dims past 512, shared memory the
-** device does not grant) launches nothing, and the caller keeps its own kernel. */
+/* Launches a planned kernel (tsr_tile_attn_plan; a->part set when it asked for
+** scratch). An error (head dims past 512, shared memory the device does not
+** grant) launches nothing, and the caller keeps its own kernel. */
 static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a,
                                                cudaStream_t stream) {
-  if (a->D > TSR_TILE_MAX_D || a->Dv > TSR_TILE_MAX_D || a->Nq <= 0) return cudaErrorInvalidValue;
+  if (a->D > TSR_TILE_MAX_D || a->Dv > TSR_TILE_MAX_D || a->Nq <= 0 || a->group <= 0 ||
+      a->Hq % a->group || (a->splits > 1 && !a->part))
+    return cudaErrorInvalidValue;
   const int64_t d = a->D > a->Dv ? a->D : a->Dv;
+  if (a->qpw == 2) {
+    if (d <= 128) return tsr_tile_attn_run<4, 2>(a, stream);
+    if (d <= 256) return tsr_tile_attn_run<8, 2>(a, stream);
+    return tsr_tile_attn_run<16, 2>(a, stream);
+  }
   if (d <= 128) return tsr_tile_attn_run<4, 8>(a, stream);
   if (d <= 256) return tsr_tile_attn_run<8, 8>(a, stream);
   return tsr_tile_attn_run<16, 4>(a, stream);

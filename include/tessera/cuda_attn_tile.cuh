@@ -1,6 +1,8 @@
 /*
 ** The tiled attention kernel of the GPU, shared by the core's flash and
-** attention plugins (attn_dca), for prefill and decode alike.
+** attention plugins (attn_dca). Decode and small batches run it; a launch
+** with 64 rows or more (prefill) goes to the tensor-core kernel of
+** tessera/cuda_attn_mma.cuh, which takes the same arguments.
 **
 ** A block takes a tile of rows of one KV head, a row being one (query, q head
 ** of that KV head's group), and one range of the keys: it stages 32 keys at a
@@ -57,10 +59,22 @@ struct tsr_tile_args {
   int32_t causal, window;
   int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
   /* set by tsr_tile_attn_plan */
-  int32_t qpw, splits;
+  int32_t mma, qpw, splits; /* mma: the tensor-core kernel (tessera/cuda_attn_mma.cuh) */
   int64_t per_split;
   float *part; /* splits > 1: [Nq * Hq][splits][Dv + 2] partial states, the caller's */
 };
+
+__device__ static inline int32_t tsr_tile_pos(const char *p, int64_t nb0, int64_t i) {
+  return *reinterpret_cast<const int32_t *>(p + i * nb0);
+}
+
+__device__ static inline float tsr_tile_gain(int32_t p, int32_t from) {
+  if (from <= 0 || (int64_t)p + 1 <= from) return 1.0f;
+  const double f = 0.1 * log(((double)p + 1.0) / (double)from) + 1.0;
+  return (float)(f * f);
+}
+
+#include "tessera/cuda_attn_mma.cuh"
 
 /* Queries per warp: 8 rows for prefill (4 past head dim 256), 2 for decode. */
 static inline int tsr_tile_qpw(const struct tsr_tile_args *a) {
@@ -80,6 +94,11 @@ static inline size_t tsr_tile_smem(const struct tsr_tile_args *a) {
 ** bytes of a->part the launch needs (0: none). */
 static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
   a->qpw = tsr_tile_qpw(a);
+  a->mma = tsr_mma_attn_fits(a);
+  if (a->mma) { /* prefill: rows fill the GPU, no key splits */
+    a->splits = 1, a->per_split = a->Nkv > 0 ? a->Nkv : 1;
+    return 0;
+  }
   const int64_t rows = TSR_TILE_WARPS * a->qpw;
   const int64_t units = (a->Nq * a->group + rows - 1) / rows * (a->Hq / a->group);
   const int64_t want = 2 * (int64_t)(n_sm > 0 ? n_sm : 132);
@@ -94,16 +113,6 @@ static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
   return a->splits > 1 ? sizeof(float) * (size_t)(a->Nq * a->Hq) * (size_t)a->splits *
                              (size_t)(a->Dv + 2)
                        : 0;
-}
-
-__device__ static inline int32_t tsr_tile_pos(const char *p, int64_t nb0, int64_t i) {
-  return *reinterpret_cast<const int32_t *>(p + i * nb0);
-}
-
-__device__ static inline float tsr_tile_gain(int32_t p, int32_t from) {
-  if (from <= 0 || (int64_t)p + 1 <= from) return 1.0f;
-  const double f = 0.1 * log(((double)p + 1.0) / (double)from) + 1.0;
-  return (float)(f * f);
 }
 
 /* VREG: output values per lane (Dv <= 32 VREG); QPW: rows per warp.
@@ -308,6 +317,7 @@ static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a,
   if (a->D > TSR_TILE_MAX_D || a->Dv > TSR_TILE_MAX_D || a->Nq <= 0 || a->group <= 0 ||
       a->Hq % a->group || (a->splits > 1 && !a->part))
     return cudaErrorInvalidValue;
+  if (a->mma) return tsr_mma_attn_launch(a, stream);
   const int64_t d = a->D > a->Dv ? a->D : a->Dv;
   if (a->qpw == 2) {
     if (d <= 128) return tsr_tile_attn_run<4, 2>(a, stream);

@@ -130,6 +130,10 @@ int main(void) {
   bench_attention(be, TSR_F16, 2048, 8192, 128, 32, 8);
   bench_attention(be, TSR_Q8_0, 2048, 8192, 128, 32, 8);
   bench_attention(be, TSR_F16, 512, 8192, 512, 16, 2);
+  /* long enough that the transfers of q and the output are a few percent */
+  bench_attention(be, TSR_F16, 4096, 32768, 128, 32, 8);
+  bench_attention(be, TSR_F16, 2048, 32768, 256, 16, 8);
+  bench_attention(be, TSR_F16, 2048, 32768, 512, 16, 2);
   tsr_backend_free(be);
   return 0;
 }

@@ -155,7 +155,9 @@ check|sanitize)
         --ctx 512 --chunks 2 >"$out/leq.log" 2>&1
       cat "$out/leq.log"
       rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); tv=$(awk '/^mean_tv/ {print $2}' "$out/leq.log")
-      if [ -n "$rf" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$tv') < 1e-4 else 1)"; then
+      # prefill attention runs on f16 tensor cores on cuda (f32 on the cpu): near-ties
+      # may flip, so the bound is a fraction of positions, not zero
+      if [ -n "$rf" ] && python3 -c "import sys; sys.exit(0 if float('$rf') <= 0.01 and float('$tv') < 1e-3 else 1)"; then
         row "attn_dca model $f cpu=cuda" PASS "1024 positions: real_frac $rf, mean TV $tv"
       else
         row "attn_dca model $f cpu=cuda" FAIL "real_frac ${rf:-?} mean TV ${tv:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"

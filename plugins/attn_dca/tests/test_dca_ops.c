@@ -310,6 +310,14 @@ static double run_case(const struct dcase *c, bool report) {
   return e;
 }
 
+/* Bound on the relative error of a case: `exact` on the cpu and for cuda's f32
+** kernel; cuda sends 64 rows (query x q head of a group) or more to its
+** tensor-core kernel, whose f16 operands round to 2^-11 of each value. */
+static double tol_of(const struct dcase *c, double exact) {
+  const bool mma = !strcmp(g_backend, "cuda") && (int64_t)c->nq * (c->Hq / c->Hkv) >= 64;
+  return mma ? 5e-3 : exact;
+}
+
 /* ---- tests -------------------------------------------------------------------- */
 
 static const enum tsr_dtype k_codecs[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR_Q8_0, TSR_Q6_0,
@@ -350,7 +358,7 @@ static void test_agrees_with_three_band_reference_over_geometries(void) {
     c.kdt = c.vdt = TSR_F32;
     const double e = run_case(&c, true);
     worst = e > worst ? e : worst;
-    CHECK_MSG(e < 2e-5, "case %zu: %.3e", i, e);
+    CHECK_MSG(e < tol_of(&c, 2e-5), "case %zu: %.3e", i, e);
   }
   printf("  f32 cache: worst %.2e\n", worst);
 }
@@ -365,7 +373,8 @@ static void test_agrees_with_reference_for_every_kv_codec(void) {
                         .vdt = k_codecs[j], .holes = 5};
       const double e = run_case(&c, true);
       if (i == j) g_worst[i] = e;
-      CHECK_MSG(e < 2e-5, "K %s V %s: %.3e", tsr_dtype_name(c.kdt), tsr_dtype_name(c.vdt), e);
+      CHECK_MSG(e < tol_of(&c, 2e-5), "K %s V %s: %.3e", tsr_dtype_name(c.kdt),
+                tsr_dtype_name(c.vdt), e);
     }
 }
 
@@ -441,14 +450,15 @@ static void test_decode_step_by_step_equals_prefill(void) {
     for (int i = 0; i < c.nq; i++) {
       for (int j = 0; j < c.nkv; j++) kv[j] = d.kvpos[j] <= d.qpos[i] ? d.kvpos[j] : -1;
       CHECK_OK(attend(&c, &d, a, i, 1, kv, one));
-      /* the cpu runs one kernel for both; cuda's prefill is its tiled kernel, decode
-      ** the split-KV one, which sum in different orders */
+      /* the cpu runs one kernel for both; cuda's prefill of 240 rows is its
+      ** tensor-core kernel, decode the f32 split-KV one */
       equal += cpu ? !memcmp(one, pre + (size_t)i * row, row * sizeof(float))
-                   : max_rel(one, pre + (size_t)i * row, row) < 1e-5;
+                   : max_rel(one, pre + (size_t)i * row, row) < tol_of(&c, 1e-5);
     }
+    char how[32] = "bit-identical";
+    if (!cpu) snprintf(how, sizeof how, "within %.0e", tol_of(&c, 1e-5));
     printf("  decode = prefill, K %s V %s%s: %d of %d steps %s (10 chunks)\n",
-           tsr_dtype_name(c.kdt), tsr_dtype_name(c.vdt), c.yarn ? " yarn" : "", equal, c.nq,
-           cpu ? "bit-identical" : "within 1e-5");
+           tsr_dtype_name(c.kdt), tsr_dtype_name(c.vdt), c.yarn ? " yarn" : "", equal, c.nq, how);
     CHECK(equal == c.nq);
     free(pre), free(one), free(kv);
     data_free(&d);
@@ -482,7 +492,7 @@ static void test_empty_bands_give_finite_outputs(void) {
     struct dcase c = cases[i];
     c.kdt = TSR_F16, c.vdt = TSR_Q4_0;
     const double e = run_case(&c, true);
-    CHECK_MSG(e < 2e-5, "case %zu: %.3e", i, e);
+    CHECK_MSG(e < tol_of(&c, 2e-5), "case %zu: %.3e", i, e);
   }
   /* rows with no visible key at all, and huge logits */
   struct dcase c = {.D = 64, .Dv = 64, .Hq = 2, .Hkv = 1, .n_rot = 64, .neox = 1, .cs = 20,
@@ -594,6 +604,10 @@ static void test_cuda_equals_cpu(void) {
        .softcap = 20.0f},                                               /* mask, yarn, softcap */
       {.D = 64, .Dv = 64, .Hq = 6, .Hkv = 3, .n_rot = 32, .neox = 0, .cs = 50, .ls = 0,
        .nkv = 900, .nq = 40, .kdt = TSR_Q4_0, .vdt = TSR_BF16, .holes = 5}, /* GPT-J, LS 0 */
+      {.D = 512, .Dv = 512, .Hq = 8, .Hkv = 1, .n_rot = 128, .neox = 1, .cs = 300, .ls = 40,
+       .nkv = 3000, .nq = 16, .kdt = TSR_F16, .vdt = TSR_Q8_0},  /* tensor cores, D 512 */
+      {.D = 128, .Dv = 128, .Hq = 4, .Hkv = 4, .n_rot = 128, .neox = 1, .cs = 40, .ls = 8,
+       .nkv = 1500, .nq = 100, .kdt = TSR_F16, .vdt = TSR_F16, .mask = 1}, /* bands < a tile */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     const struct dcase *c = &cases[i];
@@ -610,7 +624,7 @@ static void test_cuda_equals_cpu(void) {
     const double worst = max_rel(dev, cpu, n);
     printf("  %s = cpu: D %d keys %d q %d K %s V %s: max rel %.2e\n", g_backend, c->D, c->nkv,
            c->nq, tsr_dtype_name(c->kdt), tsr_dtype_name(c->vdt), worst);
-    CHECK_MSG(worst < 1e-5, "case %zu: %.3e", i, worst);
+    CHECK_MSG(worst < tol_of(c, 1e-5), "case %zu: %.3e", i, worst);
     free(dev), free(cpu);
     data_free(&d);
   }

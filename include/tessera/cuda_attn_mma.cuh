@@ -1,0 +1,389 @@
+/*
+** The tensor-core attention kernel of the GPU, for prefill: the same arguments
+** and semantics as the tiled kernel (tessera/cuda_attn_tile.cuh, which
+** includes this header and routes a launch here when tsr_mma_attn_fits), with
+** the two products on mma.sync m16n8k16 (f16 operands, f32 accumulation).
+**
+** A warp owns 16 rows (a row: one query and one q head of the KV head's
+** group); its S = Q K^T and its output O stay in registers as mma fragments
+** and the online softmax runs on them, FlashAttention-2 style. Q, the K tile
+** and the V tile (transposed, so V is the col-major operand) are staged in
+** shared memory as f16, each K/V element decoded once per block. Past head
+** dim 256 two warps share 16 rows: each sums half of the head dims into S,
+** they exchange the halves through shared memory, and each accumulates half
+** of the output, so no thread holds more than 128 accumulators.
+**
+** Bands (Dual Chunk Attention): a warp computes S once per band any of its
+** (row, key) pairs falls in this tile and keeps, per element, the band's
+** value; with chunks longer than a tile most tiles need one band.
+**
+** Precision: Q, K, V and the probabilities are rounded to f16 (11-bit
+** significand) before the products; sums, the softmax and the output are f32.
+** The operands must fit f16 (|x| < 65504), as with any f16 attention.
+*/
+#ifndef TESSERA_CUDA_ATTN_MMA_CUH
+#define TESSERA_CUDA_ATTN_MMA_CUH
+
+#define TSR_MMA_WARPS 4
+#define TSR_MMA_MIN_ROWS 64 /* fewer rows (decode): the tiled kernel's split keys */
+
+__device__ static inline uint32_t tsr_mma_pack(float lo, float hi) {
+  const __half2 h = __halves2half2(__float2half_rn(lo), __float2half_rn(hi));
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* c += a b: a 16x16 row-major, b 16x8 col-major, c 16x8 (f32) */
+__device__ static inline void tsr_mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                            uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* Four 8x8 f16 matrices from shared memory, lane l naming row l % 8 of matrix
+** l / 8; .trans hands each lane the transposed fragment. */
+__device__ static inline void tsr_ldsm4(uint32_t r[4], const __half *p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ static inline void tsr_ldsm4_t(uint32_t r[4], const __half *p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/* Rows per block of a variant. */
+template <int WPR> struct tsr_mma_shape {
+  static constexpr int rows = TSR_MMA_WARPS / WPR * 16;
+};
+
+static inline size_t tsr_mma_smem(const struct tsr_tile_args *a, int wpr, int tk) {
+  const size_t rows = TSR_MMA_WARPS / wpr * 16;
+  return sizeof(__half) * ((size_t)a->n_bands * rows * (size_t)(a->D + 8) +
+                           (size_t)tk * (size_t)(a->D + 8) + (size_t)tk * (size_t)(a->Dv + 8)) +
+         (wpr > 1 ? sizeof(float) * TSR_MMA_WARPS * (size_t)(tk / 8 * 4) * 32 : 0) +
+         sizeof(int32_t) * (size_t)tk;
+}
+
+/* Stages rows j0 .. j0+TK of one KV head's K or V as f16 rows of ld halves; an
+** empty cell or a key past the end is zeros, so a hidden key's probability 0
+** never meets a NaN. f16 rows in place take 16-byte loads. */
+__device__ static inline void tsr_mma_stage(const char *base, int32_t type, int64_t nb0,
+                                            int64_t nb1, int64_t D, int64_t j0, int tk,
+                                            const int32_t *kpos, __half *dst, int64_t ld) {
+  if (type == T_F16 && nb0 == 2 && D % 8 == 0 && nb1 % 16 == 0 && ((uintptr_t)base & 15) == 0) {
+    for (int64_t e = threadIdx.x; e < tk * D / 8; e += blockDim.x) {
+      const int64_t t = e / (D / 8), c = e % (D / 8);
+      uint4 x = make_uint4(0, 0, 0, 0);
+      if (kpos[t] >= 0) x = *reinterpret_cast<const uint4 *>(base + (j0 + t) * nb1 + c * 16);
+      *reinterpret_cast<uint4 *>(dst + t * ld + c * 8) = x;
+    }
+    return;
+  }
+  for (int64_t e = threadIdx.x; e < tk * D; e += blockDim.x) {
+    const int64_t t = e / D, d = e % D;
+    dst[t * ld + d] =
+        __float2half_rn(kpos[t] >= 0 ? dq_rt(type, base + (j0 + t) * nb1, d, nb0) : 0.0f);
+  }
+}
+
+/* s[NT][4] += the warp's 16 rows of band b times the tile's keys, over head
+** dims d_off .. d_off + Dw. */
+template <int NT>
+__device__ static inline void tsr_mma_qk(float (*s)[4], const __half *qrows, const __half *ks,
+                                         int64_t ld, int64_t d_off, int64_t Dw, int lane) {
+  const int mi = lane / 8, mr = lane % 8;
+  for (int64_t k0 = 0; k0 < Dw; k0 += 16) {
+    uint32_t qa[4];
+    tsr_ldsm4(qa, qrows + ((mi % 2) * 8 + mr) * ld + d_off + k0 + (mi / 2) * 8);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt += 2) {
+      uint32_t kb[4];
+      tsr_ldsm4(kb, ks + (nt * 8 + (mi / 2) * 8 + mr) * ld + d_off + k0 + (mi % 2) * 8);
+      tsr_mma_16816(s[nt], qa, kb[0], kb[1]);
+      tsr_mma_16816(s[nt + 1], qa, kb[2], kb[3]);
+    }
+  }
+}
+
+/* DVW: output dims per warp at most (Dv / WPR <= DVW); WPR: warps per 16 rows;
+** TK: keys per tile (32 or 64). grid (row tiles of one KV head, KV heads), 128
+** threads. */
+template <int DVW, int WPR, int TK>
+__global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args a) {
+  constexpr int RB = tsr_mma_shape<WPR>::rows, NT = TK / 8, NV = DVW / 8;
+  constexpr float LOG2E = 1.4426950408889634f;
+  extern __shared__ __align__(16) unsigned char tsr_mma_smem_raw[];
+  const int64_t D = a.D, Dv = a.Dv, ldq = a.D + 8, ldv = a.Dv + 8, G = a.group;
+  __half *qs = reinterpret_cast<__half *>(tsr_mma_smem_raw); /* [bands][RB][D+8] */
+  __half *ks = qs + (size_t)a.n_bands * RB * ldq;             /* [TK][D+8] */
+  __half *vs = ks + (size_t)TK * ldq;                         /* [TK][Dv+8] */
+  float *sx = reinterpret_cast<float *>(vs + (size_t)TK * ldv); /* WPR 2: [warps][NT*4][32] */
+  int32_t *kpos = reinterpret_cast<int32_t *>(sx + (WPR > 1 ? TSR_MMA_WARPS * NT * 4 * 32 : 0));
+  __shared__ int32_t q_lo, q_hi;
+
+  const int64_t hk = blockIdx.y, r0 = (int64_t)blockIdx.x * RB;
+  const int64_t n_rows = a.Nq * G - r0 < RB ? a.Nq * G - r0 : RB;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int rw0 = warp / WPR * 16, part = warp % WPR;
+  const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
+
+  for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * RB * D; e += blockDim.x) {
+    const int64_t b = e / (RB * D), r = e / D % RB, d = e % D;
+    const int64_t iq = (r0 + r) / G, h = hk * G + (r0 + r) % G;
+    qs[(b * RB + r) * ldq + d] = __float2half_rn(
+        r < n_rows ? *reinterpret_cast<const float *>(a.q + b * a.q_band + iq * a.q_row +
+                                                      h * a.q_head + d * a.q_nb0)
+                   : 0.0f);
+  }
+  if (threadIdx.x == 0) { /* the block's lowest and highest query positions */
+    int32_t lo = 0, hi = 0;
+    for (int64_t r = 0; r < n_rows && a.q_pos; r++) {
+      const int32_t p = tsr_tile_pos(a.q_pos, a.q_pos_nb0, (r0 + r) / G);
+      lo = r == 0 || p < lo ? p : lo;
+      hi = r == 0 || p > hi ? p : hi;
+    }
+    q_lo = lo, q_hi = hi;
+  }
+
+  /* this thread's two rows: g and g + 8 of its warp's 16 */
+  bool row_ok[2];
+  int32_t qp[2];
+  int64_t lo_intra[2], iq_of[2];
+  float sg[2], m[2], l[2], o[NV][4];
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    const int64_t r = rw0 + g + 8 * rr;
+    row_ok[rr] = r < n_rows;
+    iq_of[rr] = (r0 + r) / G;
+    qp[rr] = a.q_pos && row_ok[rr] ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, iq_of[rr]) : 0;
+    lo_intra[rr] = a.n_bands == 3 ? (int64_t)qp[rr] / a.c * a.c : 0;
+    sg[rr] = a.scale * tsr_tile_gain(qp[rr], a.temp_from);
+    m[rr] = -INFINITY, l[rr] = 0.0f;
+  }
+#pragma unroll
+  for (int nv = 0; nv < NV; nv++) o[nv][0] = o[nv][1] = o[nv][2] = o[nv][3] = 0.0f;
+  const char *kbase = a.k + hk * a.k_nb2, *vbase = a.v + hk * a.v_nb2;
+  __syncthreads();
+  const int64_t qlo = q_lo, qhi = q_hi;
+  const int64_t lo_min = a.n_bands == 3 ? qlo / a.c * a.c : 0;
+  const int64_t lo_max = a.n_bands == 3 ? qhi / a.c * a.c : 0;
+
+  for (int64_t j0 = 0; j0 < a.Nkv; j0 += TK) {
+    const int64_t nk = a.Nkv - j0 < TK ? a.Nkv - j0 : TK;
+    __syncthreads(); /* the previous tile is consumed */
+    if (threadIdx.x < TK) {
+      const int t = threadIdx.x;
+      kpos[t] = t >= nk ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j0 + t) : 0;
+    }
+    __syncthreads();
+    /* every warp classifies the tile alike: dead (no key visible to any row:
+    ** empty cells, every row's future, past every window), full (every key
+    ** visible to every row, in one band, no mask: no per-element checks), or
+    ** mixed */
+    int32_t kmin = INT32_MAX, kmax = -1;
+    bool any_live = false, all_in = true;
+#pragma unroll
+    for (int i = 0; i < TK / 32; i++) {
+      const int32_t kp = kpos[lane + 32 * i];
+      if (kp >= 0) {
+        kmin = kp < kmin ? kp : kmin, kmax = kp > kmax ? kp : kmax;
+        any_live |= !a.kv_pos || ((!a.causal || kp <= qhi) && (a.window <= 0 || qlo - kp < a.window));
+      } else {
+        all_in = false;
+      }
+    }
+    if (!__any_sync(0xffffffffu, any_live)) continue;
+    all_in = __all_sync(0xffffffffu, all_in);
+    kmin = __reduce_min_sync(0xffffffffu, kmin), kmax = __reduce_max_sync(0xffffffffu, kmax);
+    int full_band = -1;
+    if (all_in && !a.mask &&
+        (!a.kv_pos || ((!a.causal || kmax <= qlo) && (a.window <= 0 || qhi - kmin < a.window)))) {
+      if (a.n_bands == 1) full_band = 0;
+      else if (a.kv_pos && kmin >= lo_max) full_band = 0;
+      else if (a.kv_pos && kmin >= lo_max - a.c && kmax < lo_min) full_band = 1;
+      else if (a.kv_pos && kmax < lo_min - a.c) full_band = 2;
+    }
+    tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
+    tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
+    __syncthreads();
+
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    /* mixed tiles: the band of element (nt, c), row g + 8 (c / 2) and key
+    ** nt 8 + 2 t4 + c % 2; 3 is hidden */
+    uint8_t band_of[NT][4];
+    if (full_band >= 0) {
+      tsr_mma_qk<NT>(s, qs + ((size_t)full_band * RB + rw0) * ldq, ks, ldq, d_off, Dw, lane);
+    } else {
+      unsigned bands = 0;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          const int rr = c / 2;
+          const int32_t kp = kpos[nt * 8 + 2 * t4 + c % 2];
+          bool seen = kp >= 0 && row_ok[rr];
+          if (seen && a.kv_pos) {
+            if (a.causal && kp > qp[rr]) seen = false;
+            if (a.window > 0 && (int64_t)qp[rr] - kp >= a.window) seen = false;
+          }
+          const int band = !seen                      ? 3
+                           : a.n_bands == 1           ? 0
+                           : kp >= lo_intra[rr]       ? 0
+                           : kp >= lo_intra[rr] - a.c ? 1
+                                                      : 2;
+          band_of[nt][c] = (uint8_t)band;
+          bands |= band < 3 ? 1u << band : 0u;
+        }
+      bands = __reduce_or_sync(0xffffffffu, bands);
+      for (int b = 0; b < a.n_bands; b++) {
+        if (!(bands >> b & 1)) continue;
+        float sb[NT][4];
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) sb[nt][0] = sb[nt][1] = sb[nt][2] = sb[nt][3] = 0.0f;
+        tsr_mma_qk<NT>(sb, qs + ((size_t)b * RB + rw0) * ldq, ks, ldq, d_off, Dw, lane);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+          for (int c = 0; c < 4; c++)
+            if (band_of[nt][c] == b) s[nt][c] = sb[nt][c];
+      }
+    }
+    if (WPR > 1) { /* the partner warp summed the other half of the head dims */
+      float *mine = sx + (size_t)warp * NT * 4 * 32, *theirs = sx + (size_t)(warp ^ 1) * NT * 4 * 32;
+#pragma unroll
+      for (int i = 0; i < NT * 4; i++) mine[i * 32 + lane] = s[i / 4][i % 4];
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < NT * 4; i++) s[i / 4][i % 4] += theirs[i * 32 + lane];
+    }
+
+    /* logits in log2 units (exp2 of their differences is the softmax's exp) */
+    if (full_band >= 0 && !(a.softcap > 0.0f)) {
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) s[nt][c] *= sg[c / 2] * LOG2E;
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          if (full_band < 0 && band_of[nt][c] == 3) {
+            s[nt][c] = -INFINITY;
+            continue;
+          }
+          float x = s[nt][c] * sg[c / 2];
+          if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+          if (a.mask) {
+            const char *p = a.mask + iq_of[c / 2] * a.mask_nb1 +
+                            (j0 + nt * 8 + 2 * t4 + c % 2) * a.mask_nb0;
+            x += a.mask_f16 ? __half2float(*reinterpret_cast<const __half *>(p))
+                            : *reinterpret_cast<const float *>(p);
+          }
+          s[nt][c] = x * LOG2E;
+        }
+    }
+
+    /* the online softmax of rows g (c 0, 1) and g + 8 (c 2, 3) */
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) tmax = fmaxf(tmax, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+      const float m_new = fmaxf(m[rr], tmax);
+      /* nothing seen yet: keep (zeros); first keys: the zeros need no rescale */
+      const float f = m_new == -INFINITY ? 1.0f : m[rr] == -INFINITY ? 0.0f : exp2f(m[rr] - m_new);
+      float psum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int c = 2 * rr; c < 2 * rr + 2; c++) {
+          const float p = s[nt][c] == -INFINITY ? 0.0f : exp2f(s[nt][c] - m_new);
+          s[nt][c] = p;
+          psum += p;
+        }
+      l[rr] = l[rr] * f + psum; /* this thread's share; the quad's are summed at the end */
+      m[rr] = m_new;
+#pragma unroll
+      for (int nv = 0; nv < NV; nv++) o[nv][2 * rr] *= f, o[nv][2 * rr + 1] *= f;
+    }
+
+    /* O += P V over this warp's output dims: V rows [key][dv] through ldmatrix.trans */
+    const int mi = lane / 8, mr = lane % 8;
+#pragma unroll
+    for (int kc = 0; kc < TK / 16; kc++) {
+      uint32_t pa[4];
+      pa[0] = tsr_mma_pack(s[2 * kc][0], s[2 * kc][1]);
+      pa[1] = tsr_mma_pack(s[2 * kc][2], s[2 * kc][3]);
+      pa[2] = tsr_mma_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pa[3] = tsr_mma_pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+#pragma unroll
+      for (int nv = 0; nv < NV; nv += 2) {
+        if (nv * 8 >= Dvw) break;
+        uint32_t vb[4];
+        tsr_ldsm4_t(vb, vs + (kc * 16 + (mi % 2) * 8 + mr) * ldv + v_off + nv * 8 + (mi / 2) * 8);
+        tsr_mma_16816(o[nv], pa, vb[0], vb[1]);
+        tsr_mma_16816(o[nv + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    float lt = l[rr];
+    lt += __shfl_xor_sync(0xffffffffu, lt, 1);
+    lt += __shfl_xor_sync(0xffffffffu, lt, 2);
+    if (!row_ok[rr]) continue;
+    const float inv = lt > 0.0f ? 1.0f / lt : 0.0f; /* no key: zeros */
+    const int64_t R = r0 + rw0 + g + 8 * rr, h = hk * G + R % G;
+    char *out = a.dst + iq_of[rr] * a.dst_row + h * a.dst_head;
+#pragma unroll
+    for (int nv = 0; nv < NV; nv++) {
+      if (nv * 8 >= Dvw) break;
+      const int64_t d = v_off + nv * 8 + 2 * t4;
+      *reinterpret_cast<float *>(out + d * a.dst_nb0) = o[nv][2 * rr] * inv;
+      *reinterpret_cast<float *>(out + (d + 1) * a.dst_nb0) = o[nv][2 * rr + 1] * inv;
+    }
+  }
+}
+
+/* Whether a launch goes to the tensor cores: enough rows to fill 16-row
+** fragments (prefill), head dims in steps of 16 (of 32 past 256, split over two
+** warps). */
+static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
+  const int64_t d = a->D > a->Dv ? a->D : a->Dv;
+  return a->Nq * a->group >= TSR_MMA_MIN_ROWS && a->D % 16 == 0 && a->Dv % 16 == 0 &&
+         d <= TSR_TILE_MAX_D && (d <= 256 || (a->D % 32 == 0 && a->Dv % 32 == 0));
+}
+
+template <int DVW, int WPR, int TK>
+static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
+  const size_t smem = tsr_mma_smem(a, WPR, TK);
+  const int64_t rows = tsr_mma_shape<WPR>::rows;
+  const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group));
+  cudaError_t e = cudaFuncSetAttribute(tsr_mma_attn<DVW, WPR, TK>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return e;
+  }
+  tsr_mma_attn<DVW, WPR, TK><<<grid, 32 * TSR_MMA_WARPS, smem, stream>>>(*a);
+  return cudaGetLastError();
+}
+
+static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
+  const int64_t d = a->D > a->Dv ? a->D : a->Dv;
+  if (d <= 64) return tsr_mma_attn_run<64, 1, 64>(a, stream);
+  if (d <= 128) return tsr_mma_attn_run<128, 1, 64>(a, stream);
+  if (d <= 256) return tsr_mma_attn_run<256, 1, 32>(a, stream);
+  return tsr_mma_attn_run<256, 2, 32>(a, stream);
+}
+
+#endif

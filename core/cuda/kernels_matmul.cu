@@ -2,7 +2,8 @@
 ** Matrix-product kernels of the CUDA backend. The host half
 ** (cuda_matmul.c) picks between them:
 **   - few columns (decode, n <= CU_GEMV_MAX_N): cu_gemv, a warp per weight
-**     row, dequantizing as it reads and dotting in f32 against f32 x;
+**     row, its lanes decoding 32-weight chunks as they read and dotting in f32
+**     against f32 x;
 **   - more columns: weights dequantized into f16 tiles (cu_dequant_rows) and
 **     x packed to f16 (cu_pack_x), multiplied by cuBLAS with f32 accumulation.
 ** The weight type is a template parameter (one instantiation per type), the
@@ -100,17 +101,152 @@ __global__ void k_gemv(float *y, int64_t ldy, const char *w, int64_t K, int64_t 
   }
 }
 
+/* ---- gemv by chunks: a lane decodes 32 consecutive weights at a time ----------- */
+
+/* The row's 32-weight chunks are dealt to the lanes in turn, so a warp reads 32
+** consecutive chunks (whole blocks) per step, and each lane decodes its chunk
+** with a few wide loads and one scale lookup instead of one per weight. The
+** types that carry models (q4_0, q8_0, q4_K, q6_K, f16) have their own decoders;
+** the rest, and q4_K and f16 rows not aligned to 4 and 16 bytes (a view),
+** decode through dq. Needs K % 32 == 0. */
+template <int T>
+__device__ static inline void chunk_decode(const uint8_t *row, int64_t c, float w[32], int wide) {
+  if (T == T_Q4_0) {
+    const uint8_t *b = row + c * 18;
+    const float d = ld_h(b);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      const uint32_t u = *reinterpret_cast<const uint16_t *>(b + 2 + 2 * j);
+      w[2 * j] = (float)((int)(u & 15) - 8) * d, w[2 * j + 16] = (float)((int)(u >> 4 & 15) - 8) * d;
+      w[2 * j + 1] = (float)((int)(u >> 8 & 15) - 8) * d, w[2 * j + 17] = (float)((int)(u >> 12) - 8) * d;
+    }
+  } else if (T == T_Q8_0) {
+    const uint8_t *b = row + c * 34;
+    const float d = ld_h(b);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      const uint32_t u = *reinterpret_cast<const uint16_t *>(b + 2 + 2 * j);
+      w[2 * j] = (float)(int8_t)(u & 255) * d, w[2 * j + 1] = (float)(int8_t)(u >> 8) * d;
+    }
+  } else if (T == T_Q4_K && wide) { /* d dmin scales[12] qs[128]; chunk = sub-block c % 8 */
+    const uint8_t *b = row + c / 8 * 144;
+    const int j = (int)(c % 8);
+    int sc, m;
+    k4_scale(b + 4, j, &sc, &m);
+    const float dl = ld_h(b) * sc, ml = ld_h(b + 2) * m;
+    const uint8_t *qs = b + 16 + 32 * (j / 2);
+    const int sh = 4 * (j % 2);
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const uint32_t u = *reinterpret_cast<const uint32_t *>(qs + 4 * i) >> sh;
+#pragma unroll
+      for (int k = 0; k < 4; k++) w[4 * i + k] = dl * (float)(u >> (8 * k) & 15) - ml;
+    }
+  } else if (T == T_Q6_K) { /* ql[128] qh[64] scales[16] d; chunk = 32 of 256 */
+    const uint8_t *b = row + c / 8 * 210;
+    const int cc = (int)(c % 8), h = cc / 4, k = cc % 4;
+    const uint8_t *ql = b + 64 * h + 32 * (k & 1), *qh = b + 128 + 32 * h;
+    const int sl = 4 * (k >> 1), shh = 2 * k;
+    const float d = ld_h(b + 208);
+    const float s0 = d * (float)(int8_t)b[192 + 8 * h + 2 * k], s1 = d * (float)(int8_t)b[193 + 8 * h + 2 * k];
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+      const uint32_t lo = *reinterpret_cast<const uint16_t *>(ql + 2 * i) >> sl;
+      const uint32_t hi = *reinterpret_cast<const uint16_t *>(qh + 2 * i) >> shh;
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int q = (int)((lo >> (8 * e) & 15) | (hi >> (8 * e) & 3) << 4) - 32;
+        w[2 * i + e] = (i < 8 ? s0 : s1) * (float)q;
+      }
+    }
+  } else if (T == T_F16 && wide) {
+    const uint4 *p = reinterpret_cast<const uint4 *>(row + c * 64);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const uint4 u = p[i];
+      const __half2 *h = reinterpret_cast<const __half2 *>(&u);
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float2 f = __half22float2(h[k]);
+        w[8 * i + 2 * k] = f.x, w[8 * i + 2 * k + 1] = f.y;
+      }
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 32; e++) w[e] = dq<T>(row, c * 32 + e);
+  }
+}
+
+/* Whether q4_K / f16 rows allow their 4- / 16-byte loads. */
+static int chunk_wide(int32_t type, const char *w, int64_t wnb1) {
+  const int64_t a = type == T_F16 ? 16 : 4;
+  return (uintptr_t)w % a == 0 && wnb1 % a == 0;
+}
+
+template <int T, int NMAX>
+__global__ void k_gemv_chunk(float *y, int64_t ldy, const char *w, int64_t K, int64_t M,
+                             int64_t wnb1, const float *x, int64_t ldx, int N, int x_vec,
+                             int wide) {
+  const int64_t m = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (m >= M) return;
+  const uint8_t *row = reinterpret_cast<const uint8_t *>(w + m * wnb1);
+  float acc[NMAX];
+#pragma unroll
+  for (int n = 0; n < NMAX; n++) acc[n] = 0.0f;
+  for (int64_t c = lane; c < K / 32; c += 32) {
+    float wv[32];
+    chunk_decode<T>(row, c, wv, wide);
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) {
+      if (n >= N) break;
+      const float *xc = x + n * ldx + c * 32;
+      float a = acc[n];
+      if (x_vec) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          const float4 v = __ldg(reinterpret_cast<const float4 *>(xc) + i);
+          a += wv[4 * i] * v.x + wv[4 * i + 1] * v.y + wv[4 * i + 2] * v.z + wv[4 * i + 3] * v.w;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 32; e++) a += wv[e] * __ldg(xc + e);
+      }
+      acc[n] = a;
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < NMAX; n++) {
+    float a = acc[n];
+    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+    if (lane == 0 && n < N) y[m + n * ldy] = a;
+  }
+}
+
 extern "C" int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_t type, int64_t K,
                        int64_t M, int64_t wnb1, const float *x, int64_t ldx, int64_t N) {
   if (N < 1 || N > CU_GEMV_MAX_N) return (int)cudaErrorInvalidValue;
   const unsigned blocks = (unsigned)((M + WARPS - 1) / WARPS);
-#define CALL(T)                                                                              \
-  if (N == 1)                                                                                \
-    k_gemv<T, 1><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, 1);            \
-  else                                                                                       \
-    k_gemv<T, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, (int)N)
-  DISPATCH_TYPE(type, CALL)
+  if (K % 32 == 0) {
+    const int x_vec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0, wide = chunk_wide(type, w, wnb1);
+#define CALL(T)                                                                                  \
+  if (N == 1)                                                                                    \
+    k_gemv_chunk<T, 1><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, 1, x_vec,    \
+                                                     wide);                                      \
+  else                                                                                           \
+    k_gemv_chunk<T, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx,  \
+                                                                 (int)N, x_vec, wide)
+    DISPATCH_TYPE(type, CALL)
 #undef CALL
+    return (int)cudaGetLastError();
+  }
+  /* K not in chunks of 32 (plain types only): a lane per weight, any N */
+  switch (type) {
+  case T_F32: k_gemv<T_F32, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, (int)N); break;
+  case T_F16: k_gemv<T_F16, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, (int)N); break;
+  case T_BF16: k_gemv<T_BF16, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, (int)N); break;
+  default: return (int)cudaErrorInvalidValue;
+  }
   return (int)cudaGetLastError();
 }
 

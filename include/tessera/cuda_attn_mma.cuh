@@ -1,14 +1,17 @@
 /*
-** The tensor-core attention kernel of the GPU, for prefill: the same arguments
-** and semantics as the tiled kernel (tessera/cuda_attn_tile.cuh, which
-** includes this header and routes a launch here when tsr_mma_attn_fits), with
-** the two products on mma.sync m16n8k16 (f16 operands, f32 accumulation).
+** The tensor-core attention kernel of the GPU, prefill and decode: the same
+** arguments, plan and semantics as the tiled kernel (tessera/cuda_attn_tile.cuh,
+** which includes this header and routes a launch here when tsr_mma_attn_fits),
+** with the two products on mma.sync m16n8k16 (f16 operands, f32 accumulation).
+** Decode fills the GPU by splitting the keys over blocks (tsr_tile_combine
+** merges them); its few rows leave most of a 16-row fragment idle, which costs
+** nothing next to reading the cache.
 **
 ** A warp owns 16 rows (a row: one query and one q head of the KV head's
 ** group); its S = Q K^T and its output O stay in registers as mma fragments
 ** and the online softmax runs on them, FlashAttention-2 style. Q, the K tile
-** and the V tile (transposed, so V is the col-major operand) are staged in
-** shared memory as f16, each K/V element decoded once per block. Past head
+** and the V tile are staged in shared memory as f16 (f16 caches by cp.async,
+** other codecs decoded once per block) and read as fragments by ldmatrix. Past head
 ** dim 256 two warps share 16 rows: each sums half of the head dims into S,
 ** they exchange the halves through shared memory, and each accumulates half
 ** of the output, so no thread holds more than 128 accumulators.
@@ -25,7 +28,6 @@
 #define TESSERA_CUDA_ATTN_MMA_CUH
 
 #define TSR_MMA_WARPS 4
-#define TSR_MMA_MIN_ROWS 64 /* fewer rows (decode): the tiled kernel's split keys */
 
 __device__ static inline uint32_t tsr_mma_pack(float lo, float hi) {
   const __half2 h = __halves2half2(__float2half_rn(lo), __float2half_rn(hi));
@@ -59,12 +61,35 @@ template <int WPR> struct tsr_mma_shape {
   static constexpr int rows = TSR_MMA_WARPS / WPR * 16;
 };
 
+static inline int64_t tsr_mma_rows(const struct tsr_tile_args *a) {
+  return (a->D > a->Dv ? a->D : a->Dv) > 256 ? tsr_mma_shape<2>::rows : tsr_mma_shape<1>::rows;
+}
+
 static inline size_t tsr_mma_smem(const struct tsr_tile_args *a, int wpr, int tk) {
   const size_t rows = TSR_MMA_WARPS / wpr * 16;
   return sizeof(__half) * ((size_t)a->n_bands * rows * (size_t)(a->D + 8) +
                            (size_t)tk * (size_t)(a->D + 8) + (size_t)tk * (size_t)(a->Dv + 8)) +
          (wpr > 1 ? sizeof(float) * TSR_MMA_WARPS * (size_t)(tk / 8 * 4) * 32 : 0) +
          sizeof(int32_t) * (size_t)tk;
+}
+
+/* Blocks of 32 (q8_0, q4_0: the tiers long contexts use) decoded a block per
+** thread, two halves per store. */
+template <int T>
+__device__ static inline void tsr_mma_stage_blocks(const char *base, int64_t nb1, int64_t D,
+                                                   int64_t j0, int tk, const int32_t *kpos,
+                                                   __half *dst, int64_t ld) {
+  const int64_t nbk = D / 32;
+  for (int64_t e = threadIdx.x; e < tk * nbk; e += blockDim.x) {
+    const int64_t t = e / nbk, blk = e % nbk;
+    __half2 *out = reinterpret_cast<__half2 *>(dst + t * ld + blk * 32);
+    const uint8_t *row = reinterpret_cast<const uint8_t *>(base + (j0 + t) * nb1);
+    const bool live = kpos[t] >= 0;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+      out[i] = live ? __floats2half2_rn(dq<T>(row, blk * 32 + 2 * i), dq<T>(row, blk * 32 + 2 * i + 1))
+                    : __floats2half2_rn(0.0f, 0.0f);
+  }
 }
 
 /* Stages rows j0 .. j0+TK of one KV head's K or V as f16 rows of ld halves; an
@@ -74,14 +99,20 @@ __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int6
                                             int64_t nb1, int64_t D, int64_t j0, int tk,
                                             const int32_t *kpos, __half *dst, int64_t ld) {
   if (type == T_F16 && nb0 == 2 && D % 8 == 0 && nb1 % 16 == 0 && ((uintptr_t)base & 15) == 0) {
+    /* asynchronous 16-byte copies, all in flight at once; a hidden row reads
+    ** nothing and is zero-filled. The caller waits (tsr_mma_stage_wait). */
     for (int64_t e = threadIdx.x; e < tk * D / 8; e += blockDim.x) {
       const int64_t t = e / (D / 8), c = e % (D / 8);
-      uint4 x = make_uint4(0, 0, 0, 0);
-      if (kpos[t] >= 0) x = *reinterpret_cast<const uint4 *>(base + (j0 + t) * nb1 + c * 16);
-      *reinterpret_cast<uint4 *>(dst + t * ld + c * 8) = x;
+      const bool live = kpos[t] >= 0;
+      const char *src = live ? base + (j0 + t) * nb1 + c * 16 : base;
+      const unsigned d = (unsigned)__cvta_generic_to_shared(dst + t * ld + c * 8);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+                   "r"(live ? 16 : 0));
     }
     return;
   }
+  if (type == T_Q8_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
+  if (type == T_Q4_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
   for (int64_t e = threadIdx.x; e < tk * D; e += blockDim.x) {
     const int64_t t = e / D, d = e % D;
     dst[t * ld + d] =
@@ -109,8 +140,8 @@ __device__ static inline void tsr_mma_qk(float (*s)[4], const __half *qrows, con
 }
 
 /* DVW: output dims per warp at most (Dv / WPR <= DVW); WPR: warps per 16 rows;
-** TK: keys per tile (32 or 64). grid (row tiles of one KV head, KV heads), 128
-** threads. */
+** TK: keys per tile (32 or 64). grid (row tiles of one KV head, KV heads, key
+** splits), 128 threads. */
 template <int DVW, int WPR, int TK>
 __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args a) {
   constexpr int RB = tsr_mma_shape<WPR>::rows, NT = TK / 8, NV = DVW / 8;
@@ -171,8 +202,10 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int64_t lo_min = a.n_bands == 3 ? qlo / a.c * a.c : 0;
   const int64_t lo_max = a.n_bands == 3 ? qhi / a.c * a.c : 0;
 
-  for (int64_t j0 = 0; j0 < a.Nkv; j0 += TK) {
-    const int64_t nk = a.Nkv - j0 < TK ? a.Nkv - j0 : TK;
+  const int64_t j_lo = (int64_t)blockIdx.z * a.per_split;
+  const int64_t j_hi = j_lo + a.per_split < a.Nkv ? j_lo + a.per_split : a.Nkv;
+  for (int64_t j0 = j_lo; j0 < j_hi; j0 += TK) {
+    const int64_t nk = j_hi - j0 < TK ? j_hi - j0 : TK;
     __syncthreads(); /* the previous tile is consumed */
     if (threadIdx.x < TK) {
       const int t = threadIdx.x;
@@ -208,6 +241,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     }
     tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
     tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
+    asm volatile("cp.async.wait_all;\n" ::);
     __syncthreads();
 
     float s[NT][4];
@@ -341,8 +375,19 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     lt += __shfl_xor_sync(0xffffffffu, lt, 1);
     lt += __shfl_xor_sync(0xffffffffu, lt, 2);
     if (!row_ok[rr]) continue;
-    const float inv = lt > 0.0f ? 1.0f / lt : 0.0f; /* no key: zeros */
     const int64_t R = r0 + rw0 + g + 8 * rr, h = hk * G + R % G;
+    if (a.splits > 1) { /* the partial state, max in natural units; tsr_tile_combine merges */
+      float *pr = a.part + ((iq_of[rr] * a.Hq + h) * a.splits + blockIdx.z) * (Dv + 2);
+      if (t4 == 0 && part == 0) pr[0] = m[rr] / LOG2E, pr[1] = lt;
+#pragma unroll
+      for (int nv = 0; nv < NV; nv++) {
+        if (nv * 8 >= Dvw) break;
+        const int64_t d = v_off + nv * 8 + 2 * t4;
+        pr[2 + d] = o[nv][2 * rr], pr[3 + d] = o[nv][2 * rr + 1];
+      }
+      continue;
+    }
+    const float inv = lt > 0.0f ? 1.0f / lt : 0.0f; /* no key: zeros */
     char *out = a.dst + iq_of[rr] * a.dst_row + h * a.dst_head;
 #pragma unroll
     for (int nv = 0; nv < NV; nv++) {
@@ -354,12 +399,11 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   }
 }
 
-/* Whether a launch goes to the tensor cores: enough rows to fill 16-row
-** fragments (prefill), head dims in steps of 16 (of 32 past 256, split over two
-** warps). */
+/* Whether a launch goes to the tensor cores: head dims in steps of 16 (of 32
+** past 256, split over two warps). */
 static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
   const int64_t d = a->D > a->Dv ? a->D : a->Dv;
-  return a->Nq * a->group >= TSR_MMA_MIN_ROWS && a->D % 16 == 0 && a->Dv % 16 == 0 &&
+  return a->D % 16 == 0 && a->Dv % 16 == 0 &&
          d <= TSR_TILE_MAX_D && (d <= 256 || (a->D % 32 == 0 && a->Dv % 32 == 0));
 }
 
@@ -367,7 +411,8 @@ template <int DVW, int WPR, int TK>
 static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
   const size_t smem = tsr_mma_smem(a, WPR, TK);
   const int64_t rows = tsr_mma_shape<WPR>::rows;
-  const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group));
+  const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group),
+                  (unsigned)a->splits);
   cudaError_t e = cudaFuncSetAttribute(tsr_mma_attn<DVW, WPR, TK>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) {
@@ -375,6 +420,7 @@ static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaSt
     return e;
   }
   tsr_mma_attn<DVW, WPR, TK><<<grid, 32 * TSR_MMA_WARPS, smem, stream>>>(*a);
+  if (a->splits > 1) tsr_tile_combine<<<(unsigned)(a->Nq * a->Hq), 128, 0, stream>>>(*a);
   return cudaGetLastError();
 }
 

@@ -1,8 +1,9 @@
 /*
 ** The tiled attention kernel of the GPU, shared by the core's flash and
-** attention plugins (attn_dca). Decode and small batches run it; a launch
-** with 64 rows or more (prefill) goes to the tensor-core kernel of
-** tessera/cuda_attn_mma.cuh, which takes the same arguments.
+** attention plugins (attn_dca), in f32. Head dims in steps of 16 (every
+** model here) go instead to the tensor-core kernel of
+** tessera/cuda_attn_mma.cuh, which takes the same arguments and plan; this one
+** serves the other head dims.
 **
 ** A block takes a tile of rows of one KV head, a row being one (query, q head
 ** of that KV head's group), and one range of the keys: it stages 32 keys at a
@@ -74,8 +75,6 @@ __device__ static inline float tsr_tile_gain(int32_t p, int32_t from) {
   return (float)(f * f);
 }
 
-#include "tessera/cuda_attn_mma.cuh"
-
 /* Queries per warp: 8 rows for prefill (4 past head dim 256), 2 for decode. */
 static inline int tsr_tile_qpw(const struct tsr_tile_args *a) {
   if (a->Nq * a->group < 32) return 2;
@@ -88,31 +87,6 @@ static inline size_t tsr_tile_smem(const struct tsr_tile_args *a) {
   return sizeof(float) * ((size_t)a->n_bands * TSR_TILE_WARPS * a->qpw * (size_t)a->D +
                           TSR_TILE_K * (size_t)(a->D + 1) + TSR_TILE_K * (size_t)a->Dv) +
          sizeof(int32_t) * TSR_TILE_K;
-}
-
-/* Picks the row tile and the key splits for n_sm multiprocessors; returns the
-** bytes of a->part the launch needs (0: none). */
-static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
-  a->qpw = tsr_tile_qpw(a);
-  a->mma = tsr_mma_attn_fits(a);
-  if (a->mma) { /* prefill: rows fill the GPU, no key splits */
-    a->splits = 1, a->per_split = a->Nkv > 0 ? a->Nkv : 1;
-    return 0;
-  }
-  const int64_t rows = TSR_TILE_WARPS * a->qpw;
-  const int64_t units = (a->Nq * a->group + rows - 1) / rows * (a->Hq / a->group);
-  const int64_t want = 2 * (int64_t)(n_sm > 0 ? n_sm : 132);
-  int64_t splits = (want + units - 1) / units;
-  const int64_t most = (a->Nkv + TSR_TILE_MIN_KEYS_PER_SPLIT - 1) / TSR_TILE_MIN_KEYS_PER_SPLIT;
-  if (splits > most) splits = most;
-  if (splits < 1) splits = 1;
-  a->per_split = (a->Nkv + splits - 1) / splits;
-  if (a->per_split < 1) a->per_split = 1;
-  a->splits = (int32_t)((a->Nkv + a->per_split - 1) / a->per_split);
-  if (a->splits < 1) a->splits = 1;
-  return a->splits > 1 ? sizeof(float) * (size_t)(a->Nq * a->Hq) * (size_t)a->splits *
-                             (size_t)(a->Dv + 2)
-                       : 0;
 }
 
 /* VREG: output values per lane (Dv <= 32 VREG); QPW: rows per warp.
@@ -290,6 +264,29 @@ __global__ void tsr_tile_combine(tsr_tile_args a) {
     }
     *reinterpret_cast<float *>(out + d * a.dst_nb0) = v * inv;
   }
+}
+
+#include "tessera/cuda_attn_mma.cuh"
+
+/* Picks the row tile and the key splits for n_sm multiprocessors; returns the
+** bytes of a->part the launch needs (0: none). */
+static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
+  a->qpw = tsr_tile_qpw(a);
+  a->mma = tsr_mma_attn_fits(a);
+  const int64_t rows = a->mma ? tsr_mma_rows(a) : TSR_TILE_WARPS * a->qpw;
+  const int64_t units = (a->Nq * a->group + rows - 1) / rows * (a->Hq / a->group);
+  const int64_t want = 2 * (int64_t)(n_sm > 0 ? n_sm : 132);
+  int64_t splits = (want + units - 1) / units;
+  const int64_t most = (a->Nkv + TSR_TILE_MIN_KEYS_PER_SPLIT - 1) / TSR_TILE_MIN_KEYS_PER_SPLIT;
+  if (splits > most) splits = most;
+  if (splits < 1) splits = 1;
+  a->per_split = (a->Nkv + splits - 1) / splits;
+  if (a->per_split < 1) a->per_split = 1;
+  a->splits = (int32_t)((a->Nkv + a->per_split - 1) / a->per_split);
+  if (a->splits < 1) a->splits = 1;
+  return a->splits > 1 ? sizeof(float) * (size_t)(a->Nq * a->Hq) * (size_t)a->splits *
+                             (size_t)(a->Dv + 2)
+                       : 0;
 }
 
 template <int VREG, int QPW>

@@ -16,8 +16,8 @@
 **                  expf/tanhf, a few ulp), products with n <= 16 columns
 **                  and f32 GEMMs (f32 accumulation in another order)
 **   1e-4           flash attention (another summation and rescaling order)
-**   5e-3           flash attention of 64 rows or more (tensor cores, f16
-**                  Q, K, V and probabilities)
+**   5e-3           flash attention with head dims in steps of 16 (tensor
+**                  cores, f16 Q, K, V and probabilities)
 **   4e-3           batched products on f16 tensor cores (x rounded to f16:
 **                  2^-11 relative per term)
 ** Prints one PASS/FAIL line per case (a FAIL names the first element that
@@ -530,15 +530,17 @@ static struct fa_case fa_case_of(int var) {
       {3, 8, 64, 64, 8, 2, 80, 1000, 0, 1, 0, 0},      /* tensor cores: q8_0 / q4_0, D 64 */
       {1, 1, 128, 128, 4, 4, 200, 1000, 1, 0, 0, 0},   /* tensor cores: f16 rows, no causal */
       {2, 3, 256, 256, 8, 2, 70, 2000, 0, 1, 256, 0},  /* tensor cores: bf16 / q8_0, window */
+      {1, 2, 72, 72, 4, 2, 50, 700, 1, 1, 0, 0},       /* head dim 72: the f32 tiled kernel */
+      {0, 1, 72, 72, 4, 2, 1, 3000, 0, 1, 0, 0},       /* head dim 72 decode, split keys */
   };
   return more[var - N_CODECS];
 }
-#define N_FA (N_CODECS + 12)
+#define N_FA (N_CODECS + 14)
 
-/* 64 rows (queries x q heads of a group) or more go to the tensor-core kernel
+/* Head dims in steps of 16 go to the tensor-core kernel
 ** (include/tessera/cuda_attn_mma.cuh): f16 operands, so a looser bound. */
 static double fa_tol(const struct fa_case *c) {
-  return (int64_t)c->Nq * (c->Hq / c->Hkv) >= 64 ? 5e-3 : 1e-4;
+  return c->D % 16 == 0 && c->Dv % 16 == 0 ? 5e-3 : 1e-4;
 }
 
 static void c_flash_attn(struct pc *p, int phase) {

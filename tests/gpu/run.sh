@@ -15,7 +15,11 @@
 #       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
 #       with DCA: cpu against cuda), and the benchmarks; prints a summary table last.
 #       Exit status 0 iff nothing failed. Sections (all by default; name some after
-#       RUN_DIR to run only those): loader ops models dca run serve bench.
+#       RUN_DIR to run only those): loader ops models dca run serve bench tbench.
+#       tbench: `tessera bench` on a model gen-model makes (env TBENCH_LIKE, default
+#       qwen3-8b; TBENCH_TYPE, default q4_0; TBENCH_ARGS, default -p 512 -n 64 -r 3;
+#       TBENCH_BACKEND, default cuda; TBENCH_GEN_ARGS, e.g. --layers 2 for a cut).
+#       DCA on against off: tests/gpu/dca_bench.sh.
 #   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
 #       --tool memcheck (every case, or those whose name contains FILTER).
 #
@@ -235,6 +239,25 @@ check|sanitize)
     "$b/tests/gpu/gpu_bench" 2>&1 | tee "$out/bench.log"
     if grep -q "BENCH error" "$out/bench.log"; then row "benchmarks" FAIL "$(grep -m1 'BENCH error' "$out/bench.log")"
     else row "benchmarks" ran "$(grep -c '^BENCH' "$out/bench.log") shapes (lines above)"; fi
+  fi
+
+  if want tbench; then
+    # a whole model: random weights in a real shape, made here (tens of seconds)
+    like=${TBENCH_LIKE:-qwen3-8b} type=${TBENCH_TYPE:-q4_0}
+    echo "== tessera bench on a generated $like ($type), backend ${TBENCH_BACKEND:-cuda}"
+    m="$out/tbench.gguf"
+    if "$b/core/cli/tessera" gen-model --like "$like" --type "$type" ${TBENCH_GEN_ARGS:-} \
+         -o "$m" >"$out/gen.log" 2>&1 &&
+       "$b/core/cli/tessera" bench -m "$m" --set backend="${TBENCH_BACKEND:-cuda}" \
+         ${TBENCH_ARGS:--p 512 -n 64 -r 3} --json "$out/tbench.json" 2>&1 | tee "$out/tbench.log"; then
+      row "tessera bench $like $type" ran "$(python3 -c 'import json, sys
+tests = json.load(open(sys.argv[1]))["tests"]
+print(", ".join("%s %.1f t/s" % (t["test"], t["tokens_per_second_median"]) for t in tests))' \
+        "$out/tbench.json")"
+    else
+      row "tessera bench $like $type" FAIL "$(cat "$out/gen.log" "$out/tbench.log" 2>/dev/null | grep . | tail -1 | cut -c1-100)"
+    fi
+    rm -f "$m"
   fi
 
   echo

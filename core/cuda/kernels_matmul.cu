@@ -77,38 +77,12 @@ extern "C" int cu_pack_x(cu_stream s, void *out, int to, const char *x, int64_t 
 
 /* ---- gemv: a warp per weight row, NMAX columns at most --------------------------- */
 
-template <int T, int NMAX>
-__global__ void k_gemv(float *y, int64_t ldy, const char *w, int64_t K, int64_t M, int64_t wnb1,
-                       const float *x, int64_t ldx, int N) {
-  const int64_t m = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (m >= M) return;
-  const uint8_t *row = reinterpret_cast<const uint8_t *>(w + m * wnb1);
-  float acc[NMAX];
-#pragma unroll
-  for (int n = 0; n < NMAX; n++) acc[n] = 0.0f;
-  for (int64_t k = lane; k < K; k += 32) {
-    const float v = dq<T>(row, k);
-#pragma unroll
-    for (int n = 0; n < NMAX; n++)
-      if (n < N) acc[n] += v * x[k + n * ldx];
-  }
-#pragma unroll
-  for (int n = 0; n < NMAX; n++) {
-    float a = acc[n];
-    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-    if (lane == 0 && n < N) y[m + n * ldy] = a;
-  }
-}
-
-/* ---- gemv by chunks: a lane decodes 32 consecutive weights at a time ----------- */
-
-/* Block types. The row's 32-weight chunks are dealt to the lanes in turn, so a
+/* Block types: the row's 32-weight chunks are dealt to the lanes in turn, so a
 ** warp reads 32 consecutive chunks (whole blocks) per step, and each lane
 ** decodes its chunk with a few wide loads and one scale lookup instead of one
 ** per weight. q4_0, q8_0, q4_K and q6_K have their own decoders; the rest, and
 ** q4_K rows not aligned to 4 bytes (a view), decode through dq. Plain types
-** keep k_gemv: a lane per weight reads 64 contiguous bytes per warp step, which
+** stay a lane per weight (64 contiguous bytes per warp step for f16), which
 ** measured twice the chunked f16 rate on the H200 (2565 against 1394 GB/s). */
 template <int T>
 __device__ static inline void chunk_decode(const uint8_t *row, int64_t c, float w[32], int wide) {
@@ -171,10 +145,11 @@ static int chunk_wide(const char *w, int64_t wnb1) {
   return (uintptr_t)w % 4 == 0 && wnb1 % 4 == 0;
 }
 
+/* Plain types: a lane per weight (a warp step reads 32 consecutive weights);
+** block types: a lane per 32-weight chunk (chunk_decode). */
 template <int T, int NMAX>
-__global__ void k_gemv_chunk(float *y, int64_t ldy, const char *w, int64_t K, int64_t M,
-                             int64_t wnb1, const float *x, int64_t ldx, int N, int x_vec,
-                             int wide) {
+__global__ void k_gemv(float *y, int64_t ldy, const char *w, int64_t K, int64_t M, int64_t wnb1,
+                       const float *x, int64_t ldx, int N, int x_vec, int wide) {
   const int64_t m = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (m >= M) return;
@@ -182,25 +157,34 @@ __global__ void k_gemv_chunk(float *y, int64_t ldy, const char *w, int64_t K, in
   float acc[NMAX];
 #pragma unroll
   for (int n = 0; n < NMAX; n++) acc[n] = 0.0f;
-  for (int64_t c = lane; c < K / 32; c += 32) {
-    float wv[32];
-    chunk_decode<T>(row, c, wv, wide);
+  if (T == T_F32 || T == T_F16 || T == T_BF16) {
+    for (int64_t k = lane; k < K; k += 32) {
+      const float v = dq<T>(row, k);
 #pragma unroll
-    for (int n = 0; n < NMAX; n++) {
-      if (n >= N) break;
-      const float *xc = x + n * ldx + c * 32;
-      float a = acc[n];
-      if (x_vec) {
+      for (int n = 0; n < NMAX; n++)
+        if (n < N) acc[n] += v * x[k + n * ldx];
+    }
+  } else {
+    for (int64_t c = lane; c < K / 32; c += 32) {
+      float wv[32];
+      chunk_decode<T>(row, c, wv, wide);
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-          const float4 v = __ldg(reinterpret_cast<const float4 *>(xc) + i);
-          a += wv[4 * i] * v.x + wv[4 * i + 1] * v.y + wv[4 * i + 2] * v.z + wv[4 * i + 3] * v.w;
+      for (int n = 0; n < NMAX; n++) {
+        if (n >= N) break;
+        const float *xc = x + n * ldx + c * 32;
+        float a = acc[n];
+        if (x_vec) {
+#pragma unroll
+          for (int i = 0; i < 8; i++) {
+            const float4 v = __ldg(reinterpret_cast<const float4 *>(xc) + i);
+            a += wv[4 * i] * v.x + wv[4 * i + 1] * v.y + wv[4 * i + 2] * v.z + wv[4 * i + 3] * v.w;
+          }
+        } else {
+#pragma unroll
+          for (int e = 0; e < 32; e++) a += wv[e] * __ldg(xc + e);
         }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 32; e++) a += wv[e] * __ldg(xc + e);
+        acc[n] = a;
       }
-      acc[n] = a;
     }
   }
 #pragma unroll
@@ -214,43 +198,17 @@ __global__ void k_gemv_chunk(float *y, int64_t ldy, const char *w, int64_t K, in
 extern "C" int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_t type, int64_t K,
                        int64_t M, int64_t wnb1, const float *x, int64_t ldx, int64_t N) {
   if (N < 1 || N > CU_GEMV_MAX_N) return (int)cudaErrorInvalidValue;
+  const bool plain = type == T_F32 || type == T_F16 || type == T_BF16;
+  if (!plain && K % 32) return (int)cudaErrorInvalidValue; /* block rows are whole blocks */
   const unsigned blocks = (unsigned)((M + WARPS - 1) / WARPS);
-  if (type == T_F32 || type == T_F16 || type == T_BF16) {
+  const int x_vec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0, wide = chunk_wide(w, wnb1);
 #define CALL(T)                                                                              \
   if (N == 1)                                                                                \
-    k_gemv<T, 1><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, 1);            \
+    k_gemv<T, 1><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, 1, x_vec, wide); \
   else                                                                                       \
-    k_gemv<T, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, (int)N)
-    if (type == T_F32) CALL(T_F32);
-    else if (type == T_F16) CALL(T_F16);
-    else CALL(T_BF16);
-#undef CALL
-    return (int)cudaGetLastError();
-  }
-  if (K % 32) return (int)cudaErrorInvalidValue; /* a block type's rows are whole blocks */
-  const int x_vec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0, wide = chunk_wide(w, wnb1);
-#define CALL(T)                                                                                  \
-  if (N == 1)                                                                                    \
-    k_gemv_chunk<T, 1><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx, 1, x_vec,    \
-                                                     wide);                                      \
-  else                                                                                           \
-    k_gemv_chunk<T, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx,  \
-                                                                 (int)N, x_vec, wide)
-  switch (type) {
-  case T_Q4_0: CALL(T_Q4_0); break;
-  case T_Q4_1: CALL(T_Q4_1); break;
-  case T_Q5_0: CALL(T_Q5_0); break;
-  case T_Q5_1: CALL(T_Q5_1); break;
-  case T_Q8_0: CALL(T_Q8_0); break;
-  case T_Q6_0: CALL(T_Q6_0); break;
-  case T_Q2_K: CALL(T_Q2_K); break;
-  case T_Q3_K: CALL(T_Q3_K); break;
-  case T_Q4_K: CALL(T_Q4_K); break;
-  case T_Q5_K: CALL(T_Q5_K); break;
-  case T_Q6_K: CALL(T_Q6_K); break;
-  case T_Q8_K: CALL(T_Q8_K); break;
-  default: return (int)cudaErrorInvalidValue;
-  }
+    k_gemv<T, CU_GEMV_MAX_N><<<blocks, 32 * WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, x, ldx,    \
+                                                           (int)N, x_vec, wide)
+  DISPATCH_TYPE(type, CALL)
 #undef CALL
   return (int)cudaGetLastError();
 }

@@ -202,16 +202,11 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int64_t lo_min = a.n_bands == 3 ? qlo / a.c * a.c : 0;
   const int64_t lo_max = a.n_bands == 3 ? qhi / a.c * a.c : 0;
 
-  const int64_t j_lo = (int64_t)blockIdx.z * a.per_split;
-  const int64_t j_hi = j_lo + a.per_split < a.Nkv ? j_lo + a.per_split : a.Nkv;
+  int64_t j_lo, j_hi;
+  tsr_tile_split_keys(a, &j_lo, &j_hi);
   for (int64_t j0 = j_lo; j0 < j_hi; j0 += TK) {
     const int64_t nk = j_hi - j0 < TK ? j_hi - j0 : TK;
-    __syncthreads(); /* the previous tile is consumed */
-    if (threadIdx.x < TK) {
-      const int t = threadIdx.x;
-      kpos[t] = t >= nk ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j0 + t) : 0;
-    }
-    __syncthreads();
+    tsr_tile_next_pos(a, kpos, TK, j0, nk);
     /* every warp classifies the tile alike: dead (no key visible to any row:
     ** empty cells, every row's future, past every window), full (every key
     ** visible to every row, in one band, no mask: no per-element checks), or

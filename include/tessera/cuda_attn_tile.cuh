@@ -69,6 +69,25 @@ __device__ static inline int32_t tsr_tile_pos(const char *p, int64_t nb0, int64_
   return *reinterpret_cast<const int32_t *>(p + i * nb0);
 }
 
+/* Key positions of the tile j0 .. j0 + nk into kpos[tk] (-1 past nk), between
+** two barriers: the previous tile is consumed before, every thread sees these
+** after. */
+__device__ static inline void tsr_tile_next_pos(const tsr_tile_args &a, int32_t *kpos, int tk,
+                                                int64_t j0, int64_t nk) {
+  __syncthreads();
+  if (threadIdx.x < tk) {
+    const int t = threadIdx.x;
+    kpos[t] = t >= nk ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j0 + t) : 0;
+  }
+  __syncthreads();
+}
+
+/* The keys of this block's split: [*lo, *hi). */
+__device__ static inline void tsr_tile_split_keys(const tsr_tile_args &a, int64_t *lo, int64_t *hi) {
+  *lo = (int64_t)blockIdx.z * a.per_split;
+  *hi = *lo + a.per_split < a.Nkv ? *lo + a.per_split : a.Nkv;
+}
+
 __device__ static inline float tsr_tile_gain(int32_t p, int32_t from) {
   if (from <= 0 || (int64_t)p + 1 <= from) return 1.0f;
   const double f = 0.1 * log(((double)p + 1.0) / (double)from) + 1.0;
@@ -105,8 +124,8 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
   const int64_t hk = blockIdx.y, r0 = (int64_t)blockIdx.x * TILE_R, G = a.group;
   const int64_t n_rows = a.Nq * G - r0 < TILE_R ? a.Nq * G - r0 : TILE_R;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t j_lo = (int64_t)blockIdx.z * a.per_split;
-  const int64_t j_hi = j_lo + a.per_split < a.Nkv ? j_lo + a.per_split : a.Nkv;
+  int64_t j_lo, j_hi;
+  tsr_tile_split_keys(a, &j_lo, &j_hi);
 
   /* row r of the tile: query (r0 + r) / G, q head hk G + (r0 + r) % G */
   for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * TILE_R * D; e += blockDim.x) {
@@ -143,12 +162,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
 
   for (int64_t j0 = j_lo; j0 < j_hi; j0 += TSR_TILE_K) {
     const int64_t nk = j_hi - j0 < TSR_TILE_K ? j_hi - j0 : TSR_TILE_K;
-    __syncthreads(); /* the previous tile is consumed */
-    if (threadIdx.x < TSR_TILE_K) {
-      const int t = threadIdx.x;
-      kpos[t] = t >= nk ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j0 + t) : 0;
-    }
-    __syncthreads();
+    tsr_tile_next_pos(a, kpos, TSR_TILE_K, j0, nk);
     if (threadIdx.x == 0) { /* a tile of empty cells, or wholly in every row's future */
       int live = 0;
       for (int t = 0; t < nk; t++)

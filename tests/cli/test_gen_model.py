@@ -231,6 +231,26 @@ def test_26b_a4b_1m_plan_matches_the_record():
 
 
 @case
+def test_26b_a4b_1m_dca_plan():
+    # the DCA issue's 1M run: attn_dca on the 5 full layers with q8_0 K / q4_0 V, flash and
+    # f16 on the sliding ones; q8_0 is 34 bytes and q4_0 18 bytes per 32 values
+    f = path("g26-q4km-shape.gguf")
+    ok("gen-model", "--like", "gemma-4-26b-a4b", "--type", "q4_K_M", "--shape-only", "-o", f)
+    prof = os.path.join(SOURCE, "conf", "gemma4-26b-a4b-1m-dca.yaml")
+    out, _ = ok("profile", "check", prof, "--set", f"model={f}", "--set", "backend=cpu")
+    full_kind = out[out.index("full    layers"):]
+    assert re.search(r"attention dca \(attn_dca", full_kind), out[-900:]
+    assert re.search(r"K q8_0 \(in-register\), V q4_0", full_kind), out[-900:]
+    sliding_kind = out[out.index("sliding layers"):out.index("full    layers")]
+    assert "attention flash" in sliding_kind and "K f16" in sliding_kind, sliding_kind
+    exact_full = 5 * 2 * 512 * (34 + 18) / 32 * (1 << 20) / MiB
+    full = plan_mib(out, "KV full (1048576 cells)")
+    assert exact_full <= full < exact_full * 1.01, (full, exact_full)
+    assert abs(plan_mib(out, "KV sliding (1536 cells)") - 300) < 3, out[-600:]
+    os.unlink(f)
+
+
+@case
 def test_bad_options_are_refused():
     code, _, err = run("gen-model", "--like", "llama-70b", "-o", path("x.gguf"))
     assert code == 2 and "qwen3-8b" in err, err

@@ -6,9 +6,10 @@
 ** positions (negative kv_pos = empty cell, causal, sliding window), softcap
 ** before the mask; a query that sees no key gives zeros.
 **
-** Prefill and decode go through the tiled kernel of tessera/cuda_attn_tile.cuh
+** Prefill and decode go through the shared kernels of tessera/cuda_attn_tile.cuh
 ** (K/V tiles staged once per block of rows of one KV head's group, keys split
-** over blocks when rows are few). Where positions are not one strided run
+** over blocks when rows are few; tensor cores for head dims in steps of 16,
+** tessera/cuda_attn_mma.cuh). Where positions are not one strided run
 ** (or that kernel cannot launch), a block of four warps takes one (query, q
 ** head) and a range of the keys; each warp walks every fourth key of the range with its own running max,
 ** sum and accumulator (lanes hold head dims lane, lane+32, ...), the warps

@@ -4,13 +4,15 @@
 ** links no CUDA). Semantics are dca_cpu.c's; the calling convention is
 ** include/tessera/plugin_cuda.h's.
 **
-** dca_attention_cuda runs the tiled kernel the core's flash uses too
-** (tessera/cuda_attn_tile.cuh) with three bands, for prefill and decode: each
-** visible key picks the query rotation of its band from its absolute position
-** (analytic bounds: no mask tensor, no per-band pass), so the three bands
-** share one online softmax, an empty band adds nothing and a row without keys
-** is zeros. K and V are read in place in every scalar KV dtype (dq_rt,
-** tessera/cuda_quant.cuh): a step never converts the cache. With every key in
+** dca_attention_cuda runs the kernels the core's flash uses too
+** (tessera/cuda_attn_tile.cuh; tensor cores, tessera/cuda_attn_mma.cuh, for
+** head dims in steps of 16) with three bands, for prefill and decode: each
+** visible key takes the query rotation of its band from its absolute position
+** (analytic bounds: no mask tensor; the tensor-core kernel runs one product per
+** band present in a tile), so the three bands share one online softmax, an
+** empty band adds nothing and a row without keys is zeros. K and V are read in
+** place in every scalar KV dtype (tessera/cuda_quant.cuh): a step never
+** converts the cache. With every key in
 ** the intra band it does flash's arithmetic in flash's order, so a context of
 ** one chunk equals the cuda flash kernel bit for bit. Split-KV partials live
 ** in stream-ordered scratch (cudaMallocAsync), freed after the merge.

@@ -208,14 +208,23 @@ def plan_mib(out, label):
     return float(m.group(1))
 
 
+def plan_26b(type_, profile, *sets):
+    """`profile check` of conf/PROFILE on a shape-only Gemma-4-26B-A4B file of TYPE: the
+    file's path and the output."""
+    f = path(f"g26-{type_}-shape.gguf")
+    ok("gen-model", "--like", "gemma-4-26b-a4b", "--type", type_, "--shape-only", "-o", f)
+    prof = os.path.join(SOURCE, "conf", profile)
+    args = ["profile", "check", prof, "--set", f"model={f}", "--set", "backend=cpu"]
+    for s in sets:
+        args += ["--set", s]
+    return f, ok(*args)[0]
+
+
 @case
 def test_26b_a4b_1m_plan_matches_the_record():
     # §3 of the evaluation record (128e-F16): weights 48,150 MiB, KV of the 5 global
     # layers ~20,800 MiB at 1M (5,120 at 256k), 300 MiB for the 25 SWA layers' 1536 cells
-    f = path("g26-f16-shape.gguf")
-    ok("gen-model", "--like", "gemma-4-26b-a4b", "--type", "f16", "--shape-only", "-o", f)
-    prof = os.path.join(SOURCE, "conf", "gemma4-26b-a4b-1m.yaml")
-    out, _ = ok("profile", "check", prof, "--set", f"model={f}", "--set", "backend=cpu")
+    f, out = plan_26b("f16", "gemma4-26b-a4b-1m.yaml")
     weights = plan_mib(out, "weights")
     full = plan_mib(out, "KV full (1048576 cells)")
     sliding = plan_mib(out, "KV sliding (1536 cells)")
@@ -223,8 +232,7 @@ def test_26b_a4b_1m_plan_matches_the_record():
     assert abs(weights - 48150) < 5, weights
     assert exact_full <= full < exact_full * 1.01 and full < 20800 * 1.02, full
     assert abs(sliding - 300) < 3, sliding
-    out, _ = ok("profile", "check", prof, "--set", f"model={f}", "--set", "backend=cpu",
-                "--set", "context=262144")
+    _, out = plan_26b("f16", "gemma4-26b-a4b-1m.yaml", "context=262144")
     assert abs(plan_mib(out, "KV full (262144 cells)") - 5120) < 10, out[-600:]
     assert abs(plan_mib(out, "KV sliding (1536 cells)") - sliding) < 0.01, "sliding grew"
     os.unlink(f)
@@ -234,10 +242,7 @@ def test_26b_a4b_1m_plan_matches_the_record():
 def test_26b_a4b_1m_dca_plan():
     # the DCA issue's 1M run: attn_dca on the 5 full layers with q8_0 K / q4_0 V, flash and
     # f16 on the sliding ones; q8_0 is 34 bytes and q4_0 18 bytes per 32 values
-    f = path("g26-q4km-shape.gguf")
-    ok("gen-model", "--like", "gemma-4-26b-a4b", "--type", "q4_K_M", "--shape-only", "-o", f)
-    prof = os.path.join(SOURCE, "conf", "gemma4-26b-a4b-1m-dca.yaml")
-    out, _ = ok("profile", "check", prof, "--set", f"model={f}", "--set", "backend=cpu")
+    f, out = plan_26b("q4_K_M", "gemma4-26b-a4b-1m-dca.yaml")
     full_kind = out[out.index("full    layers"):]
     assert re.search(r"attention dca \(attn_dca", full_kind), out[-900:]
     assert re.search(r"K q8_0 \(in-register\), V q4_0", full_kind), out[-900:]

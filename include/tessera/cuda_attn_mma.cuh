@@ -404,19 +404,9 @@ static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
 
 template <int DVW, int WPR, int TK>
 static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
-  const size_t smem = tsr_mma_smem(a, WPR, TK);
-  const int64_t rows = tsr_mma_shape<WPR>::rows;
-  const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group),
-                  (unsigned)a->splits);
-  cudaError_t e = cudaFuncSetAttribute(tsr_mma_attn<DVW, WPR, TK>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    return e;
-  }
-  tsr_mma_attn<DVW, WPR, TK><<<grid, 32 * TSR_MMA_WARPS, smem, stream>>>(*a);
-  if (a->splits > 1) tsr_tile_combine<<<(unsigned)(a->Nq * a->Hq), 128, 0, stream>>>(*a);
-  return cudaGetLastError();
+  static_assert(TSR_MMA_WARPS == TSR_TILE_WARPS, "tsr_attn_run launches 32 TSR_TILE_WARPS threads");
+  return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK>>(a, tsr_mma_shape<WPR>::rows,
+                                                  tsr_mma_smem(a, WPR, TK), stream);
 }
 
 static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, cudaStream_t stream) {

@@ -33,6 +33,8 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <atomic>
+
 #include "tessera/cuda_quant.cuh"
 
 #define TSR_TILE_WARPS 4
@@ -280,6 +282,39 @@ __global__ void tsr_tile_combine(tsr_tile_args a) {
   }
 }
 
+/* Launches K over a plan's grid (row tiles of `rows`, KV heads, key splits) with
+** smem bytes of dynamic shared memory, then the merge of split partials. The
+** shared memory past 48 KB is asked of the driver once per kernel, device and
+** larger size, not at every launch: every attention layer of every step comes
+** through here. */
+#define TSR_ATTN_MAX_DEVICES 16
+template <void (*K)(tsr_tile_args)>
+static inline cudaError_t tsr_attn_run(const struct tsr_tile_args *a, int64_t rows, size_t smem,
+                                       cudaStream_t stream) {
+  static std::atomic<size_t> granted[TSR_ATTN_MAX_DEVICES];
+  int dev = -1;
+  (void)cudaGetDevice(&dev);
+  const bool cached = dev >= 0 && dev < TSR_ATTN_MAX_DEVICES;
+  if (!cached || smem > granted[dev].load(std::memory_order_relaxed)) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError(); /* not sticky: clear it, so the caller's own launch reports its own */
+      return e;
+    }
+    if (cached) {
+      size_t g = granted[dev].load(std::memory_order_relaxed);
+      while (g < smem && !granted[dev].compare_exchange_weak(g, smem)) {
+      }
+    }
+  }
+  const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group),
+                  (unsigned)a->splits);
+  K<<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
+  if (a->splits > 1) tsr_tile_combine<<<(unsigned)(a->Nq * a->Hq), 128, 0, stream>>>(*a);
+  return cudaGetLastError();
+}
+
 #include "tessera/cuda_attn_mma.cuh"
 
 /* Picks the row tile and the key splits for n_sm multiprocessors; returns the
@@ -305,19 +340,7 @@ static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
 
 template <int VREG, int QPW>
 static inline cudaError_t tsr_tile_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
-  const size_t smem = tsr_tile_smem(a);
-  const int64_t rows = TSR_TILE_WARPS * QPW;
-  const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group),
-                  (unsigned)a->splits);
-  cudaError_t e = cudaFuncSetAttribute(tsr_tile_attn<VREG, QPW>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError(); /* not sticky: clear it, so the caller's own launch reports its own */
-    return e;
-  }
-  tsr_tile_attn<VREG, QPW><<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
-  if (a->splits > 1) tsr_tile_combine<<<(unsigned)(a->Nq * a->Hq), 128, 0, stream>>>(*a);
-  return cudaGetLastError();
+  return tsr_attn_run<tsr_tile_attn<VREG, QPW>>(a, TSR_TILE_WARPS * QPW, tsr_tile_smem(a), stream);
 }
 
 /* Launches a planned kernel (tsr_tile_attn_plan; a->part set when it asked for

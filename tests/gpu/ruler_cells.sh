@@ -11,7 +11,7 @@
 # out of time keeps what it measured. DEADLINE_S (default 480): no cell starts later;
 # ATTNS ("flash dca"): which of the two to run; BACKEND (cuda): the backend the cells run on;
 # UBATCH (2048): tokens per prefill pass
-# (the tiled attention kernel fills the GPU with 32-query blocks of every head).
+# (the attention kernels fill the GPU with blocks of 64 rows, query x head, per KV head).
 set -uo pipefail
 if [ $# -lt 6 ]; then sed -n '2,14p' "$0"; exit 2; fi
 b=$(cd "$1" && pwd) tsv=$2 n=$3 models=$4 tasks=$5 mults=$6

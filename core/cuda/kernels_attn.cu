@@ -169,28 +169,6 @@ k_flash_attn(cu_t dst, cu_attn a, fa_shape s, float *part) {
   }
 }
 
-/* Merges the splits' partial states of one (query, head). */
-__global__ void k_flash_combine(cu_t dst, fa_shape s, const float *part) {
-  const int64_t unit = blockIdx.x, iq = unit / s.Hq, h = unit % s.Hq;
-  const float *pp = part + unit * s.splits * (s.Dv + 2);
-  float M = -INFINITY;
-  for (int i = 0; i < s.splits; i++) M = fmaxf(M, pp[i * (s.Dv + 2)]);
-  float L = 0.0f;
-  for (int i = 0; i < s.splits; i++) {
-    const float mi = pp[i * (s.Dv + 2)];
-    if (mi != -INFINITY) L += pp[i * (s.Dv + 2) + 1] * expf(mi - M);
-  }
-  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  for (int64_t d = threadIdx.x; d < s.Dv; d += blockDim.x) {
-    float v = 0.0f;
-    for (int i = 0; i < s.splits; i++) {
-      const float mi = pp[i * (s.Dv + 2)];
-      if (mi != -INFINITY) v += pp[i * (s.Dv + 2) + 2 + d] * expf(mi - M);
-    }
-    *reinterpret_cast<float *>(dst.p + h * dst.nb[1] + iq * dst.nb[2] + d * dst.nb[0]) = v * inv;
-  }
-}
-
 /* The shared tiled kernel's arguments (tessera/cuda_attn_tile.cuh), planned;
 ** false when it does not apply (positions not one strided run). */
 static bool tile_args(const cu_t *dst, const cu_attn *a, const fa_shape &s, int n_sm,
@@ -242,6 +220,11 @@ extern "C" int cu_flash_attn(cu_stream st, const cu_t *dst, const cu_attn *a, vo
   }
   const dim3 grid((unsigned)(s.Nq * s.Hq), (unsigned)s.splits);
   k_flash_attn<<<grid, 32 * FA_WARPS, 0, st>>>(*dst, *a, s, (float *)scratch);
-  if (s.splits > 1) k_flash_combine<<<(unsigned)(s.Nq * s.Hq), 128, 0, st>>>(*dst, s, (float *)scratch);
+  if (s.splits > 1) { /* the partials have tsr_tile_combine's layout */
+    tsr_tile_args c = {};
+    c.dst = dst->p, c.dst_row = dst->nb[2], c.dst_head = dst->nb[1], c.dst_nb0 = dst->nb[0];
+    c.Nq = s.Nq, c.Hq = s.Hq, c.Dv = s.Dv, c.splits = s.splits, c.part = (float *)scratch;
+    tsr_tile_combine<<<(unsigned)(s.Nq * s.Hq), 128, 0, st>>>(c);
+  }
   return (int)cudaGetLastError();
 }

@@ -169,13 +169,9 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
                                                       h * a.q_head + d * a.q_nb0)
                    : 0.0f);
   }
-  if (threadIdx.x == 0) { /* the block's lowest and highest query positions */
-    int32_t lo = 0, hi = 0;
-    for (int64_t r = 0; r < n_rows && a.q_pos; r++) {
-      const int32_t p = tsr_tile_pos(a.q_pos, a.q_pos_nb0, (r0 + r) / G);
-      lo = r == 0 || p < lo ? p : lo;
-      hi = r == 0 || p > hi ? p : hi;
-    }
+  if (threadIdx.x == 0) {
+    int32_t lo, hi;
+    tsr_tile_q_range(a, r0, n_rows, &lo, &hi);
     q_lo = lo, q_hi = hi;
   }
 

@@ -84,6 +84,20 @@ __device__ static inline void tsr_tile_next_pos(const tsr_tile_args &a, int32_t 
   __syncthreads();
 }
 
+/* The lowest and highest position of the queries that rows r0 .. r0 + n_rows - 1
+** hold (a query spans `group` rows); 0 without query positions. */
+__device__ static inline void tsr_tile_q_range(const tsr_tile_args &a, int64_t r0, int64_t n_rows,
+                                               int32_t *lo, int32_t *hi) {
+  *lo = *hi = 0;
+  if (!a.q_pos || n_rows <= 0) return;
+  const int64_t i0 = r0 / a.group, i1 = (r0 + n_rows - 1) / a.group;
+  *lo = *hi = tsr_tile_pos(a.q_pos, a.q_pos_nb0, i0);
+  for (int64_t i = i0 + 1; i <= i1; i++) {
+    const int32_t p = tsr_tile_pos(a.q_pos, a.q_pos_nb0, i);
+    *lo = p < *lo ? p : *lo, *hi = p > *hi ? p : *hi;
+  }
+}
+
 /* The keys of this block's split: [*lo, *hi). */
 __device__ static inline void tsr_tile_split_keys(const tsr_tile_args &a, int64_t *lo, int64_t *hi) {
   *lo = (int64_t)blockIdx.z * a.per_split;
@@ -138,12 +152,9 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
                        : 0.0f;
   }
   if (threadIdx.x == 0) {
-    int32_t m = 0; /* no query positions: every query is at 0 */
-    for (int64_t r = 0; r < n_rows && a.q_pos; r++) {
-      const int32_t p = tsr_tile_pos(a.q_pos, a.q_pos_nb0, (r0 + r) / G);
-      m = r == 0 || p > m ? p : m;
-    }
-    q_max = m;
+    int32_t lo, hi;
+    tsr_tile_q_range(a, r0, n_rows, &lo, &hi);
+    q_max = hi;
   }
 
   /* per row of this warp: position, band bounds, gain, running max / sum / output */

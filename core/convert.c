@@ -43,6 +43,7 @@ struct tsr_convert {
   int64_t n_outs, cap_outs;
   struct tsr_convert_stats stats;
   bool progress; /* the log is a terminal */
+  bool wrote_token_embd;
 };
 
 /* ---- outtypes ------------------------------------------------------------ */
@@ -131,6 +132,10 @@ tsr_status tsr_convert_open(const struct tsr_convert_options *o, struct tsr_conv
   if (tsr_convert_file_type(o->outtype) < 0)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "convert: outtype %s is not one of %s",
                          tsr_dtype_name(o->outtype) ? tsr_dtype_name(o->outtype) : "?",
+                         tsr_convert_outtypes());
+  if (o->token_embd_set && tsr_convert_file_type(o->token_embd_type) < 0)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "convert: token embedding type %s is not one of %s",
+                         tsr_dtype_name(o->token_embd_type) ? tsr_dtype_name(o->token_embd_type) : "?",
                          tsr_convert_outtypes());
   struct tsr_convert *cv = calloc(1, sizeof *cv);
   if (!cv) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
@@ -330,14 +335,14 @@ tsr_status tsr_convert_out_arr_str(struct tsr_convert *cv, const char *key,
 
 /* ---- output tensors ------------------------------------------------------ */
 
-/* The type a tensor is stored in, and whether that is a fallback. */
-static enum tsr_dtype storage_type(const struct tsr_convert *cv, bool quantize, int64_t ne0,
-                                   bool *fallback) {
-  *fallback = false;
-  if (!quantize) return TSR_F32;
+/* The type a tensor is stored in; *requested differs from it on a fallback. */
+static enum tsr_dtype storage_type(const struct tsr_convert *cv, const char *name, bool quantize,
+                                   int64_t ne0, enum tsr_dtype *requested) {
   enum tsr_dtype t = cv->o.outtype;
+  if (cv->o.token_embd_set && !strcmp(name, "token_embd.weight")) t = cv->o.token_embd_type;
+  *requested = quantize ? t : TSR_F32;
+  if (!quantize) return TSR_F32;
   if (ne0 % tsr_dtype_block_size(t) == 0) return t;
-  *fallback = true;
   /* llama.cpp's converter also falls back to a type the row fits, per tensor */
   if (tsr_dtype_block_size(t) == TSR_QK_K && ne0 % TSR_QK8_0 == 0) return TSR_Q8_0;
   return TSR_F16;
@@ -480,18 +485,19 @@ tsr_status tsr_convert_out_tensor(struct tsr_convert *cv, const char *name, bool
   int64_t n = 0;
   tsr_status st = check_out(cv, name, n_dims, ne, data, &n);
   if (st != TSR_OK) return st;
-  bool fallback;
-  enum tsr_dtype t = storage_type(cv, quantize, ne[0], &fallback);
+  enum tsr_dtype requested;
+  enum tsr_dtype t = storage_type(cv, name, quantize, ne[0], &requested);
+  if (!strcmp(name, "token_embd.weight")) cv->wrote_token_embd = true;
   struct out_rec *r;
   if ((st = new_out(cv, t, n_dims, ne, &r)) != TSR_OK) return st;
   if ((st = spill_tensor(cv, t, data, ne[0], n / ne[0])) != TSR_OK) return st;
-  if (fallback) {
+  if (t != requested) {
     cv->stats.n_fallback++;
     clear_progress(cv);
     if (cv->o.log)
       fprintf(cv->o.log, "note: %s: row length %lld is not a multiple of %s's block of %lld; "
-              "stored as %s\n", name, (long long)ne[0], tsr_dtype_name(cv->o.outtype),
-              (long long)tsr_dtype_block_size(cv->o.outtype), tsr_dtype_name(t));
+              "stored as %s\n", name, (long long)ne[0], tsr_dtype_name(requested),
+              (long long)tsr_dtype_block_size(requested), tsr_dtype_name(t));
   }
   return commit_out(cv, r, name, n);
 }
@@ -565,6 +571,9 @@ tsr_status tsr_convert_finish(struct tsr_convert *cv, struct tsr_convert_stats *
   if (st == TSR_OK && !cv->wrote_arch)
     st = tsr_error_set(TSR_ERR_INTERNAL, "plugin %s wrote no general.architecture",
                        cv->plugin ? cv->plugin : "?");
+  if (st == TSR_OK && cv->o.token_embd_set && !cv->wrote_token_embd)
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "a token embedding type was asked for, but plugin %s "
+                       "wrote no token_embd.weight", cv->plugin ? cv->plugin : "?");
   struct tsr_gguf_writer *w = cv->w;
   if (st == TSR_OK) st = tsr_gguf_writer_add_str(w, "general.type", "model");
   if (st == TSR_OK) st = tsr_gguf_writer_add_str(w, "general.name", cv->name);

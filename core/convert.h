@@ -40,6 +40,10 @@ struct tsr_convert_options {
   const char *hf_dir;
   const char *out_path;
   enum tsr_dtype outtype; /* f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K */
+  /* token_embd.weight's own type (one of the outtypes) when set: a tied embedding is also
+     the output head, the tensor whose rounding moves the logits most */
+  bool token_embd_set;
+  enum tsr_dtype token_embd_type;
   FILE *log;              /* fallback notes and the summary; NULL: quiet */
 };
 

@@ -9,7 +9,8 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: tessera convert HF_DIR OUT.gguf [--outtype TYPE] [--path DIR]... [--quiet]\n"
+          "usage: tessera convert HF_DIR OUT.gguf [--outtype TYPE] [--token-embedding-type TYPE]\n"
+          "                       [--path DIR]... [--quiet]\n"
           "\n"
           "Converts a Hugging Face checkpoint (config.json, model.safetensors or indexed\n"
           "shards, tokenizer.json) into GGUF with llama.cpp's names and layouts. The arch\n"
@@ -18,6 +19,9 @@ static void usage(FILE *f) {
           "  --outtype TYPE  %s (default f16). Norms, biases and small vectors\n"
           "                  stay f32. A tensor whose row length the type cannot hold is\n"
           "                  stored as q8_0 or f16, with a note naming it.\n"
+          "  --token-embedding-type TYPE\n"
+          "                  token_embd.weight in TYPE instead (a tied embedding is also\n"
+          "                  the output head: its rounding moves the logits most)\n"
           "  --path DIR      also search DIR for plugins (before $TESSERA_PLUGIN_PATH)\n"
           "  --quiet         print errors only\n"
           "\n"
@@ -37,14 +41,20 @@ int tsr_cli_convert(int argc, char **argv) {
     if (tsr_cli_is_help(a)) {
       usage(stdout);
       return TSR_EXIT_OK;
-    } else if (!strcmp(a, "--outtype") && i + 1 < argc) {
+    } else if ((!strcmp(a, "--outtype") || !strcmp(a, "--token-embedding-type")) &&
+               i + 1 < argc) {
       int t = tsr_convert_outtype_parse(argv[++i]);
       if (t < 0) {
-        fprintf(stderr, "tessera convert: --outtype '%s' is not one of %s\n", argv[i],
+        fprintf(stderr, "tessera convert: %s '%s' is not one of %s\n", a, argv[i],
                 tsr_convert_outtypes());
         return TSR_EXIT_USAGE;
       }
-      o.outtype = (enum tsr_dtype)t;
+      if (a[2] == 'o') {
+        o.outtype = (enum tsr_dtype)t;
+      } else {
+        o.token_embd_set = true;
+        o.token_embd_type = (enum tsr_dtype)t;
+      }
     } else if (!strcmp(a, "--path") && i + 1 < argc && n_dirs < 8) {
       dirs[n_dirs++] = argv[++i];
     } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {

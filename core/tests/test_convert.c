@@ -421,11 +421,10 @@ static tsr_status trampoline(void *ctx, const struct tsr_host *h, struct tsr_con
   return ((convert_fn)ctx)(h, cv);
 }
 
-static tsr_status run_fake(const char *dir, const char *out, enum tsr_dtype t, convert_fn fn,
-                           struct tsr_convert_stats *stats) {
-  struct tsr_convert_options o = {.hf_dir = dir, .out_path = out, .outtype = t};
+static tsr_status run_fake_with(const struct tsr_convert_options *o, convert_fn fn,
+                                struct tsr_convert_stats *stats) {
   struct tsr_convert *cv = NULL;
-  tsr_status st = tsr_convert_open(&o, &cv);
+  tsr_status st = tsr_convert_open(o, &cv);
   if (st != TSR_OK) return st;
   struct tsr_arch_v1 arch = {.struct_size = sizeof arch, .names = "toy", .hf_types = "toy",
                              .convert = trampoline};
@@ -434,6 +433,12 @@ static tsr_status run_fake(const char *dir, const char *out, enum tsr_dtype t, c
   if (st == TSR_OK) st = tsr_convert_finish(cv, stats);
   tsr_convert_free(cv);
   return st;
+}
+
+static tsr_status run_fake(const char *dir, const char *out, enum tsr_dtype t, convert_fn fn,
+                           struct tsr_convert_stats *stats) {
+  struct tsr_convert_options o = {.hf_dir = dir, .out_path = out, .outtype = t};
+  return run_fake_with(&o, fn, stats);
 }
 
 static tsr_status convert_reads_a_only(const struct tsr_host *h, struct tsr_convert *cv) {
@@ -539,6 +544,45 @@ static void test_outtype_storage_and_row_length_fallbacks(void) {
   CHECK(tsr_convert_outtype_parse("q5_k") == TSR_Q5_K && tsr_convert_outtype_parse("q2_K") < 0);
   CHECK(tsr_convert_file_type(TSR_Q5_K) == 16 && tsr_convert_file_type(TSR_F16) == 1 &&
         tsr_convert_file_type(TSR_Q4_0) == 2);
+}
+
+static tsr_status convert_with_embedding(const struct tsr_host *h, struct tsr_convert *cv) {
+  static float data[512 * 2];
+  for (int i = 0; i < 512 * 2; i++) data[i] = cosf((float)i * 0.11f);
+  h->hf_skip_prefix(cv, "model.");
+  int64_t ne[2] = {512, 2};
+  tsr_status st = h->out_str(cv, "general.architecture", "toy");
+  if (st == TSR_OK) st = h->out_tensor(cv, "token_embd.weight", true, 2, ne, data);
+  return st == TSR_OK ? h->out_tensor(cv, "blk.0.w.weight", true, 2, ne, data) : st;
+}
+
+static void test_token_embedding_type_overrides_one_tensor(void) {
+  const char *dir = tiny_model("embd_type", "{\"model_type\":\"toy\"}");
+  char out[512];
+  snprintf(out, sizeof out, "%s/out.gguf", dir);
+  struct tsr_convert_options o = {.hf_dir = dir, .out_path = out, .outtype = TSR_Q4_K,
+                                  .token_embd_set = true, .token_embd_type = TSR_F16};
+  struct tsr_convert_stats s;
+  CHECK_OK(run_fake_with(&o, convert_with_embedding, &s));
+  CHECK(s.n_fallback == 0 && s.n_by_dtype[TSR_F16] == 1 && s.n_by_dtype[TSR_Q4_K] == 1);
+  struct tsr_gguf *g = NULL;
+  CHECK_OK(tsr_gguf_open(out, &g));
+  if (g) {
+    const struct tsr_gguf_tensor *e = tsr_gguf_find_tensor(g, "token_embd.weight");
+    const struct tsr_gguf_tensor *w = tsr_gguf_find_tensor(g, "blk.0.w.weight");
+    CHECK(e && e->dtype == TSR_F16 && w && w->dtype == TSR_Q4_K);
+    uint32_t ft = 0;
+    CHECK_OK(tsr_gguf_get_u32(g, "general.file_type", &ft));
+    CHECK(ft == 14); /* still the outtype's */
+    tsr_gguf_close(g);
+  }
+  /* asked for, but the model has no token_embd.weight: an error, not a silent no-op */
+  o.outtype = TSR_Q8_0;
+  CHECK_ERR(run_fake_with(&o, convert_three_widths, &s), TSR_ERR_INVALID_ARG, "token_embd.weight");
+  /* a type the converter cannot write */
+  o.token_embd_type = TSR_I32;
+  CHECK_ERR(run_fake_with(&o, convert_with_embedding, &s), TSR_ERR_INVALID_ARG,
+            "token embedding type");
 }
 
 static tsr_status convert_sets_name(const struct tsr_host *h, struct tsr_convert *cv) {
@@ -769,6 +813,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_sharded_checkpoints_with_and_without_index);
   TSR_RUN(test_tensors_neither_read_nor_skipped_fail_the_conversion);
   TSR_RUN(test_outtype_storage_and_row_length_fallbacks);
+  TSR_RUN(test_token_embedding_type_overrides_one_tensor);
   TSR_RUN(test_plugin_mistakes_are_refused_by_name);
   TSR_RUN(test_unknown_model_type_names_it_and_the_known_ones);
   TSR_RUN(test_byte_level_bpe_tokenizer_metadata);

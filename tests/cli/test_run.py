@@ -229,6 +229,21 @@ def converted_fixture(name):
 
 
 @case
+def test_convert_token_embedding_type_keeps_the_embedding_apart():
+    fixture = os.path.join(SOURCE, "tests", "reference", "fixtures", "qwen3_tied")
+    path = os.path.join(TMP, "embd_f16.gguf")
+    p = subprocess.run([TESSERA, "convert", fixture, path, "--outtype", "q8_0",
+                        "--token-embedding-type", "f16"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    by_type = re.search(r"by type:(.*)", p.stderr)
+    assert by_type and " f16 1" in by_type.group(1) and "q8_0" in by_type.group(1), p.stderr
+    ok(*run("-m", path, "-p", "Hello", "-n", "4", "--temp", "0"))
+    p = subprocess.run([TESSERA, "convert", fixture, path, "--token-embedding-type", "q3_K"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "--token-embedding-type 'q3_K'" in p.stderr, p.stderr
+
+
+@case
 def test_full_context_shifts_and_generation_goes_on():
     model = converted_fixture("qwen3_tied")
     code, out, err = run("-m", model, "-p", "Hello world", "--set", "context=32", "-n", "80",

@@ -1,7 +1,8 @@
 """`train.py export`: Hugging Face checkpoint -> GGUF with `tessera convert`, then three checks
 and a model card.
 
-1. tessera convert HF OUT/NAME.gguf --outtype T; the file must stay under --max-mb.
+1. tessera convert HF OUT/NAME.gguf --outtype T [--token-embedding-type E]; the file must stay
+   under --max-mb.
 2. Parity: transformers (float32, CPU) writes golden logits for two sequences (600 held-out
    tokens, longer than Gemma's 512-token window, and a ~700-token passkey prompt with its
    answer) into a golden.gguf as tests/reference/README.md lays it out; `tessera parity`
@@ -102,7 +103,8 @@ def run(a):
     kind = "qwen3" if json.loads((hf / "config.json").read_text())["model_type"] == "qwen3" \
         else "gemma4"
     gguf_path = out / f"{a.name}.gguf"
-    rc, conv = sh([a.tessera, "convert", hf, gguf_path, "--outtype", a.outtype])
+    embd = ["--token-embedding-type", a.token_embedding_type] if a.token_embedding_type else []
+    rc, conv = sh([a.tessera, "convert", hf, gguf_path, "--outtype", a.outtype] + embd)
     if rc:
         raise SystemExit(f"tessera convert failed ({rc})")
     mb = gguf_path.stat().st_size / 1e6
@@ -166,6 +168,9 @@ def model_card(a, hf, kind, mb, conv, lens, rc_par, parity, s, ran, rc_run, foun
     cfg = json.loads((hf / "config.json").read_text())
     run = tr["run"]
     v = tr["versions"]
+    embd_note = (f" (the tied token embedding {a.token_embedding_type}: "
+                 f"`--token-embedding-type {a.token_embedding_type}`)"
+                 if a.token_embedding_type else "")
     return f"""# {a.name}
 
 A {tr['parameters'] / 1e6:.1f}M-parameter {kind} model trained by
@@ -177,7 +182,7 @@ instrument, not a useful language model.
 
 - Architecture: {cfg.get('architectures')} (`{cfg['model_type']}`), shapes in
   tests/reference/train/models.py; trained context {run['ctx']} tokens.
-- GGUF: {a.name}.gguf, {a.outtype}, {mb:.2f} MB, written by `tessera convert`.
+- GGUF: {a.name}.gguf, {a.outtype}{embd_note}, {mb:.2f} MB, written by `tessera convert`.
 - Tokenizer: BPE with {cfg['vocab_size']} ids trained on the same text
   (tests/reference/train/tokenizer.py).
 

@@ -458,6 +458,8 @@ def main():
     p.add_argument("--name", required=True)
     p.add_argument("--outtype", choices=("q8_0", "f16", "f32", "bf16"), default="q8_0",
                    help="q8_0: the 20M-parameter models are 40 MB at f16, over --max-mb")
+    p.add_argument("--token-embedding-type", choices=("f16", "f32", "bf16", "q8_0"),
+                   help="the tied embedding (also the output head) in this type instead")
     p.add_argument("--work", default="/tmp/tessera-train-export", help="goldens, logs")
     p.add_argument("--max-mb", type=float, default=32.0)
 

@@ -9,11 +9,13 @@
 # One line per cell is appended to OUT_TSV as soon as it finishes (model, task, ctx,
 # multiple, attention, n, accuracy %, prefill tok/s, seconds), so a call that runs
 # out of time keeps what it measured. DEADLINE_S (default 480): no cell starts later;
-# ATTNS ("flash dca"): which of the two to run; BACKEND (cuda): the backend the cells run on;
+# ATTNS ("flash dca"): which of the two to run; FLASH_PROFILE / DCA_PROFILE (conf/default.yaml /
+# conf/long-context-dca.yaml; a model of another arch needs profiles loading its arch plugin,
+# e.g. conf/ref-gemma4.yaml / conf/ref-gemma4-dca.yaml); BACKEND (cuda): the backend the cells run on;
 # UBATCH (2048): tokens per prefill pass
 # (the attention kernels fill the GPU with blocks of 64 rows, query x head, per KV head).
 set -uo pipefail
-if [ $# -lt 6 ]; then sed -n '2,14p' "$0"; exit 2; fi
+if [ $# -lt 6 ]; then sed -n '2,16p' "$0"; exit 2; fi
 b=$(cd "$1" && pwd) tsv=$2 n=$3 models=$4 tasks=$5 mults=$6
 deadline=$((SECONDS + ${DEADLINE_S:-480}))
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
@@ -33,8 +35,8 @@ for spec in $models; do
           echo "deadline: $(basename "$model") $task ${mult}x $attn and later cells not started"
           continue
         fi
-        profile=conf/default.yaml
-        [ $attn = dca ] && profile=conf/long-context-dca.yaml
+        profile=${FLASH_PROFILE:-conf/default.yaml}
+        [ $attn = dca ] && profile=${DCA_PROFILE:-conf/long-context-dca.yaml}
         ctx=$((trained * mult)) t0=$SECONDS
         "$b/core/cli/tessera" ruler --profile $profile --set model="$model" --set backend="${BACKEND:-cuda}" --set ubatch="${UBATCH:-2048}" \
           --task "$task" --ctx $ctx --n "$n" --no-chat >"$log" 2>&1

@@ -77,6 +77,21 @@ def test_example_deployment_extends_default():
 
 
 @case
+def test_gemma4_reference_profiles_run_the_committed_model():
+    # the trained Gemma 4 reference model: DCA on its full layers only, and a pass key
+    # found half again past its 2048-token trained context
+    dca = os.path.join(SOURCE, "conf", "ref-gemma4-dca.yaml")
+    code, out, err = run("profile", "check", dca)
+    expect(code, out, err, 0, "gemma4, 8 layers", "window 128")
+    full = out[out.index("  full "):]
+    assert "attention dca (attn_dca" in full and "attention flash" not in full.split("speculator")[0], out
+    assert "attention flash (core" in out[out.index("  sliding "):out.index("  full ")], out
+    code, out, err = run("ruler", "--profile", dca, "--task", "passkey", "--ctx", "3072",
+                         "--n", "2", "--no-chat")
+    expect(code, out, err, 0, "accuracy 100.0% (2.0 of 2)")
+
+
+@case
 def test_unknown_key_names_file_line_and_column():
     p = write(TMP, "unknown.yaml", "model: default\nplugins: [arch_qwen]\nsampling:\n  temprature: 1\n")
     expect(*run("profile", "check", p), 2, "unknown.yaml:4:3", "temprature")

@@ -2,8 +2,8 @@
 ** Matrix-product kernels of the CUDA backend. The host half
 ** (cuda_matmul.c) picks between them:
 **   - few columns (decode, n <= CU_GEMV_MAX_N): cu_gemv, a warp per weight
-**     row, dequantizing as it reads (block types: a lane per 32-weight chunk)
-**     and dotting in f32 against f32 x;
+**     row (block types: per two rows, a lane per 8 weights), dequantizing as
+**     it reads and dotting in f32 against f32 x;
 **   - more columns: weights dequantized into f16 tiles (cu_dequant_rows) and
 **     x packed to f16 (cu_pack_x), multiplied by cuBLAS with f32 accumulation.
 ** The weight type is a template parameter (one instantiation per type), the
@@ -77,31 +77,34 @@ extern "C" int cu_pack_x(cu_stream s, void *out, int to, const char *x, int64_t 
 
 /* ---- gemv: a warp per weight row, NMAX columns at most --------------------------- */
 
-/* Block types: the row's 32-weight chunks are dealt to the lanes in turn, so a
-** warp reads 32 consecutive chunks (whole blocks) per step, and each lane
-** decodes its chunk with a few wide loads and one scale lookup instead of one
-** per weight. q4_0, q8_0, q4_K and q6_K have their own decoders; the rest, and
-** q4_K rows not aligned to 4 bytes (a view), decode through dq. Plain types
-** stay a lane per weight (64 contiguous bytes per warp step for f16), which
-** measured twice the chunked f16 rate on the H200 (2565 against 1394 GB/s). */
+/* Block types: a lane decodes 8 consecutive weights, a quarter of a 32-weight
+** chunk, so a warp step covers 256 consecutive weights and the x values its lanes
+** read are contiguous. (A lane per whole chunk, as before, read x with a 128-byte
+** stride between lanes: each of its x loads touched 32 cache lines, and x, 7x the
+** bytes of a q4_0 row, bound the kernel at 10-18% of the copy rate.) q4_0, q8_0,
+** q4_K and q6_K have their own decoders; the rest, and q4_K rows not aligned to 4
+** bytes (a view), decode through dq. Plain types stay a lane per weight (64
+** contiguous bytes per warp step for f16: 65% of the copy rate). */
 template <int T>
-__device__ static inline void chunk_decode(const uint8_t *row, int64_t c, float w[32], int wide) {
-  if (T == T_Q4_0) {
+__device__ static inline void part_decode(const uint8_t *row, int64_t c, int p, float w[8],
+                                          int wide) {
+  if (T == T_Q4_0) { /* d qs[16]: weight i < 16 the low nibble of qs[i], i + 16 the high */
     const uint8_t *b = row + c * 18;
     const float d = ld_h(b);
+    const uint8_t *qs = b + 2 + 8 * (p & 1);
+    const int sh = 4 * (p >> 1);
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
-      const uint32_t u = *reinterpret_cast<const uint16_t *>(b + 2 + 2 * j);
-      w[2 * j] = (float)((int)(u & 15) - 8) * d, w[2 * j + 16] = (float)((int)(u >> 4 & 15) - 8) * d;
-      w[2 * j + 1] = (float)((int)(u >> 8 & 15) - 8) * d, w[2 * j + 17] = (float)((int)(u >> 12) - 8) * d;
+    for (int i = 0; i < 4; i++) {
+      const uint32_t u = (uint32_t)*reinterpret_cast<const uint16_t *>(qs + 2 * i) >> sh;
+      w[2 * i] = (float)((int)(u & 15) - 8) * d, w[2 * i + 1] = (float)((int)(u >> 8 & 15) - 8) * d;
     }
   } else if (T == T_Q8_0) {
     const uint8_t *b = row + c * 34;
     const float d = ld_h(b);
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-      const uint32_t u = *reinterpret_cast<const uint16_t *>(b + 2 + 2 * j);
-      w[2 * j] = (float)(int8_t)(u & 255) * d, w[2 * j + 1] = (float)(int8_t)(u >> 8) * d;
+    for (int i = 0; i < 4; i++) {
+      const uint32_t u = *reinterpret_cast<const uint16_t *>(b + 2 + 8 * p + 2 * i);
+      w[2 * i] = (float)(int8_t)(u & 255) * d, w[2 * i + 1] = (float)(int8_t)(u >> 8) * d;
     }
   } else if (T == T_Q4_K && wide) { /* d dmin scales[12] qs[128]; chunk = sub-block c % 8 */
     const uint8_t *b = row + c / 8 * 144;
@@ -109,34 +112,30 @@ __device__ static inline void chunk_decode(const uint8_t *row, int64_t c, float 
     int sc, m;
     k4_scale(b + 4, j, &sc, &m);
     const float dl = ld_h(b) * sc, ml = ld_h(b + 2) * m;
-    const uint8_t *qs = b + 16 + 32 * (j / 2);
-    const int sh = 4 * (j % 2);
+    const uint8_t *qs = b + 16 + 32 * (j / 2) + 8 * p;
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-      const uint32_t u = *reinterpret_cast<const uint32_t *>(qs + 4 * i) >> sh;
+    for (int i = 0; i < 2; i++) {
+      const uint32_t u = *reinterpret_cast<const uint32_t *>(qs + 4 * i) >> (4 * (j % 2));
 #pragma unroll
       for (int k = 0; k < 4; k++) w[4 * i + k] = dl * (float)(u >> (8 * k) & 15) - ml;
     }
   } else if (T == T_Q6_K) { /* ql[128] qh[64] scales[16] d; chunk = 32 of 256 */
     const uint8_t *b = row + c / 8 * 210;
     const int cc = (int)(c % 8), h = cc / 4, k = cc % 4;
-    const uint8_t *ql = b + 64 * h + 32 * (k & 1), *qh = b + 128 + 32 * h;
+    const uint8_t *ql = b + 64 * h + 32 * (k & 1) + 8 * p, *qh = b + 128 + 32 * h + 8 * p;
     const int sl = 4 * (k >> 1), shh = 2 * k;
-    const float d = ld_h(b + 208);
-    const float s0 = d * (float)(int8_t)b[192 + 8 * h + 2 * k], s1 = d * (float)(int8_t)b[193 + 8 * h + 2 * k];
+    const float s = ld_h(b + 208) * (float)(int8_t)b[192 + 8 * h + 2 * k + (p >> 1)];
 #pragma unroll
-    for (int i = 0; i < 16; i++) {
-      const uint32_t lo = *reinterpret_cast<const uint16_t *>(ql + 2 * i) >> sl;
-      const uint32_t hi = *reinterpret_cast<const uint16_t *>(qh + 2 * i) >> shh;
+    for (int i = 0; i < 4; i++) {
+      const uint32_t lo = (uint32_t)*reinterpret_cast<const uint16_t *>(ql + 2 * i) >> sl;
+      const uint32_t hi = (uint32_t)*reinterpret_cast<const uint16_t *>(qh + 2 * i) >> shh;
 #pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int q = (int)((lo >> (8 * e) & 15) | (hi >> (8 * e) & 3) << 4) - 32;
-        w[2 * i + e] = (i < 8 ? s0 : s1) * (float)q;
-      }
+      for (int e = 0; e < 2; e++)
+        w[2 * i + e] = s * (float)((int)((lo >> (8 * e) & 15) | (hi >> (8 * e) & 3) << 4) - 32);
     }
   } else {
 #pragma unroll
-    for (int e = 0; e < 32; e++) w[e] = dq<T>(row, c * 32 + e);
+    for (int e = 0; e < 8; e++) w[e] = dq<T>(row, c * 32 + 8 * p + e);
   }
 }
 
@@ -145,54 +144,76 @@ static int chunk_wide(const char *w, int64_t wnb1) {
   return (uintptr_t)w % 4 == 0 && wnb1 % 4 == 0;
 }
 
-/* Plain types: a lane per weight (a warp step reads 32 consecutive weights);
-** block types: a lane per 32-weight chunk (chunk_decode). */
+/* Rows a warp does for block types: they share the warp's x loads. */
+#define GEMV_ROWS 2
+
+/* Plain types: a warp per row, a lane per weight (a warp step reads 32 consecutive
+** weights); block types: a warp per GEMV_ROWS rows, a lane per 8 weights (part_decode). */
 template <int T, int NMAX>
 __global__ void k_gemv(float *y, int64_t ldy, const char *w, int64_t K, int64_t M, int64_t wnb1,
                        const float *x, int64_t ldx, int N, int x_vec, int wide) {
-  const int64_t m = blockIdx.x * (int64_t)WARPS + threadIdx.x / 32;
+  constexpr bool plain = T == T_F32 || T == T_F16 || T == T_BF16;
+  constexpr int R = plain ? 1 : GEMV_ROWS;
+  const int64_t m0 = (blockIdx.x * (int64_t)WARPS + threadIdx.x / 32) * R;
   const int lane = threadIdx.x % 32;
-  if (m >= M) return;
-  const uint8_t *row = reinterpret_cast<const uint8_t *>(w + m * wnb1);
-  float acc[NMAX];
+  if (m0 >= M) return;
+  float acc[R][NMAX];
 #pragma unroll
-  for (int n = 0; n < NMAX; n++) acc[n] = 0.0f;
-  if (T == T_F32 || T == T_F16 || T == T_BF16) {
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+  if constexpr (plain) {
+    const uint8_t *row = reinterpret_cast<const uint8_t *>(w + m0 * wnb1);
     for (int64_t k = lane; k < K; k += 32) {
       const float v = dq<T>(row, k);
 #pragma unroll
       for (int n = 0; n < NMAX; n++)
-        if (n < N) acc[n] += v * x[k + n * ldx];
+        if (n < N) acc[0][n] += v * x[k + n * ldx];
     }
   } else {
-    for (int64_t c = lane; c < K / 32; c += 32) {
-      float wv[32];
-      chunk_decode<T>(row, c, wv, wide);
+    const int p = lane % 4;
+    for (int64_t c = lane / 4; c < K / 32; c += 8) {
+      float wv[R][8];
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if (m0 + r < M)
+          part_decode<T>(reinterpret_cast<const uint8_t *>(w + (m0 + r) * wnb1), c, p, wv[r], wide);
+        else
+#pragma unroll
+          for (int e = 0; e < 8; e++) wv[r][e] = 0.0f;
+      }
 #pragma unroll
       for (int n = 0; n < NMAX; n++) {
         if (n >= N) break;
-        const float *xc = x + n * ldx + c * 32;
-        float a = acc[n];
+        const float *xc = x + n * ldx + c * 32 + 8 * p;
+        float xv[8];
         if (x_vec) {
-#pragma unroll
-          for (int i = 0; i < 8; i++) {
-            const float4 v = __ldg(reinterpret_cast<const float4 *>(xc) + i);
-            a += wv[4 * i] * v.x + wv[4 * i + 1] * v.y + wv[4 * i + 2] * v.z + wv[4 * i + 3] * v.w;
-          }
+          const float4 a = __ldg(reinterpret_cast<const float4 *>(xc));
+          const float4 b = __ldg(reinterpret_cast<const float4 *>(xc) + 1);
+          xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
+          xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
         } else {
 #pragma unroll
-          for (int e = 0; e < 32; e++) a += wv[e] * __ldg(xc + e);
+          for (int e = 0; e < 8; e++) xv[e] = __ldg(xc + e);
         }
-        acc[n] = a;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          float a = acc[r][n];
+#pragma unroll
+          for (int e = 0; e < 8; e++) a += wv[r][e] * xv[e];
+          acc[r][n] = a;
+        }
       }
     }
   }
 #pragma unroll
-  for (int n = 0; n < NMAX; n++) {
-    float a = acc[n];
-    for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
-    if (lane == 0 && n < N) y[m + n * ldy] = a;
-  }
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) {
+      float a = acc[r][n];
+      for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+      if (lane == 0 && n < N && m0 + r < M) y[m0 + r + n * ldy] = a;
+    }
 }
 
 extern "C" int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_t type, int64_t K,
@@ -200,7 +221,8 @@ extern "C" int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_
   if (N < 1 || N > CU_GEMV_MAX_N) return (int)cudaErrorInvalidValue;
   const bool plain = type == T_F32 || type == T_F16 || type == T_BF16;
   if (!plain && K % 32) return (int)cudaErrorInvalidValue; /* block rows are whole blocks */
-  const unsigned blocks = (unsigned)((M + WARPS - 1) / WARPS);
+  const int64_t per_block = WARPS * (plain ? 1 : GEMV_ROWS);
+  const unsigned blocks = (unsigned)((M + per_block - 1) / per_block);
   const int x_vec = (uintptr_t)x % 16 == 0 && ldx % 4 == 0, wide = chunk_wide(w, wnb1);
 #define CALL(T)                                                                              \
   if (N == 1)                                                                                \

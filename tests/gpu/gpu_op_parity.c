@@ -271,8 +271,11 @@ static void c_mat_mul(struct pc *p, int phase) {
   int n = k_cols[p->var % N_COLS];
   if (phase == 0) {
     snprintf(p->name, sizeof p->name, "mat_mul w=%s n=%d", tsr_dtype_name(dt), n);
-    struct tsr_tensor *w = ext(p, dt, 512, 96, 1, 0.05f);
-    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, 512, n);
+    /* rows not a multiple of a gemv block's (8 warps x 2 rows) and, for 32-weight blocks,
+       a row length that ends inside a warp step (256 weights) */
+    int64_t K = tsr_dtype_block_size(dt) == 256 ? 768 : 480;
+    struct tsr_tensor *w = ext(p, dt, K, 99, 1, 0.05f);
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, K, n);
     /* batched products round x to f16 (bf16 for bf16 weights) */
     double tol = n <= 16 || dt == TSR_F32 ? 1e-5 : dt == TSR_BF16 ? 1e-2 : 4e-3;
     out(p, tsr_mat_mul(p->g, w, p->t[0]), tol);

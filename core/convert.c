@@ -335,13 +335,13 @@ tsr_status tsr_convert_out_arr_str(struct tsr_convert *cv, const char *key,
 
 /* ---- output tensors ------------------------------------------------------ */
 
-/* The type a tensor is stored in; *requested differs from it on a fallback. */
+/* The type a tensor is stored in; *requested differs from it on a fallback. The token
+** embedding's own type applies even where the plugin keeps the tensor unquantized. */
 static enum tsr_dtype storage_type(const struct tsr_convert *cv, const char *name, bool quantize,
                                    int64_t ne0, enum tsr_dtype *requested) {
-  enum tsr_dtype t = cv->o.outtype;
+  enum tsr_dtype t = quantize ? cv->o.outtype : TSR_F32;
   if (cv->o.token_embd_set && !strcmp(name, "token_embd.weight")) t = cv->o.token_embd_type;
-  *requested = quantize ? t : TSR_F32;
-  if (!quantize) return TSR_F32;
+  *requested = t;
   if (ne0 % tsr_dtype_block_size(t) == 0) return t;
   /* llama.cpp's converter also falls back to a type the row fits, per tensor */
   if (tsr_dtype_block_size(t) == TSR_QK_K && ne0 % TSR_QK8_0 == 0) return TSR_Q8_0;

@@ -552,7 +552,8 @@ static tsr_status convert_with_embedding(const struct tsr_host *h, struct tsr_co
   h->hf_skip_prefix(cv, "model.");
   int64_t ne[2] = {512, 2};
   tsr_status st = h->out_str(cv, "general.architecture", "toy");
-  if (st == TSR_OK) st = h->out_tensor(cv, "token_embd.weight", true, 2, ne, data);
+  /* kept unquantized by the plugin: the asked-for type applies all the same */
+  if (st == TSR_OK) st = h->out_tensor(cv, "token_embd.weight", false, 2, ne, data);
   return st == TSR_OK ? h->out_tensor(cv, "blk.0.w.weight", true, 2, ne, data) : st;
 }
 

@@ -83,61 +83,9 @@ extern "C" int cu_pack_x(cu_stream s, void *out, int to, const char *x, int64_t 
 ** stride between lanes: each of its x loads touched 32 cache lines, and x, 7x the
 ** bytes of a q4_0 row, bound the kernel at 10-18% of the copy rate.) q4_0, q8_0,
 ** q4_K and q6_K have their own decoders; the rest, and q4_K rows not aligned to 4
-** bytes (a view), decode through dq. Plain types stay a lane per weight (64
-** contiguous bytes per warp step for f16: 65% of the copy rate). */
-template <int T>
-__device__ static inline void part_decode(const uint8_t *row, int64_t c, int p, float w[8],
-                                          int wide) {
-  if (T == T_Q4_0) { /* d qs[16]: weight i < 16 the low nibble of qs[i], i + 16 the high */
-    const uint8_t *b = row + c * 18;
-    const float d = ld_h(b);
-    const uint8_t *qs = b + 2 + 8 * (p & 1);
-    const int sh = 4 * (p >> 1);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const uint32_t u = (uint32_t)*reinterpret_cast<const uint16_t *>(qs + 2 * i) >> sh;
-      w[2 * i] = (float)((int)(u & 15) - 8) * d, w[2 * i + 1] = (float)((int)(u >> 8 & 15) - 8) * d;
-    }
-  } else if (T == T_Q8_0) {
-    const uint8_t *b = row + c * 34;
-    const float d = ld_h(b);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const uint32_t u = *reinterpret_cast<const uint16_t *>(b + 2 + 8 * p + 2 * i);
-      w[2 * i] = (float)(int8_t)(u & 255) * d, w[2 * i + 1] = (float)(int8_t)(u >> 8) * d;
-    }
-  } else if (T == T_Q4_K && wide) { /* d dmin scales[12] qs[128]; chunk = sub-block c % 8 */
-    const uint8_t *b = row + c / 8 * 144;
-    const int j = (int)(c % 8);
-    int sc, m;
-    k4_scale(b + 4, j, &sc, &m);
-    const float dl = ld_h(b) * sc, ml = ld_h(b + 2) * m;
-    const uint8_t *qs = b + 16 + 32 * (j / 2) + 8 * p;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const uint32_t u = *reinterpret_cast<const uint32_t *>(qs + 4 * i) >> (4 * (j % 2));
-#pragma unroll
-      for (int k = 0; k < 4; k++) w[4 * i + k] = dl * (float)(u >> (8 * k) & 15) - ml;
-    }
-  } else if (T == T_Q6_K) { /* ql[128] qh[64] scales[16] d; chunk = 32 of 256 */
-    const uint8_t *b = row + c / 8 * 210;
-    const int cc = (int)(c % 8), h = cc / 4, k = cc % 4;
-    const uint8_t *ql = b + 64 * h + 32 * (k & 1) + 8 * p, *qh = b + 128 + 32 * h + 8 * p;
-    const int sl = 4 * (k >> 1), shh = 2 * k;
-    const float s = ld_h(b + 208) * (float)(int8_t)b[192 + 8 * h + 2 * k + (p >> 1)];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const uint32_t lo = (uint32_t)*reinterpret_cast<const uint16_t *>(ql + 2 * i) >> sl;
-      const uint32_t hi = (uint32_t)*reinterpret_cast<const uint16_t *>(qh + 2 * i) >> shh;
-#pragma unroll
-      for (int e = 0; e < 2; e++)
-        w[2 * i + e] = s * (float)((int)((lo >> (8 * e) & 15) | (hi >> (8 * e) & 3) << 4) - 32);
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < 8; e++) w[e] = dq<T>(row, c * 32 + 8 * p + e);
-  }
-}
+** bytes (a view), decode through dq: dq_part8 in tessera/cuda_quant.cuh, checked
+** on the host. Plain types stay a lane per weight (64 contiguous bytes per warp
+** step for f16: 65% of the copy rate). */
 
 /* Whether q4_K rows allow its 4-byte loads. */
 static int chunk_wide(const char *w, int64_t wnb1) {
@@ -148,7 +96,7 @@ static int chunk_wide(const char *w, int64_t wnb1) {
 #define GEMV_ROWS 2
 
 /* Plain types: a warp per row, a lane per weight (a warp step reads 32 consecutive
-** weights); block types: a warp per GEMV_ROWS rows, a lane per 8 weights (part_decode). */
+** weights); block types: a warp per GEMV_ROWS rows, a lane per 8 weights (dq_part8). */
 template <int T, int NMAX>
 __global__ void k_gemv(float *y, int64_t ldy, const char *w, int64_t K, int64_t M, int64_t wnb1,
                        const float *x, int64_t ldx, int N, int x_vec, int wide) {
@@ -177,7 +125,7 @@ __global__ void k_gemv(float *y, int64_t ldy, const char *w, int64_t K, int64_t 
 #pragma unroll
       for (int r = 0; r < R; r++) {
         if (m0 + r < M)
-          part_decode<T>(reinterpret_cast<const uint8_t *>(w + (m0 + r) * wnb1), c, p, wv[r], wide);
+          dq_part8<T>(reinterpret_cast<const uint8_t *>(w + (m0 + r) * wnb1), c, p, wv[r], wide);
         else
 #pragma unroll
           for (int e = 0; e < 8; e++) wv[r][e] = 0.0f;

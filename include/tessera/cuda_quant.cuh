@@ -181,6 +181,57 @@ CU_HD static inline float dq(const uint8_t *row, int64_t i) {
   return 0.0f;
 }
 
+/* Weights [32c + 8p, 32c + 8p + 8) of a row of block type T (p < 4): a quarter
+** of 32-weight chunk c with a few wide loads and one scale, the same values as
+** dq<T> element by element. q4_0, q8_0, q6_K and q4_K (with wide: rows 4-byte
+** aligned) have their own paths; the rest go through dq. The CUDA gemv deals
+** these quarters to the lanes so a warp step reads 256 contiguous weights. */
+template <int T>
+CU_HD static inline void dq_part8(const uint8_t *row, int64_t c, int p, float w[8], int wide) {
+  if (T == T_Q4_0) { /* d qs[16]: weight i < 16 the low nibble of qs[i], i + 16 the high */
+    const uint8_t *b = row + c * 18;
+    const float d = ld_h(b);
+    const uint8_t *qs = b + 2 + 8 * (p & 1);
+    const int sh = 4 * (p >> 1);
+    for (int i = 0; i < 4; i++) {
+      const uint32_t u = (uint32_t)*reinterpret_cast<const uint16_t *>(qs + 2 * i) >> sh;
+      w[2 * i] = (float)((int)(u & 15) - 8) * d, w[2 * i + 1] = (float)((int)(u >> 8 & 15) - 8) * d;
+    }
+  } else if (T == T_Q8_0) {
+    const uint8_t *b = row + c * 34;
+    const float d = ld_h(b);
+    for (int i = 0; i < 4; i++) {
+      const uint32_t u = *reinterpret_cast<const uint16_t *>(b + 2 + 8 * p + 2 * i);
+      w[2 * i] = (float)(int8_t)(u & 255) * d, w[2 * i + 1] = (float)(int8_t)(u >> 8) * d;
+    }
+  } else if (T == T_Q4_K && wide) { /* d dmin scales[12] qs[128]; chunk = sub-block c % 8 */
+    const uint8_t *b = row + c / 8 * 144;
+    const int j = (int)(c % 8);
+    int sc, m;
+    k4_scale(b + 4, j, &sc, &m);
+    const float dl = ld_h(b) * sc, ml = ld_h(b + 2) * m;
+    const uint8_t *qs = b + 16 + 32 * (j / 2) + 8 * p;
+    for (int i = 0; i < 2; i++) {
+      const uint32_t u = *reinterpret_cast<const uint32_t *>(qs + 4 * i) >> (4 * (j % 2));
+      for (int k = 0; k < 4; k++) w[4 * i + k] = dl * (float)(u >> (8 * k) & 15) - ml;
+    }
+  } else if (T == T_Q6_K) { /* ql[128] qh[64] scales[16] d; chunk = 32 of 256 */
+    const uint8_t *b = row + c / 8 * 210;
+    const int cc = (int)(c % 8), h = cc / 4, k = cc % 4;
+    const uint8_t *ql = b + 64 * h + 32 * (k & 1) + 8 * p, *qh = b + 128 + 32 * h + 8 * p;
+    const int sl = 4 * (k >> 1), shh = 2 * k;
+    const float s = ld_h(b + 208) * (float)(int8_t)b[192 + 8 * h + 2 * k + (p >> 1)];
+    for (int i = 0; i < 4; i++) {
+      const uint32_t lo = (uint32_t)*reinterpret_cast<const uint16_t *>(ql + 2 * i) >> sl;
+      const uint32_t hi = (uint32_t)*reinterpret_cast<const uint16_t *>(qh + 2 * i) >> shh;
+      for (int e = 0; e < 2; e++)
+        w[2 * i + e] = s * (float)((int)((lo >> (8 * e) & 15) | (hi >> (8 * e) & 3) << 4) - 32);
+    }
+  } else {
+    for (int e = 0; e < 8; e++) w[e] = dq<T>(row, c * 32 + 8 * p + e);
+  }
+}
+
 /* Element i of a row of any readable type; plain types step nb0 bytes. Uniform
 ** branches: every thread of a launch reads one type. */
 CU_HD static inline float dq_rt(int t, const char *row, int64_t i, int64_t nb0) {

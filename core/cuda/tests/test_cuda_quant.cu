@@ -50,6 +50,41 @@ static void every_readable_type_decodes_like_the_cpu(void) {
   }
 }
 
+/* The gemv's quarter-chunk decoder gives dq's values (themselves the cpu's, above) for
+** every block type, every quarter, with and without q4_K's 4-byte loads. */
+template <int T>
+static void part8_matches(const char *row, int64_t n) {
+  for (int wide = 0; wide < 2; wide++)
+    for (int64_t c = 0; c < n / 32; c++)
+      for (int p = 0; p < 4; p++) {
+        float w[8];
+        dq_part8<T>(reinterpret_cast<const uint8_t *>(row), c, p, w, wide);
+        for (int e = 0; e < 8; e++) {
+          const float want = dq<T>(reinterpret_cast<const uint8_t *>(row), 32 * c + 8 * p + e);
+          CHECK_MSG(memcmp(&w[e], &want, 4) == 0, "type %d chunk %lld quarter %d weight %d: "
+                    "%g, dq %g", T, (long long)c, p, e, w[e], want);
+        }
+      }
+}
+
+static void gemv_quarter_decoder_matches_dq(void) {
+  static float x[N];
+  static char buf[N * 4] __attribute__((aligned(16)));
+  for (int t : k_read) {
+    if (t == T_F32 || t == T_F16 || t == T_BF16) continue;
+    random_values(x, N);
+    CHECK_OK(tsr_dtype_from_f32((enum tsr_dtype)t, x, buf, N));
+#define PART8(T) \
+  case T: part8_matches<T>(buf, N); break;
+    switch (t) {
+      PART8(T_Q4_0) PART8(T_Q4_1) PART8(T_Q5_0) PART8(T_Q5_1) PART8(T_Q8_0) PART8(T_Q6_0)
+      PART8(T_Q2_K) PART8(T_Q3_K) PART8(T_Q4_K) PART8(T_Q5_K) PART8(T_Q6_K) PART8(T_Q8_K)
+    default: CHECK_MSG(false, "type %d has no case here", t);
+    }
+#undef PART8
+  }
+}
+
 static void every_writable_block_type_encodes_the_cpus_bytes(void) {
   static float x[N];
   static uint8_t ours[N * 2], ref[N * 2];
@@ -104,6 +139,7 @@ static void block_scale_halves_are_the_cpus(void) {
 int main(void) {
   TSR_RUN(block_sizes_match_the_core);
   TSR_RUN(every_readable_type_decodes_like_the_cpu);
+  TSR_RUN(gemv_quarter_decoder_matches_dq);
   TSR_RUN(every_writable_block_type_encodes_the_cpus_bytes);
   TSR_RUN(half_and_bf16_round_like_the_cpu);
   TSR_RUN(block_scale_halves_are_the_cpus);

@@ -12,9 +12,9 @@
 # ATTNS ("flash dca"): which of the two to run; FLASH_PROFILE / DCA_PROFILE (conf/default.yaml /
 # conf/long-context-dca.yaml; a model of another arch needs profiles loading its arch plugin,
 # e.g. conf/ref-gemma4.yaml / conf/ref-gemma4-dca.yaml); BACKEND (cuda): the backend the cells run on;
-# UBATCH (2048): tokens per prefill pass. A model over a call's carry limit (the real ones)
+# UBATCH (2048): tokens per prefill pass (the attention kernels fill the GPU with blocks of
+# 64 rows, query x head, per KV head). A model over a call's carry limit (the real ones)
 # goes over first in parts: tests/gpu/carry_parts.sh.
-# (the attention kernels fill the GPU with blocks of 64 rows, query x head, per KV head).
 set -uo pipefail
 if [ $# -lt 6 ]; then sed -n '2,17p' "$0"; exit 2; fi
 b=$(cd "$1" && pwd) tsv=$2 n=$3 models=$4 tasks=$5 mults=$6

@@ -560,9 +560,8 @@ static void print_summary(const struct tsr_convert *cv) {
     if (s->n_by_dtype[t]) fprintf(f, " %s %lld", tsr_dtype_name(t), (long long)s->n_by_dtype[t]);
   fprintf(f, "\n");
   if (s->n_fallback)
-    fprintf(f, "  %lld tensor%s stored in another type than %s (row length; notes above)\n",
-            (long long)s->n_fallback, s->n_fallback == 1 ? "" : "s",
-            tsr_dtype_name(cv->o.outtype));
+    fprintf(f, "  %lld tensor%s stored in another type than asked (row length; notes above)\n",
+            (long long)s->n_fallback, s->n_fallback == 1 ? "" : "s");
 }
 
 tsr_status tsr_convert_finish(struct tsr_convert *cv, struct tsr_convert_stats *stats) {

@@ -15,7 +15,8 @@
 **  - out_tensor with quantize=true stores the --outtype; a row length the
 **    type cannot hold (ne[0] not a multiple of its block) falls back to q8_0
 **    (k-quants, when ne[0] % 32 == 0) or f16, printing one note per tensor
-**    and counting them in the summary; quantize=false stores f32;
+**    and counting them in the summary; quantize=false stores f32; the
+**    token embedding takes token_embd_type instead of either when it is set;
 **  - general.name (the folder's name), general.type, general.file_type
 **    (llama.cpp's LLAMA_FTYPE number for the outtype) and
 **    general.quantization_version are written by the core; a plugin that

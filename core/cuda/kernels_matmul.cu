@@ -85,7 +85,7 @@ extern "C" int cu_pack_x(cu_stream s, void *out, int to, const char *x, int64_t 
 ** q4_K and q6_K have their own decoders; the rest, and q4_K rows not aligned to 4
 ** bytes (a view), decode through dq: dq_part8 in tessera/cuda_quant.cuh, checked
 ** on the host. Plain types stay a lane per weight (64 contiguous bytes per warp
-** step for f16: 65% of the copy rate). */
+** step for f16: 62-65% of the copy rate). */
 
 /* Whether q4_K rows allow its 4-byte loads. */
 static int chunk_wide(const char *w, int64_t wnb1) {

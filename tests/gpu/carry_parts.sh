@@ -4,17 +4,18 @@
 # real models of the long-context tables (250-1000 MB GGUFs).
 #
 #   here:   tests/gpu/carry_parts.sh split FILE        parts into .carry/NAME.NN (ignored) and
-#                                                     NAME.meta (bytes, sha256); prints what
-#                                                     each call carries
+#                                                     NAME.meta (bytes, sha256, part size);
+#                                                     prints what each call carries
 #   there:  tests/gpu/carry_parts.sh join NAME DIR     appends the carried part to DIR/NAME,
 #                                                     checks the sha256 after the last part
 #
-# PART_MIB (48): part size, leaving room for the rest of the tree (hide the big tracked files).
-# The part appended is the one DIR/NAME's length asks for (parts an earlier call left in
-# .carry/ are ignored), so a repeated or skipped call is an error, not a corrupt file.
+# PART_MIB (48, split only; join reads it from NAME.meta): part size, leaving room for the
+# rest of the tree (hide the big tracked files). The part appended is the one DIR/NAME's
+# length asks for, whatever else an earlier call left in .carry/, so a call out of turn is
+# an error, not a corrupt file; the sha256 of the whole is checked after the last part.
 set -euo pipefail
 here=.carry part_mib=${PART_MIB:-48}
-usage() { sed -n '2,13p' "$0"; exit 2; }
+usage() { sed -n '2,15p' "$0"; exit 2; }
 [ $# -ge 2 ] || usage
 case $1 in
 split)
@@ -25,7 +26,7 @@ split)
   mkdir -p "$here"
   rm -f "$here/$name".[0-9][0-9] "$here/$name.meta"
   split -b "${part_mib}M" -d -a 2 "$file" "$here/$name."
-  echo "$(stat -c %s "$file") $(sha256sum <"$file" | cut -d' ' -f1)" >"$here/$name.meta"
+  echo "$(stat -c %s "$file") $(sha256sum <"$file" | cut -d' ' -f1) $part_mib" >"$here/$name.meta"
   n=$(ls "$here/$name".[0-9][0-9] | wc -l)
   echo "$name: $n parts of at most $part_mib MiB in $here/"
   for p in "$here/$name".[0-9][0-9]; do
@@ -37,13 +38,16 @@ join)
   name=$2 dir=$3 out=$3/$2
   mkdir -p "$dir"
   [ -f "$here/$name.meta" ] || { echo "carry_parts: $here/$name.meta was not carried" >&2; exit 1; }
-  read -r total sum <"$here/$name.meta"
+  read -r total sum part_mib <"$here/$name.meta"
   have=$(stat -c %s "$out" 2>/dev/null || echo 0)
   unit=$((part_mib * 1048576))
-  if [ "$have" -ge "$total" ] || [ $((have % unit)) -ne 0 ]; then
-    echo "carry_parts: $out already holds $have of $total bytes" >&2; exit 1
+  if [ "$have" -ge "$total" ]; then
+    echo "carry_parts: $out is already complete ($have bytes)" >&2; exit 1
+  elif [ $((have % unit)) -ne 0 ]; then
+    echo "carry_parts: $out holds $have bytes, not whole parts of $part_mib MiB (an append" \
+      "was cut short?): remove it and start again from part 00" >&2; exit 1
   fi
-  # the part that goes next; parts left there by earlier calls are ignored
+  # the part that goes next, by the length so far
   idx=$((have / unit)) part=$here/$name.$(printf %02d $((have / unit)))
   [ -f "$part" ] || { echo "carry_parts: $out holds $have bytes: carry $part next" >&2; exit 1; }
   size=$(stat -c %s "$part")

@@ -337,10 +337,10 @@ tsr_status tsr_convert_out_arr_str(struct tsr_convert *cv, const char *key,
 
 /* The type a tensor is stored in; *requested differs from it on a fallback. The token
 ** embedding's own type applies even where the plugin keeps the tensor unquantized. */
-static enum tsr_dtype storage_type(const struct tsr_convert *cv, const char *name, bool quantize,
+static enum tsr_dtype storage_type(const struct tsr_convert *cv, bool token_embd, bool quantize,
                                    int64_t ne0, enum tsr_dtype *requested) {
   enum tsr_dtype t = quantize ? cv->o.outtype : TSR_F32;
-  if (cv->o.token_embd_set && !strcmp(name, "token_embd.weight")) t = cv->o.token_embd_type;
+  if (token_embd && cv->o.token_embd_set) t = cv->o.token_embd_type;
   *requested = t;
   if (ne0 % tsr_dtype_block_size(t) == 0) return t;
   /* llama.cpp's converter also falls back to a type the row fits, per tensor */
@@ -485,9 +485,10 @@ tsr_status tsr_convert_out_tensor(struct tsr_convert *cv, const char *name, bool
   int64_t n = 0;
   tsr_status st = check_out(cv, name, n_dims, ne, data, &n);
   if (st != TSR_OK) return st;
+  const bool token_embd = !strcmp(name, "token_embd.weight");
   enum tsr_dtype requested;
-  enum tsr_dtype t = storage_type(cv, name, quantize, ne[0], &requested);
-  if (!strcmp(name, "token_embd.weight")) cv->wrote_token_embd = true;
+  enum tsr_dtype t = storage_type(cv, token_embd, quantize, ne[0], &requested);
+  cv->wrote_token_embd |= token_embd;
   struct out_rec *r;
   if ((st = new_out(cv, t, n_dims, ne, &r)) != TSR_OK) return st;
   if ((st = spill_tensor(cv, t, data, ne[0], n / ne[0])) != TSR_OK) return st;

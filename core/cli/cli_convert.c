@@ -43,17 +43,18 @@ int tsr_cli_convert(int argc, char **argv) {
       return TSR_EXIT_OK;
     } else if ((!strcmp(a, "--outtype") || !strcmp(a, "--token-embedding-type")) &&
                i + 1 < argc) {
+      const bool embd = !strcmp(a, "--token-embedding-type");
       int t = tsr_convert_outtype_parse(argv[++i]);
       if (t < 0) {
         fprintf(stderr, "tessera convert: %s '%s' is not one of %s\n", a, argv[i],
                 tsr_convert_outtypes());
         return TSR_EXIT_USAGE;
       }
-      if (a[2] == 'o') {
-        o.outtype = (enum tsr_dtype)t;
-      } else {
+      if (embd) {
         o.token_embd_set = true;
         o.token_embd_type = (enum tsr_dtype)t;
+      } else {
+        o.outtype = (enum tsr_dtype)t;
       }
     } else if (!strcmp(a, "--path") && i + 1 < argc && n_dirs < 8) {
       dirs[n_dirs++] = argv[++i];

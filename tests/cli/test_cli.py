@@ -83,9 +83,10 @@ def test_gemma4_reference_profiles_run_the_committed_model():
     dca = os.path.join(SOURCE, "conf", "ref-gemma4-dca.yaml")
     code, out, err = run("profile", "check", dca)
     expect(code, out, err, 0, "gemma4, 8 layers", "window 128")
-    full = out[out.index("  full "):]
-    assert "attention dca (attn_dca" in full and "attention flash" not in full.split("speculator")[0], out
-    assert "attention flash (core" in out[out.index("  sliding "):out.index("  full ")], out
+    sliding = out[out.index("  sliding "):out.index("  full ")]
+    full = out[out.index("  full "):out.index("  speculator")]
+    assert "attention flash (core" in sliding and "attention dca" not in sliding, out
+    assert "attention dca (attn_dca" in full and "attention flash" not in full, out
     code, out, err = run("ruler", "--profile", dca, "--task", "passkey", "--ctx", "3072",
                          "--n", "2", "--no-chat")
     expect(code, out, err, 0, "accuracy 100.0% (2.0 of 2)")

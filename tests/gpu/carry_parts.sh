@@ -48,7 +48,7 @@ join)
       "was cut short?): remove it and start again from part 00" >&2; exit 1
   fi
   # the part that goes next, by the length so far
-  idx=$((have / unit)) part=$here/$name.$(printf %02d $((have / unit)))
+  idx=$((have / unit)) part=$here/$name.$(printf %02d $idx)
   [ -f "$part" ] || { echo "carry_parts: $out holds $have bytes: carry $part next" >&2; exit 1; }
   size=$(stat -c %s "$part")
   cat "$part" >>"$out"

@@ -9,13 +9,14 @@
 #   there:  tests/gpu/carry_parts.sh join NAME DIR     appends the carried part to DIR/NAME,
 #                                                     checks the sha256 after the last part
 #
-# PART_MIB (48, split only; join reads it from NAME.meta): part size, leaving room for the
-# rest of the tree (hide the big tracked files). The part appended is the one DIR/NAME's
+# PART_MIB (56, split only; join reads it from NAME.meta): part size, leaving room for the
+# rest of the tree with the big tracked files hidden (56 MiB parts beside a 3.7 MiB tree
+# travelled; 60 MiB parts were refused). The part appended is the one DIR/NAME's
 # length asks for, whatever else an earlier call left in .carry/, so a call out of turn is
 # an error, not a corrupt file; the sha256 of the whole is checked after the last part.
 set -euo pipefail
-here=.carry part_mib=${PART_MIB:-48}
-usage() { sed -n '2,15p' "$0"; exit 2; }
+here=.carry part_mib=${PART_MIB:-56}
+usage() { sed -n '2,16p' "$0"; exit 2; }
 [ $# -ge 2 ] || usage
 case $1 in
 split)

@@ -14,9 +14,10 @@
 # e.g. conf/ref-gemma4.yaml / conf/ref-gemma4-dca.yaml); BACKEND (cuda): the backend the cells run on;
 # UBATCH (2048): tokens per prefill pass (the attention kernels fill the GPU with blocks of
 # 64 rows, query x head, per KV head). A model over a call's carry limit (the real ones)
-# goes over first in parts: tests/gpu/carry_parts.sh.
+# goes over first in parts: tests/gpu/carry_parts.sh. Batches longer than one device command:
+# tests/gpu/ruler_detached.sh.
 set -uo pipefail
-if [ $# -lt 6 ]; then sed -n '2,17p' "$0"; exit 2; fi
+if [ $# -lt 6 ]; then sed -n '2,18p' "$0"; exit 2; fi
 b=$(cd "$1" && pwd) tsv=$2 n=$3 models=$4 tasks=$5 mults=$6
 deadline=$((SECONDS + ${DEADLINE_S:-480}))
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do

@@ -35,5 +35,19 @@ tsr_status tsr_graph_alloc(struct tsr_graph *g, struct tsr_graph_plan *plan, voi
 tsr_status tsr_backend_compute(struct tsr_backend *b, struct tsr_graph *g) {
   tsr_status st = tsr_backend_check_graph(b, g);
   if (st != TSR_OK) return st;
-  return b->i.compute(b->context, g);
+  if (!b->times) return b->i.compute(b->context, g);
+  const double t0 = tsr_op_times_now();
+  st = b->i.compute(b->context, g);
+  b->times->compute_seconds += tsr_op_times_now() - t0;
+  b->times->computes++;
+  return st;
+}
+
+tsr_status tsr_backend_time_nodes(struct tsr_backend *b, struct tsr_op_times *acc) {
+  if (!b->i.time_nodes)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "the %s backend cannot time its nodes",
+                         tsr_backend_name(b));
+  tsr_status st = b->i.time_nodes(b->context, acc);
+  if (st == TSR_OK) b->times = acc;
+  return st;
 }

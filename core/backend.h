@@ -8,6 +8,7 @@
 #define TSR_BACKEND_H
 
 #include "graph.h"
+#include "op_times.h"
 
 /* What a benchmark compares its rates with: a device-to-device copy (bytes
 ** read plus bytes written per second) and a large GEMM's FLOP/s, each with a
@@ -44,11 +45,15 @@ struct tsr_backend_i {
   /* The device's ceilings for `tessera bench`, measured with the vendor's own
   ** copy and GEMM; NULL where there is no vendor library (cpu). */
   tsr_status (*probe)(void *ctx, struct tsr_backend_ceilings *out);
+  /* From now on add every node's time to acc (core/op_times.h), or stop when
+  ** acc is NULL; NULL where the backend cannot time its nodes. */
+  tsr_status (*time_nodes)(void *ctx, struct tsr_op_times *acc);
 };
 
 struct tsr_backend {
   struct tsr_backend_i i;
   void *context;
+  struct tsr_op_times *times; /* set by tsr_backend_time_nodes; computes add to it */
 };
 
 /* n_threads <= 0 means one per online core. */
@@ -84,5 +89,9 @@ tsr_status tsr_backend_check_graph(struct tsr_backend *b, const struct tsr_graph
 tsr_status tsr_graph_alloc(struct tsr_graph *g, struct tsr_graph_plan *plan, void **arena);
 
 tsr_status tsr_backend_compute(struct tsr_backend *b, struct tsr_graph *g);
+/* Times every node of the computes that follow into acc (each compute's host
+** time too), until called with NULL; an error naming the backend when it
+** cannot time its nodes. */
+tsr_status tsr_backend_time_nodes(struct tsr_backend *b, struct tsr_op_times *acc);
 
 #endif

@@ -16,6 +16,10 @@
 **       times tokens per second, as a fraction of the GEMM rate.
 ** Between repetitions the tested tokens are removed from the cache again (or,
 ** where a model cannot resume mid-sequence, the depth is prefilled anew).
+** --op-times also splits each test's time per token: outside the backend's
+** computes (graph building, sampling, cache bookkeeping), inside them but
+** outside the nodes (uploads, downloads; on cuda also the GPU waiting for
+** launches between events), and per kind of node (core/op_times.h).
 */
 #include <math.h>
 #include <stdio.h>
@@ -40,6 +44,7 @@ struct bench_args {
   const char *json;
   struct int_list pp, tg, depth;
   int64_t reps;
+  bool op_times;
   char ctx_set[40];
 };
 
@@ -59,13 +64,15 @@ struct result {
   int64_t n_tokens, depth;
   double median_ts, sd_ts, achieved, ceiling;
   bool is_pp;
+  double wall_s;              /* the timed repetitions together */
+  struct tsr_op_times *times; /* with --op-times: their nodes, else NULL */
 };
 
 static void bench_usage(FILE *f) {
   fprintf(f,
           "usage: tessera bench (-m MODEL.gguf | --profile P) [--set key=value]...\n"
           "                     [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-r REPS]\n"
-          "                     [--json OUT] [--threads N]\n"
+          "                     [--json OUT] [--threads N] [--op-times]\n"
           "Prefill (ppN: N tokens in one call, default 512) and decode (tgN: N one-token\n"
           "steps, default 128) tokens/s on top of a context already holding each depth -d\n"
           "(default 0), REPS times each (default 5) after one warm-up: the median and the\n"
@@ -74,7 +81,9 @@ static void bench_usage(FILE *f) {
           "tessera's own f32 kernels) and prints, per test, the bytes/s (tg) or FLOP/s\n"
           "(pp) the model's size and shape imply, as a fraction of those ceilings.\n"
           "-p 0 or -n 0 skips that kind of test. The profile's context is set to the\n"
-          "largest depth plus the largest test.\n");
+          "largest depth plus the largest test. --op-times splits each test's time per\n"
+          "token: outside the backend's computes, inside them outside the nodes, and per\n"
+          "kind of node (op, weight or KV types; cuda: timed with events on the stream).\n");
 }
 
 static int usage_error(const char *what, const char *arg) {
@@ -112,6 +121,10 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
       return TSR_EXIT_OK;
     }
     if (f[0] != '-') return usage_error("unexpected argument ", f);
+    if (!strcmp(f, "--op-times")) {
+      a->op_times = true;
+      continue;
+    }
     if (i + 1 >= argc) return usage_error("a value is missing after ", f);
     const char *v = argv[++i];
     const int common = tsr_cli_engine_flag(&a->eng, f, v);
@@ -290,20 +303,26 @@ static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int32_t *to
   return st;
 }
 
+/* r->times, when not NULL, gathers the nodes of the timed repetitions. */
 static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
                            const struct tsr_backend_ceilings *ceil, bool pp, int64_t n,
                            int64_t depth, int64_t reps, int32_t *tok, float *logits,
                            struct result *r) {
   double *ts = malloc(sizeof(double) * (size_t)reps), sum = 0, sum2 = 0;
   if (!ts) return tsr_error_set(TSR_ERR_NOMEM, "bench: %lld repetitions", (long long)reps);
+  struct tsr_backend *be = tsr_engine_backend(e);
   tsr_status st = TSR_OK;
+  r->wall_s = 0;
   for (int64_t i = -1; st == TSR_OK && i < reps; i++) { /* -1: the warm-up */
     double s = 0;
     st = reset_to(e, depth, tok, logits);
+    if (st == TSR_OK && r->times && i >= 0) st = tsr_backend_time_nodes(be, r->times);
     if (st == TSR_OK) st = run_once(e, pp, n, tok, logits, &s);
+    if (r->times && i >= 0) tsr_backend_time_nodes(be, NULL);
     if (st == TSR_OK && i >= 0) {
       ts[i] = (double)n / s;
       sum += ts[i], sum2 += ts[i] * ts[i];
+      r->wall_s += s;
     }
   }
   if (st == TSR_OK) {
@@ -351,6 +370,40 @@ static void print_table(const struct tsr_setup *s, const char *backend, const st
   }
 }
 
+/* Per token of the timed repetitions: where the time went. */
+static void print_op_times(const struct result *r, int64_t reps) {
+  const struct tsr_op_times *t = r->times;
+  const double per = 1e3 / ((double)r->n_tokens * (double)reps); /* ms per token */
+  printf("\nop times, %s (%lld runs; ms per token): %.3f wall = %.3f outside computes + "
+         "%.3f in computes outside nodes + %.3f in nodes\n", r->test, (long long)reps,
+         r->wall_s * per, (r->wall_s - t->compute_seconds) * per,
+         (t->compute_seconds - t->node_seconds) * per, t->node_seconds * per);
+  printf("  %-40s %12s %10s %8s\n", "node kind", "calls/token", "ms/token", "of wall");
+  for (int k = 0; k < t->n_kinds; k++)
+    printf("  %-40s %12.2f %10.4f %7.1f%%\n", t->kind[k].name,
+           (double)t->kind[k].calls / ((double)r->n_tokens * (double)reps),
+           t->kind[k].seconds * per, 100.0 * t->kind[k].seconds / r->wall_s);
+}
+
+static cJSON *op_times_json(const struct result *r, int64_t reps) {
+  const struct tsr_op_times *t = r->times;
+  const double tokens = (double)r->n_tokens * (double)reps;
+  cJSON *o = cJSON_CreateObject(), *kinds = cJSON_CreateArray();
+  cJSON_AddNumberToObject(o, "wall_seconds_per_token", r->wall_s / tokens);
+  cJSON_AddNumberToObject(o, "compute_seconds_per_token", t->compute_seconds / tokens);
+  cJSON_AddNumberToObject(o, "node_seconds_per_token", t->node_seconds / tokens);
+  cJSON_AddNumberToObject(o, "computes_per_token", (double)t->computes / tokens);
+  for (int k = 0; k < t->n_kinds; k++) {
+    cJSON *x = cJSON_CreateObject();
+    cJSON_AddStringToObject(x, "kind", t->kind[k].name);
+    cJSON_AddNumberToObject(x, "calls_per_token", (double)t->kind[k].calls / tokens);
+    cJSON_AddNumberToObject(x, "seconds_per_token", t->kind[k].seconds / tokens);
+    cJSON_AddItemToArray(kinds, x);
+  }
+  cJSON_AddItemToObject(o, "kinds", kinds);
+  return o;
+}
+
 static bool write_json(const char *path, const struct tsr_setup *s, const char *backend,
                        const struct tsr_backend_ceilings *ceil, const struct cost *c,
                        const struct result *r, int n, int64_t reps) {
@@ -376,6 +429,7 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
     cJSON_AddNumberToObject(t, r[i].is_pp ? "flops_per_second" : "bytes_per_second",
                             r[i].achieved);
     cJSON_AddNumberToObject(t, "fraction_of_ceiling", r[i].achieved / r[i].ceiling);
+    if (r[i].times) cJSON_AddItemToObject(t, "op_times", op_times_json(&r[i], reps));
     cJSON_AddItemToArray(tests, t);
   }
   cJSON_AddItemToObject(o, "tests", tests);
@@ -419,9 +473,13 @@ int tsr_cli_bench(int argc, char **argv) {
                                                                                : list_max(&a.tg));
   int32_t *tok = malloc(sizeof(int32_t) * (size_t)(most > 0 ? most : 1));
   float *logits = malloc(sizeof(float) * (size_t)tsr_engine_n_vocab(e));
-  struct result r[2 * MAX_LIST * MAX_LIST];
+  struct result r[2 * MAX_LIST * MAX_LIST] = {0};
+  const int n_tests = a.depth.n * (a.pp.n + a.tg.n);
   int n_r = 0;
   if (st == TSR_OK && (!tok || !logits)) st = tsr_error_set(TSR_ERR_NOMEM, "bench: token buffers");
+  for (int i = 0; st == TSR_OK && a.op_times && i < n_tests; i++)
+    if (!(r[i].times = calloc(1, sizeof *r[i].times)))
+      st = tsr_error_set(TSR_ERR_NOMEM, "bench: op times");
   for (int d = 0; st == TSR_OK && d < a.depth.n; d++) {
     for (int i = 0; st == TSR_OK && i < a.pp.n; i++)
       st = run_test(e, &c, &ceil, true, a.pp.v[i], a.depth.v[d], a.reps, tok, logits, &r[n_r++]);
@@ -430,6 +488,8 @@ int tsr_cli_bench(int argc, char **argv) {
   }
   if (st == TSR_OK) {
     print_table(s, backend, &c, r, n_r);
+    for (int i = 0; i < n_r; i++)
+      if (r[i].times) tsr_op_times_sort(r[i].times), print_op_times(&r[i], a.reps);
     if (a.json && !write_json(a.json, s, backend, &ceil, &c, r, n_r, a.reps)) {
       fprintf(stderr, "tessera bench: cannot write %s\n", a.json);
       code = TSR_EXIT_RUNTIME;
@@ -438,6 +498,7 @@ int tsr_cli_bench(int argc, char **argv) {
     fprintf(stderr, "tessera bench: %s\n", tsr_error_message());
     code = TSR_EXIT_RUNTIME;
   }
+  for (int i = 0; i < n_tests; i++) free(r[i].times);
   free(tok);
   free(logits);
   tsr_engine_free(e);

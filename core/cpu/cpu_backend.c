@@ -4,6 +4,7 @@
 
 #include "../backend.h"
 #include "../error.h"
+#include "../op_registry.h"
 #include "cpu_ops.h"
 #include "threadpool.h"
 
@@ -11,6 +12,7 @@ struct cpu_backend {
   struct tsr_threadpool *pool;
   void *work;           /* n_threads slices of work_per_thread bytes */
   size_t work_per_thread;
+  struct tsr_op_times *times; /* node timing on: thread 0 adds each node's time */
 };
 
 struct cpu_run {
@@ -53,12 +55,28 @@ static void cpu_thread(void *arg, int ith, int nth) {
       .work_size = be->work_per_thread,
   };
   int n = tsr_graph_n_tensors(run->g);
+  /* a node's time: from the barrier before it to the one after it */
+  const bool timing = be->times && ith == 0;
+  double t0 = timing ? tsr_op_times_now() : 0;
   for (int i = 0; i < n; i++) {
     struct tsr_tensor *t = tsr_graph_tensor(run->g, i);
     if (!computes(t)) continue;
     tsr_cpu_kernels[t->op].run(&c, t);
     tsr_threadpool_barrier(be->pool);
+    if (timing) {
+      const double t1 = tsr_op_times_now();
+      char key[48];
+      tsr_op_times_key(t, t->op == TSR_OP_CUSTOM ? tsr_op_registry_name(t->op_params[0]) : NULL,
+                       key, sizeof key);
+      tsr_op_times_add(be->times, key, t1 - t0);
+      t0 = t1;
+    }
   }
+}
+
+static tsr_status cpu_time_nodes(void *ctx, struct tsr_op_times *acc) {
+  ((struct cpu_backend *)ctx)->times = acc;
+  return TSR_OK;
 }
 
 static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
@@ -126,7 +144,7 @@ tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out) {
     return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: cannot start %d threads", n_threads);
   }
   b->i = (struct tsr_backend_i){cpu_name, cpu_supports, cpu_compute, cpu_free,
-                                NULL, NULL, NULL, NULL, NULL};
+                                NULL, NULL, NULL, NULL, NULL, cpu_time_nodes};
   b->context = be;
   *out = b;
   return TSR_OK;

@@ -18,8 +18,9 @@
 #include "tessera/tessera.h"
 
 /* 2: keep / sync_to_device in struct tsr_backend_i; 3: plugin kernels (custom_op_kernel,
-** set_device_call); 4: probe in struct tsr_backend_i */
-#define TSR_CUDA_ABI_VERSION 4
+** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes in struct
+** tsr_backend_i, times in struct tsr_backend */
+#define TSR_CUDA_ABI_VERSION 5
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;

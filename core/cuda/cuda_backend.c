@@ -392,6 +392,36 @@ static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
   return TSR_OK;
 }
 
+/* Node timing: one event per computed node plus one before the first. */
+static tsr_status ensure_events(struct cu_ctx *c, const struct tsr_graph *g) {
+  int need = 1;
+  for (int i = 0; i < g->n; i++) need += computes(&g->tensors[i]);
+  if (need <= c->n_events) return TSR_OK;
+  cudaEvent_t *ev = realloc(c->events, sizeof *ev * (size_t)need);
+  if (!ev) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: %d timing events", need);
+  c->events = ev;
+  for (; c->n_events < need; c->n_events++)
+    CU_RT(cudaEventCreate(&c->events[c->n_events]));
+  return TSR_OK;
+}
+
+/* After the compute's final synchronisation: node k's time is from event k to k + 1. */
+static tsr_status add_node_times(struct cu_ctx *c, const struct tsr_graph *g) {
+  int k = 0;
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i];
+    if (!computes(t)) continue;
+    float ms = 0;
+    CU_RT(cudaEventElapsedTime(&ms, c->events[k], c->events[k + 1]));
+    k++;
+    char key[48];
+    tsr_op_times_key(t, t->op == TSR_OP_CUSTOM ? c->host->custom_op_name(t->op_params[0]) : NULL,
+                     key, sizeof key);
+    tsr_op_times_add(c->times, key, 1e-3 * (double)ms);
+  }
+  return TSR_OK;
+}
+
 static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
   struct cu_ctx *c = ctx;
   if (!g->planned)
@@ -419,10 +449,17 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
     CU_RT(cudaMemcpyAsync(c->dptr[i], t->data, tsr_tensor_nbytes(t), cudaMemcpyHostToDevice,
                           c->stream));
   }
+  if (c->times && (st = ensure_events(c, g)) != TSR_OK) return st;
+  int timed = 0;
+  if (c->times) CU_RT(cudaEventRecord(c->events[timed++], c->stream));
   for (int i = 0; i < g->n; i++) {
     const struct tsr_tensor *t = &g->tensors[i];
     if (!computes(t)) continue;
     st = run_node(c, t);
+    if (st == TSR_OK && c->times) {
+      cudaError_t e = cudaEventRecord(c->events[timed++], c->stream);
+      if (e != cudaSuccess) st = tsr_cuda_rt_fail((int)e, "cudaEventRecord", __FILE__, __LINE__);
+    }
     if (st == TSR_OK && c->sync_nodes) {
       cudaError_t e = cudaStreamSynchronize(c->stream);
       if (e != cudaSuccess) st = tsr_cuda_rt_fail((int)e, "cudaStreamSynchronize", __FILE__, __LINE__);
@@ -448,6 +485,11 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
                           c->stream));
   }
   CU_RT(cudaStreamSynchronize(c->stream));
+  return c->times ? add_node_times(c, g) : TSR_OK;
+}
+
+static tsr_status cu_time_nodes(void *ctx, struct tsr_op_times *acc) {
+  ((struct cu_ctx *)ctx)->times = acc;
   return TSR_OK;
 }
 
@@ -475,6 +517,8 @@ static void cu_free(void *ctx) {
   free(c->spans);
   free(c->dptr);
   free(c->host_buf);
+  for (int i = 0; i < c->n_events; i++) cudaEventDestroy(c->events[i]);
+  free(c->events);
   free(c);
 }
 
@@ -564,7 +608,7 @@ tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_ba
   }
   b->i = (struct tsr_backend_i){cu_name,         cu_supports, cu_compute, cu_free,
                                 cu_sync_to_host, cu_forget,   cu_keep,    cu_sync_to_device,
-                                tsr_cuda_probe};
+                                tsr_cuda_probe,  cu_time_nodes};
   b->context = c;
   *out = b;
   return TSR_OK;

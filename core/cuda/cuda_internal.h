@@ -67,6 +67,10 @@ struct cu_ctx {
   int dptr_cap;
   void *host_buf; /* small host staging (mat_mul_id ids) */
   size_t host_buf_cap;
+
+  struct tsr_op_times *times; /* node timing on: an event after each node */
+  cudaEvent_t *events;        /* [0] before the first node, [k] after the k-th */
+  int n_events;
 };
 
 /* The ceilings for `tessera bench` (cuda_probe.c). */

@@ -88,6 +88,40 @@ def test_sliding_layers_and_experts():
 
 
 @case
+def test_op_times_split_each_test_and_add_up():
+    text, j = bench(MODEL, "-p", "32", "-n", "4", "-r", "2", "--op-times")
+    for t in j["tests"]:
+        o = t["op_times"]
+        wall, comp, nodes = (o["wall_seconds_per_token"], o["compute_seconds_per_token"],
+                             o["node_seconds_per_token"])
+        # nested host clocks: the nodes inside the computes inside the wall time
+        assert 0 < nodes <= comp * 1.0001 and comp <= wall * 1.0001, o
+        kinds = {k["kind"]: k for k in o["kinds"]}
+        assert abs(sum(k["seconds_per_token"] for k in o["kinds"]) - nodes) <= 1e-9 + 1e-6 * nodes
+        n_class = "n>16" if t["kind"] == "pp" else "n=1"
+        assert any(k.startswith("mat_mul ") and k.endswith(n_class) for k in kinds), kinds
+        assert "flash_attn K f16 V f16" in kinds and "rms_norm" in kinds, kinds
+        # a decode step: one compute, and per layer one attention, two ropes (q, k) and two
+        # cache writes (K, V)
+        if t["kind"] == "tg":
+            layers = kinds["flash_attn K f16 V f16"]["calls_per_token"]
+            assert layers >= 1 and layers == int(layers), kinds
+            assert kinds["rope"]["calls_per_token"] == 2 * layers, kinds
+            assert kinds["set_rows"]["calls_per_token"] == 2 * layers, kinds
+            assert o["computes_per_token"] == 1, o
+        secs = [k["seconds_per_token"] for k in o["kinds"]]
+        assert secs == sorted(secs, reverse=True), secs
+        assert re.search(r"^op times, " + re.escape(t["test"]) + r" \(2 runs; ms per token\)",
+                         text, re.M), text
+    # a KV codec shows in the attention kind
+    _, j = bench(MODEL, "-p", "0", "-n", "2", "-r", "1", "--op-times", "--set", "kv.k=q8_0")
+    assert any(k["kind"] == "flash_attn K q8_0 V f16" for k in j["tests"][0]["op_times"]["kinds"])
+    # without the flag: no op_times
+    _, j = bench(MODEL, "-p", "8", "-n", "0", "-r", "1")
+    assert "op_times" not in j["tests"][0], j
+
+
+@case
 def test_bad_flags_are_refused_naming_them():
     for args, needle in ((["-p", "0", "-n", "0"], "nothing to measure"), (["-p", "x"], "-p"),
                          (["-r", "0"], "-r"), (["-d", "-5"], "-d"), (["--bogus", "1"], "--bogus"),

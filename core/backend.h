@@ -18,6 +18,14 @@ struct tsr_backend_ceilings {
   char copy_how[128], gemm_how[128];
 };
 
+/* A device backend's memory: what it allocated itself (kept weights and
+** caches, the arena, scratch) now and at its peak, and the device's memory in
+** use by every process, sampled after each compute, at its peak. */
+struct tsr_backend_memory {
+  uint64_t held_bytes, held_peak_bytes;
+  uint64_t device_used_peak_bytes, device_total_bytes;
+};
+
 struct tsr_backend_i {
   const char *(*name)(void *ctx);
   /* TSR_OK if the backend can compute this node, else an error naming it. */
@@ -48,6 +56,8 @@ struct tsr_backend_i {
   /* From now on add every node's time to acc (core/op_times.h), or stop when
   ** acc is NULL; NULL where the backend cannot time its nodes. */
   tsr_status (*time_nodes)(void *ctx, struct tsr_op_times *acc);
+  /* Device memory so far; NULL where the backend computes in host memory (cpu). */
+  tsr_status (*memory)(void *ctx, struct tsr_backend_memory *out);
 };
 
 struct tsr_backend {
@@ -81,6 +91,9 @@ const char *tsr_backend_name(const struct tsr_backend *b);
 /* The backend's vendor-measured ceilings; TSR_ERR_UNSUPPORTED (no message)
 ** where it has no probe: the caller measures with tessera's own kernels. */
 tsr_status tsr_backend_probe(struct tsr_backend *b, struct tsr_backend_ceilings *out);
+/* The backend's device memory; TSR_ERR_UNSUPPORTED (no message) where it has
+** none (cpu). */
+tsr_status tsr_backend_memory(struct tsr_backend *b, struct tsr_backend_memory *out);
 
 /* Checks every node against the backend; the first gap is the error. */
 tsr_status tsr_backend_check_graph(struct tsr_backend *b, const struct tsr_graph *g);

@@ -128,3 +128,7 @@ bool tsr_backend_has_device_copies(const struct tsr_backend *b) { return b && b-
 tsr_status tsr_backend_probe(struct tsr_backend *b, struct tsr_backend_ceilings *out) {
   return b->i.probe ? b->i.probe(b->context, out) : TSR_ERR_UNSUPPORTED;
 }
+
+tsr_status tsr_backend_memory(struct tsr_backend *b, struct tsr_backend_memory *out) {
+  return b->i.memory ? b->i.memory(b->context, out) : TSR_ERR_UNSUPPORTED;
+}

@@ -20,9 +20,13 @@
 ** computes (graph building, sampling, cache bookkeeping), inside them but
 ** outside the nodes (uploads, downloads; on cuda also the GPU waiting for
 ** launches between events), and per kind of node (core/op_times.h).
+** Last it prints the memory the run held at its peak: on a device backend
+** its own allocations and the device's memory in use, on the cpu the peak
+** resident set of the process.
 */
 #include <math.h>
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +47,7 @@ struct bench_args {
   struct tsr_cli_engine_args eng;
   const char *json;
   struct int_list pp, tg, depth;
-  int64_t reps;
+  int64_t reps, warmup;
   bool op_times;
   char ctx_set[40];
 };
@@ -72,10 +76,11 @@ static void bench_usage(FILE *f) {
   fprintf(f,
           "usage: tessera bench (-m MODEL.gguf | --profile P) [--set key=value]...\n"
           "                     [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-r REPS]\n"
-          "                     [--json OUT] [--threads N] [--op-times]\n"
+          "                     [--warmup N] [--json OUT] [--threads N] [--op-times]\n"
           "Prefill (ppN: N tokens in one call, default 512) and decode (tgN: N one-token\n"
           "steps, default 128) tokens/s on top of a context already holding each depth -d\n"
-          "(default 0), REPS times each (default 5) after one warm-up: the median and the\n"
+          "(default 0), REPS times each (default 5) after N warm-ups (default 1; 0 for a\n"
+          "run too long to repeat, e.g. a 1M-token prefill): the median and the\n"
           "standard deviation, as a table like llama-bench's. First it measures the\n"
           "backend's copy rate and a large GEMM (cuda: cudaMemcpy and cuBLAS bf16; cpu:\n"
           "tessera's own f32 kernels) and prints, per test, the bytes/s (tg) or FLOP/s\n"
@@ -114,6 +119,7 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
   a->tg = (struct int_list){{128}, 1};
   a->depth = (struct int_list){{0}, 1};
   a->reps = 5;
+  a->warmup = 1;
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
     if (tsr_cli_is_help(f)) {
@@ -135,6 +141,7 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
     else if (!strcmp(f, "-n")) ok = parse_list(v, 1, 1 << 20, true, &a->tg);
     else if (!strcmp(f, "-d")) ok = parse_list(v, 0, 1 << 24, false, &a->depth);
     else if (!strcmp(f, "-r")) ok = tsr_cli_parse_i64(v, 1, 1000, &a->reps);
+    else if (!strcmp(f, "--warmup")) ok = tsr_cli_parse_i64(v, 0, 100, &a->warmup);
     else if (!strcmp(f, "--json")) a->json = v;
     else return usage_error("unknown option ", f);
     if (!ok) return usage_error("not a valid value for ", f);
@@ -306,14 +313,14 @@ static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int32_t *to
 /* r->times, when not NULL, gathers the nodes of the timed repetitions. */
 static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
                            const struct tsr_backend_ceilings *ceil, bool pp, int64_t n,
-                           int64_t depth, int64_t reps, int32_t *tok, float *logits,
-                           struct result *r) {
+                           int64_t depth, int64_t reps, int64_t warmup, int32_t *tok,
+                           float *logits, struct result *r) {
   double *ts = malloc(sizeof(double) * (size_t)reps), sum = 0, sum2 = 0;
   if (!ts) return tsr_error_set(TSR_ERR_NOMEM, "bench: %lld repetitions", (long long)reps);
   struct tsr_backend *be = tsr_engine_backend(e);
   tsr_status st = TSR_OK;
   r->wall_s = 0;
-  for (int64_t i = -1; st == TSR_OK && i < reps; i++) { /* -1: the warm-up */
+  for (int64_t i = -warmup; st == TSR_OK && i < reps; i++) { /* i < 0: the warm-ups */
     double s = 0;
     st = reset_to(e, depth, tok, logits);
     if (st == TSR_OK && r->times && i >= 0) st = tsr_backend_time_nodes(be, r->times);
@@ -404,9 +411,35 @@ static cJSON *op_times_json(const struct result *r, int64_t reps) {
   return o;
 }
 
+/* The run's memory at its peak: the device backend's, else the process's resident set. */
+struct memory_use {
+  bool device;
+  struct tsr_backend_memory m;
+  double host_peak_bytes;
+};
+
+static void memory_use(struct tsr_backend *be, struct memory_use *u) {
+  memset(u, 0, sizeof *u);
+  u->device = tsr_backend_memory(be, &u->m) == TSR_OK;
+  struct rusage ru;
+  if (!getrusage(RUSAGE_SELF, &ru)) u->host_peak_bytes = 1024.0 * (double)ru.ru_maxrss;
+}
+
+static void print_memory(const struct memory_use *u) {
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  if (u->device)
+    printf("\ndevice memory at its peak: %.2f GiB held by the backend (weights, caches, arena, "
+           "scratch; %.2f GiB now), %.2f of %.2f GiB in use on the device (every process, "
+           "after each compute)\n", u->m.held_peak_bytes / gib, u->m.held_bytes / gib,
+           u->m.device_used_peak_bytes / gib, u->m.device_total_bytes / gib);
+  printf("%shost memory at its peak: %.1f MiB resident\n", u->device ? "" : "\n",
+         u->host_peak_bytes / 1048576.0);
+}
+
 static bool write_json(const char *path, const struct tsr_setup *s, const char *backend,
                        const struct tsr_backend_ceilings *ceil, const struct cost *c,
-                       const struct result *r, int n, int64_t reps) {
+                       const struct result *r, int n, int64_t reps, int64_t warmup,
+                       const struct memory_use *u) {
   cJSON *o = cJSON_CreateObject(), *tests = cJSON_CreateArray();
   cJSON_AddStringToObject(o, "model", s->model_path);
   cJSON_AddStringToObject(o, "backend", backend);
@@ -414,6 +447,15 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
   cJSON_AddNumberToObject(o, "active_weight_bytes_per_token", c->weight_bytes);
   cJSON_AddNumberToObject(o, "active_params", c->weight_params);
   cJSON_AddNumberToObject(o, "repetitions", (double)reps);
+  cJSON_AddNumberToObject(o, "warmups", (double)warmup);
+  cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+  cJSON_AddNumberToObject(mem, "host_peak_resident_bytes", u->host_peak_bytes);
+  if (u->device) {
+    cJSON_AddNumberToObject(mem, "backend_held_peak_bytes", (double)u->m.held_peak_bytes);
+    cJSON_AddNumberToObject(mem, "backend_held_bytes", (double)u->m.held_bytes);
+    cJSON_AddNumberToObject(mem, "device_used_peak_bytes", (double)u->m.device_used_peak_bytes);
+    cJSON_AddNumberToObject(mem, "device_total_bytes", (double)u->m.device_total_bytes);
+  }
   cJSON_AddNumberToObject(o, "copy_bytes_per_second", ceil->copy_bytes_per_s);
   cJSON_AddStringToObject(o, "copy_measured_with", ceil->copy_how);
   cJSON_AddNumberToObject(o, "gemm_flops", ceil->gemm_flops);
@@ -482,15 +524,20 @@ int tsr_cli_bench(int argc, char **argv) {
       st = tsr_error_set(TSR_ERR_NOMEM, "bench: op times");
   for (int d = 0; st == TSR_OK && d < a.depth.n; d++) {
     for (int i = 0; st == TSR_OK && i < a.pp.n; i++)
-      st = run_test(e, &c, &ceil, true, a.pp.v[i], a.depth.v[d], a.reps, tok, logits, &r[n_r++]);
+      st = run_test(e, &c, &ceil, true, a.pp.v[i], a.depth.v[d], a.reps, a.warmup, tok, logits,
+                    &r[n_r++]);
     for (int i = 0; st == TSR_OK && i < a.tg.n; i++)
-      st = run_test(e, &c, &ceil, false, a.tg.v[i], a.depth.v[d], a.reps, tok, logits, &r[n_r++]);
+      st = run_test(e, &c, &ceil, false, a.tg.v[i], a.depth.v[d], a.reps, a.warmup, tok, logits,
+                    &r[n_r++]);
   }
   if (st == TSR_OK) {
     print_table(s, backend, &c, r, n_r);
     for (int i = 0; i < n_r; i++)
       if (r[i].times) tsr_op_times_sort(r[i].times), print_op_times(&r[i], a.reps);
-    if (a.json && !write_json(a.json, s, backend, &ceil, &c, r, n_r, a.reps)) {
+    struct memory_use mem;
+    memory_use(be, &mem);
+    print_memory(&mem);
+    if (a.json && !write_json(a.json, s, backend, &ceil, &c, r, n_r, a.reps, a.warmup, &mem)) {
       fprintf(stderr, "tessera bench: cannot write %s\n", a.json);
       code = TSR_EXIT_RUNTIME;
     }

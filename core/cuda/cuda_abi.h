@@ -18,8 +18,8 @@
 #include "tessera/tessera.h"
 
 /* 2: keep / sync_to_device in struct tsr_backend_i; 3: plugin kernels (custom_op_kernel,
-** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes in struct
-** tsr_backend_i, times in struct tsr_backend */
+** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes and memory in
+** struct tsr_backend_i, times in struct tsr_backend */
 #define TSR_CUDA_ABI_VERSION 5
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 

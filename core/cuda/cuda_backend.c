@@ -49,14 +49,28 @@ tsr_status tsr_cuda_blas_fail(int s, const char *call, const char *file, int lin
                        cublasGetStatusString(b), file, line);
 }
 
+/* Every device allocation of the backend goes through these two, so that
+** `tessera bench` can say how much it holds. */
+static cudaError_t dev_alloc(struct cu_ctx *c, void **p, size_t n) {
+  cudaError_t e = cudaMalloc(p, n);
+  if (e == cudaSuccess && (c->held_bytes += n) > c->held_peak) c->held_peak = c->held_bytes;
+  return e;
+}
+
+static cudaError_t dev_free(struct cu_ctx *c, void *p, size_t n) {
+  if (!p) return cudaSuccess;
+  c->held_bytes -= n;
+  return cudaFree(p);
+}
+
 tsr_status tsr_cuda_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out) {
   if (bytes > c->scratch_cap[slot]) {
     size_t cap = bytes + bytes / 4;
     CU_RT(cudaStreamSynchronize(c->stream)); /* earlier launches may still read it */
-    if (c->scratch[slot]) CU_RT(cudaFree(c->scratch[slot]));
+    CU_RT(dev_free(c, c->scratch[slot], c->scratch_cap[slot]));
     c->scratch[slot] = NULL;
     c->scratch_cap[slot] = 0;
-    CU_RT(cudaMalloc(&c->scratch[slot], cap));
+    CU_RT(dev_alloc(c, &c->scratch[slot], cap));
     c->scratch_cap[slot] = cap;
   }
   *out = c->scratch[slot];
@@ -139,7 +153,7 @@ static void cu_forget(void *ctx, const void *host, size_t size) {
   cudaStreamSynchronize(c->stream);
   int i = region_lower(c, p), j = i;
   while (j < c->n_regions && c->regions[j].host < end) {
-    if (c->regions[j].dev) cudaFree(c->regions[j].dev);
+    dev_free(c, c->regions[j].dev, c->regions[j].size);
     j++;
   }
   memmove(&c->regions[i], &c->regions[j], (size_t)(c->n_regions - j) * sizeof *c->regions);
@@ -174,7 +188,7 @@ static tsr_status kept_address(struct cu_ctx *c, const struct tsr_tensor *t, cha
                          "partly inside the kept range [%p, +%zu); keep all of it or none",
                          t->name, (const void *)p, n, (const void *)r->host, r->size);
   if (!r->dev) {
-    cudaError_t e = cudaMalloc((void **)&r->dev, r->size);
+    cudaError_t e = dev_alloc(c, (void **)&r->dev, r->size);
     if (e != cudaSuccess) {
       r->dev = NULL;
       return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: cannot allocate %zu bytes of device "
@@ -428,10 +442,10 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
     return tsr_error_set(TSR_ERR_INVALID_ARG, "cuda backend: plan and bind the graph first");
   if (g->arena_bytes > c->arena_cap) {
     CU_RT(cudaStreamSynchronize(c->stream));
-    if (c->arena) CU_RT(cudaFree(c->arena));
+    CU_RT(dev_free(c, c->arena, c->arena_cap));
     c->arena = NULL;
     c->arena_cap = 0;
-    cudaError_t e = cudaMalloc((void **)&c->arena, g->arena_bytes);
+    cudaError_t e = dev_alloc(c, (void **)&c->arena, g->arena_bytes);
     if (e != cudaSuccess)
       return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: cannot allocate a %zu-byte device arena "
                            "(%s)", g->arena_bytes, cudaGetErrorString(e));
@@ -485,7 +499,17 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
                           c->stream));
   }
   CU_RT(cudaStreamSynchronize(c->stream));
+  size_t free_b, total_b;
+  CU_RT(cudaMemGetInfo(&free_b, &total_b));
+  if (total_b - free_b > c->used_peak) c->used_peak = total_b - free_b;
+  c->device_total = total_b;
   return c->times ? add_node_times(c, g) : TSR_OK;
+}
+
+static tsr_status cu_memory(void *ctx, struct tsr_backend_memory *out) {
+  const struct cu_ctx *c = ctx;
+  *out = (struct tsr_backend_memory){c->held_bytes, c->held_peak, c->used_peak, c->device_total};
+  return TSR_OK;
 }
 
 static tsr_status cu_time_nodes(void *ctx, struct tsr_op_times *acc) {
@@ -608,7 +632,7 @@ tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_ba
   }
   b->i = (struct tsr_backend_i){cu_name,         cu_supports, cu_compute, cu_free,
                                 cu_sync_to_host, cu_forget,   cu_keep,    cu_sync_to_device,
-                                tsr_cuda_probe,  cu_time_nodes};
+                                tsr_cuda_probe,  cu_time_nodes, cu_memory};
   b->context = c;
   *out = b;
   return TSR_OK;

@@ -68,6 +68,9 @@ struct cu_ctx {
   void *host_buf; /* small host staging (mat_mul_id ids) */
   size_t host_buf_cap;
 
+  size_t held_bytes, held_peak; /* device memory allocated here (weights, KV, arena, scratch) */
+  size_t used_peak, device_total; /* cudaMemGetInfo after each compute */
+
   struct tsr_op_times *times; /* node timing on: an event after each node */
   cudaEvent_t *events;        /* [0] before the first node, [k] after the k-th */
   int n_events;

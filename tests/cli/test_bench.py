@@ -122,9 +122,22 @@ def test_op_times_split_each_test_and_add_up():
 
 
 @case
+def test_no_warmup_and_the_peak_memory_are_reported():
+    text, j = bench(MODEL, "-p", "16", "-n", "2", "-r", "1", "--warmup", "0")
+    assert j["warmups"] == 0 and len(j["tests"]) == 2, j
+    # the cpu holds no device memory: only the process's resident peak, at least the model
+    assert j["memory"]["host_peak_resident_bytes"] >= j["model_bytes"], j["memory"]
+    assert "device_used_peak_bytes" not in j["memory"], j["memory"]
+    assert re.search(r"^host memory at its peak: [0-9.]+ MiB resident", text, re.M), text
+    _, j = bench(MODEL, "-p", "16", "-n", "0", "-r", "1")
+    assert j["warmups"] == 1, j
+
+
+@case
 def test_bad_flags_are_refused_naming_them():
     for args, needle in ((["-p", "0", "-n", "0"], "nothing to measure"), (["-p", "x"], "-p"),
-                         (["-r", "0"], "-r"), (["-d", "-5"], "-d"), (["--bogus", "1"], "--bogus"),
+                         (["-r", "0"], "-r"), (["-d", "-5"], "-d"), (["--warmup", "-1"], "--warmup"),
+                         (["--bogus", "1"], "--bogus"),
                          (["-n", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"], "-n")):
         code, _, err = tessera("bench", "-m", MODEL, *args)
         assert code == 2 and needle in err, f"{args}: exit {code}: {err}"

@@ -38,12 +38,12 @@ tsr_status tsr_backend_compute(struct tsr_backend *b, struct tsr_graph *g) {
   if (!b->times) return b->i.compute(b->context, g);
   const double t0 = tsr_op_times_now();
   st = b->i.compute(b->context, g);
-  b->times->compute_seconds += tsr_op_times_now() - t0;
-  b->times->computes++;
+  if (st == TSR_OK) b->times->compute_seconds += tsr_op_times_now() - t0, b->times->computes++;
   return st;
 }
 
 tsr_status tsr_backend_time_nodes(struct tsr_backend *b, struct tsr_op_times *acc) {
+  if (!acc && !b->times) return TSR_OK;
   if (!b->i.time_nodes)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "the %s backend cannot time its nodes",
                          tsr_backend_name(b));

@@ -19,8 +19,9 @@ struct tsr_backend_ceilings {
 };
 
 /* A device backend's memory: what it allocated itself (kept weights and
-** caches, the arena, scratch) now and at its peak, and the device's memory in
-** use by every process, sampled after each compute, at its peak. */
+** caches, the arena, scratch) now and at its peak, and the peak of the
+** device's memory in use by every process, sampled after each compute that
+** allocated and whenever read. */
 struct tsr_backend_memory {
   uint64_t held_bytes, held_peak_bytes;
   uint64_t device_used_peak_bytes, device_total_bytes;

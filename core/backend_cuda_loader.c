@@ -93,6 +93,7 @@ tsr_status tsr_backend_cuda_new(struct tsr_backend **out) {
       .struct_size = sizeof(struct tsr_cuda_host),
       .tensor_size = sizeof(struct tsr_tensor),
       .graph_size = sizeof(struct tsr_graph),
+      .backend_size = sizeof(struct tsr_backend),
       .set_error = host_set_error,
       .get_error = tsr_error_message,
       .custom_op_name = tsr_op_registry_name,

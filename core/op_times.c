@@ -7,8 +7,10 @@
 
 #include "dtype.h"
 
-void tsr_op_times_key(const struct tsr_tensor *t, const char *custom_name, char *buf, size_t n) {
-  const char *op = t->op == TSR_OP_CUSTOM && custom_name ? custom_name : tsr_op_name(t->op);
+void tsr_op_times_key(const struct tsr_tensor *t, const char *(*op_name)(int32_t op_id), char *buf,
+                      size_t n) {
+  const char *custom = t->op == TSR_OP_CUSTOM && op_name ? op_name(t->op_params[0]) : NULL;
+  const char *op = custom ? custom : tsr_op_name(t->op);
   if ((t->op == TSR_OP_MAT_MUL || t->op == TSR_OP_MAT_MUL_ID) && t->src[0] && t->src[1]) {
     /* columns per weight matrix: mat_mul's x [K, N, ...], mat_mul_id's tokens */
     const int64_t cols = t->op == TSR_OP_MAT_MUL ? t->src[1]->ne[1] : t->src[1]->ne[2];

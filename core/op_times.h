@@ -35,8 +35,9 @@ struct tsr_op_times {
   double node_seconds;    /* the nodes' times summed */
 };
 
-/* The kind of node t into buf; custom_name: a plugin op's registered name, or NULL. */
-void tsr_op_times_key(const struct tsr_tensor *t, const char *custom_name, char *buf, size_t n);
+/* The kind of node t into buf; op_name names a plugin op by its registered id. */
+void tsr_op_times_key(const struct tsr_tensor *t, const char *(*op_name)(int32_t op_id), char *buf,
+                      size_t n);
 /* One call of kind `key` that took `seconds`. */
 void tsr_op_times_add(struct tsr_op_times *acc, const char *key, double seconds);
 /* Kinds by time, longest first. */

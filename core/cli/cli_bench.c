@@ -18,8 +18,9 @@
 ** where a model cannot resume mid-sequence, the depth is prefilled anew).
 ** --op-times also splits each test's time per token: outside the backend's
 ** computes (graph building, sampling, cache bookkeeping), inside them but
-** outside the nodes (uploads, downloads; on cuda also the GPU waiting for
-** launches between events), and per kind of node (core/op_times.h).
+** outside the nodes (uploads, downloads), and per kind of node
+** (core/op_times.h; on cuda a node's time includes the GPU waiting for its
+** launch).
 ** Last it prints the memory the run held at its peak: on a device backend
 ** its own allocations and the device's memory in use, on the cpu the peak
 ** resident set of the process.
@@ -522,6 +523,9 @@ int tsr_cli_bench(int argc, char **argv) {
   for (int i = 0; st == TSR_OK && a.op_times && i < n_tests; i++)
     if (!(r[i].times = calloc(1, sizeof *r[i].times)))
       st = tsr_error_set(TSR_ERR_NOMEM, "bench: op times");
+  /* a backend that cannot time its nodes is refused before any test runs */
+  if (st == TSR_OK && a.op_times && (st = tsr_backend_time_nodes(be, r[0].times)) == TSR_OK)
+    st = tsr_backend_time_nodes(be, NULL);
   for (int d = 0; st == TSR_OK && d < a.depth.n; d++) {
     for (int i = 0; st == TSR_OK && i < a.pp.n; i++)
       st = run_test(e, &c, &ceil, true, a.pp.v[i], a.depth.v[d], a.reps, a.warmup, tok, logits,

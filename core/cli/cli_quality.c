@@ -4,10 +4,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "error.h"
 #include "logprobs.h"
+#include "op_times.h"
 
 static char *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
@@ -83,11 +83,7 @@ double tsr_mean_stderr(const struct tsr_mean_acc *a) {
   return var > 0 ? sqrt(var / (double)(a->n - 1)) : 0;
 }
 
-double tsr_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double tsr_now_s(void) { return tsr_op_times_now(); }
 
 tsr_status tsr_logit_cmp_init(struct tsr_logit_cmp *c, int32_t n_vocab, int64_t k) {
   memset(c, 0, sizeof *c);

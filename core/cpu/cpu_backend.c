@@ -12,7 +12,9 @@ struct cpu_backend {
   struct tsr_threadpool *pool;
   void *work;           /* n_threads slices of work_per_thread bytes */
   size_t work_per_thread;
-  struct tsr_op_times *times; /* node timing on: thread 0 adds each node's time */
+  struct tsr_op_times *times; /* node timing on: thread 0 stamps each node's end */
+  double *stamps;             /* [0] the start, [k] the end of the k-th computed node */
+  int stamps_cap;
 };
 
 struct cpu_run {
@@ -55,28 +57,38 @@ static void cpu_thread(void *arg, int ith, int nth) {
       .work_size = be->work_per_thread,
   };
   int n = tsr_graph_n_tensors(run->g);
-  /* a node's time: from the barrier before it to the one after it */
-  const bool timing = be->times && ith == 0;
-  double t0 = timing ? tsr_op_times_now() : 0;
+  /* a node's time runs from the barrier before it to the one after it; the first
+  ** barrier keeps the workers' wake-up out of the first node */
+  int k = 0;
+  if (be->times) {
+    tsr_threadpool_barrier(be->pool);
+    if (ith == 0) be->stamps[k++] = tsr_op_times_now();
+  }
   for (int i = 0; i < n; i++) {
     struct tsr_tensor *t = tsr_graph_tensor(run->g, i);
     if (!computes(t)) continue;
     tsr_cpu_kernels[t->op].run(&c, t);
     tsr_threadpool_barrier(be->pool);
-    if (timing) {
-      const double t1 = tsr_op_times_now();
-      char key[48];
-      tsr_op_times_key(t, t->op == TSR_OP_CUSTOM ? tsr_op_registry_name(t->op_params[0]) : NULL,
-                       key, sizeof key);
-      tsr_op_times_add(be->times, key, t1 - t0);
-      t0 = t1;
-    }
+    if (be->times && ith == 0) be->stamps[k++] = tsr_op_times_now();
   }
 }
 
 static tsr_status cpu_time_nodes(void *ctx, struct tsr_op_times *acc) {
   ((struct cpu_backend *)ctx)->times = acc;
   return TSR_OK;
+}
+
+/* After a timed compute: each node's kind and time, off the clock. */
+static void add_node_times(struct cpu_backend *be, struct tsr_graph *g) {
+  int k = 0;
+  for (int i = 0; i < tsr_graph_n_tensors(g); i++) {
+    const struct tsr_tensor *t = tsr_graph_tensor(g, i);
+    if (!computes(t)) continue;
+    char key[48];
+    tsr_op_times_key(t, tsr_op_registry_name, key, sizeof key);
+    tsr_op_times_add(be->times, key, be->stamps[k + 1] - be->stamps[k]);
+    k++;
+  }
 }
 
 static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
@@ -107,8 +119,14 @@ static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
     be->work = w;
     be->work_per_thread = need;
   }
+  if (be->times && n + 1 > be->stamps_cap) {
+    double *s = realloc(be->stamps, sizeof *s * (size_t)(n + 1));
+    if (!s) return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: %d node timestamps", n + 1);
+    be->stamps = s, be->stamps_cap = n + 1;
+  }
   struct cpu_run run = {be, g};
   tsr_threadpool_run(be->pool, cpu_thread, &run);
+  if (be->times) add_node_times(be, g);
   return TSR_OK;
 }
 
@@ -116,6 +134,7 @@ static void cpu_free(void *ctx) {
   struct cpu_backend *be = ctx;
   tsr_threadpool_free(be->pool);
   free(be->work);
+  free(be->stamps);
   free(be);
 }
 

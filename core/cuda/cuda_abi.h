@@ -18,9 +18,10 @@
 #include "tessera/tessera.h"
 
 /* 2: keep / sync_to_device in struct tsr_backend_i; 3: plugin kernels (custom_op_kernel,
-** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes and memory in
-** struct tsr_backend_i, times in struct tsr_backend */
-#define TSR_CUDA_ABI_VERSION 5
+** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes in struct
+** tsr_backend_i, times in struct tsr_backend; 6: memory in struct tsr_backend_i,
+** backend_size checked */
+#define TSR_CUDA_ABI_VERSION 6
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;
@@ -30,6 +31,7 @@ struct tsr_cuda_host {
   uint32_t struct_size; /* sizeof(struct tsr_cuda_host) */
   uint32_t tensor_size; /* sizeof(struct tsr_tensor) */
   uint32_t graph_size;  /* sizeof(struct tsr_graph) (core/graph_internal.h) */
+  uint32_t backend_size; /* sizeof(struct tsr_backend) (core/backend.h): the .so fills one */
   void (*set_error)(const char *message);
   const char *(*get_error)(void);
   /* name of a plugin-registered op, or NULL (core/op_registry.h) */

@@ -406,6 +406,15 @@ static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
   return TSR_OK;
 }
 
+static cudaError_t sample_device_memory(struct cu_ctx *c) {
+  size_t free_b, total_b;
+  cudaError_t e = cudaMemGetInfo(&free_b, &total_b);
+  if (e != cudaSuccess) return e;
+  if (total_b - free_b > c->used_peak) c->used_peak = total_b - free_b;
+  c->device_total = total_b;
+  return cudaSuccess;
+}
+
 /* Node timing: one event per computed node plus one before the first. */
 static tsr_status ensure_events(struct cu_ctx *c, const struct tsr_graph *g) {
   int need = 1;
@@ -429,8 +438,7 @@ static tsr_status add_node_times(struct cu_ctx *c, const struct tsr_graph *g) {
     CU_RT(cudaEventElapsedTime(&ms, c->events[k], c->events[k + 1]));
     k++;
     char key[48];
-    tsr_op_times_key(t, t->op == TSR_OP_CUSTOM ? c->host->custom_op_name(t->op_params[0]) : NULL,
-                     key, sizeof key);
+    tsr_op_times_key(t, c->host->custom_op_name, key, sizeof key);
     tsr_op_times_add(c->times, key, 1e-3 * (double)ms);
   }
   return TSR_OK;
@@ -499,15 +507,19 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
                           c->stream));
   }
   CU_RT(cudaStreamSynchronize(c->stream));
-  size_t free_b, total_b;
-  CU_RT(cudaMemGetInfo(&free_b, &total_b));
-  if (total_b - free_b > c->used_peak) c->used_peak = total_b - free_b;
-  c->device_total = total_b;
+  /* the device's memory in use grows when this process allocates: sampled after a
+  ** compute that allocated (kept ranges' first upload, a larger arena or scratch)
+  ** and whenever read, not at every decode step */
+  if (c->held_bytes != c->held_sampled) {
+    CU_RT(sample_device_memory(c));
+    c->held_sampled = c->held_bytes;
+  }
   return c->times ? add_node_times(c, g) : TSR_OK;
 }
 
 static tsr_status cu_memory(void *ctx, struct tsr_backend_memory *out) {
-  const struct cu_ctx *c = ctx;
+  struct cu_ctx *c = ctx;
+  CU_RT(sample_device_memory(c));
   *out = (struct tsr_backend_memory){c->held_bytes, c->held_peak, c->used_peak, c->device_total};
   return TSR_OK;
 }
@@ -550,7 +562,8 @@ static void cu_free(void *ctx) {
 
 static tsr_status check_host(const struct tsr_cuda_host *h) {
   if (!h || h->abi_version != TSR_CUDA_ABI_VERSION || h->struct_size != sizeof *h ||
-      h->tensor_size != sizeof(struct tsr_tensor) || h->graph_size != sizeof(struct tsr_graph))
+      h->tensor_size != sizeof(struct tsr_tensor) || h->graph_size != sizeof(struct tsr_graph) ||
+      h->backend_size != sizeof(struct tsr_backend))
     return TSR_ERR_UNSUPPORTED; /* no message channel we can trust: the loader names it */
   return TSR_OK;
 }
@@ -609,8 +622,8 @@ tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_ba
   *out = NULL;
   if (check_host(host) != TSR_OK) {
     if (host && host->abi_version == TSR_CUDA_ABI_VERSION && host->set_error)
-      host->set_error("libtessera-cuda.so was built from another tessera tree (tensor or graph "
-                      "layout differs); rebuild it with this core");
+      host->set_error("libtessera-cuda.so was built from another tessera tree (tensor, graph or "
+                      "backend layout differs); rebuild it with this core");
     else if (host && host->set_error && host->abi_version >= 1)
       host->set_error("libtessera-cuda.so speaks another backend ABI version; rebuild it");
     return TSR_ERR_UNSUPPORTED;

@@ -69,7 +69,8 @@ struct cu_ctx {
   size_t host_buf_cap;
 
   size_t held_bytes, held_peak; /* device memory allocated here (weights, KV, arena, scratch) */
-  size_t used_peak, device_total; /* cudaMemGetInfo after each compute */
+  size_t held_sampled;            /* held_bytes when the device was last sampled */
+  size_t used_peak, device_total; /* cudaMemGetInfo: see cu_compute */
 
   struct tsr_op_times *times; /* node timing on: an event after each node */
   cudaEvent_t *events;        /* [0] before the first node, [k] after the k-th */

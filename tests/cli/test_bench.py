@@ -97,7 +97,6 @@ def test_op_times_split_each_test_and_add_up():
         # nested host clocks: the nodes inside the computes inside the wall time
         assert 0 < nodes <= comp * 1.0001 and comp <= wall * 1.0001, o
         kinds = {k["kind"]: k for k in o["kinds"]}
-        assert abs(sum(k["seconds_per_token"] for k in o["kinds"]) - nodes) <= 1e-9 + 1e-6 * nodes
         n_class = "n>16" if t["kind"] == "pp" else "n=1"
         assert any(k.startswith("mat_mul ") and k.endswith(n_class) for k in kinds), kinds
         assert "flash_attn K f16 V f16" in kinds and "rms_norm" in kinds, kinds

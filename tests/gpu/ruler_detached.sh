@@ -8,16 +8,17 @@
 #                                               pass; prints every cell so far and what runs
 #   ruler_detached.sh stop OUT_DIR [PATTERN]    ends the runs whose TSV name holds PATTERN
 #
-# start copies RUN_DIR, conf/ and ruler_cells.sh under OUT_DIR/tree first: the next device
-# command replaces the working tree the runs were started from. Cells go to
+# Each start copies RUN_DIR, conf/ and ruler_cells.sh into a tree of its own under OUT_DIR
+# first: the next device command replaces the working tree the runs were started from, and
+# a later start into the same OUT_DIR must not overwrite what runs. Cells go to
 # OUT_DIR/MODEL.TASK.ATTENTION.tsv (ruler_cells.sh's columns). The environment of
-# ruler_cells.sh passes through (FLASH_PROFILE, DCA_PROFILE, ATTNS, DEADLINE_S, BACKEND,
-# UBATCH). Cells sharing the GPU report their own prefill tokens/s and seconds, which are
-# then shares of the GPU, not its rate for one cell.
+# ruler_cells.sh passes through (FLASH_PROFILE, DCA_PROFILE, ATTNS, BACKEND, UBATCH;
+# DEADLINE_S here defaults to none: every multiple asked for runs). Cells sharing the GPU
+# report their own prefill tokens/s and seconds: shares of the GPU, not its rate for one.
 set -uo pipefail
 usage() { sed -n '2,16p' "$0"; exit 2; }
 # a run's leader, not yet reaped, still answers kill -0: alive means not a zombie
-alive() { ps -o stat= -p "$1" 2>/dev/null | grep -qv '^Z'; }
+alive() { [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"; }
 [ $# -ge 2 ] || usage
 mode=$1 out=$2
 case $mode in
@@ -29,21 +30,28 @@ start)
   [ -f "$model" ] || { echo "ruler_detached: no model $model" >&2; exit 1; }
   # the runs start in the copy: paths from here made absolute
   spec=$(cd "$(dirname "$model")" && pwd)/$(basename "$spec")
-  mkdir -p "$out/tree/tests/gpu" && out=$(cd "$out" && pwd)
-  cp -r "$run/." "$out/tree/run" && cp -r conf "$out/tree/" &&
-    cp "$(dirname "$0")/ruler_cells.sh" "$out/tree/tests/gpu/" || exit 1
+  mkdir -p "$out" && out=$(cd "$out" && pwd)
   name=$(basename "$model" .gguf)
+  for p in "$out/$name".*.pid; do
+    [ -e "$p" ] && alive "$(cat "$p")" && { echo "ruler_detached: $(basename "$p" .pid) still" \
+      "runs in $out: wait for it or stop it first" >&2; exit 1; }
+  done
+  tree=$(mktemp -d "$out/tree.XXXXXX") && mkdir -p "$tree/tests/gpu" &&
+    cp -r "$run/." "$tree/run" && cp -r conf "$tree/" &&
+    cp "$(dirname "$0")/ruler_cells.sh" "$tree/tests/gpu/" || exit 1
+  started=0
   for task in $tasks; do
     for attn in ${ATTNS:-flash dca}; do
       base=$out/$name.$task.$attn
       # setsid as the background job itself, so that $! leads the run's process group
-      (cd "$out/tree" || exit 1
-        ATTNS=$attn setsid nohup bash tests/gpu/ruler_cells.sh run \
-          "$base.tsv" "$n" "$spec" "$task" "$mults" >"$base.log" 2>&1 </dev/null &
+      (cd "$tree" || exit 1
+        ATTNS=$attn DEADLINE_S=${DEADLINE_S:-2000000000} setsid nohup bash tests/gpu/ruler_cells.sh \
+          run "$base.tsv" "$n" "$spec" "$task" "$mults" >"$base.log" 2>&1 </dev/null &
         echo $! >"$base.pid")
+      started=$((started + 1))
     done
   done
-  echo "started $(ls "$out"/"$name".*.pid | wc -l) runs of $name in $out"
+  echo "started $started runs of $name in $out"
   ;;
 wait)
   [ $# -eq 3 ] || usage
@@ -51,12 +59,13 @@ wait)
   end=$((SECONDS + $3))
   while [ $SECONDS -lt $end ] && [ -n "$(running)" ]; do sleep 5; done
   cat "$out"/*.tsv 2>/dev/null | awk 'NR == 1 || !/^model\t/'
+  grep -h -A3 'deadline:\|cell failed' "$out"/*.log 2>/dev/null
   r=$(running)
   echo "running: ${r:-none}" | tr '\n' ' '; echo
   ;;
 stop)
   for p in "$out"/*${3:-}*.pid; do
-    [ -e "$p" ] || continue
+    [ -e "$p" ] && alive "$(cat "$p")" || continue
     # the run's process group: its bash loop and the cell it is in
     kill -- -"$(cat "$p")" 2>/dev/null && echo "stopped $(basename "$p" .pid)"
   done

@@ -22,6 +22,18 @@ check stop_ends_a_running_cell \
    bash "$script" stop "$tmp/long" | grep -q "stopped ref-qwen3-21m.passkey.flash" &&
    sleep 1 && bash "$script" wait "$tmp/long" 5 | grep -q "^running: none" &&
    { ! pgrep -af "$tmp/long" || { echo "left running"; false; }; }'
+# a second model into the same OUT_DIR while the first runs: both keep running
+gemma=$src/models/ref-gemma4-23m.gguf
+check a_second_start_leaves_the_first_running \
+  'ATTNS=flash bash "$script" start "$build" "$tmp/long" 1 "$model:256" passkey 64 && sleep 1 &&
+   FLASH_PROFILE=conf/ref-gemma4.yaml ATTNS=flash bash "$script" start "$build" "$tmp/long" 2 \
+     "$gemma:256" passkey 1 &&
+   for i in $(seq 120); do [ $(wc -l <"$tmp/long/ref-gemma4-23m.passkey.flash.tsv") -eq 2 ] &&
+     break; sleep 1; done && bash "$script" wait "$tmp/long" 1 >"$tmp/w" &&
+   grep -qP "^ref-gemma4-23m\tpasskey\t256\t1\tflash\t2\t[0-9.]+\t" "$tmp/w" &&
+   grep -q "^running: ref-qwen3-21m.passkey.flash" "$tmp/w" &&
+   ! ATTNS=flash bash "$script" start "$build" "$tmp/long" 1 "$model:256" passkey 64 &&
+   bash "$script" stop "$tmp/long" | grep -q "stopped ref-qwen3-21m.passkey.flash"'
 check a_missing_model_is_refused \
   '! bash "$script" start "$build" "$tmp/none" 2 "$tmp/absent.gguf:256" passkey 1 &&
    [ ! -d "$tmp/none" ]'

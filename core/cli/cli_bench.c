@@ -27,9 +27,9 @@
 */
 #include <math.h>
 #include <stdio.h>
-#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "backend.h"
 #include "cli.h"
@@ -430,8 +430,8 @@ static void print_memory(const struct memory_use *u) {
   const double gib = 1024.0 * 1024.0 * 1024.0;
   if (u->device)
     printf("\ndevice memory at its peak: %.2f GiB held by the backend (weights, caches, arena, "
-           "scratch; %.2f GiB now), %.2f of %.2f GiB in use on the device (every process, "
-           "after each compute)\n", u->m.held_peak_bytes / gib, u->m.held_bytes / gib,
+           "scratch; %.2f GiB now), %.2f of %.2f GiB in use on the device (every process; "
+           "sampled after computes that allocated)\n", u->m.held_peak_bytes / gib, u->m.held_bytes / gib,
            u->m.device_used_peak_bytes / gib, u->m.device_total_bytes / gib);
   printf("%shost memory at its peak: %.1f MiB resident\n", u->device ? "" : "\n",
          u->host_peak_bytes / 1048576.0);

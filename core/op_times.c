@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dtype.h"
+#include "graph_internal.h"
 
 void tsr_op_times_key(const struct tsr_tensor *t, const char *(*op_name)(int32_t op_id), char *buf,
                       size_t n) {
@@ -41,6 +42,18 @@ void tsr_op_times_add(struct tsr_op_times *acc, const char *key, double seconds)
   }
   acc->kind[k].calls++;
   acc->kind[k].seconds += seconds;
+}
+
+void tsr_op_times_add_graph(struct tsr_op_times *acc, const struct tsr_graph *g,
+                            const char *(*op_name)(int32_t op_id), const double *stamps) {
+  int k = 0;
+  for (int i = 0; i < g->n; i++) {
+    if (!tsr_op_computes(&g->tensors[i])) continue;
+    char key[48];
+    tsr_op_times_key(&g->tensors[i], op_name, key, sizeof key);
+    tsr_op_times_add(acc, key, stamps[k + 1] - stamps[k]);
+    k++;
+  }
 }
 
 static int by_seconds(const void *a, const void *b) {

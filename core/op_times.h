@@ -38,6 +38,11 @@ struct tsr_op_times {
 /* The kind of node t into buf; op_name names a plugin op by its registered id. */
 void tsr_op_times_key(const struct tsr_tensor *t, const char *(*op_name)(int32_t op_id), char *buf,
                       size_t n);
+/* The nodes of one compute of g in order: stamps[k] and stamps[k + 1] (seconds) bound
+** the k-th tensor that computes (tsr_op_computes). */
+struct tsr_graph;
+void tsr_op_times_add_graph(struct tsr_op_times *acc, const struct tsr_graph *g,
+                            const char *(*op_name)(int32_t op_id), const double *stamps);
 /* One call of kind `key` that took `seconds`. */
 void tsr_op_times_add(struct tsr_op_times *acc, const char *key, double seconds);
 /* Kinds by time, longest first. */

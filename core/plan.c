@@ -94,7 +94,7 @@ tsr_status tsr_graph_plan(struct tsr_graph *g, struct tsr_graph_plan *plan) {
   for (int i = 0; i < n; i++) last_use[i] = i;
   for (int i = 0; i < n; i++) {
     const struct tsr_tensor *t = &g->tensors[i];
-    if (t->op != TSR_OP_NONE && t->op != TSR_OP_VIEW) plan->n_nodes++;
+    if (tsr_op_computes(t)) plan->n_nodes++;
     /* a node that writes through a view keeps the owner alive until it runs */
     if (t->view_src && last_use[t->view_src->index] < i) last_use[t->view_src->index] = i;
     for (int s = 0; s < TSR_MAX_SRC; s++) {

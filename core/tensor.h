@@ -153,6 +153,10 @@ static inline void tsr_param_set_f32(struct tsr_tensor *t, int i, float f) {
 }
 
 const char *tsr_op_name(enum tsr_op op);
+/* Whether a backend runs t: leaves (inputs, weights) and views compute nothing. */
+static inline bool tsr_op_computes(const struct tsr_tensor *t) {
+  return t->op != TSR_OP_NONE && t->op != TSR_OP_VIEW;
+}
 const char *tsr_unary_name(enum tsr_unary_op op);
 
 #endif

@@ -27,13 +27,10 @@ static const char *cpu_name(void *ctx) {
   return "cpu";
 }
 
-static bool computes(const struct tsr_tensor *t) {
-  return t->op != TSR_OP_NONE && t->op != TSR_OP_VIEW;
-}
 
 static tsr_status cpu_supports(void *ctx, const struct tsr_tensor *t) {
   (void)ctx;
-  if (!computes(t)) return TSR_OK;
+  if (!tsr_op_computes(t)) return TSR_OK;
   if (t->op < 0 || t->op >= TSR_OP_COUNT || !tsr_cpu_kernels[t->op].run)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cpu backend: no kernel for op %s (tensor '%s')",
                          tsr_op_name(t->op), t->name);
@@ -66,7 +63,7 @@ static void cpu_thread(void *arg, int ith, int nth) {
   }
   for (int i = 0; i < n; i++) {
     struct tsr_tensor *t = tsr_graph_tensor(run->g, i);
-    if (!computes(t)) continue;
+    if (!tsr_op_computes(t)) continue;
     tsr_cpu_kernels[t->op].run(&c, t);
     tsr_threadpool_barrier(be->pool);
     if (be->times && ith == 0) be->stamps[k++] = tsr_op_times_now();
@@ -78,18 +75,6 @@ static tsr_status cpu_time_nodes(void *ctx, struct tsr_op_times *acc) {
   return TSR_OK;
 }
 
-/* After a timed compute: each node's kind and time, off the clock. */
-static void add_node_times(struct cpu_backend *be, struct tsr_graph *g) {
-  int k = 0;
-  for (int i = 0; i < tsr_graph_n_tensors(g); i++) {
-    const struct tsr_tensor *t = tsr_graph_tensor(g, i);
-    if (!computes(t)) continue;
-    char key[48];
-    tsr_op_times_key(t, tsr_op_registry_name, key, sizeof key);
-    tsr_op_times_add(be->times, key, be->stamps[k + 1] - be->stamps[k]);
-    k++;
-  }
-}
 
 static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
   struct cpu_backend *be = ctx;
@@ -97,7 +82,7 @@ static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
   int n = tsr_graph_n_tensors(g);
   for (int i = 0; i < n; i++) {
     const struct tsr_tensor *t = tsr_graph_tensor(g, i);
-    if (!computes(t)) continue;
+    if (!tsr_op_computes(t)) continue;
     if (!t->data)
       return tsr_error_set(TSR_ERR_INVALID_ARG, "cpu backend: tensor '%s' (%s) has no memory; "
                            "plan and bind the graph first", t->name, tsr_op_name(t->op));
@@ -126,7 +111,8 @@ static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
   }
   struct cpu_run run = {be, g};
   tsr_threadpool_run(be->pool, cpu_thread, &run);
-  if (be->times) add_node_times(be, g);
+  /* each node's kind and time, off the clock */
+  if (be->times) tsr_op_times_add_graph(be->times, g, tsr_op_registry_name, be->stamps);
   return TSR_OK;
 }
 

@@ -162,7 +162,6 @@ static void cu_forget(void *ctx, const void *host, size_t size) {
 
 /* ---- running a graph ---------------------------------------------------------- */
 
-static bool computes(const struct tsr_tensor *t) { return t->op != TSR_OP_NONE && t->op != TSR_OP_VIEW; }
 
 static const struct tsr_tensor *owner_of(const struct tsr_tensor *t) {
   return t->view_src ? t->view_src : t;
@@ -285,7 +284,7 @@ static tsr_status resolve(struct cu_ctx *c, struct tsr_graph *g) {
     ** place, plugin.h), so theirs go back too */
     for (int i = 0; i < g->n; i++) {
       const struct tsr_tensor *t = &g->tensors[i];
-      if (!computes(t)) continue;
+      if (!tsr_op_computes(t)) continue;
       if (t->view_src && is_external(g, t->view_src)) {
         struct cu_span *sp = span_of(c, t->view_src->data);
         if (sp) sp->written = true;
@@ -415,32 +414,30 @@ static cudaError_t sample_device_memory(struct cu_ctx *c) {
   return cudaSuccess;
 }
 
-/* Node timing: one event per computed node plus one before the first. */
+/* Node timing: an event before the first node and one after each (at most g->n). */
 static tsr_status ensure_events(struct cu_ctx *c, const struct tsr_graph *g) {
-  int need = 1;
-  for (int i = 0; i < g->n; i++) need += computes(&g->tensors[i]);
+  const int need = g->n + 1;
   if (need <= c->n_events) return TSR_OK;
   cudaEvent_t *ev = realloc(c->events, sizeof *ev * (size_t)need);
-  if (!ev) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: %d timing events", need);
-  c->events = ev;
+  double *st = ev ? realloc(c->stamps, sizeof *st * (size_t)need) : NULL;
+  if (ev) c->events = ev;
+  if (st) c->stamps = st;
+  if (!ev || !st) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: %d timing events", need);
   for (; c->n_events < need; c->n_events++)
     CU_RT(cudaEventCreate(&c->events[c->n_events]));
   return TSR_OK;
 }
 
-/* After the compute's final synchronisation: node k's time is from event k to k + 1. */
-static tsr_status add_node_times(struct cu_ctx *c, const struct tsr_graph *g) {
-  int k = 0;
-  for (int i = 0; i < g->n; i++) {
-    const struct tsr_tensor *t = &g->tensors[i];
-    if (!computes(t)) continue;
+/* After the compute's final synchronisation: the n_timed events as seconds since the
+** first, then each node's kind and time. */
+static tsr_status add_node_times(struct cu_ctx *c, const struct tsr_graph *g, int n_timed) {
+  c->stamps[0] = 0;
+  for (int k = 1; k < n_timed; k++) {
     float ms = 0;
-    CU_RT(cudaEventElapsedTime(&ms, c->events[k], c->events[k + 1]));
-    k++;
-    char key[48];
-    tsr_op_times_key(t, c->host->custom_op_name, key, sizeof key);
-    tsr_op_times_add(c->times, key, 1e-3 * (double)ms);
+    CU_RT(cudaEventElapsedTime(&ms, c->events[0], c->events[k]));
+    c->stamps[k] = 1e-3 * (double)ms;
   }
+  tsr_op_times_add_graph(c->times, g, c->host->custom_op_name, c->stamps);
   return TSR_OK;
 }
 
@@ -476,7 +473,7 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
   if (c->times) CU_RT(cudaEventRecord(c->events[timed++], c->stream));
   for (int i = 0; i < g->n; i++) {
     const struct tsr_tensor *t = &g->tensors[i];
-    if (!computes(t)) continue;
+    if (!tsr_op_computes(t)) continue;
     st = run_node(c, t);
     if (st == TSR_OK && c->times) {
       cudaError_t e = cudaEventRecord(c->events[timed++], c->stream);
@@ -514,7 +511,7 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
     CU_RT(sample_device_memory(c));
     c->held_sampled = c->held_bytes;
   }
-  return c->times ? add_node_times(c, g) : TSR_OK;
+  return c->times ? add_node_times(c, g, timed) : TSR_OK;
 }
 
 static tsr_status cu_memory(void *ctx, struct tsr_backend_memory *out) {
@@ -555,6 +552,7 @@ static void cu_free(void *ctx) {
   free(c->host_buf);
   for (int i = 0; i < c->n_events; i++) cudaEventDestroy(c->events[i]);
   free(c->events);
+  free(c->stamps);
   free(c);
 }
 

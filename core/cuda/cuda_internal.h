@@ -74,6 +74,7 @@ struct cu_ctx {
 
   struct tsr_op_times *times; /* node timing on: an event after each node */
   cudaEvent_t *events;        /* [0] before the first node, [k] after the k-th */
+  double *stamps;             /* the events as seconds since [0], for core/op_times.h */
   int n_events;
 };
 

@@ -19,6 +19,8 @@
 
 #include "tensor.h"
 
+struct tsr_graph;
+
 #define TSR_OP_TIMES_KINDS 64 /* the last one collects every kind past the others */
 
 struct tsr_op_kind_time {
@@ -40,7 +42,6 @@ void tsr_op_times_key(const struct tsr_tensor *t, const char *(*op_name)(int32_t
                       size_t n);
 /* The nodes of one compute of g in order: stamps[k] and stamps[k + 1] (seconds) bound
 ** the k-th tensor that computes (tsr_op_computes). */
-struct tsr_graph;
 void tsr_op_times_add_graph(struct tsr_op_times *acc, const struct tsr_graph *g,
                             const char *(*op_name)(int32_t op_id), const double *stamps);
 /* One call of kind `key` that took `seconds`. */

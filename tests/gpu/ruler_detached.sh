@@ -17,8 +17,15 @@
 # report their own prefill tokens/s and seconds: shares of the GPU, not its rate for one.
 set -uo pipefail
 usage() { sed -n '2,16p' "$0"; exit 2; }
-# a run's leader, not yet reaped, still answers kill -0: alive means not a zombie
-alive() { [ -r "/proc/$1/stat" ] && ! grep -q '^[0-9]* ([^)]*) Z' "/proc/$1/stat"; }
+# a run's leader, not yet reaped, still answers kill -0: alive means not a zombie. One read
+# of stat, since the process can end between two; the state follows the last ')' (the name
+# may hold one).
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat:0:1}" != Z ]
+}
 [ $# -ge 2 ] || usage
 mode=$1 out=$2
 case $mode in

@@ -33,6 +33,7 @@ struct cu_span {
 
 enum cu_scratch_slot {
   SCR_X,     /* x packed for a product */
+  SCR_XQ,    /* x coded to 8 bits for the q8 gemv */
   SCR_W,     /* a dequantized weight tile */
   SCR_WPACK, /* a strided plain weight, packed */
   SCR_G,     /* mat_mul_id: one expert's columns gathered */
@@ -50,6 +51,7 @@ struct cu_ctx {
   cudaStream_t stream;
   cublasHandle_t blas;
   bool gemm_f32;   /* TESSERA_CUDA_GEMM=f32: batched products in f32, not f16 */
+  bool gemv_x8;    /* TESSERA_CUDA_GEMV=q8: decode products with x coded to 8 bits */
   bool sync_nodes; /* TESSERA_CUDA_SYNC=1: wait after every node, so a fault names it */
 
   char *arena; /* mirrors the host arena: same size, same offsets */

@@ -72,6 +72,13 @@ static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w
   tsr_status st;
   if (N <= CU_GEMV_MAX_N) {
     if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
+    if (c->gemv_x8 && cu_gemv_x8_supports(type, K)) {
+      void *codes;
+      if ((st = tsr_cuda_scratch(c, SCR_XQ, cu_gemv_x8_scratch(K, N), &codes)) != TSR_OK)
+        return st;
+      CU_LAUNCH(cu_gemv_x8((cu_stream)c->stream, codes, y, ldy, w, type, K, M, wnb1, xp, ldx, N));
+      return TSR_OK;
+    }
     CU_LAUNCH(cu_gemv((cu_stream)c->stream, y, ldy, w, type, K, M, wnb1, xp, ldx, N));
     return TSR_OK;
   }

@@ -4,6 +4,9 @@
 **   - few columns (decode, n <= CU_GEMV_MAX_N): cu_gemv, a warp per weight
 **     row (block types: per two rows, a lane per 8 weights), dequantizing as
 **     it reads and dotting in f32 against f32 x;
+**   - the same with TESSERA_CUDA_GEMV=q8, for q4_0, q8_0, q4_K and q6_K weights:
+**     cu_gemv_x8, x coded to 8 bits per 32 values once per product, a lane per
+**     32-weight chunk, integer dots (dp4a);
 **   - more columns: weights dequantized into f16 tiles (cu_dequant_rows) and
 **     x packed to f16 (cu_pack_x), multiplied by cuBLAS with f32 accumulation.
 ** The weight type is a template parameter (one instantiation per type), the
@@ -180,6 +183,115 @@ extern "C" int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_
                                                            (int)N, x_vec, wide)
   DISPATCH_TYPE(type, CALL)
 #undef CALL
+  return (int)cudaGetLastError();
+}
+
+/* ---- gemv, q8 path: x quantized to 8 bits, integer dots ----------------------- */
+
+/* Why: the f32 gemv reads 4 bytes of x from L1 per weight against 0.56 bytes of a
+** q4_0 weight from HBM, and a lane's 4 bytes of weights per step leave too few
+** bytes in flight to cover HBM's latency. Here x is coded once per product
+** (x8_block's rule, a warp per 32 values) and a lane takes a whole 32-weight chunk:
+** 18-34 bytes of weights per row and 32 bytes of x codes, dotted four bytes at a time. */
+__global__ void k_quant_x8(int8_t *xq, float2 *xds, const float *x, int64_t ldx, int64_t K, int N) {
+  const int64_t nc = K / 32, blk = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (blk >= nc * N) return;
+  const int64_t n = blk / nc, c = blk % nc;
+  const float v = x[n * ldx + c * 32 + lane];
+  float amax = fabsf(v);
+  for (int o = 16; o > 0; o >>= 1) amax = x8_absmax(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = x8_scale(amax);
+  const int q = x8_code(v, x8_inv(d));
+  int sum = q;
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  xq[n * K + c * 32 + lane] = (int8_t)q;
+  if (lane == 0) xds[n * nc + c] = make_float2(d, (float)sum);
+}
+
+#define X8_WARPS 4 /* a block's warps split each row's chunks */
+#define X8_ROWS 2  /* rows per block: they share the x loads */
+
+template <int T, int NMAX>
+__global__ void k_gemv_x8(float *y, int64_t ldy, const char *w, int64_t K, int64_t M,
+                          int64_t wnb1, const int8_t *xq, const float2 *xds, int N) {
+  __shared__ float part[X8_WARPS][X8_ROWS][NMAX];
+  const int64_t m0 = blockIdx.x * (int64_t)X8_ROWS, nc = K / 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float acc[X8_ROWS][NMAX];
+#pragma unroll
+  for (int r = 0; r < X8_ROWS; r++)
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
+#pragma unroll 2
+  for (int64_t c = warp * 32 + lane; c < nc; c += 32 * X8_WARPS) {
+    struct x8_chunk wc[X8_ROWS];
+#pragma unroll
+    for (int r = 0; r < X8_ROWS; r++)
+      if (m0 + r < M) x8_decode<T>(reinterpret_cast<const uint8_t *>(w + (m0 + r) * wnb1), c, &wc[r]);
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) {
+      if (n >= N) break;
+      const int4 *xp = reinterpret_cast<const int4 *>(xq + n * K + c * 32);
+      const int4 a = __ldg(xp), b = __ldg(xp + 1);
+      const int xw[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+      const float2 ds = __ldg(xds + n * nc + c);
+#pragma unroll
+      for (int r = 0; r < X8_ROWS; r++)
+        if (m0 + r < M) acc[r][n] += x8_dot<T>(&wc[r], xw, ds.x, (int)ds.y);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < X8_ROWS; r++)
+#pragma unroll
+    for (int n = 0; n < NMAX; n++) {
+      float a = acc[r][n];
+      for (int o = 16; o > 0; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+      if (lane == 0) part[warp][r][n] = a;
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < X8_ROWS * NMAX; i += blockDim.x) {
+    const int r = i / NMAX, n = i % NMAX;
+    if (n >= N || m0 + r >= M) continue;
+    float sum = 0.0f;
+    for (int k = 0; k < X8_WARPS; k++) sum += part[k][r][n];
+    y[m0 + r + n * ldy] = sum;
+  }
+}
+
+extern "C" int cu_gemv_x8_supports(int32_t type, int64_t K) {
+  return x8_supported(type) && K % 32 == 0;
+}
+
+extern "C" size_t cu_gemv_x8_scratch(int64_t K, int64_t N) {
+  return (size_t)(K * N + 15) / 16 * 16 + (size_t)(K / 32 * N) * sizeof(float2);
+}
+
+extern "C" int cu_gemv_x8(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w,
+                          int32_t type, int64_t K, int64_t M, int64_t wnb1, const float *x,
+                          int64_t ldx, int64_t N) {
+  if (N < 1 || N > CU_GEMV_MAX_N || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16)
+    return (int)cudaErrorInvalidValue;
+  int8_t *xq = static_cast<int8_t *>(scratch);
+  float2 *xds = reinterpret_cast<float2 *>(xq + (K * N + 15) / 16 * 16);
+  const int64_t warps = K / 32 * N;
+  k_quant_x8<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(xq, xds, x, ldx, K, (int)N);
+  const unsigned blocks = (unsigned)((M + X8_ROWS - 1) / X8_ROWS);
+#define CALL_X8(T)                                                                             \
+  if (N == 1)                                                                                  \
+    k_gemv_x8<T, 1><<<blocks, 32 * X8_WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, xq, xds, 1);       \
+  else                                                                                         \
+    k_gemv_x8<T, CU_GEMV_MAX_N><<<blocks, 32 * X8_WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, xq,    \
+                                                                 xds, (int)N);                 \
+  break;
+  switch (type) {
+  case T_Q4_0: CALL_X8(T_Q4_0)
+  case T_Q8_0: CALL_X8(T_Q8_0)
+  case T_Q4_K: CALL_X8(T_Q4_K)
+  case T_Q6_K: CALL_X8(T_Q6_K)
+  default: return (int)cudaErrorInvalidValue;
+  }
+#undef CALL_X8
   return (int)cudaGetLastError();
 }
 

@@ -232,6 +232,122 @@ CU_HD static inline void dq_part8(const uint8_t *row, int64_t c, int p, float w[
   }
 }
 
+/* ---- 8-bit x and integer dots: the decode GEMV's q8 path ----------------------- */
+
+/* x is quantized once per product in blocks of 32: q = round(x / d) with
+** d = max |x| / 127 kept in f32 (not rounded to a half), and the block's sum of q.
+** A chunk of 32 weights then dots with it in integers (four bytes at a time) and
+** one or two float scales. The host runs the same functions in
+** core/cuda/tests/test_cuda_quant.cu, so the quantized x and every chunk's sum are
+** checked on the CPU. */
+
+/* The four signed bytes of a times those of b, summed into c (the GPU's dp4a). */
+CU_HD static inline int dot4_i8(int a, int b, int c) {
+#ifdef __CUDA_ARCH__
+  return __dp4a(a, b, c);
+#else
+  for (int k = 0; k < 4; k++) c += (int)(int8_t)(a >> 8 * k) * (int)(int8_t)(b >> 8 * k);
+  return c;
+#endif
+}
+
+/* Each byte of a minus the same byte of b, wrapping (so codes 0..63 minus their
+** offset become signed bytes). */
+CU_HD static inline int sub4_u8(uint32_t a, uint32_t b) {
+#ifdef __CUDA_ARCH__
+  return (int)__vsub4(a, b);
+#else
+  uint32_t r = 0;
+  for (int k = 0; k < 4; k++) r |= (((a >> 8 * k) - (b >> 8 * k)) & 255u) << 8 * k;
+  return (int)r;
+#endif
+}
+
+/* Four bytes at p, which blocks of 18, 34 or 210 bytes leave only 2-byte aligned. */
+CU_HD static inline uint32_t ld_u32_a2(const uint8_t *p) {
+  const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
+  return (uint32_t)h[0] | (uint32_t)h[1] << 16;
+}
+
+/* A block's scale from its largest magnitude, and the multiplier that codes a value.
+** A NaN anywhere makes the block's scale NaN (x8_absmax keeps it), so the product
+** is NaN as with f32 dots. */
+CU_HD static inline float x8_absmax(float a, float b) { return a > b || a != a ? a : b; }
+CU_HD static inline float x8_scale(float amax) { return RN_DIV(amax, 127.0f); }
+CU_HD static inline float x8_inv(float d) { return d != 0.0f ? RN_DIV(1.0f, d) : 0.0f; }
+CU_HD static inline int x8_code(float x, float inv) { return (int)roundf(RN_MUL(x, inv)); }
+
+/* 32 values as codes q[32]; returns the scale, *sum the sum of the codes. */
+CU_HD static inline float x8_block(const float *x, int8_t *q, int *sum) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; j++) amax = x8_absmax(fabsf(x[j]), amax);
+  const float d = x8_scale(amax), inv = x8_inv(d);
+  *sum = 0;
+  for (int j = 0; j < 32; j++) q[j] = (int8_t)x8_code(x[j], inv), *sum += q[j];
+  return d;
+}
+
+/* A chunk of 32 weights as 8 words of 4 bytes, in the order of the chunk's x
+** codes, and its scales: q4_0, q8_0, q6_K signed codes (w = d q, d q, d s q);
+** q4_K codes 0..15 (w = d q - m); q6_K's two 16-weight halves scale by s0, s1. */
+struct x8_chunk {
+  int q[8];
+  float d, m;
+  int s0, s1;
+};
+
+CU_HD static inline bool x8_supported(int t) {
+  return t == T_Q4_0 || t == T_Q8_0 || t == T_Q4_K || t == T_Q6_K;
+}
+
+/* Chunk c (weights 32c .. 32c+31) of a row of block type T (x8_supported). */
+template <int T>
+CU_HD static inline void x8_decode(const uint8_t *row, int64_t c, struct x8_chunk *w) {
+  if (T == T_Q4_0) { /* d qs[16]: weight i < 16 the low nibble of qs[i], i + 16 the high */
+    const uint8_t *b = row + c * 18;
+    w->d = ld_h(b);
+    for (int i = 0; i < 4; i++) {
+      const uint32_t u = ld_u32_a2(b + 2 + 4 * i);
+      w->q[i] = sub4_u8(u & 0x0f0f0f0fu, 0x08080808u);
+      w->q[4 + i] = sub4_u8(u >> 4 & 0x0f0f0f0fu, 0x08080808u);
+    }
+  } else if (T == T_Q8_0) {
+    const uint8_t *b = row + c * 34;
+    w->d = ld_h(b);
+    for (int i = 0; i < 8; i++) w->q[i] = (int)ld_u32_a2(b + 2 + 4 * i);
+  } else if (T == T_Q4_K) { /* d dmin scales[12] qs[128]; chunk = sub-block c % 8 */
+    const uint8_t *b = row + c / 8 * 144;
+    const int j = (int)(c % 8);
+    int sc, m;
+    k4_scale(b + 4, j, &sc, &m);
+    w->d = ld_h(b) * sc, w->m = ld_h(b + 2) * m;
+    const uint8_t *qs = b + 16 + 32 * (j / 2);
+    for (int i = 0; i < 8; i++) w->q[i] = (int)(ld_u32_a2(qs + 4 * i) >> 4 * (j % 2) & 0x0f0f0f0fu);
+  } else if (T == T_Q6_K) { /* ql[128] qh[64] scales[16] d; chunk = 32 of 256 */
+    const uint8_t *b = row + c / 8 * 210;
+    const int cc = (int)(c % 8), h = cc / 4, k = cc % 4;
+    const uint8_t *ql = b + 64 * h + 32 * (k & 1), *qh = b + 128 + 32 * h;
+    for (int i = 0; i < 8; i++) {
+      const uint32_t lo = ld_u32_a2(ql + 4 * i) >> 4 * (k >> 1) & 0x0f0f0f0fu;
+      const uint32_t hi = (ld_u32_a2(qh + 4 * i) >> 2 * k & 0x03030303u) << 4;
+      w->q[i] = sub4_u8(lo | hi, 0x20202020u);
+    }
+    w->d = ld_h(b + 208);
+    w->s0 = (int8_t)b[192 + 2 * cc], w->s1 = (int8_t)b[192 + 2 * cc + 1];
+  }
+}
+
+/* The chunk's dot with an x block: codes xq (8 words), scale xd, code sum xs. */
+template <int T>
+CU_HD static inline float x8_dot(const struct x8_chunk *w, const int *xq, float xd, int xs) {
+  int lo = 0, hi = 0;
+  for (int i = 0; i < 4; i++) lo = dot4_i8(w->q[i], xq[i], lo);
+  for (int i = 4; i < 8; i++) hi = dot4_i8(w->q[i], xq[i], hi);
+  if (T == T_Q4_K) return xd * (w->d * (float)(lo + hi) - w->m * (float)xs);
+  if (T == T_Q6_K) return xd * (w->d * (float)(w->s0 * lo + w->s1 * hi));
+  return xd * (w->d * (float)(lo + hi));
+}
+
 /* Element i of a row of any readable type; plain types step nb0 bytes. Uniform
 ** branches: every thread of a launch reads one type. */
 CU_HD static inline float dq_rt(int t, const char *row, int64_t i, int64_t nb0) {

@@ -136,6 +136,81 @@ static void block_scale_halves_are_the_cpus(void) {
   CHECK_MSG(bad == 0, "%d values round differently", bad);
 }
 
+/* The q8 path's x codes: within half a step of x, in [-127, 127], summed right;
+** a NaN makes its block's scale NaN. */
+static void x8_codes_round_x(void) {
+  static float x[N];
+  random_values(x, N);
+  for (int c = 0; c < N / 32; c++) {
+    const float *xb = x + 32 * c;
+    int8_t q[32];
+    int sum, want_sum = 0;
+    const float d = x8_block(xb, q, &sum);
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+    CHECK_MSG(d == amax / 127.0f, "block %d: scale %g for max %g", c, d, amax);
+    for (int j = 0; j < 32; j++) {
+      want_sum += q[j];
+      CHECK_MSG(q[j] >= -127 && fabsf((float)q[j] * d - xb[j]) <= 0.5f * d * (1 + 1e-6f),
+                "block %d value %d: %g coded %d at step %g", c, j, xb[j], q[j], d);
+    }
+    CHECK(sum == want_sum);
+  }
+  float with_nan[32] = {1.0f, NAN, -3.0f};
+  int8_t q[32];
+  int sum;
+  CHECK(isnan(x8_block(with_nan, q, &sum)));
+}
+
+/* Each supported chunk dotted in integers equals the dot of dq's weights (the
+** cpu's, above) with the x codes times their scale, to f32 rounding; every chunk of
+** a row, so chunks at every byte offset a row of blocks has. */
+template <int T>
+static void x8_dot_matches(const char *row, const float *x, int64_t n) {
+  for (int64_t c = 0; c < n / 32; c++) {
+    int8_t q[32] __attribute__((aligned(4)));
+    int sum, words[8];
+    const float d = x8_block(x + 32 * c, q, &sum);
+    memcpy(words, q, sizeof words);
+    struct x8_chunk w = {};
+    x8_decode<T>(reinterpret_cast<const uint8_t *>(row), c, &w);
+    const float got = x8_dot<T>(&w, words, d, sum);
+    double want = 0, mag = 0;
+    for (int e = 0; e < 32; e++) {
+      const double we = dq<T>(reinterpret_cast<const uint8_t *>(row), 32 * c + e);
+      want += we * ((double)d * q[e]);
+      mag += (fabs(we) + 2 * fabs((double)w.m)) * fabs((double)d * q[e]);
+    }
+    CHECK_MSG(fabs(got - want) <= 1e-6 * mag, "type %d chunk %lld: %.9g, want %.9g (mag %g)", T,
+              (long long)c, got, want, mag);
+  }
+}
+
+static void x8_chunk_dots_match_dq(void) {
+  static float w[N], x[N];
+  static char buf[N * 4] __attribute__((aligned(16)));
+  int n_types = 0;
+  for (int t : k_read) {
+    if (!x8_supported(t)) continue;
+    random_values(w, N);
+    random_values(x, N);
+    for (int i = 0; i < N; i++) x[i] = x[(i * 7 + 3) % N] * 0.5f; /* not w's pattern */
+    CHECK_OK(tsr_dtype_from_f32((enum tsr_dtype)t, w, buf, N));
+    n_types++;
+    switch (t) {
+    case T_Q4_0: x8_dot_matches<T_Q4_0>(buf, x, N); break;
+    case T_Q8_0: x8_dot_matches<T_Q8_0>(buf, x, N); break;
+    case T_Q4_K: x8_dot_matches<T_Q4_K>(buf, x, N); break;
+    case T_Q6_K: x8_dot_matches<T_Q6_K>(buf, x, N); break;
+    default: CHECK_MSG(false, "type %d has no case here", t);
+    }
+  }
+  CHECK(n_types == 4);
+  /* the byte helpers against their definitions */
+  CHECK(dot4_i8((int)0x80ff017fu, (int)0x7f02ff80u, 5) == 5 - 128 * 127 - 2 - 1 - 127 * 128);
+  CHECK(sub4_u8(0x003f0810u, 0x20202020u) == (int)0xe01fe8f0u);
+}
+
 int main(void) {
   TSR_RUN(block_sizes_match_the_core);
   TSR_RUN(every_readable_type_decodes_like_the_cpu);
@@ -143,5 +218,7 @@ int main(void) {
   TSR_RUN(every_writable_block_type_encodes_the_cpus_bytes);
   TSR_RUN(half_and_bf16_round_like_the_cpu);
   TSR_RUN(block_scale_halves_are_the_cpus);
+  TSR_RUN(x8_codes_round_x);
+  TSR_RUN(x8_chunk_dots_match_dq);
   return TSR_TEST_EXIT();
 }

@@ -75,6 +75,10 @@ int cu_gemv_x8_supports(int32_t type, int64_t K);
 size_t cu_gemv_x8_scratch(int64_t K, int64_t N);
 int cu_gemv_x8(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w, int32_t type,
                int64_t K, int64_t M, int64_t wnb1, const float *x, int64_t ldx, int64_t N);
+/* mat_mul_id with few pairs on the same path: x [K, 1 or U, T] f32 with packed rows and
+** slots (x->nb[0] 4, nb[2] = nb[1] ne[1]); scratch cu_gemv_x8_scratch(K, ne[1] ne[2]). */
+int cu_mat_mul_id_x8(cu_stream s, void *scratch, const struct cu_t *dst, const struct cu_t *w,
+                     const struct cu_t *x, const struct cu_t *ids);
 /* mat_mul_id for few pairs: every (row, pair) reads its expert id on the device. */
 int cu_mat_mul_id_direct(cu_stream s, const struct cu_t *dst, const struct cu_t *w,
                          const struct cu_t *x, const struct cu_t *ids);

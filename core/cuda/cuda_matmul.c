@@ -13,7 +13,8 @@
 ** Weight batches broadcast over x's dims 2 and 3 as on the CPU.
 **
 ** mat_mul_id with few (slot, token) pairs runs one kernel that reads each
-** pair's expert id on the device. With more pairs the ids come to the host
+** pair's expert id on the device (with TESSERA_CUDA_GEMV=q8 and x's slots
+** packed, the q8 gemv's kernel per pair for the types it takes). With more pairs the ids come to the host
 ** (one synchronisation), pairs are grouped by expert, and each expert's
 ** columns are gathered, multiplied as above and scattered back. An id
 ** outside [0, E) gives a zero column, as on the CPU.
@@ -154,6 +155,16 @@ tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const s
                                const struct cu_t *x, const struct cu_t *ids) {
   const int64_t nu = ids->ne[0], np = nu * ids->ne[1], E = w0->ne[2];
   if (np <= MMID_DIRECT_PAIRS) {
+    const bool x_packed_slots = x->nb[0] == 4 && x->nb[1] % 4 == 0 &&
+                                x->nb[2] == x->nb[1] * x->ne[1];
+    if (c->gemv_x8 && x_packed_slots && cu_gemv_x8_supports(w0->type, w0->ne[0])) {
+      void *codes;
+      tsr_status st = tsr_cuda_scratch(c, SCR_XQ, cu_gemv_x8_scratch(w0->ne[0], x->ne[1] * x->ne[2]),
+                                       &codes);
+      if (st != TSR_OK) return st;
+      CU_LAUNCH(cu_mat_mul_id_x8((cu_stream)c->stream, codes, dst, w0, x, ids));
+      return TSR_OK;
+    }
     CU_LAUNCH(cu_mat_mul_id_direct((cu_stream)c->stream, dst, w0, x, ids));
     return TSR_OK;
   }

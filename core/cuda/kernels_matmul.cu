@@ -212,11 +212,14 @@ __global__ void k_quant_x8(int8_t *xq, float2 *xds, const float *x, int64_t ldx,
 #define X8_WARPS 4 /* a block's warps split each row's chunks */
 #define X8_ROWS 2  /* rows per block: they share the x loads */
 
+/* Rows m0 .. m0 + X8_ROWS of w (at most M) dotted with N coded columns of x; the sums
+** land in sum[r][n], shared, once the function returns (it ends on a barrier). */
 template <int T, int NMAX>
-__global__ void k_gemv_x8(float *y, int64_t ldy, const char *w, int64_t K, int64_t M,
-                          int64_t wnb1, const int8_t *xq, const float2 *xds, int N) {
+__device__ static inline void x8_block_rows(float (*sum)[NMAX], const char *w, int64_t wnb1,
+                                            int64_t M, int64_t m0, int64_t K, const int8_t *xq,
+                                            const float2 *xds, int N) {
   __shared__ float part[X8_WARPS][X8_ROWS][NMAX];
-  const int64_t m0 = blockIdx.x * (int64_t)X8_ROWS, nc = K / 32;
+  const int64_t nc = K / 32;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float acc[X8_ROWS][NMAX];
 #pragma unroll
@@ -251,12 +254,51 @@ __global__ void k_gemv_x8(float *y, int64_t ldy, const char *w, int64_t K, int64
     }
   __syncthreads();
   for (int i = threadIdx.x; i < X8_ROWS * NMAX; i += blockDim.x) {
-    const int r = i / NMAX, n = i % NMAX;
-    if (n >= N || m0 + r >= M) continue;
-    float sum = 0.0f;
-    for (int k = 0; k < X8_WARPS; k++) sum += part[k][r][n];
-    y[m0 + r + n * ldy] = sum;
+    float t = 0.0f;
+    for (int k = 0; k < X8_WARPS; k++) t += part[k][i / NMAX][i % NMAX];
+    sum[i / NMAX][i % NMAX] = t;
   }
+  __syncthreads();
+}
+
+template <int T, int NMAX>
+__global__ void k_gemv_x8(float *y, int64_t ldy, const char *w, int64_t K, int64_t M,
+                          int64_t wnb1, const int8_t *xq, const float2 *xds, int N) {
+  __shared__ float sum[X8_ROWS][NMAX];
+  const int64_t m0 = blockIdx.x * (int64_t)X8_ROWS;
+  x8_block_rows<T, NMAX>(sum, w, wnb1, M, m0, K, xq, xds, N);
+  for (int i = threadIdx.x; i < X8_ROWS * NMAX; i += blockDim.x) {
+    const int r = i / NMAX, n = i % NMAX;
+    if (n < N && m0 + r < M) y[m0 + r + n * ldy] = sum[r][n];
+  }
+}
+
+/* mat_mul_id, few pairs: blockIdx.y is the pair (slot u, token t), whose expert id the
+** block reads on the device; x's coded columns are [K, xs1, T] packed (xs1 1: shared
+** by the slots). An id outside [0, E) writes zeros, as on the CPU. */
+template <int T>
+__global__ void k_gemv_x8_id(cu_t dst, cu_t w, cu_t ids, const int8_t *xq, const float2 *xds,
+                             int64_t xs1) {
+  __shared__ float sum[X8_ROWS][1];
+  const int64_t K = w.ne[0], M = w.ne[1], nu = ids.ne[0], p = blockIdx.y, u = p % nu, t = p / nu;
+  const int64_t m0 = blockIdx.x * (int64_t)X8_ROWS, col = t * xs1 + (xs1 == 1 ? 0 : u);
+  const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + u * ids.nb[0] + t * ids.nb[1]);
+  const bool valid = e >= 0 && e < w.ne[2];
+  if (valid) /* uniform over the block: the barriers inside are safe */
+    x8_block_rows<T, 1>(sum, w.p + e * w.nb[2], w.nb[1], M, m0, K, xq + col * K, xds + col * (K / 32), 1);
+  for (int r = threadIdx.x; r < X8_ROWS; r += blockDim.x)
+    if (m0 + r < M)
+      *reinterpret_cast<float *>(dst.p + (m0 + r) * dst.nb[0] + u * dst.nb[1] + t * dst.nb[2]) =
+          valid ? sum[r][0] : 0.0f;
+}
+
+/* x (f32, columns ldx apart) coded into scratch: codes, then (scale, sum) per chunk. */
+static void code_x(cu_stream s, void *scratch, const float *x, int64_t ldx, int64_t K, int64_t N,
+                    int8_t **xq, float2 **xds) {
+  *xq = static_cast<int8_t *>(scratch);
+  *xds = reinterpret_cast<float2 *>(*xq + (K * N + 15) / 16 * 16);
+  const int64_t warps = K / 32 * N;
+  k_quant_x8<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(*xq, *xds, x, ldx, K, (int)N);
 }
 
 extern "C" int cu_gemv_x8_supports(int32_t type, int64_t K) {
@@ -272,10 +314,9 @@ extern "C" int cu_gemv_x8(cu_stream s, void *scratch, float *y, int64_t ldy, con
                           int64_t ldx, int64_t N) {
   if (N < 1 || N > CU_GEMV_MAX_N || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16)
     return (int)cudaErrorInvalidValue;
-  int8_t *xq = static_cast<int8_t *>(scratch);
-  float2 *xds = reinterpret_cast<float2 *>(xq + (K * N + 15) / 16 * 16);
-  const int64_t warps = K / 32 * N;
-  k_quant_x8<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(xq, xds, x, ldx, K, (int)N);
+  int8_t *xq;
+  float2 *xds;
+  code_x(s, scratch, x, ldx, K, N, &xq, &xds);
   const unsigned blocks = (unsigned)((M + X8_ROWS - 1) / X8_ROWS);
 #define CALL_X8(T)                                                                             \
   if (N == 1)                                                                                  \
@@ -285,6 +326,31 @@ extern "C" int cu_gemv_x8(cu_stream s, void *scratch, float *y, int64_t ldy, con
                                                                  xds, (int)N);                 \
   break;
   switch (type) {
+  case T_Q4_0: CALL_X8(T_Q4_0)
+  case T_Q8_0: CALL_X8(T_Q8_0)
+  case T_Q4_K: CALL_X8(T_Q4_K)
+  case T_Q6_K: CALL_X8(T_Q6_K)
+  default: return (int)cudaErrorInvalidValue;
+  }
+#undef CALL_X8
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cu_mat_mul_id_x8(cu_stream s, void *scratch, const cu_t *dst, const cu_t *w,
+                                const cu_t *x, const cu_t *ids) {
+  const int64_t K = w->ne[0], M = w->ne[1], np = ids->ne[0] * ids->ne[1];
+  const int64_t cols = x->ne[1] * x->ne[2];
+  if (!cu_gemv_x8_supports(w->type, K) || x->nb[0] != 4 || x->nb[2] != x->nb[1] * x->ne[1] ||
+      x->nb[1] % 4 || (uintptr_t)scratch % 16 || np < 1)
+    return (int)cudaErrorInvalidValue;
+  int8_t *xq;
+  float2 *xds;
+  code_x(s, scratch, reinterpret_cast<const float *>(x->p), x->nb[1] / 4, K, cols, &xq, &xds);
+  const dim3 grid((unsigned)((M + X8_ROWS - 1) / X8_ROWS), (unsigned)np);
+#define CALL_X8(T) \
+  k_gemv_x8_id<T><<<grid, 32 * X8_WARPS, 0, s>>>(*dst, *w, *ids, xq, xds, x->ne[1]); \
+  break;
+  switch (w->type) {
   case T_Q4_0: CALL_X8(T_Q4_0)
   case T_Q8_0: CALL_X8(T_Q8_0)
   case T_Q4_K: CALL_X8(T_Q4_K)

@@ -11,8 +11,10 @@ struct tsr_graph *tsr_graph_new(int max_tensors) {
   if (max_tensors <= 0) return NULL;
   struct tsr_graph *g = calloc(1, sizeof *g);
   if (!g) return NULL;
-  g->tensors = calloc((size_t)max_tensors, sizeof *g->tensors);
-  g->offsets = calloc((size_t)max_tensors, sizeof *g->offsets);
+  /* not zeroed: append clears each tensor it hands out, and nothing reads past n (a
+  ** decode step's graph has room for thousands of tensors and uses a few hundred) */
+  g->tensors = malloc((size_t)max_tensors * sizeof *g->tensors);
+  g->offsets = malloc((size_t)max_tensors * sizeof *g->offsets);
   if (!g->tensors || !g->offsets) {
     tsr_graph_free(g);
     return NULL;

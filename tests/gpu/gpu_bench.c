@@ -1,11 +1,16 @@
 /*
-** First numbers for the cuda backend: decode-shaped products (one column),
-** a prefill-shaped product (512 columns), decode attention at a few
-** context lengths and prefill attention (2048 or 512 queries over 8192 keys), each one graph computed repeatedly through the backend
-** (so every time includes the input upload, output download and stream
-** synchronisation of a real step). Prints one BENCH line per shape with the
-** median time and the bandwidth or FLOP rate it implies; H200 ceilings for
-** scale: ~4.3 TB/s copy, ~790 dense bf16 TFLOP/s measured.
+** First numbers for the cuda backend: decode-shaped products (one column; the
+** 65536-row shape and every product shape of a Qwen3-8B decode step), a
+** prefill-shaped product (512 columns), decode attention at a few context
+** lengths and prefill attention, each one graph computed repeatedly through the
+** backend. Prints one BENCH line per shape with two medians and the bandwidth or
+** FLOP rate each implies: "wall", the whole compute (the input upload, output
+** download and stream synchronisation of a real step included), and "node", the
+** node alone (CUDA events around it, tsr_backend_time_nodes): the kernel's rate
+** against the roofline. H200 ceilings for scale: ~4.3 TB/s copy, ~790 dense bf16
+** TFLOP/s measured.
+**   gpu_bench [--cpu] [FILTER]   only the shapes whose line holds FILTER (e.g. "q4_0",
+**                                "decode"); --cpu: on the cpu backend (CI runs it so)
 ** Nothing is checked here: tests/gpu/gpu_op_parity checks the arithmetic.
 */
 #include <stdio.h>
@@ -14,6 +19,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "op_times.h"
 #include "op_test_util.h"
 
 static double now_ms(void) {
@@ -27,19 +33,54 @@ static int cmp_d(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Median ms of computing g; -1 on an error (printed). */
-static double time_graph(struct tsr_backend *be, struct tsr_graph *g, int iters) {
-  double t[64];
+static const char *g_filter;
+static int g_lines, g_errors; /* shapes reported; errors and impossible timings */
+
+/* Whether the shape labelled `label` is wanted (no filter: every one). */
+static bool wanted(const char *label) { return !g_filter || strstr(label, g_filter); }
+
+struct timing {
+  double wall_ms, node_ms; /* medians of the repetitions; wall_ms < 0 after an error */
+};
+
+/* Times computing g: 3 warm-ups, then iters computes with node timing on. */
+static struct timing time_graph(struct tsr_backend *be, struct tsr_graph *g, int iters) {
+  double wall[64], node[64];
+  struct tsr_op_times acc;
+  struct timing r = {-1, -1};
   for (int i = 0; i < 3 + iters; i++) {
+    if (i == 3 && tsr_backend_time_nodes(be, &acc) != TSR_OK) break;
+    memset(&acc, 0, sizeof acc);
     double t0 = now_ms();
-    if (tsr_backend_compute(be, g) != TSR_OK) {
-      printf("BENCH error: %s\n", tsr_error_message());
-      return -1;
-    }
-    if (i >= 3) t[i - 3] = now_ms() - t0;
+    if (tsr_backend_compute(be, g) != TSR_OK) break;
+    if (i >= 3) wall[i - 3] = now_ms() - t0, node[i - 3] = 1e3 * acc.node_seconds;
+    if (i == 2 + iters) r.wall_ms = 0;
   }
-  qsort(t, (size_t)iters, sizeof *t, cmp_d);
-  return t[iters / 2];
+  (void)tsr_backend_time_nodes(be, NULL);
+  if (r.wall_ms < 0) {
+    printf("BENCH error: %s\n", tsr_error_message());
+    g_errors++;
+    return r;
+  }
+  for (int i = 0; i < iters; i++)
+    if (!(node[i] > 0 && node[i] <= wall[i])) { /* the node lies inside its compute */
+      printf("BENCH error: repetition %d timed its node at %.4f ms of a %.4f ms compute\n", i,
+             node[i], wall[i]);
+      g_errors++;
+      r.wall_ms = -1;
+      return r;
+    }
+  qsort(wall, (size_t)iters, sizeof *wall, cmp_d);
+  qsort(node, (size_t)iters, sizeof *node, cmp_d);
+  r.wall_ms = wall[iters / 2], r.node_ms = node[iters / 2];
+  return r;
+}
+
+/* A shape's line: the label, then per median its time and the rate `amount` per ms implies. */
+static void report(const char *label, struct timing t, double amount, const char *unit) {
+  printf("BENCH %-44s wall %8.3f ms %8.1f %s   node %8.3f ms %8.1f %s\n", label, t.wall_ms,
+         amount / t.wall_ms, unit, t.node_ms, amount / t.node_ms, unit);
+  g_lines++;
 }
 
 /* Random bytes in dt's layout: timing does not depend on the values, and
@@ -56,6 +97,10 @@ static void *weight_bytes(enum tsr_dtype dt, int64_t k, int64_t m) {
 }
 
 static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, int64_t m, int64_t n) {
+  char label[96];
+  snprintf(label, sizeof label, "mat_mul %s %lldx%lld n=%lld", tsr_dtype_name(dt), (long long)m,
+           (long long)k, (long long)n);
+  if (!wanted(label)) return;
   void *w = weight_bytes(dt, k, m);
   struct tsr_graph *g = tsr_graph_new(16);
   struct tsr_tensor *wt = tsr_new_external(g, dt, 2, (int64_t[]){k, m}, w);
@@ -65,12 +110,12 @@ static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, i
   /* kept, as the engine keeps weights: uploaded once, not at every compute */
   if (tsr_backend_keep(be, w, tsr_tensor_nbytes(wt)) == TSR_OK && tsr_test_graph_alloc(&tg) == TSR_OK) {
     tsr_test_fill_normal(x, 1.0f);
-    double ms = time_graph(be, g, 20);
-    double bytes = (double)tsr_dtype_row_size(dt, k) * (double)m;
-    if (ms > 0)
-      printf("BENCH mat_mul %-5s %5lldx%-5lld n=%-4lld %8.3f ms  %7.1f GB/s weights  %7.2f TFLOP/s\n",
-             tsr_dtype_name(dt), (long long)m, (long long)k, (long long)n, ms, bytes / ms / 1e6,
-             2.0 * k * m * n / ms / 1e9);
+    struct timing t = time_graph(be, g, 20);
+    /* weights bytes (GB/s) for a decode product, FLOPs (TFLOP/s) for a batched one */
+    if (t.wall_ms > 0 && n <= 16)
+      report(label, t, (double)tsr_dtype_row_size(dt, k) * (double)m / 1e6, "GB/s");
+    else if (t.wall_ms > 0)
+      report(label, t, 2.0 * k * m * n / 1e9, "TFLOP/s");
   }
   tsr_backend_forget(be, w, tsr_tensor_nbytes(wt));
   free(tg.arena);
@@ -81,6 +126,15 @@ static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, i
 /* nq queries (1: decode) against nkv keys, no mask: every key seen */
 static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t nq, int64_t nkv,
                             int64_t d, int64_t hq, int64_t hkv) {
+  char label[96];
+  if (nq == 1)
+    snprintf(label, sizeof label, "flash_attn decode %s kv=%lld D=%lld H=%lld/%lld",
+             tsr_dtype_name(kv), (long long)nkv, (long long)d, (long long)hq, (long long)hkv);
+  else
+    snprintf(label, sizeof label, "flash_attn prefill %s q=%lld kv=%lld D=%lld H=%lld/%lld",
+             tsr_dtype_name(kv), (long long)nq, (long long)nkv, (long long)d, (long long)hq,
+             (long long)hkv);
+  if (!wanted(label)) return;
   void *k = weight_bytes(kv, d, nkv * hkv), *v = weight_bytes(kv, d, nkv * hkv);
   struct tsr_graph *g = tsr_graph_new(16);
   struct tsr_tensor *kt = tsr_new_external(g, kv, 3, (int64_t[]){d, nkv, hkv}, k);
@@ -92,16 +146,13 @@ static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t n
   if (tsr_backend_keep(be, k, tsr_tensor_nbytes(kt)) == TSR_OK &&
       tsr_backend_keep(be, v, tsr_tensor_nbytes(vt)) == TSR_OK && tsr_test_graph_alloc(&tg) == TSR_OK) {
     tsr_test_fill_normal(q, 1.0f);
-    double ms = time_graph(be, g, 20);
-    double bytes = 2.0 * (double)tsr_dtype_row_size(kv, d) * (double)(nkv * hkv);
-    if (ms > 0 && nq == 1)
-      printf("BENCH flash_attn decode %-5s kv=%-7lld D=%lld H=%lld/%lld %8.3f ms  %7.1f GB/s K+V\n",
-             tsr_dtype_name(kv), (long long)nkv, (long long)d, (long long)hq, (long long)hkv, ms,
-             bytes / ms / 1e6);
-    else if (ms > 0) /* two products of 2 D FLOPs per (query, head, key) */
-      printf("BENCH flash_attn prefill %-5s q=%lld kv=%-6lld D=%lld H=%lld/%lld %8.3f ms  %7.2f "
-             "TFLOP/s\n", tsr_dtype_name(kv), (long long)nq, (long long)nkv, (long long)d,
-             (long long)hq, (long long)hkv, ms, 4.0 * nq * hq * nkv * d / ms / 1e9);
+    struct timing t = time_graph(be, g, 20);
+    /* decode: the K and V bytes read once (GB/s); prefill: two products of 2 D FLOPs per
+    ** (query, head, key) (TFLOP/s) */
+    if (t.wall_ms > 0 && nq == 1)
+      report(label, t, 2.0 * (double)tsr_dtype_row_size(kv, d) * (double)(nkv * hkv) / 1e6, "GB/s");
+    else if (t.wall_ms > 0)
+      report(label, t, 4.0 * nq * hq * nkv * d / 1e9, "TFLOP/s");
   }
   tsr_backend_forget(be, k, tsr_tensor_nbytes(kt));
   tsr_backend_forget(be, v, tsr_tensor_nbytes(vt));
@@ -111,16 +162,26 @@ static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t n
   free(v);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   (void)tsr_tests_run_, (void)tsr_tests_failed_, (void)tsr_test_failures_; /* harness unused */
+  int a = 1;
+  const bool cpu = a < argc && strcmp(argv[a], "--cpu") == 0;
+  a += cpu;
+  if (argc - a > 1 || (a < argc && argv[a][0] == '-'))
+    return fprintf(stderr, "usage: gpu_bench [--cpu] [FILTER]\n"), 2;
+  g_filter = a < argc ? argv[a] : NULL;
   struct tsr_backend *be = NULL;
-  if (tsr_backend_cuda_new(&be) != TSR_OK) {
+  if ((cpu ? tsr_backend_cpu_new(0, &be) : tsr_backend_cuda_new(&be)) != TSR_OK) {
     printf("BENCH error: %s\n", tsr_error_message());
     return 1;
   }
   const enum tsr_dtype types[] = {TSR_F16, TSR_Q8_0, TSR_Q4_0, TSR_Q4_K, TSR_Q6_K};
   /* 65536 x 4096 weights: larger than the 60 MB L2 in every type */
   for (size_t i = 0; i < sizeof types / sizeof *types; i++) bench_matmul(be, types[i], 4096, 65536, 1);
+  /* a Qwen3-8B decode step's products: k/v, q/o, gate/up, down, output */
+  const int64_t step[][2] = {{4096, 1024}, {4096, 4096}, {4096, 12288}, {12288, 4096}, {4096, 151936}};
+  for (int t = 2; t < 4; t++) /* q4_0, q4_K */
+    for (size_t i = 0; i < sizeof step / sizeof *step; i++) bench_matmul(be, types[t], step[i][0], step[i][1], 1);
   bench_matmul(be, TSR_F16, 4096, 4096, 512);
   bench_matmul(be, TSR_Q4_0, 4096, 4096, 512);
   bench_attention(be, TSR_F16, 1, 4096, 128, 32, 8);
@@ -135,5 +196,6 @@ int main(void) {
   bench_attention(be, TSR_F16, 2048, 32768, 256, 16, 8);
   bench_attention(be, TSR_F16, 2048, 32768, 512, 16, 2);
   tsr_backend_free(be);
-  return 0;
+  if (!g_lines && !g_errors) printf("BENCH error: no shape matches '%s'\n", g_filter ? g_filter : "");
+  return g_errors || !g_lines;
 }

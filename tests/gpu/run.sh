@@ -19,6 +19,8 @@
 #       tbench: `tessera bench` on a model gen-model makes (env TBENCH_LIKE, default
 #       qwen3-8b; TBENCH_TYPE, default q4_0; TBENCH_ARGS, default -p 512 -n 64 -r 3;
 #       TBENCH_BACKEND, default cuda; TBENCH_GEN_ARGS, e.g. --layers 2 for a cut).
+#       bench: tests/gpu/gpu_bench (env BENCH_FILTER: only the shapes whose line holds it).
+#       TESSERA_CUDA_GEMV=q8 in the environment runs every section on the q8 gemv path.
 #       DCA on against off: tests/gpu/dca_bench.sh.
 #   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
 #       --tool memcheck (every case, or those whose name contains FILTER).
@@ -244,7 +246,7 @@ check|sanitize)
 
   if want bench; then
     echo "== benchmarks"
-    "$b/tests/gpu/gpu_bench" 2>&1 | tee "$out/bench.log"
+    "$b/tests/gpu/gpu_bench" ${BENCH_FILTER:+"$BENCH_FILTER"} 2>&1 | tee "$out/bench.log"
     if grep -q "BENCH error" "$out/bench.log"; then row "benchmarks" FAIL "$(grep -m1 'BENCH error' "$out/bench.log")"
     else row "benchmarks" ran "$(grep -c '^BENCH' "$out/bench.log") shapes (lines above)"; fi
   fi

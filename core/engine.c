@@ -67,6 +67,7 @@ struct tsr_engine {
   const struct tsr_attention_v1 *attention;
   int32_t n_vocab, n_ubatch;
   bool has_linear;
+  int64_t logits_rows; /* rows the LM head computed, every ubatch so far (bench's FLOPs) */
   void *arena;        /* kept across steps: a fresh one per step is page faults */
   size_t arena_bytes;
   int32_t n_seq;
@@ -282,6 +283,7 @@ void tsr_engine_free(struct tsr_engine *e) {
 
 const struct tsr_setup *tsr_engine_setup(const struct tsr_engine *e) { return e->setup; }
 int32_t tsr_engine_n_vocab(const struct tsr_engine *e) { return e->n_vocab; }
+int64_t tsr_engine_logits_rows(const struct tsr_engine *e) { return e->logits_rows; }
 struct tsr_backend *tsr_engine_backend(const struct tsr_engine *e) { return e->backend; }
 
 int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq) {
@@ -356,11 +358,16 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   const struct tsr_setup *s = e->setup;
   struct tsr_graph *g = tsr_graph_new(96 * (s->n_layers + 4) + 4096);
   if (!g) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  /* the tokens whose logits are read: the LM head runs for those rows only (at least
+  ** one, which a ubatch nobody reads from still computes: the last) */
+  int32_t n_out = 0;
+  for (int32_t i = 0; i < n; i++) n_out += rows[i] != NULL;
   struct tsr_arch_forward fw = {
       .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = n,
       .tokens = tsr_new_tensor_1d(g, TSR_I32, n), .positions = tsr_new_tensor_1d(g, TSR_I32, n),
       .attention = e->attention, .layers = s->layers, .n_layers = s->n_layers,
-      .kv = e->kv, .seq = seq};
+      .kv = e->kv, .seq = seq,
+      .output_rows = n_out < n ? tsr_new_tensor_1d(g, TSR_I32, n_out ? n_out : 1) : NULL};
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     if (!slots->cells[pl]) continue;
     const int32_t cells = tsr_kv_cache_n_cells(e->kv, pl);
@@ -373,13 +380,18 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g); /* the first builder error */
   if (st != TSR_OK) tsr_error_prefix("building the forward pass of %d tokens", n);
   struct tsr_graph_plan plan;
+  /* rows of the logits: every token's, or (an arch that took output_rows) the read ones' */
+  const int64_t n_rows = fw.output_rows ? fw.output_rows->ne[0] : n;
+  const bool selected = fw.logits && fw.output_rows && fw.logits->ne[1] == n_rows && n_rows != n;
   if (st == TSR_OK) {
-    /* the ABI's shape: f32 [n_vocab, n_tokens], rows of n_vocab floats */
+    /* the ABI's shape: f32 [n_vocab, n_tokens or n_out], rows of n_vocab floats */
     if (!fw.logits || fw.logits->dtype != TSR_F32 || fw.logits->ne[0] != e->n_vocab ||
-        fw.logits->ne[1] != n || fw.logits->ne[2] != 1 || fw.logits->ne[3] != 1 ||
-        fw.logits->nb[0] != sizeof(float))
+        (fw.logits->ne[1] != n && !selected) || fw.logits->ne[2] != 1 ||
+        fw.logits->ne[3] != 1 || fw.logits->nb[0] != sizeof(float))
       st = tsr_error_set(TSR_ERR_INTERNAL, "arch plugin %s returned logits that are not f32 "
-                         "[%d, %d]", tsr_plugin_name(s->arch_owner), e->n_vocab, n);
+                         "[%d, %d] (or [%d, %lld], the output rows)",
+                         tsr_plugin_name(s->arch_owner), e->n_vocab, n, e->n_vocab,
+                         (long long)n_rows);
     if (st == TSR_OK) tsr_graph_mark_output(fw.logits);
     if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
   }
@@ -388,6 +400,12 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   if (st == TSR_OK) {
     memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
     memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);
+    if (fw.output_rows) {
+      int32_t *out = fw.output_rows->data, k = 0;
+      for (int32_t i = 0; i < n; i++)
+        if (rows[i]) out[k++] = i;
+      if (!k) out[0] = n - 1;
+    }
     for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
       if (!fw.kv_cells[pl]) continue;
       memcpy(fw.kv_cells[pl]->data, slots->cells[pl], (size_t)n * sizeof(int32_t));
@@ -400,10 +418,13 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
     st = tsr_backend_compute(e->backend, g);
   }
   if (st == TSR_OK) {
+    e->logits_rows += fw.logits->ne[1];
     const size_t row = (size_t)e->n_vocab * sizeof(float);
-    for (int32_t i = 0; i < n; i++)
-      if (rows[i]) memcpy(rows[i], (const char *)fw.logits->data + (size_t)i * fw.logits->nb[1],
-                          row);
+    for (int32_t i = 0, k = 0; i < n; i++) {
+      if (!rows[i]) continue;
+      const int32_t r = selected ? k++ : i;
+      memcpy(rows[i], (const char *)fw.logits->data + (size_t)r * fw.logits->nb[1], row);
+    }
   }
   tsr_graph_free(g);
   return st;

@@ -29,6 +29,10 @@ void tsr_engine_free(struct tsr_engine *e);
 /* The resolved profile, host, model, composition and memory plan. */
 const struct tsr_setup *tsr_engine_setup(const struct tsr_engine *e);
 int32_t tsr_engine_n_vocab(const struct tsr_engine *e);
+/* Rows of logits the LM head has computed so far: a token's logits are computed only
+** when read (the last of a prefill, unless all are asked for), when the arch takes
+** tsr_arch_forward.output_rows. */
+int64_t tsr_engine_logits_rows(const struct tsr_engine *e);
 /* The backend the engine computes on (tessera bench probes it). */
 struct tsr_backend *tsr_engine_backend(const struct tsr_engine *e);
 

@@ -12,8 +12,10 @@
 **       the share a token uses, tables read one row per token left out; the KV
 **       of the cells it attends to; recurrent state read and written) times
 **       steps per second, as a fraction of the copy rate;
-**   pp: FLOPs (2 per active weight, 2 (Dk + Dv) per head per key attended)
-**       times tokens per second, as a fraction of the GEMM rate.
+**   pp: FLOPs (2 per active weight, 2 (Dk + Dv) per head per key attended;
+**       the LM head's 2 per weight only for the rows of logits it computed, which
+**       the engine counts: one a prefill, not one a token) times tokens per
+**       second, as a fraction of the GEMM rate.
 ** Between repetitions the tested tokens are removed from the cache again (or,
 ** where a model cannot resume mid-sequence, the depth is prefilled anew).
 ** --op-times also splits each test's time per token: outside the backend's
@@ -56,6 +58,7 @@ struct bench_args {
 /* What one token costs the model, from the GGUF and the memory plan. */
 struct cost {
   double weight_bytes, weight_params;   /* read / multiplied once per token */
+  double head_params;                   /* the LM head's share of weight_params */
   double kv_bytes_per_cell[TSR_LAYER_KIND_COUNT];
   uint64_t kv_cells[TSR_LAYER_KIND_COUNT];
   double state_bytes;                   /* recurrent state of one sequence */
@@ -181,6 +184,9 @@ static void cost_of(const struct tsr_setup *s, struct cost *c) {
     if (strstr(t->name, "_exps") && n_expert > 0 && n_used > 0) share = (double)n_used / n_expert;
     c->weight_bytes += share * (double)t->nbytes;
     c->weight_params += share * (double)t->n_elements;
+    /* the head: output.weight, or the embedding tied to it */
+    if (!strcmp(t->name, "output.weight") || !strcmp(t->name, "token_embd.weight"))
+      c->head_params = (double)t->n_elements;
   }
   const struct tsr_memory_plan *p = &s->memory;
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
@@ -211,10 +217,11 @@ static double step_bytes(const struct cost *c, double pos) {
   return b;
 }
 
-/* FLOPs of a token at position pos (prefill). */
-static double token_flops(const struct cost *c, double pos) {
-  return 2.0 * c->weight_params + c->attn_flops_per_key * (pos + 1) +
-         c->swa_flops_per_key * swa_keys(c, pos);
+/* FLOPs of a token at position pos (prefill) when the LM head computed head_rows rows for
+** every token (one per token: all of them; 1 / n for an n-token prefill reading the last). */
+static double token_flops(const struct cost *c, double pos, double head_rows) {
+  return 2.0 * (c->weight_params - c->head_params) + 2.0 * c->head_params * head_rows +
+         c->attn_flops_per_key * (pos + 1) + c->swa_flops_per_key * swa_keys(c, pos);
 }
 
 /* ---- ceilings ------------------------------------------------------------- */
@@ -321,16 +328,19 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
   struct tsr_backend *be = tsr_engine_backend(e);
   tsr_status st = TSR_OK;
   r->wall_s = 0;
+  int64_t head_rows = 0; /* rows of logits the timed repetitions computed */
   for (int64_t i = -warmup; st == TSR_OK && i < reps; i++) { /* i < 0: the warm-ups */
     double s = 0;
     st = reset_to(e, depth, tok, logits);
     if (st == TSR_OK && r->times && i >= 0) st = tsr_backend_time_nodes(be, r->times);
+    const int64_t rows0 = tsr_engine_logits_rows(e);
     if (st == TSR_OK) st = run_once(e, pp, n, tok, logits, &s);
     if (r->times && i >= 0) tsr_backend_time_nodes(be, NULL);
     if (st == TSR_OK && i >= 0) {
       ts[i] = (double)n / s;
       sum += ts[i], sum2 += ts[i] * ts[i];
       r->wall_s += s;
+      head_rows += tsr_engine_logits_rows(e) - rows0;
     }
   }
   if (st == TSR_OK) {
@@ -344,7 +354,8 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
                         (long long)depth);
     /* per token, averaged over the positions the test covers */
     const double mid = (double)depth + 0.5 * (double)(n - 1);
-    r->achieved = pp ? token_flops(c, mid) * r->median_ts : step_bytes(c, mid) * r->median_ts;
+    r->achieved = pp ? token_flops(c, mid, (double)head_rows / (double)(reps * n)) * r->median_ts
+                     : step_bytes(c, mid) * r->median_ts;
     r->ceiling = pp ? ceil->gemm_flops : ceil->copy_bytes_per_s;
   }
   free(ts);

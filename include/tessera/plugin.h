@@ -289,7 +289,7 @@ struct tsr_arch_forward {
   const struct tsr_arch_layer *layers;      /* describe()'s plan */
   int32_t n_layers;
   /* outputs */
-  struct tsr_tensor *logits;      /* f32 [n_vocab, n_tokens] */
+  struct tsr_tensor *logits;      /* f32 [n_vocab, n_tokens] (n_out: output_rows) */
   struct tsr_tensor **hidden;     /* when not NULL: n_layers slots for the f32
                                   ** [n_embd, n_tokens] residual after each layer */
   struct tsr_tensor *embed;       /* optional: the scaled input embedding */
@@ -325,6 +325,12 @@ struct tsr_arch_forward {
   ** to the state the next draft step takes. */
   const struct tsr_gguf *target;
   struct tsr_tensor *target_k[2], *target_v[2], *target_kv_pos[2];
+  /* Appended, filled by the host when it reads the logits of only some tokens
+  ** (a prefill reads the last): i32 [n_out], their indices in the batch. The
+  ** arch may then take those rows of the last residual before the LM head
+  ** (tsr_arch_output_rows), so logits (and hidden_final) are [.., n_out] in
+  ** this order; an arch that ignores it returns every token's row. */
+  struct tsr_tensor *output_rows;
 };
 
 /* One context shift (host->kv_shift_k / kv_shift_store): every cell of one
@@ -694,6 +700,17 @@ struct tsr_host {
   struct tsr_device_call *(*device_call)(void);
   /* later minors append here */
 };
+
+/* The rows of x (a residual [n_embd, n_tokens]) whose logits the host reads
+** (tsr_arch_forward.output_rows), or x when it reads every row: an arch calls it
+** just before its final norm and LM head, which then work on those rows only. */
+static inline struct tsr_tensor *tsr_arch_output_rows(const struct tsr_host *h,
+                                                      struct tsr_arch_forward *fw,
+                                                      struct tsr_tensor *x) {
+  if (fw->struct_size <= offsetof(struct tsr_arch_forward, output_rows) || !fw->output_rows)
+    return x;
+  return h->get_rows(fw->g, x, fw->output_rows);
+}
 
 #ifdef __cplusplus
 }

@@ -151,7 +151,8 @@ tsr_status gemma3_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
     x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_ffw_norm.weight", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
-  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  x = h->rms_norm(g, tsr_arch_output_rows(h, fw, x), h->weight(g, fw->model, "output_norm.weight"),
+                 hp.eps);
   if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
   const char *head =
       h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";

@@ -366,7 +366,8 @@ tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
 
   struct g4_kv kv[GEMMA4_MAX_LAYERS] = {{0}}; /* 8 KB */
   for (int il = 0; il < fw->n_layers; il++) x = decoder_layer(h, fw, &hp, rope_op, il, kv, ple, x);
-  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  x = h->rms_norm(g, tsr_arch_output_rows(h, fw, x), h->weight(g, fw->model, "output_norm.weight"),
+                 hp.eps);
   if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
   const char *head =
       h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";

@@ -225,7 +225,8 @@ tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_f
                                  : tsr_qwen_mlp_block(h, fw, il, "", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
-  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  x = h->rms_norm(g, tsr_arch_output_rows(h, fw, x), h->weight(g, fw->model, "output_norm.weight"),
+                 hp.eps);
   if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
   const char *head = h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
   fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);

@@ -270,7 +270,8 @@ tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *h, struct tsr_arch
                                      : tsr_qwen_mlp_block(h, fw, il, "", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
-  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  x = h->rms_norm(g, tsr_arch_output_rows(h, fw, x), h->weight(g, fw->model, "output_norm.weight"),
+                 hp.eps);
   if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
   fw->logits = h->mat_mul(g, h->weight(g, fw->model, lm_head(h, fw, -1)), x);
   /* on failure the graph holds the first builder error and its message */

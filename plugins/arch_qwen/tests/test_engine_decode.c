@@ -3,7 +3,7 @@
 ** call reproduces the reference logits; prefill then token-by-token decode
 ** reproduces that call's logits; a full context is refused with the cache
 ** unchanged; removing positions and evaluating them again gives the same
-** logits. usage: test_engine_decode MODEL.gguf GOLDEN.gguf (a fixture
+** logits; the LM head computes only the rows that are read. usage: test_engine_decode MODEL.gguf GOLDEN.gguf (a fixture
 ** converted at f32; run_engine_decode.sh converts it).
 */
 #include <math.h>
@@ -159,6 +159,40 @@ static void test_full_context_is_refused_and_cache_unchanged(void) {
   tsr_engine_free(e);
 }
 
+/* The LM head runs only for the tokens whose logits are read (tsr_arch_forward.output_rows):
+** a prefill that reads the last token computes one row a ubatch, and a batch reading every
+** third token gets each of those rows, in order, equal to (a)'s. */
+static void test_logits_are_computed_for_read_rows_only(void) {
+  struct tsr_engine *e = engine(k_f32_kv, 3);
+  if (!e) return;
+  const int32_t n = N_PREFILL; /* two ubatches of 64 */
+  float *rows = malloc((size_t)n * g_vocab * sizeof *rows);
+  int64_t before = tsr_engine_logits_rows(e);
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids, n, rows, NULL));
+  CHECK_MSG(tsr_engine_logits_rows(e) - before == 2, "%lld rows for a 2-ubatch prefill",
+            (long long)(tsr_engine_logits_rows(e) - before));
+  double last = tsr_test_row_rel(rows, g_whole + (size_t)(n - 1) * g_vocab, g_vocab);
+  CHECK_MSG(last <= 1e-6, "last row: rel %g", last);
+  CHECK_OK(tsr_engine_seq_rm(e, 0, -1, -1));
+  int32_t seq[N_PREFILL], n_want = 0;
+  bool want[N_PREFILL];
+  for (int32_t i = 0; i < n; i++) seq[i] = 0, want[i] = i % 3 == 1, n_want += want[i];
+  struct tsr_engine_batch b = {.n = n, .tokens = g_ids, .seq = seq, .logits = want};
+  before = tsr_engine_logits_rows(e);
+  CHECK_OK(tsr_engine_eval_batch(e, &b, rows));
+  CHECK(tsr_engine_logits_rows(e) - before == n_want);
+  double worst = 0;
+  for (int32_t i = 0, k = 0; i < n; i++) {
+    if (!want[i]) continue;
+    double r = tsr_test_row_rel(rows + (size_t)k++ * g_vocab, g_whole + (size_t)i * g_vocab, g_vocab);
+    if (!(r <= worst)) worst = r;
+  }
+  printf("  (f) logits of the read rows only: %d of %d, max rel %.3e vs (a)\n", n_want, n, worst);
+  CHECK_MSG(worst <= 1e-6, "max rel %g", worst);
+  free(rows);
+  tsr_engine_free(e);
+}
+
 /* One sequence's next tokens as batch entries: ids[p0..p0+n) to seq. */
 static int32_t add_tokens(int32_t *tok, int32_t *seq, bool *want, int32_t at, int32_t s,
                           int32_t p0, int32_t n) {
@@ -237,6 +271,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_decode_with_f16_kv_keeps_argmax);
   TSR_RUN(test_full_context_is_refused_and_cache_unchanged);
   TSR_RUN(test_several_sequences_in_one_batch_match_each_alone);
+  TSR_RUN(test_logits_are_computed_for_read_rows_only);
   free(g_whole);
   tsr_gguf_close(gold);
   return TSR_TEST_EXIT();

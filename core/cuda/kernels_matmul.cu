@@ -43,6 +43,18 @@
 
 /* ---- dequantized tiles and packed x -------------------------------------------- */
 
+/* Whether q4_K rows allow its 4-byte loads. */
+static int chunk_wide(const char *w, int64_t wnb1) {
+  return (uintptr_t)w % 4 == 0 && wnb1 % 4 == 0;
+}
+
+/* Rounds two floats to a pair of halves, packed. */
+__device__ static inline uint32_t tsr_pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* Plain weights (gemm_f32 mode): an element a thread. */
 template <int T>
 __global__ void k_dequant_rows(void *out, int half, const char *w, int64_t K, int64_t rows,
                                int64_t wnb1) {
@@ -54,9 +66,40 @@ __global__ void k_dequant_rows(void *out, int half, const char *w, int64_t K, in
   }
 }
 
+/* Block types: 8 consecutive weights a thread (dq_part8, the gemv's decoder, checked
+** on the host), one 16-byte store of halves (two of floats), one division per 8
+** weights instead of per weight. K is whole blocks, so a multiple of 32. */
+template <int T>
+__global__ void k_dequant_rows8(void *out, int half, const char *w, int64_t K, int64_t rows,
+                                int64_t wnb1, int wide) {
+  const int64_t per_row = K / 8;
+  FOR_EACH(f, per_row * rows) {
+    const int64_t r = f / per_row, c8 = f % per_row;
+    float v[8];
+    dq_part8<T>(reinterpret_cast<const uint8_t *>(w + r * wnb1), c8 / 4, (int)(c8 % 4), v, wide);
+    if (half) {
+      uint4 h;
+      h.x = tsr_pack_half2(v[0], v[1]), h.y = tsr_pack_half2(v[2], v[3]);
+      h.z = tsr_pack_half2(v[4], v[5]), h.w = tsr_pack_half2(v[6], v[7]);
+      reinterpret_cast<uint4 *>(out)[f] = h;
+    } else {
+      float4 *o = reinterpret_cast<float4 *>(out) + 2 * f;
+      o[0] = make_float4(v[0], v[1], v[2], v[3]);
+      o[1] = make_float4(v[4], v[5], v[6], v[7]);
+    }
+  }
+}
+
 extern "C" int cu_dequant_rows(cu_stream s, void *out, int half, const char *w, int32_t type,
                                int64_t K, int64_t rows, int64_t wnb1) {
-#define CALL(T) k_dequant_rows<T><<<grid_for(K * rows), NT, 0, s>>>(out, half, w, K, rows, wnb1)
+  const bool plain = type == T_F32 || type == T_F16 || type == T_BF16;
+  if (!plain && (K % 32 || (uintptr_t)out % 16)) return (int)cudaErrorInvalidValue;
+  const int wide = chunk_wide(w, wnb1);
+#define CALL(T)                                                                             \
+  if (plain)                                                                                \
+    k_dequant_rows<T><<<grid_for(K * rows), NT, 0, s>>>(out, half, w, K, rows, wnb1);       \
+  else                                                                                      \
+    k_dequant_rows8<T><<<grid_for(K / 8 * rows), NT, 0, s>>>(out, half, w, K, rows, wnb1, wide)
   DISPATCH_TYPE(type, CALL)
 #undef CALL
   return (int)cudaGetLastError();
@@ -90,10 +133,6 @@ extern "C" int cu_pack_x(cu_stream s, void *out, int to, const char *x, int64_t 
 ** on the host. Plain types stay a lane per weight (64 contiguous bytes per warp
 ** step for f16: 62-65% of the copy rate). */
 
-/* Whether q4_K rows allow its 4-byte loads. */
-static int chunk_wide(const char *w, int64_t wnb1) {
-  return (uintptr_t)w % 4 == 0 && wnb1 % 4 == 0;
-}
 
 /* Rows a warp does for block types: they share the warp's x loads. */
 #define GEMV_ROWS 2

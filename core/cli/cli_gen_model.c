@@ -91,7 +91,8 @@ static void gen_model_usage(FILE *f) {
   fprintf(f,
       "usage: tessera gen-model [--arch qwen3|qwen3moe|gemma4] [--like NAME | --preset tiny|0.6b]\n"
       "                         [--type TYPE] [--layers N] [--vocab N] [--experts N]\n"
-      "                         [--seed N] [--threads N] [--plan] [--shape-only] -o FILE.gguf\n"
+      "                         [--seed N] [--threads N] [--plan] [--shape-only]\n"
+      "                         [--random-codes] -o FILE.gguf\n"
       "Writes random weights in an architecture's exact GGUF layout (llama.cpp names),\n"
       "streaming: memory stays at a few MB whatever the file's size.\n"
       "  --like NAME   a real model's shape: qwen3-8b, qwen3-30b-a3b (qwen3moe),\n"
@@ -103,6 +104,10 @@ static void gen_model_usage(FILE *f) {
       "  --plan        print every tensor's type and shape and the file size; write nothing\n"
       "  --shape-only  matrices all zero, left as holes: a file of the full size that takes\n"
       "                no disk, for describe and memory plans (its outputs mean nothing)\n"
+      "  --random-codes  q4_0, q8_0, q4_K and q6_K matrices get random codes and block scales\n"
+      "                (values of the same std and mean 0) instead of quantized normals: for\n"
+      "                benchmark models, several times faster for q4_K_M; the mix's other\n"
+      "                types (fallbacks for rows that are not whole k-blocks) are quantized\n"
       "  --threads N   quantizing threads (default: every core); --seed N (default 1)\n"
       "The output may also be given as the last argument instead of -o.\n");
 }
@@ -172,7 +177,7 @@ struct opts {
   const char *arch, *like, *preset, *out;
   struct gen_type type;
   long seed, layers, vocab, experts, threads;
-  bool plan, shape_only;
+  bool plan, shape_only, random_codes;
 };
 
 static int parse_long(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -197,6 +202,7 @@ static int parse_opts(int argc, char **argv, struct opts *o, int *code) {
     }
     if (!strcmp(a, "--plan")) { o->plan = true; continue; }
     if (!strcmp(a, "--shape-only")) { o->shape_only = true; continue; }
+    if (!strcmp(a, "--random-codes")) { o->random_codes = true; continue; }
     if (a[0] != '-' && i == argc - 1 && !o->out) { o->out = a; continue; }
     if (i + 1 >= argc) {
       fprintf(stderr, "gen-model: option %s needs a value\n", a);
@@ -298,6 +304,15 @@ int tsr_cli_gen_model(int argc, char **argv) {
   if (st == TSR_OK)
     st = gen_ctx_init(&g, &plan, (uint64_t)o.seed, o.plan ? 1 : (int)(threads > 0 ? threads : 1),
                       s.one_stream);
+  if (st == TSR_OK && o.random_codes) {
+    int coded = 0;
+    for (int i = 0; i < plan.n; i++)
+      coded += plan.t[i].fill == GEN_NORMAL && gen_codes_supported(plan.t[i].dtype);
+    if (!coded)
+      st = tsr_error_set(TSR_ERR_INVALID_ARG, "--random-codes: no matrix of --type %s has "
+                         "codes it writes (q4_0, q8_0, q4_K, q6_K, the q4_K_M mix)", o.type.name);
+    g.random_codes = true;
+  }
   if (st == TSR_OK) st = tsr_gguf_writer_new(&w);
   if (st == TSR_OK) st = gen_write_keys(w, &s, &o.type);
   if (st == TSR_OK) st = gen_add_tensors(w, &plan, &g, o.shape_only);

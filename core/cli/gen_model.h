@@ -90,6 +90,7 @@ struct gen_ctx {
   uint64_t total, done;    /* bytes of tensor data, and written so far */
   bool progress;           /* print progress (stderr is a terminal) */
   bool one_stream;         /* gen_shape.one_stream: rows in order, one thread */
+  bool random_codes;       /* block-typed matrices: random codes (gen_fill_codes) */
   uint64_t stream;         /* its generator state */
   double t_start, t_last;
 };
@@ -102,5 +103,11 @@ void gen_ctx_free(struct gen_ctx *g);
 tsr_status gen_add_tensors(struct tsr_gguf_writer *w, struct gen_plan *p, struct gen_ctx *g,
                            bool zeros);
 double gen_now(void);
+/* Whether gen_fill_codes writes dtype dt: q4_0, q8_0, q4_K, q6_K. */
+bool gen_codes_supported(enum tsr_dtype dt);
+/* Row `row` of matrix t (a gen_codes_supported dtype) as random codes: uniform quants and
+** per-block scales drawn so the values have about t->std and mean 0 (--random-codes:
+** benchmark weights without quantizing, several times faster for the k-quants). */
+void gen_fill_codes(const struct gen_tensor *t, uint64_t seed, int64_t row, unsigned char *dst);
 
 #endif

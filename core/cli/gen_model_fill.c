@@ -69,6 +69,68 @@ static void fill_row(const struct gen_tensor *t, uint64_t seed, int64_t row, flo
   }
 }
 
+bool gen_codes_supported(enum tsr_dtype dt) {
+  return dt == TSR_Q4_0 || dt == TSR_Q8_0 || dt == TSR_Q4_K || dt == TSR_Q6_K;
+}
+
+/* Fills n bytes from the generator. */
+static void random_bytes(uint64_t *state, unsigned char *p, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t r = splitmix64(state);
+    for (size_t k = 0; k < 8 && i + k < n; k++) p[i + k] = (unsigned char)(r >> (8 * k));
+  }
+}
+
+static void put_half(unsigned char *p, float f) {
+  const uint16_t h = tsr_f32_to_f16(f);
+  p[0] = (unsigned char)(h & 0xff), p[1] = (unsigned char)(h >> 8);
+}
+
+/* A block scale: the std over the codes' own std, times 0.75 .. 1.25 so blocks differ, of
+** either sign (codes centred half a step below 0, as q - 8, average out). */
+static float block_scale(uint64_t *state, float std, float codes_std) {
+  const uint64_t r = splitmix64(state);
+  const float f = std / codes_std * (0.75f + 0.5f * (float)(r >> 40) / 16777216.0f);
+  return r & 1 ? -f : f;
+}
+
+void gen_fill_codes(const struct gen_tensor *t, uint64_t seed, int64_t row, unsigned char *dst) {
+  uint64_t state = seed ^ name_hash(t->name) ^ ((uint64_t)row * 0xd1b54a32d192ed03ull);
+  splitmix64(&state);
+  const int64_t n_blocks = t->ne[0] / tsr_dtype_block_size(t->dtype);
+  const size_t bytes = tsr_dtype_type_size(t->dtype);
+  for (int64_t b = 0; b < n_blocks; b++) {
+    unsigned char *blk = dst + (size_t)b * bytes;
+    random_bytes(&state, blk, bytes); /* the quants; scales are overwritten below */
+    switch (t->dtype) {
+    case TSR_Q4_0: put_half(blk, block_scale(&state, t->std, 4.61f)); break; /* q - 8 */
+    case TSR_Q8_0: put_half(blk, block_scale(&state, t->std, 73.9f)); break;
+    case TSR_Q4_K: {
+      /* w = d sc q - dmin m: sub-block scales 32..63, mins 0..63, dmin centring the mean
+      ** (d 47.5 * 7.5 = dmin 31.5); sd of d sc q - dmin m is 313 d */
+      const float d = fabsf(block_scale(&state, t->std, 313.4f)); /* centred by dmin */
+      put_half(blk, d);
+      put_half(blk + 2, d * (47.5f * 7.5f / 31.5f));
+      uint8_t sc[8], m[8], *s = blk + 4;
+      const uint64_t rs = splitmix64(&state), rm = splitmix64(&state);
+      for (int j = 0; j < 8; j++)
+        sc[j] = (uint8_t)(32 + (rs >> (5 * j) & 31)), m[j] = (uint8_t)(rm >> (6 * j) & 63);
+      for (int j = 0; j < 4; j++) { /* the packing k4_scale reads */
+        s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+        s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+        s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+      }
+      break;
+    }
+    case TSR_Q6_K: /* w = d s (q - 32): scales 32..127; sd of s (q - 32) is 1555 */
+      for (int j = 0; j < 16; j++) blk[192 + j] = (uint8_t)(32 + blk[192 + j] % 96);
+      put_half(blk + 208, block_scale(&state, t->std, 1555.0f));
+      break;
+    default: break; /* gen_codes_supported */
+    }
+  }
+}
+
 /* The presets' generator (gen_shape.one_stream): xorshift64* and
 ** double-precision Box-Muller, one normal per two uniforms, every tensor's
 ** rows drawn in file order from one stream. */
@@ -103,6 +165,10 @@ static void job_rows(void *arg, int ith, int nth) {
   const int64_t a = (int64_t)ith * per, b = a + per < j->n_rows ? a + per : j->n_rows;
   float *x = j->g->scratch + (size_t)ith * (size_t)j->g->max_row;
   for (int64_t r = a; r < b; r++) {
+    if (j->g->random_codes && j->t->fill == GEN_NORMAL && gen_codes_supported(j->t->dtype)) {
+      gen_fill_codes(j->t, j->g->seed, j->row0 + r, j->dst + (size_t)r * j->row_bytes);
+      continue;
+    }
     if (j->g->one_stream) fill_row_stream(j->t, &j->g->stream, x); /* nth is 1 */
     else fill_row(j->t, j->g->seed, j->row0 + r, x);
     /* the dtype was checked when the plan was typed: this cannot fail */

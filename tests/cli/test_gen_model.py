@@ -256,6 +256,22 @@ def test_26b_a4b_1m_dca_plan():
 
 
 @case
+def test_random_codes_keep_the_layout_and_run():
+    # the 26B's q4_K_M mix, fallbacks included: the same tensors, types, shapes and offsets
+    cut = ("--like", "gemma-4-26b-a4b", "--layers", "1", "--vocab", "1024", "--experts", "4",
+           "--type", "q4_K_M")
+    f, _, _, _, info = gen_and_run("g26_codes.gguf", *cut, "--random-codes")
+    ref = path("g26_quant.gguf")
+    ok("gen-model", *cut, "-o", ref)
+    _, ref_info = tensor_types(ref)
+    table = lambda text: [l for l in text.splitlines() if re.match(r"^\s+\S+\s+\w+\s+\[", l)]
+    assert table(info) == table(ref_info) and table(info), "layouts differ"
+    with open(f, "rb") as a, open(ref, "rb") as b:
+        assert a.read() != b.read(), "--random-codes wrote the quantized file"
+    os.unlink(f), os.unlink(ref)
+
+
+@case
 def test_bad_options_are_refused():
     code, _, err = run("gen-model", "--like", "llama-70b", "-o", path("x.gguf"))
     assert code == 2 and "qwen3-8b" in err, err
@@ -269,6 +285,9 @@ def test_bad_options_are_refused():
     assert code == 2 and "block size" in err, err
     code, _, err = run("gen-model", "--arch", "gemma4", "-o", path("x.gguf"))
     assert code == 2 and "--like" in err, err
+    code, _, err = run("gen-model", "--preset", "tiny", "--arch", "qwen3", "--type", "bf16",
+                       "--random-codes", "-o", path("x.gguf"))
+    assert code == 2 and "--random-codes" in err, err
     assert not os.path.exists(path("x.gguf"))
 
 

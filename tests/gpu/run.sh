@@ -18,7 +18,8 @@
 #       RUN_DIR to run only those): loader ops models dca run serve bench tbench.
 #       tbench: `tessera bench` on a model gen-model makes (env TBENCH_LIKE, default
 #       qwen3-8b; TBENCH_TYPE, default q4_0; TBENCH_ARGS, default -p 512 -n 64 -r 3;
-#       TBENCH_BACKEND, default cuda; TBENCH_GEN_ARGS, e.g. --layers 2 for a cut).
+#       TBENCH_BACKEND, default cuda; TBENCH_GEN_ARGS, default --random-codes (codes drawn,
+#       not quantized: seconds, not minutes, for q4_K_M), e.g. "--layers 2" for a cut).
 #       bench: tests/gpu/gpu_bench (env BENCH_FILTER: only the shapes whose line holds it).
 #       TESSERA_CUDA_GEMV=q8 in the environment runs every section on the q8 gemv path.
 #       DCA on against off: tests/gpu/dca_bench.sh.
@@ -256,7 +257,7 @@ check|sanitize)
     like=${TBENCH_LIKE:-qwen3-8b} type=${TBENCH_TYPE:-q4_0}
     echo "== tessera bench on a generated $like ($type), backend ${TBENCH_BACKEND:-cuda}"
     m="$out/tbench.gguf"
-    if "$b/core/cli/tessera" gen-model --like "$like" --type "$type" ${TBENCH_GEN_ARGS:-} \
+    if "$b/core/cli/tessera" gen-model --like "$like" --type "$type" ${TBENCH_GEN_ARGS:---random-codes} \
          -o "$m" >"$out/gen.log" 2>&1 &&
        "$b/core/cli/tessera" bench -m "$m" --set backend="${TBENCH_BACKEND:-cuda}" \
          ${TBENCH_ARGS:--p 512 -n 64 -r 3} --json "$out/tbench.json" 2>&1 | tee "$out/tbench.log"; then

@@ -601,6 +601,8 @@ static tsr_status open_device(struct cu_ctx *c) {
                          prop.major, prop.minor, TSR_CUDA_ARCH);
   CU_RT(cudaSetDevice(c->device));
   c->n_sm = prop.multiProcessorCount;
+  snprintf(c->name, sizeof c->name, "%s (sm_%d, %d SMs, %.1f GiB)", prop.name, cc, c->n_sm,
+           (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
   CU_RT(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   CU_BLAS(cublasCreate(&c->blas));
   CU_BLAS(cublasSetStream(c->blas, c->stream));
@@ -613,10 +615,6 @@ static tsr_status open_device(struct cu_ctx *c) {
                          gemv);
   c->gemm_f32 = gemm && strcmp(gemm, "f32") == 0;
   c->gemv_x8 = gemv && strcmp(gemv, "q8") == 0;
-  /* the name says which products run when they are not the defaults: bench prints it */
-  snprintf(c->name, sizeof c->name, "%s (sm_%d, %d SMs, %.1f GiB%s%s)", prop.name, cc, c->n_sm,
-           (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0),
-           c->gemv_x8 ? "; gemv q8" : "", c->gemm_f32 ? "; gemm f32" : "");
   const char *sync = getenv("TESSERA_CUDA_SYNC");
   c->sync_nodes = sync && strcmp(sync, "1") == 0;
   return TSR_OK;

@@ -47,7 +47,7 @@ enum cu_scratch_slot {
 struct cu_ctx {
   const struct tsr_cuda_host *host;
   int device, n_sm;
-  char name[400];
+  char name[300];
   cudaStream_t stream;
   cublasHandle_t blas;
   bool gemm_f32;   /* TESSERA_CUDA_GEMM=f32: batched products in f32, not f16 */

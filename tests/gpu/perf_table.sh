@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The CUDA backend's benchmark table (docs/PERFORMANCE.md) in one run on the GPU machine:
+# generated models in real shapes (random codes: seconds to make), `tessera bench` on each
+# with --json, then tests/gpu/perf_table.py OUT prints the table against the ceilings and
+# llama.cpp's figures on the same GPU.
+#
+#   tests/gpu/perf_table.sh RUN_DIR OUT [PART...]
+#
+# Parts (all by default, in this order):
+#   q8b      Qwen3-8B shape q4_K_M: pp2048 pp32768 tg128; tg128 at each depth with f16 KV and
+#            with q8_0 KV; then tg32 with --op-times (where a step's time goes), and tg128
+#            with TESSERA_CUDA_GEMV=q8
+#   q8b_bf16 the same shape in bf16: pp2048 tg128
+#   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
+#            with --op-times, tg128 with the q8 gemv
+#   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times)
+# A run of several parts lasts past one 10-minute device command: start it detached,
+#   mkdir -p OUT && setsid nohup bash tests/gpu/perf_table.sh RUN_DIR OUT >OUT/log 2>&1 &
+# and read OUT/log in later commands. RUN_DIR is copied into OUT first, so the next
+# command's carry cannot replace what runs. OUT/done is written last.
+# Environment (the CPU test shrinks everything): PERF_BACKEND (cuda), PERF_CUT (extra
+# gen-model arguments, e.g. "--layers 1"), PERF_CUT_MOE (more of them for the MoE model,
+# e.g. "--experts 4"), PERF_DEPTHS ("32768 131072"), PERF_PP ("2048,32768"), PERF_N (128),
+# PERF_REPS (3).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[ $# -ge 2 ] || { sed -n '2,25p' "$0"; exit 2; }
+src=$1 out=$2
+shift 2
+parts=${*:-q8b q8b_bf16 g26 kernels}
+backend=${PERF_BACKEND:-cuda} cut=${PERF_CUT:-} depths=${PERF_DEPTHS:-32768 131072}
+pp=${PERF_PP:-2048,32768} n=${PERF_N:-128} reps=${PERF_REPS:-3}
+[ -x "$src/core/cli/tessera" ] || { echo "perf_table: no $src/core/cli/tessera" >&2; exit 1; }
+mkdir -p "$out" && rm -f "$out/done" && rm -rf "$out/run" && cp -r "$src" "$out/run" || exit 1
+b=$out/run
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$d"
+done
+export LD_LIBRARY_PATH="$b/core/cli:${LD_LIBRARY_PATH:-}"
+export TESSERA_CUDA_BACKEND="$b/core/cuda/libtessera-cuda.so"
+fails=0
+
+# bench NAME MODEL ARGS...: one tessera bench into OUT/NAME.json (its table into the log)
+bench() {
+  local name=$1 model=$2
+  shift 2
+  echo "== $name: tessera bench $* ($(date +%T))"
+  if ! "$b/core/cli/tessera" bench -m "$model" --set backend="$backend" "$@" \
+       --json "$out/$name.json"; then
+    echo "FAIL $name"
+    fails=$((fails + 1))
+  fi
+}
+
+# gen NAME ARGS...: a generated model at OUT/NAME.gguf
+gen() {
+  local name=$1
+  shift
+  echo "== gen-model $* $cut ($(date +%T))"
+  "$b/core/cli/tessera" gen-model "$@" $cut -o "$out/$name.gguf" || { fails=$((fails + 1)); return 1; }
+}
+
+# at_depths NAME MODEL: tg at each depth, f16 KV then q8_0 KV
+at_depths() {
+  local name=$1 model=$2 list
+  list=$(echo "$depths" | tr ' ' ',')
+  bench "$name.f16kv" "$model" -p 0 -n "$n" -d "$list" -r "$reps"
+  bench "$name.q8kv" "$model" -p 0 -n "$n" -d "$list" -r "$reps" --set kv.k=q8_0 --set kv.v=q8_0
+}
+
+# extras NAME MODEL: where a decode step's time goes, and the q8 gemv path
+extras() {
+  local name=$1 model=$2
+  bench "$name.optimes" "$model" -p 0 -n 32 -r 1 --op-times
+  [ "$backend" = cuda ] && TESSERA_CUDA_GEMV=q8 bench "$name.gemvq8" "$model" -p 0 -n "$n" -r "$reps"
+}
+
+for part in $parts; do
+  case $part in
+  q8b)
+    gen q8b --like qwen3-8b --type q4_K_M --random-codes || continue
+    bench q8b "$out/q8b.gguf" -p "$pp" -n "$n" -r "$reps"
+    at_depths q8b "$out/q8b.gguf"
+    extras q8b "$out/q8b.gguf"
+    rm -f "$out/q8b.gguf"
+    ;;
+  q8b_bf16)
+    gen q8b_bf16 --like qwen3-8b --type bf16 || continue
+    bench q8b_bf16 "$out/q8b_bf16.gguf" -p "${pp%%,*}" -n "$n" -r "$reps"
+    rm -f "$out/q8b_bf16.gguf"
+    ;;
+  g26)
+    gen g26 --like gemma-4-26b-a4b --type q4_K_M --random-codes ${PERF_CUT_MOE:-} || continue
+    bench g26 "$out/g26.gguf" -p 0 -n "$n" -r "$reps"
+    at_depths g26 "$out/g26.gguf"
+    extras g26 "$out/g26.gguf"
+    rm -f "$out/g26.gguf"
+    ;;
+  kernels)
+    echo "== gpu_bench ($(date +%T))"
+    if [ "$backend" = cuda ]; then
+      "$b/tests/gpu/gpu_bench" | tee "$out/kernels.log" || fails=$((fails + 1))
+      TESSERA_CUDA_GEMV=q8 "$b/tests/gpu/gpu_bench" "mat_mul" | tee "$out/kernels_gemvq8.log" ||
+        fails=$((fails + 1))
+    else
+      "$b/tests/gpu/gpu_bench" --cpu "decode f16 kv=4096" | tee "$out/kernels.log" || fails=$((fails + 1))
+    fi
+    ;;
+  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels)"; fails=$((fails + 1)) ;;
+  esac
+done
+echo "$fails failed" | tee "$out/done"
+[ "$fails" -eq 0 ]

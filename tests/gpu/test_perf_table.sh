@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# perf_table.sh and perf_table.py on this machine's CPU with every model cut to a layer and
+# every test to a few tokens: each part writes its bench JSON, the table has a row per model,
+# KV and test, the op-times split is printed, and llama.cpp's figure and the ratio appear
+# where the test matches one of the issue's. Runs in CI (no GPU needed).
+#   test_perf_table.sh SOURCE_ROOT BUILD_ROOT      prints "ok   name" / "FAIL name"
+set -uo pipefail
+src=$1 build=$2
+tmp=$(mktemp -d) fails=0
+trap 'rm -rf "$tmp"' EXIT
+check() { if eval "$2" >"$tmp/out" 2>&1; then echo "ok   $1"; else echo "FAIL $1"; cat "$tmp/out"; fails=$((fails + 1)); fi; }
+cd "$src" || exit 1
+check every_part_runs_and_says_done \
+  'PERF_BACKEND=cpu PERF_CUT="--layers 1 --vocab 512" PERF_CUT_MOE="--experts 4" PERF_DEPTHS="64 128" \
+   PERF_PP="32,64" PERF_N=4 PERF_REPS=1 bash tests/gpu/perf_table.sh "$build" "$tmp/o" >"$tmp/log" 2>&1 &&
+   grep -qx "0 failed" "$tmp/o/done" && [ ! -e "$tmp/o/q8b.gguf" ] && [ -x "$tmp/o/run/core/cli/tessera" ]'
+python3 tests/gpu/perf_table.py "$tmp/o" >"$tmp/table" 2>&1
+check the_table_has_each_model_kv_and_test \
+  'grep -q "^| Qwen3-8B q4_K_M | f16 | pp64 |" "$tmp/table" &&
+   grep -q "^| Qwen3-8B q4_K_M | q8_0 | tg4 @ d128 |" "$tmp/table" &&
+   grep -q "^| Qwen3-8B bf16 | f16 | tg4 |" "$tmp/table" &&
+   grep -q "^| Gemma-4-26B-A4B q4_K_M | q8_0 | tg4 @ d64 |" "$tmp/table" &&
+   grep -q "^Qwen3-8B q4_K_M, tg32 (ms per token): .* in nodes" "$tmp/table" &&
+   grep -q "mat_mul q4_K n=1" "$tmp/table" && grep -q "^BENCH flash_attn decode" "$tmp/table"'
+# a test named as the issue's llama.cpp row gets its figure and the ratio
+mkdir -p "$tmp/ref" && python3 - "$tmp/o/q8b.json" "$tmp/ref/q8b.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["tests"] = [dict(j["tests"][-1], test="tg128", tokens_per_second_median=108.0)]
+json.dump(j, open(sys.argv[2], "w"))
+PY
+check llama_cpp_figure_and_ratio \
+  'python3 tests/gpu/perf_table.py "$tmp/ref" | grep -q "^| Qwen3-8B q4_K_M | f16 | tg128 | 108.0 | .* | 216.0 | 0.50 |$"'
+check an_unknown_part_fails \
+  '! PERF_BACKEND=cpu bash tests/gpu/perf_table.sh "$build" "$tmp/x" nothing && grep -qx "1 failed" "$tmp/x/done"'
+exit $((fails > 0))

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../backend.h"
+#include "cuda_graphs.h"
 #include "cuda_internal.h"
 
 #ifndef TSR_CUDA_ARCH
@@ -64,6 +65,9 @@ static cudaError_t dev_free(struct cu_ctx *c, void *p, size_t n) {
 }
 
 tsr_status tsr_cuda_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out) {
+  if (bytes > c->scratch_cap[slot] && c->capturing) /* growing waits for the stream */
+    return tsr_error_set(TSR_ERR_INTERNAL, "cuda backend: scratch %d must grow to %zu bytes "
+                         "inside a graph capture", (int)slot, bytes);
   if (bytes > c->scratch_cap[slot]) {
     size_t cap = bytes + bytes / 4;
     CU_RT(cudaStreamSynchronize(c->stream)); /* earlier launches may still read it */
@@ -441,6 +445,120 @@ static tsr_status add_node_times(struct cu_ctx *c, const struct tsr_graph *g, in
   return TSR_OK;
 }
 
+/* Every node of g in order on the stream (an event after each when timing: *timed). */
+static tsr_status run_nodes(struct cu_ctx *c, struct tsr_graph *g, int *timed) {
+  tsr_status st;
+  if (c->times && (st = ensure_events(c, g)) != TSR_OK) return st;
+  if (c->times) CU_RT(cudaEventRecord(c->events[(*timed)++], c->stream));
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i];
+    if (!tsr_op_computes(t)) continue;
+    st = run_node(c, t);
+    if (st == TSR_OK && c->times) {
+      cudaError_t e = cudaEventRecord(c->events[(*timed)++], c->stream);
+      if (e != cudaSuccess) st = tsr_cuda_rt_fail((int)e, "cudaEventRecord", __FILE__, __LINE__);
+    }
+    if (st == TSR_OK && c->sync_nodes) {
+      cudaError_t e = cudaStreamSynchronize(c->stream);
+      if (e != cudaSuccess) st = tsr_cuda_rt_fail((int)e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    }
+    if (st != TSR_OK) {
+      tsr_error_prefix("cuda backend, op %s, tensor '%s'", tsr_op_name(t->op), t->name);
+      return st;
+    }
+  }
+  return TSR_OK;
+}
+
+/* The signature of this compute of g into c->sig_next (cuda_graphs.h): the nodes, then
+** the arena and every scratch buffer a launch may point into. */
+static size_t signature(struct cu_ctx *c, const struct tsr_graph *g) {
+  struct {
+    void *arena, *scratch[SCR_COUNT];
+    size_t scratch_cap[SCR_COUNT];
+  } own;
+  memset(&own, 0, sizeof own);
+  own.arena = c->arena;
+  memcpy(own.scratch, c->scratch, sizeof own.scratch);
+  memcpy(own.scratch_cap, c->scratch_cap, sizeof own.scratch_cap);
+  return tsr_cuda_graph_signature(g, c->dptr, &own, sizeof own, &c->sig_next, &c->sig_next_cap);
+}
+
+static void drop_exec(struct cu_ctx *c) {
+  if (c->exec) cudaGraphExecDestroy(c->exec);
+  c->exec = NULL;
+}
+
+/* Records the nodes of g as a CUDA graph and launches it; false (nothing ran) when the
+** capture failed, why in *err. */
+static bool capture(struct cu_ctx *c, struct tsr_graph *g, char *err, size_t err_len) {
+  cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+  if (e != cudaSuccess) {
+    snprintf(err, err_len, "cudaStreamBeginCapture: %s", cudaGetErrorString(e));
+    return false;
+  }
+  int timed = 0;
+  c->capturing = true;
+  tsr_status st = run_nodes(c, g, &timed);
+  c->capturing = false;
+  cudaGraph_t graph = NULL;
+  e = cudaStreamEndCapture(c->stream, &graph);
+  if (st == TSR_OK && e == cudaSuccess) e = cudaGraphInstantiate(&c->exec, graph, 0);
+  if (graph) cudaGraphDestroy(graph);
+  if (st == TSR_OK && e == cudaSuccess && (e = cudaGraphLaunch(c->exec, c->stream)) == cudaSuccess)
+    return true;
+  snprintf(err, err_len, "%s", st != TSR_OK ? tsr_error_message() : cudaGetErrorString(e));
+  (void)cudaGetLastError(); /* a failed capture leaves no sticky error; clear what it left */
+  drop_exec(c);
+  return false;
+}
+
+/* A compute with graphs on. c->sig is the signature of the last compute (after it ran),
+** c->exec its capture, c->sig_refused whether capturing it failed. This compute replays
+** the capture when its signature is the same; is captured on the second compute in a
+** row with the same signature (the first settles the scratch sizes); else runs node by
+** node. A failed capture is said once per signature and its nodes then run one by one. */
+static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
+  char why[300];
+  int timed = 0;
+  if (!tsr_cuda_graph_capturable(g, CU_GEMV_MAX_N, MMID_DIRECT_PAIRS, why, sizeof why)) {
+    /* prefill (batched products) never is; a decode step that is not says so once */
+    if (!strstr(why, "batched product") && !c->said_uncapturable) {
+      fprintf(stderr, "tessera: cuda backend: TESSERA_CUDA_GRAPHS=1, but this decode graph "
+              "cannot be captured: %s; it runs node by node\n", why);
+      c->said_uncapturable = true;
+    }
+    c->sig_len = 0, c->sig_refused = false;
+    drop_exec(c);
+    return run_nodes(c, g, &timed);
+  }
+  size_t len = signature(c, g);
+  if (!len) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
+  const bool same = len == c->sig_len && !memcmp(c->sig_next, c->sig, len);
+  if (same && c->exec) {
+    CU_RT(cudaGraphLaunch(c->exec, c->stream));
+    return TSR_OK;
+  }
+  if (same && !c->sig_refused) {
+    if (capture(c, g, why, sizeof why)) return TSR_OK;
+    c->sig_refused = true;
+    fprintf(stderr, "tessera: cuda backend: a decode graph could not be captured (%s); its "
+            "nodes run one by one\n", why);
+  }
+  tsr_status st = run_nodes(c, g, &timed);
+  if (st != TSR_OK) return st;
+  /* the signature after the run (scratch it grew) is what the next compute must match */
+  if (!(len = signature(c, g))) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
+  if (len == c->sig_len && !memcmp(c->sig_next, c->sig, len)) return TSR_OK;
+  drop_exec(c);
+  c->sig_refused = false;
+  unsigned char *old = c->sig;
+  const size_t old_cap = c->sig_cap;
+  c->sig = c->sig_next, c->sig_cap = c->sig_next_cap, c->sig_len = len;
+  c->sig_next = old, c->sig_next_cap = old_cap;
+  return TSR_OK;
+}
+
 static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
   struct cu_ctx *c = ctx;
   if (!g->planned)
@@ -468,26 +586,9 @@ static tsr_status cu_compute(void *ctx, struct tsr_graph *g) {
     CU_RT(cudaMemcpyAsync(c->dptr[i], t->data, tsr_tensor_nbytes(t), cudaMemcpyHostToDevice,
                           c->stream));
   }
-  if (c->times && (st = ensure_events(c, g)) != TSR_OK) return st;
   int timed = 0;
-  if (c->times) CU_RT(cudaEventRecord(c->events[timed++], c->stream));
-  for (int i = 0; i < g->n; i++) {
-    const struct tsr_tensor *t = &g->tensors[i];
-    if (!tsr_op_computes(t)) continue;
-    st = run_node(c, t);
-    if (st == TSR_OK && c->times) {
-      cudaError_t e = cudaEventRecord(c->events[timed++], c->stream);
-      if (e != cudaSuccess) st = tsr_cuda_rt_fail((int)e, "cudaEventRecord", __FILE__, __LINE__);
-    }
-    if (st == TSR_OK && c->sync_nodes) {
-      cudaError_t e = cudaStreamSynchronize(c->stream);
-      if (e != cudaSuccess) st = tsr_cuda_rt_fail((int)e, "cudaStreamSynchronize", __FILE__, __LINE__);
-    }
-    if (st != TSR_OK) {
-      tsr_error_prefix("cuda backend, op %s, tensor '%s'", tsr_op_name(t->op), t->name);
-      return st;
-    }
-  }
+  st = c->use_graphs && !c->times && !c->sync_nodes ? run_graph(c, g) : run_nodes(c, g, &timed);
+  if (st != TSR_OK) return st;
   /* unkept external memory a node wrote into goes back whole (its other
   ** bytes are the ones just uploaded); outputs in the arena come back; an
   ** output written into kept memory stays on the device (sync_to_host reads it) */
@@ -553,6 +654,9 @@ static void cu_free(void *ctx) {
   for (int i = 0; i < c->n_events; i++) cudaEventDestroy(c->events[i]);
   free(c->events);
   free(c->stamps);
+  drop_exec(c);
+  free(c->sig);
+  free(c->sig_next);
   free(c);
 }
 
@@ -615,8 +719,12 @@ static tsr_status open_device(struct cu_ctx *c) {
                          gemv);
   c->gemm_f32 = gemm && strcmp(gemm, "f32") == 0;
   c->gemv_x8 = gemv && strcmp(gemv, "q8") == 0;
-  const char *sync = getenv("TESSERA_CUDA_SYNC");
+  const char *sync = getenv("TESSERA_CUDA_SYNC"), *graphs = getenv("TESSERA_CUDA_GRAPHS");
   c->sync_nodes = sync && strcmp(sync, "1") == 0;
+  if (graphs && *graphs && strcmp(graphs, "0") != 0 && strcmp(graphs, "1") != 0)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GRAPHS=%s: 0 (the default) or 1",
+                         graphs);
+  c->use_graphs = graphs && strcmp(graphs, "1") == 0;
   return TSR_OK;
 }
 

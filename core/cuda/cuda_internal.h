@@ -74,6 +74,16 @@ struct cu_ctx {
   size_t held_sampled;            /* held_bytes when the device was last sampled */
   size_t used_peak, device_total; /* cudaMemGetInfo: see cu_compute */
 
+  /* CUDA graphs (TESSERA_CUDA_GRAPHS=1, cuda_graphs.h): a decode compute whose
+  ** signature is the last one's replays its capture */
+  bool use_graphs;
+  bool capturing;            /* the node loop is being captured: scratch must not grow */
+  unsigned char *sig, *sig_next; /* the last compute's signature; this one's */
+  size_t sig_len, sig_cap, sig_next_cap;
+  bool sig_refused;          /* sig's capture failed (said once): it runs node by node */
+  bool said_uncapturable;    /* a decode graph that cannot be captured was named */
+  cudaGraphExec_t exec;      /* the capture of sig, or NULL */
+
   struct tsr_op_times *times; /* node timing on: an event after each node */
   cudaEvent_t *events;        /* [0] before the first node, [k] after the k-th */
   double *stamps;             /* the events as seconds since [0], for core/op_times.h */
@@ -98,7 +108,10 @@ tsr_status tsr_cuda_blas_fail(int st, const char *call, const char *file, int li
 #define CU_LAUNCH(call) \
   do { int e_ = (call); if (e_) return tsr_cuda_rt_fail(e_, #call, __FILE__, __LINE__); } while (0)
 
-/* Device scratch of at least bytes in slot (grown, never shrunk). */
+/* mat_mul_id with more (slot, token) pairs reads the ids back to the host and groups them. */
+#define MMID_DIRECT_PAIRS 32
+
+/* Device scratch of at least bytes in slot (grown, never shrunk; refused while capturing). */
 tsr_status tsr_cuda_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out);
 
 tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t);

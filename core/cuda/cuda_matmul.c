@@ -25,7 +25,6 @@
 #include "cuda_internal.h"
 
 #define TILE_ELEMS ((int64_t)32 << 20) /* a dequantized weight tile: 64 MiB of f16 */
-#define MMID_DIRECT_PAIRS 32
 
 static int64_t unit_bytes(int32_t type) {
   switch (type) {

@@ -80,10 +80,11 @@ tsr_status tsr_cuda_probe(void *ctx, struct tsr_backend_ceilings *out) {
   out->gemm_flops = 2.0 * PROBE_GEMM_N * (double)PROBE_GEMM_N * PROBE_GEMM_N / (gemm_ms * 1e-3);
   snprintf(out->copy_how, sizeof out->copy_how, "cudaMemcpy device to device, 1 GiB, median of %d",
            PROBE_RUNS);
-  /* the products this run makes when they are not the defaults (TESSERA_CUDA_GEMV / GEMM),
+  /* what this run does that the defaults do not (TESSERA_CUDA_GEMV / GEMM / GRAPHS),
   ** so a bench's output says what it measured */
   snprintf(out->gemm_how, sizeof out->gemm_how,
-           "cuBLAS bf16 GEMM %d^3 (f32 accumulate), median of %d%s%s", PROBE_GEMM_N, PROBE_RUNS,
-           c->gemv_x8 ? "; run with q8 gemv" : "", c->gemm_f32 ? "; run with f32 GEMMs" : "");
+           "cuBLAS bf16 GEMM %d^3 (f32 accumulate), median of %d%s%s%s", PROBE_GEMM_N, PROBE_RUNS,
+           c->gemv_x8 ? "; run with q8 gemv" : "", c->gemm_f32 ? "; run with f32 GEMMs" : "",
+           c->use_graphs ? "; run with CUDA graphs" : "");
   return TSR_OK;
 }

@@ -27,7 +27,8 @@ LLAMA_CPP = {
 MODELS = {"q8b": "Qwen3-8B q4_K_M", "q8b_bf16": "Qwen3-8B bf16", "g26": "Gemma-4-26B-A4B q4_K_M"}
 
 
-ORDER = ["", "f16kv", "q8kv", "gemvq8", "optimes"]  # perf_table.sh's runs of a model
+ORDER = ["", "f16kv", "q8kv", "gemvq8", "graphs", "both", "optimes"]  # perf_table.sh's runs
+VARIANT = {"gemvq8": " (q8 gemv)", "graphs": " (CUDA graphs)", "both": " (q8 gemv, CUDA graphs)"}
 
 
 def runs(out):
@@ -41,7 +42,7 @@ def runs(out):
             found.append((model, rest, json.load(fh)))
     found.sort(key=lambda r: (list(MODELS).index(r[0]) if r[0] in MODELS else len(MODELS), r[0],
                               ORDER.index(r[1])))
-    return [(m, "q8_0" if rest == "q8kv" else "f16", rest if rest in ("optimes", "gemvq8") else "",
+    return [(m, "q8_0" if rest == "q8kv" else "f16", "" if rest in ("f16kv", "q8kv") else rest,
              j) for m, rest, j in found]
 
 
@@ -51,7 +52,7 @@ def table(out):
     for model, kv, variant, j in runs(out):
         if variant == "optimes":
             continue
-        label = MODELS.get(model, model) + (" (q8 gemv)" if variant == "gemvq8" else "")
+        label = MODELS.get(model, model) + VARIANT.get(variant, "")
         for t in j["tests"]:
             if t["kind"] == "tg":
                 ach = "%.0f GB/s" % (t["bytes_per_second"] / 1e9)

@@ -9,10 +9,10 @@
 # Parts (all by default, in this order):
 #   q8b      Qwen3-8B shape q4_K_M: pp2048 pp32768 tg128; tg128 at each depth with f16 KV and
 #            with q8_0 KV; then tg32 with --op-times (where a step's time goes), and tg128
-#            with TESSERA_CUDA_GEMV=q8
+#            with TESSERA_CUDA_GEMV=q8, with TESSERA_CUDA_GRAPHS=1, and with both
 #   q8b_bf16 the same shape in bf16: pp2048 tg128
 #   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
-#            with --op-times, tg128 with the q8 gemv
+#            with --op-times, tg128 with the q8 gemv, graphs, both
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times)
 # A run of several parts lasts past one 10-minute device command: start it detached,
 #   mkdir -p OUT && setsid nohup bash tests/gpu/perf_table.sh RUN_DIR OUT >OUT/log 2>&1 &
@@ -68,11 +68,15 @@ at_depths() {
   bench "$name.q8kv" "$model" -p 0 -n "$n" -d "$list" -r "$reps" --set kv.k=q8_0 --set kv.v=q8_0
 }
 
-# extras NAME MODEL: where a decode step's time goes, and the q8 gemv path
+# extras NAME MODEL: where a decode step's time goes; the opt-in paths (q8 gemv, CUDA
+# graphs, both) on the decode test
 extras() {
   local name=$1 model=$2
   bench "$name.optimes" "$model" -p 0 -n 32 -r 1 --op-times
-  [ "$backend" = cuda ] && TESSERA_CUDA_GEMV=q8 bench "$name.gemvq8" "$model" -p 0 -n "$n" -r "$reps"
+  [ "$backend" = cuda ] || return 0
+  TESSERA_CUDA_GEMV=q8 bench "$name.gemvq8" "$model" -p 0 -n "$n" -r "$reps"
+  TESSERA_CUDA_GRAPHS=1 bench "$name.graphs" "$model" -p 0 -n "$n" -r "$reps"
+  TESSERA_CUDA_GEMV=q8 TESSERA_CUDA_GRAPHS=1 bench "$name.both" "$model" -p 0 -n "$n" -r "$reps"
 }
 
 for part in $parts; do

@@ -1,0 +1,79 @@
+/* CUDA graph capture: what may be captured and the signature of a compute (cuda_graphs.h). */
+#include "cuda_graphs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph_internal.h"
+
+bool tsr_cuda_graph_capturable(const struct tsr_graph *g, int64_t max_n, int64_t max_pairs,
+                               char *why, size_t why_len) {
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i];
+    if (!tsr_op_computes(t)) continue;
+    const char *no = NULL;
+    if (t->op == TSR_OP_CUSTOM) no = "a plugin op";
+    else if (t->op == TSR_OP_MAT_MUL && t->src[1]->ne[1] > max_n) no = "a batched product";
+    else if (t->op == TSR_OP_MAT_MUL_ID && t->src[2]->ne[0] * t->src[2]->ne[1] > max_pairs)
+      no = "an expert product of many pairs";
+    if (no) {
+      snprintf(why, why_len, "%s ('%s')", no, t->name);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* What a launch reads of tensor t: its layout and where it lives. */
+struct sig_tensor {
+  int32_t dtype;
+  int64_t ne[TSR_MAX_DIMS];
+  size_t nb[TSR_MAX_DIMS];
+  const char *dptr;
+};
+
+struct sig_node {
+  int32_t op;
+  int32_t op_params[TSR_MAX_OP_PARAMS];
+  int32_t n_src;
+  struct sig_tensor self, src[TSR_MAX_SRC];
+};
+
+static void sig_tensor_of(const struct tsr_tensor *t, char *const *dptr, struct sig_tensor *s) {
+  s->dtype = (int32_t)t->dtype;
+  memcpy(s->ne, t->ne, sizeof s->ne);
+  memcpy(s->nb, t->nb, sizeof s->nb);
+  s->dptr = dptr[t->index];
+}
+
+size_t tsr_cuda_graph_signature(const struct tsr_graph *g, char *const *dptr, const void *extra,
+                                size_t extra_len, unsigned char **buf, size_t *cap) {
+  size_t len = 0;
+  for (int pass = 0; pass < 2; pass++) { /* 0: the length; 1: the bytes */
+    if (pass == 1 && len > *cap) {
+      unsigned char *b = realloc(*buf, len);
+      if (!b) return 0;
+      *buf = b, *cap = len;
+    }
+    size_t at = 0;
+    for (int i = 0; i < g->n; i++) {
+      const struct tsr_tensor *t = &g->tensors[i];
+      if (!tsr_op_computes(t)) continue;
+      if (pass == 1) {
+        struct sig_node n;
+        memset(&n, 0, sizeof n); /* padding too: the bytes are compared whole */
+        n.op = (int32_t)t->op;
+        memcpy(n.op_params, t->op_params, sizeof n.op_params);
+        sig_tensor_of(t, dptr, &n.self);
+        while (n.n_src < TSR_MAX_SRC && t->src[n.n_src])
+          sig_tensor_of(t->src[n.n_src], dptr, &n.src[n.n_src]), n.n_src++;
+        memcpy(*buf + at, &n, sizeof n);
+      }
+      at += sizeof(struct sig_node);
+    }
+    if (pass == 1) memcpy(*buf + at, extra, extra_len);
+    len = at + extra_len;
+  }
+  return len;
+}

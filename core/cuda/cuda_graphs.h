@@ -1,0 +1,36 @@
+/*
+** Which computes the CUDA backend may replay as a CUDA graph, and how it knows a
+** compute's launches are those of the last one. No CUDA here, so
+** core/cuda/tests/test_cuda_graphs.c checks it on the CPU in CI.
+**
+** A decode step's graph is the same every step (the whole cache is attended,
+** positions and tokens are uploaded inputs), so its kernel launches are too: the
+** backend captures them once and replays the capture, one launch instead of one per
+** node (TESSERA_CUDA_GRAPHS=1). The signature holds everything a launch is made
+** from: per computing node its op, parameters, type, shape and strides and the
+** device addresses of it and its sources, then the backend's own (arena, scratch).
+*/
+#ifndef TSR_CUDA_GRAPHS_H
+#define TSR_CUDA_GRAPHS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "graph.h"
+
+/* Whether every node of g launches the same kernels from the same signature
+** without the host reading device memory or waiting: no plugin op (its kernel and
+** counters are the plugin's), products of at most max_n columns (the gemv kernels;
+** more go through cuBLAS), mat_mul_id with at most max_pairs (slot, token) pairs
+** (more read the expert ids back to the host). why names the first node that is not. */
+bool tsr_cuda_graph_capturable(const struct tsr_graph *g, int64_t max_n, int64_t max_pairs,
+                               char *why, size_t why_len);
+
+/* The signature of a compute of g into *buf (grown as needed; *cap its size), given
+** each tensor's device address dptr[index] and `extra` bytes of the backend's own.
+** Returns its length, 0 when out of memory. */
+size_t tsr_cuda_graph_signature(const struct tsr_graph *g, char *const *dptr, const void *extra,
+                                size_t extra_len, unsigned char **buf, size_t *cap);
+
+#endif

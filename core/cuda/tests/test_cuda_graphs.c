@@ -1,0 +1,95 @@
+/*
+** The CUDA backend's graph replay decisions (cuda_graphs.h) on the CPU: a compute may
+** replay the last one's capture only when their signatures are equal, and any change a
+** launch would see (an op parameter, a shape, a stride, a device address, the backend's
+** own scratch) changes the signature; graphs with batched products, expert products of
+** many pairs or plugin ops are not captured, naming the node.
+*/
+#include <string.h>
+
+#include "cuda_graphs.h"
+#include "harness.h"
+
+enum { K = 64, M = 32, E = 4 };
+
+/* x -> scale -> mat_mul (n columns) -> add; every tensor at a made-up device address */
+static struct tsr_graph *decode_like(int64_t n, float scale, char **dptr) {
+  static char weights[K * M * 4];
+  struct tsr_graph *g = tsr_graph_new(32);
+  struct tsr_tensor *w = tsr_new_external(g, TSR_F32, 2, (int64_t[]){K, M}, weights);
+  struct tsr_tensor *x = tsr_new_tensor_2d(g, TSR_F32, K, n);
+  struct tsr_tensor *y = tsr_mat_mul(g, w, tsr_scale(g, x, scale));
+  tsr_graph_mark_output(tsr_add(g, y, y));
+  for (int i = 0; i < tsr_graph_n_tensors(g); i++) dptr[i] = (char *)(uintptr_t)(0x100000 + 4096 * i);
+  return g;
+}
+
+static size_t sig(struct tsr_graph *g, char **dptr, const char *extra, unsigned char **buf,
+                  size_t *cap) {
+  return tsr_cuda_graph_signature(g, dptr, extra, strlen(extra), buf, cap);
+}
+
+static void equal_computes_have_equal_signatures_and_changes_show(void) {
+  char *d1[32], *d2[32];
+  unsigned char *a = NULL, *b = NULL;
+  size_t ca = 0, cb = 0;
+  struct tsr_graph *g1 = decode_like(1, 0.5f, d1), *g2 = decode_like(1, 0.5f, d2);
+  size_t la = sig(g1, d1, "scratch", &a, &ca), lb = sig(g2, d2, "scratch", &b, &cb);
+  CHECK(la > 0 && la == lb && !memcmp(a, b, la));
+  tsr_graph_free(g2);
+  /* an op parameter */
+  g2 = decode_like(1, 0.25f, d2);
+  lb = sig(g2, d2, "scratch", &b, &cb);
+  CHECK(la == lb && memcmp(a, b, la));
+  tsr_graph_free(g2);
+  /* a shape */
+  g2 = decode_like(2, 0.5f, d2);
+  lb = sig(g2, d2, "scratch", &b, &cb);
+  CHECK(la == lb && memcmp(a, b, la));
+  tsr_graph_free(g2);
+  /* a device address, and the backend's own bytes */
+  g2 = decode_like(1, 0.5f, d2);
+  d2[2] += 256;
+  lb = sig(g2, d2, "scratch", &b, &cb);
+  CHECK(la == lb && memcmp(a, b, la));
+  d2[2] -= 256;
+  lb = sig(g2, d2, "scratcH", &b, &cb);
+  CHECK(la == lb && memcmp(a, b, la));
+  lb = sig(g2, d2, "scratch", &b, &cb);
+  CHECK(la == lb && !memcmp(a, b, la));
+  tsr_graph_free(g2);
+  tsr_graph_free(g1);
+  free(a), free(b);
+}
+
+static void batched_and_host_reading_graphs_are_not_captured(void) {
+  char *d[32], why[160] = "";
+  struct tsr_graph *g = decode_like(16, 1.0f, d);
+  CHECK(tsr_cuda_graph_capturable(g, 16, 32, why, sizeof why));
+  tsr_graph_free(g);
+  g = decode_like(17, 1.0f, d);
+  CHECK(!tsr_cuda_graph_capturable(g, 16, 32, why, sizeof why));
+  CHECK_MSG(strstr(why, "batched product") != NULL, "%s", why);
+  tsr_graph_free(g);
+  /* expert products: 2 slots x 3 tokens pass, 2 x 20 do not */
+  static char experts[K * M * E * 4];
+  for (int tokens = 3; tokens <= 20; tokens += 17) {
+    g = tsr_graph_new(16);
+    struct tsr_tensor *w = tsr_new_external(g, TSR_F32, 3, (int64_t[]){K, M, E}, experts);
+    struct tsr_tensor *x = tsr_new_tensor_3d(g, TSR_F32, K, 2, tokens);
+    struct tsr_tensor *ids = tsr_new_tensor_2d(g, TSR_I32, 2, tokens);
+    struct tsr_tensor *y = tsr_mat_mul_id(g, w, x, ids);
+    tsr_tensor_set_name(y, "moe_out");
+    tsr_graph_mark_output(y);
+    const bool ok = tsr_cuda_graph_capturable(g, 16, 32, why, sizeof why);
+    CHECK(ok == (tokens == 3));
+    if (!ok) CHECK_MSG(strstr(why, "many pairs") && strstr(why, "moe_out"), "%s", why);
+    tsr_graph_free(g);
+  }
+}
+
+int main(void) {
+  TSR_RUN(equal_computes_have_equal_signatures_and_changes_show);
+  TSR_RUN(batched_and_host_reading_graphs_are_not_captured);
+  return TSR_TEST_EXIT();
+}

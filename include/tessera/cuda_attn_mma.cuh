@@ -79,9 +79,10 @@ template <int T>
 __device__ static inline void tsr_mma_stage_blocks(const char *base, int64_t nb1, int64_t D,
                                                    int64_t j0, int tk, const int32_t *kpos,
                                                    __half *dst, int64_t ld) {
-  const int64_t nbk = D / 32;
-  for (int64_t e = threadIdx.x; e < tk * nbk; e += blockDim.x) {
-    const int64_t t = e / nbk, blk = e % nbk;
+  const int nbk = (int)(D / 32);
+  for (int e = threadIdx.x; e < tk * nbk; e += blockDim.x) {
+    int blk;
+    const int t = cu_divmod(e, nbk, &blk);
     __half2 *out = reinterpret_cast<__half2 *>(dst + t * ld + blk * 32);
     const uint8_t *row = reinterpret_cast<const uint8_t *>(base + (j0 + t) * nb1);
     const bool live = kpos[t] >= 0;
@@ -101,8 +102,10 @@ __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int6
   if (type == T_F16 && nb0 == 2 && D % 8 == 0 && nb1 % 16 == 0 && ((uintptr_t)base & 15) == 0) {
     /* asynchronous 16-byte copies, all in flight at once; a hidden row reads
     ** nothing and is zero-filled. The caller waits (tsr_mma_stage_wait). */
-    for (int64_t e = threadIdx.x; e < tk * D / 8; e += blockDim.x) {
-      const int64_t t = e / (D / 8), c = e % (D / 8);
+    const int cpr = (int)(D / 8); /* 16-byte chunks a row */
+    for (int e = threadIdx.x; e < tk * cpr; e += blockDim.x) {
+      int c;
+      const int t = cu_divmod(e, cpr, &c);
       const bool live = kpos[t] >= 0;
       const char *src = live ? base + (j0 + t) * nb1 + c * 16 : base;
       const unsigned d = (unsigned)__cvta_generic_to_shared(dst + t * ld + c * 8);
@@ -113,8 +116,9 @@ __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int6
   }
   if (type == T_Q8_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
   if (type == T_Q4_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
-  for (int64_t e = threadIdx.x; e < tk * D; e += blockDim.x) {
-    const int64_t t = e / D, d = e % D;
+  for (int e = threadIdx.x; e < tk * (int)D; e += blockDim.x) {
+    int d;
+    const int t = cu_divmod(e, (int)D, &d);
     dst[t * ld + d] =
         __float2half_rn(kpos[t] >= 0 ? dq_rt(type, base + (j0 + t) * nb1, d, nb0) : 0.0f);
   }
@@ -161,8 +165,9 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int rw0 = warp / WPR * 16, part = warp % WPR;
   const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
 
-  for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * RB * D; e += blockDim.x) {
-    const int64_t b = e / (RB * D), r = e / D % RB, d = e % D;
+  for (int e = threadIdx.x; e < a.n_bands * RB * (int)D; e += blockDim.x) {
+    int d, r;
+    const int b = cu_divmod(cu_divmod(e, (int)D, &d), RB, &r);
     const int64_t iq = (r0 + r) / G, h = hk * G + (r0 + r) % G;
     qs[(b * RB + r) * ldq + d] = __float2half_rn(
         r < n_rows ? *reinterpret_cast<const float *>(a.q + b * a.q_band + iq * a.q_row +

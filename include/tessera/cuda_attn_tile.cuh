@@ -144,8 +144,9 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
   tsr_tile_split_keys(a, &j_lo, &j_hi);
 
   /* row r of the tile: query (r0 + r) / G, q head hk G + (r0 + r) % G */
-  for (int64_t e = threadIdx.x; e < (int64_t)a.n_bands * TILE_R * D; e += blockDim.x) {
-    const int64_t b = e / (TILE_R * D), r = e / D % TILE_R, d = e % D;
+  for (int e = threadIdx.x; e < a.n_bands * TILE_R * (int)D; e += blockDim.x) {
+    int d, r;
+    const int b = cu_divmod(cu_divmod(e, (int)D, &d), TILE_R, &r);
     const int64_t iq = (r0 + r) / G, h = hk * G + (r0 + r) % G;
     qs[e] = r < n_rows ? *reinterpret_cast<const float *>(a.q + b * a.q_band + iq * a.q_row +
                                                           h * a.q_head + d * a.q_nb0)
@@ -184,12 +185,14 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
     }
     __syncthreads();
     if (!tile_live) continue;
-    for (int64_t e = threadIdx.x; e < TSR_TILE_K * D; e += blockDim.x) {
-      const int64_t t = e / D, d = e % D;
+    for (int e = threadIdx.x; e < TSR_TILE_K * (int)D; e += blockDim.x) {
+      int d;
+      const int t = cu_divmod(e, (int)D, &d);
       ks[t * Dk + d] = kpos[t] >= 0 ? dq_rt(a.k_type, kbase + (j0 + t) * a.k_nb1, d, a.k_nb0) : 0;
     }
-    for (int64_t e = threadIdx.x; e < TSR_TILE_K * Dv; e += blockDim.x) {
-      const int64_t t = e / Dv, d = e % Dv;
+    for (int e = threadIdx.x; e < TSR_TILE_K * (int)Dv; e += blockDim.x) {
+      int d;
+      const int t = cu_divmod(e, (int)Dv, &d);
       vs[e] = kpos[t] >= 0 ? dq_rt(a.v_type, vbase + (j0 + t) * a.v_nb1, d, a.v_nb0) : 0;
     }
     __syncthreads();

@@ -94,6 +94,24 @@ CU_HD static inline int cu_block_bytes(int t) {
   }
 }
 
+/* i / n (returned) and i % n (*r) for the small non-negative ints of a kernel's index
+** math: a shift and a mask when n is a power of two (every head dim and block count a
+** model here has), else one 32-bit division, never the 64-bit one an int64_t index costs. */
+CU_HD static inline int cu_divmod(int i, int n, int *r) {
+  if ((n & (n - 1)) == 0) {
+#ifdef __CUDA_ARCH__
+    const int s = __ffs(n) - 1;
+#else
+    const int s = __builtin_ctz((unsigned)n);
+#endif
+    *r = i & (n - 1);
+    return i >> s;
+  }
+  const int q = i / n;
+  *r = i - q * n;
+  return q;
+}
+
 CU_HD static inline float ld_h(const uint8_t *p) {
   return __half2float(__ushort_as_half((unsigned short)(p[0] | p[1] << 8)));
 }

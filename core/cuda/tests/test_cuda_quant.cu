@@ -211,6 +211,18 @@ static void x8_chunk_dots_match_dq(void) {
   CHECK(sub4_u8(0x003f0810u, 0x20202020u) == (int)0xe01fe8f0u);
 }
 
+/* The kernels' index helper against / and %, powers of two and not. */
+static void divmod_matches_division(void) {
+  int bad = 0;
+  for (int n = 1; n <= 600; n++)
+    for (int i = 0; i < 40000; i += 1 + i / 1000) {
+      int r;
+      const int q = cu_divmod(i, n, &r);
+      bad += q != i / n || r != i % n;
+    }
+  CHECK_MSG(bad == 0, "%d quotients or remainders differ", bad);
+}
+
 int main(void) {
   TSR_RUN(block_sizes_match_the_core);
   TSR_RUN(every_readable_type_decodes_like_the_cpu);
@@ -220,5 +232,6 @@ int main(void) {
   TSR_RUN(block_scale_halves_are_the_cpus);
   TSR_RUN(x8_codes_round_x);
   TSR_RUN(x8_chunk_dots_match_dq);
+  TSR_RUN(divmod_matches_division);
   return TSR_TEST_EXIT();
 }

@@ -165,14 +165,17 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int rw0 = warp / WPR * 16, part = warp % WPR;
   const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
 
-  for (int e = threadIdx.x; e < a.n_bands * RB * (int)D; e += blockDim.x) {
-    int d, r;
-    const int b = cu_divmod(cu_divmod(e, (int)D, &d), RB, &r);
-    const int64_t iq = (r0 + r) / G, h = hk * G + (r0 + r) % G;
-    qs[(b * RB + r) * ldq + d] = __float2half_rn(
-        r < n_rows ? *reinterpret_cast<const float *>(a.q + b * a.q_band + iq * a.q_row +
-                                                      h * a.q_head + d * a.q_nb0)
-                   : 0.0f);
+  /* the Q tile: zeros in 16-byte stores (rows past the last query, as most of a decode
+  ** tile is, stay so), then the live rows a value each */
+  for (int e = threadIdx.x; e < a.n_bands * RB * (int)ldq / 8; e += blockDim.x)
+    reinterpret_cast<uint4 *>(qs)[e] = make_uint4(0u, 0u, 0u, 0u);
+  __syncthreads();
+  for (int e = threadIdx.x; e < a.n_bands * (int)n_rows * (int)D; e += blockDim.x) {
+    int d, r, hg;
+    const int b = cu_divmod(cu_divmod(e, (int)D, &d), (int)n_rows, &r);
+    const int iq = cu_divmod((int)r0 + r, (int)G, &hg); /* query, and q head in the group */
+    qs[(b * RB + r) * ldq + d] = __float2half_rn(*reinterpret_cast<const float *>(
+        a.q + b * a.q_band + iq * a.q_row + (hk * G + hg) * a.q_head + d * a.q_nb0));
   }
   if (threadIdx.x == 0) {
     int32_t lo, hi;

@@ -502,8 +502,10 @@ static bool capture(struct cu_ctx *c, struct tsr_graph *g, char *err, size_t err
   tsr_status st = run_nodes(c, g, &timed);
   c->capturing = false;
   cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
   e = cudaStreamEndCapture(c->stream, &graph);
-  if (st == TSR_OK && e == cudaSuccess) e = cudaGraphInstantiate(&c->exec, graph, 0);
+  if (st == TSR_OK && e == cudaSuccess && (e = cudaGraphInstantiate(&exec, graph, 0)) == cudaSuccess)
+    c->exec = exec; /* only a graph that instantiated: a failed call leaves exec unspecified */
   if (graph) cudaGraphDestroy(graph);
   if (st == TSR_OK && e == cudaSuccess && (e = cudaGraphLaunch(c->exec, c->stream)) == cudaSuccess)
     return true;

@@ -36,8 +36,7 @@ struct sig_tensor {
 struct sig_node {
   int32_t op;
   int32_t op_params[TSR_MAX_OP_PARAMS];
-  int32_t n_src;
-  struct sig_tensor self, src[TSR_MAX_SRC];
+  struct sig_tensor self, src[TSR_MAX_SRC]; /* every slot: sources may skip one (no mask) */
 };
 
 static void sig_tensor_of(const struct tsr_tensor *t, char *const *dptr, struct sig_tensor *s) {
@@ -66,8 +65,8 @@ size_t tsr_cuda_graph_signature(const struct tsr_graph *g, char *const *dptr, co
         n.op = (int32_t)t->op;
         memcpy(n.op_params, t->op_params, sizeof n.op_params);
         sig_tensor_of(t, dptr, &n.self);
-        while (n.n_src < TSR_MAX_SRC && t->src[n.n_src])
-          sig_tensor_of(t->src[n.n_src], dptr, &n.src[n.n_src]), n.n_src++;
+        for (int k = 0; k < TSR_MAX_SRC; k++)
+          if (t->src[k]) sig_tensor_of(t->src[k], dptr, &n.src[k]);
         memcpy(*buf + at, &n, sizeof n);
       }
       at += sizeof(struct sig_node);

@@ -248,6 +248,16 @@ __global__ void k_quant_x8(int8_t *xq, float2 *xds, const float *x, int64_t ldx,
   if (lane == 0) xds[n * nc + c] = make_float2(d, (float)sum);
 }
 
+/* Calls CALL(T) for the weight types the q8 path takes (x8_supported); others: an error. */
+#define DISPATCH_X8(t, CALL)                  \
+  switch (t) {                                \
+  case T_Q4_0: CALL(T_Q4_0); break;           \
+  case T_Q8_0: CALL(T_Q8_0); break;           \
+  case T_Q4_K: CALL(T_Q4_K); break;           \
+  case T_Q6_K: CALL(T_Q6_K); break;           \
+  default: return (int)cudaErrorInvalidValue; \
+  }
+
 #define X8_WARPS 4 /* a block's warps split each row's chunks */
 #define X8_ROWS 2  /* rows per block: they share the x loads */
 
@@ -357,21 +367,14 @@ extern "C" int cu_gemv_x8(cu_stream s, void *scratch, float *y, int64_t ldy, con
   float2 *xds;
   code_x(s, scratch, x, ldx, K, N, &xq, &xds);
   const unsigned blocks = (unsigned)((M + X8_ROWS - 1) / X8_ROWS);
-#define CALL_X8(T)                                                                             \
+#define CALL(T)                                                                                \
   if (N == 1)                                                                                  \
     k_gemv_x8<T, 1><<<blocks, 32 * X8_WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, xq, xds, 1);       \
   else                                                                                         \
     k_gemv_x8<T, CU_GEMV_MAX_N><<<blocks, 32 * X8_WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, xq,    \
-                                                                 xds, (int)N);                 \
-  break;
-  switch (type) {
-  case T_Q4_0: CALL_X8(T_Q4_0)
-  case T_Q8_0: CALL_X8(T_Q8_0)
-  case T_Q4_K: CALL_X8(T_Q4_K)
-  case T_Q6_K: CALL_X8(T_Q6_K)
-  default: return (int)cudaErrorInvalidValue;
-  }
-#undef CALL_X8
+                                                                 xds, (int)N)
+  DISPATCH_X8(type, CALL)
+#undef CALL
   return (int)cudaGetLastError();
 }
 
@@ -386,17 +389,9 @@ extern "C" int cu_mat_mul_id_x8(cu_stream s, void *scratch, const cu_t *dst, con
   float2 *xds;
   code_x(s, scratch, reinterpret_cast<const float *>(x->p), x->nb[1] / 4, K, cols, &xq, &xds);
   const dim3 grid((unsigned)((M + X8_ROWS - 1) / X8_ROWS), (unsigned)np);
-#define CALL_X8(T) \
-  k_gemv_x8_id<T><<<grid, 32 * X8_WARPS, 0, s>>>(*dst, *w, *ids, xq, xds, x->ne[1]); \
-  break;
-  switch (w->type) {
-  case T_Q4_0: CALL_X8(T_Q4_0)
-  case T_Q8_0: CALL_X8(T_Q8_0)
-  case T_Q4_K: CALL_X8(T_Q4_K)
-  case T_Q6_K: CALL_X8(T_Q6_K)
-  default: return (int)cudaErrorInvalidValue;
-  }
-#undef CALL_X8
+#define CALL(T) k_gemv_x8_id<T><<<grid, 32 * X8_WARPS, 0, s>>>(*dst, *w, *ids, xq, xds, x->ne[1])
+  DISPATCH_X8(w->type, CALL)
+#undef CALL
   return (int)cudaGetLastError();
 }
 

@@ -292,8 +292,16 @@ CU_HD static inline uint32_t ld_u32_a2(const uint8_t *p) {
 ** is NaN as with f32 dots. */
 CU_HD static inline float x8_absmax(float a, float b) { return a > b || a != a ? a : b; }
 CU_HD static inline float x8_scale(float amax) { return RN_DIV(amax, 127.0f); }
-CU_HD static inline float x8_inv(float d) { return d != 0.0f ? RN_DIV(1.0f, d) : 0.0f; }
-CU_HD static inline int x8_code(float x, float inv) { return (int)roundf(RN_MUL(x, inv)); }
+/* 0 when 1 / d overflows: a block whose largest magnitude is under ~4e-37 codes as zeros
+** (an error below that magnitude), never as x times infinity */
+CU_HD static inline float x8_inv(float d) {
+  const float inv = d != 0.0f ? RN_DIV(1.0f, d) : 0.0f;
+  return inv < INFINITY ? inv : 0.0f;
+}
+CU_HD static inline int x8_code(float x, float inv) {
+  const int q = (int)roundf(RN_MUL(x, inv));
+  return q < -127 ? -127 : q > 127 ? 127 : q;
+}
 
 /* 32 values as codes q[32]; returns the scale, *sum the sum of the codes. */
 CU_HD static inline float x8_block(const float *x, int8_t *q, int *sum) {

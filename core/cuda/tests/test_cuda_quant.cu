@@ -160,6 +160,13 @@ static void x8_codes_round_x(void) {
   int8_t q[32];
   int sum;
   CHECK(isnan(x8_block(with_nan, q, &sum)));
+  /* a block so small that 1 / scale overflows codes as zeros, not as x times infinity */
+  float tiny[32];
+  for (int j = 0; j < 32; j++) tiny[j] = (j - 16) * 1e-39f;
+  const float d = x8_block(tiny, q, &sum);
+  int zeros = 0;
+  for (int j = 0; j < 32; j++) zeros += q[j] == 0;
+  CHECK_MSG(d > 0.0f && zeros == 32 && sum == 0, "scale %g, %d zero codes, sum %d", d, zeros, sum);
 }
 
 /* Each supported chunk dotted in integers equals the dot of dq's weights (the

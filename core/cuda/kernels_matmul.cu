@@ -258,29 +258,44 @@ __global__ void k_quant_x8(int8_t *xq, float2 *xds, const float *x, int64_t ldx,
   default: return (int)cudaErrorInvalidValue; \
   }
 
-#define X8_WARPS 4 /* a block's warps split each row's chunks */
-#define X8_ROWS 2  /* rows per block: they share the x loads */
+#define X8_WARPS 4 /* warps of a block */
+#define X8_ROWS 2  /* rows of a warp group: they share the x loads */
 
-/* Rows m0 .. m0 + X8_ROWS of w (at most M) dotted with N coded columns of x; the sums
-** land in sum[r][n], shared, once the function returns (it ends on a barrier). */
+/* Warps that split one row's chunks: as many as the row has 32-chunk steps, up to all
+** four (a 4096-wide row fills four; an expert's 704-wide one, 22 chunks, one), so lanes
+** are not left idle on short rows; the other warps take further rows. */
+static int x8_warps_per_row(int64_t K) {
+  const int64_t nc = K / 32;
+  return nc > 64 ? 4 : nc > 32 ? 2 : 1;
+}
+
+/* Rows of a block: X8_ROWS for each group of wpr warps. */
+__host__ __device__ static inline int64_t x8_rows_per_block(int wpr) {
+  return (int64_t)(X8_WARPS / wpr) * X8_ROWS;
+}
+
+/* The block's rows m0 .. m0 + rows_per_block (at most M), each group of wpr warps
+** X8_ROWS of them, dotted with N coded columns of x; the sums land in sum[row][n],
+** shared, once the function returns (it ends on a barrier). */
 template <int T, int NMAX>
 __device__ static inline void x8_block_rows(float (*sum)[NMAX], const char *w, int64_t wnb1,
-                                            int64_t M, int64_t m0, int64_t K, const int8_t *xq,
-                                            const float2 *xds, int N) {
+                                            int64_t M, int64_t m0, int wpr, int64_t K,
+                                            const int8_t *xq, const float2 *xds, int N) {
   __shared__ float part[X8_WARPS][X8_ROWS][NMAX];
   const int64_t nc = K / 32;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, sub = warp % wpr;
+  const int64_t g0 = m0 + (int64_t)(warp / wpr) * X8_ROWS; /* this warp group's rows */
   float acc[X8_ROWS][NMAX];
 #pragma unroll
   for (int r = 0; r < X8_ROWS; r++)
 #pragma unroll
     for (int n = 0; n < NMAX; n++) acc[r][n] = 0.0f;
 #pragma unroll 2
-  for (int64_t c = warp * 32 + lane; c < nc; c += 32 * X8_WARPS) {
+  for (int64_t c = sub * 32 + lane; c < nc; c += 32 * wpr) {
     struct x8_chunk wc[X8_ROWS];
 #pragma unroll
     for (int r = 0; r < X8_ROWS; r++)
-      if (m0 + r < M) x8_decode<T>(reinterpret_cast<const uint8_t *>(w + (m0 + r) * wnb1), c, &wc[r]);
+      if (g0 + r < M) x8_decode<T>(reinterpret_cast<const uint8_t *>(w + (g0 + r) * wnb1), c, &wc[r]);
 #pragma unroll
     for (int n = 0; n < NMAX; n++) {
       if (n >= N) break;
@@ -290,7 +305,7 @@ __device__ static inline void x8_block_rows(float (*sum)[NMAX], const char *w, i
       const float2 ds = __ldg(xds + n * nc + c);
 #pragma unroll
       for (int r = 0; r < X8_ROWS; r++)
-        if (m0 + r < M) acc[r][n] += x8_dot<T>(&wc[r], xw, ds.x, (int)ds.y);
+        if (g0 + r < M) acc[r][n] += x8_dot<T>(&wc[r], xw, ds.x, (int)ds.y);
     }
   }
 #pragma unroll
@@ -302,21 +317,23 @@ __device__ static inline void x8_block_rows(float (*sum)[NMAX], const char *w, i
       if (lane == 0) part[warp][r][n] = a;
     }
   __syncthreads();
-  for (int i = threadIdx.x; i < X8_ROWS * NMAX; i += blockDim.x) {
+  /* row i of the block: group i / X8_ROWS, its warps summed */
+  for (int i = threadIdx.x; i < X8_WARPS / wpr * X8_ROWS * NMAX; i += blockDim.x) {
+    const int row = i / NMAX, n = i % NMAX, grp = row / X8_ROWS;
     float t = 0.0f;
-    for (int k = 0; k < X8_WARPS; k++) t += part[k][i / NMAX][i % NMAX];
-    sum[i / NMAX][i % NMAX] = t;
+    for (int k = 0; k < wpr; k++) t += part[grp * wpr + k][row % X8_ROWS][n];
+    sum[row][n] = t;
   }
   __syncthreads();
 }
 
 template <int T, int NMAX>
 __global__ void k_gemv_x8(float *y, int64_t ldy, const char *w, int64_t K, int64_t M,
-                          int64_t wnb1, const int8_t *xq, const float2 *xds, int N) {
-  __shared__ float sum[X8_ROWS][NMAX];
-  const int64_t m0 = blockIdx.x * (int64_t)X8_ROWS;
-  x8_block_rows<T, NMAX>(sum, w, wnb1, M, m0, K, xq, xds, N);
-  for (int i = threadIdx.x; i < X8_ROWS * NMAX; i += blockDim.x) {
+                          int64_t wnb1, const int8_t *xq, const float2 *xds, int N, int wpr) {
+  __shared__ float sum[X8_WARPS * X8_ROWS][NMAX];
+  const int64_t rows = x8_rows_per_block(wpr), m0 = blockIdx.x * rows;
+  x8_block_rows<T, NMAX>(sum, w, wnb1, M, m0, wpr, K, xq, xds, N);
+  for (int i = threadIdx.x; i < rows * NMAX; i += blockDim.x) {
     const int r = i / NMAX, n = i % NMAX;
     if (n < N && m0 + r < M) y[m0 + r + n * ldy] = sum[r][n];
   }
@@ -327,15 +344,17 @@ __global__ void k_gemv_x8(float *y, int64_t ldy, const char *w, int64_t K, int64
 ** by the slots). An id outside [0, E) writes zeros, as on the CPU. */
 template <int T>
 __global__ void k_gemv_x8_id(cu_t dst, cu_t w, cu_t ids, const int8_t *xq, const float2 *xds,
-                             int64_t xs1) {
-  __shared__ float sum[X8_ROWS][1];
+                             int64_t xs1, int wpr) {
+  __shared__ float sum[X8_WARPS * X8_ROWS][1];
   const int64_t K = w.ne[0], M = w.ne[1], nu = ids.ne[0], p = blockIdx.y, u = p % nu, t = p / nu;
-  const int64_t m0 = blockIdx.x * (int64_t)X8_ROWS, col = t * xs1 + (xs1 == 1 ? 0 : u);
+  const int64_t rows = x8_rows_per_block(wpr), m0 = blockIdx.x * rows;
+  const int64_t col = t * xs1 + (xs1 == 1 ? 0 : u);
   const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + u * ids.nb[0] + t * ids.nb[1]);
   const bool valid = e >= 0 && e < w.ne[2];
   if (valid) /* uniform over the block: the barriers inside are safe */
-    x8_block_rows<T, 1>(sum, w.p + e * w.nb[2], w.nb[1], M, m0, K, xq + col * K, xds + col * (K / 32), 1);
-  for (int r = threadIdx.x; r < X8_ROWS; r += blockDim.x)
+    x8_block_rows<T, 1>(sum, w.p + e * w.nb[2], w.nb[1], M, m0, wpr, K, xq + col * K,
+                        xds + col * (K / 32), 1);
+  for (int r = threadIdx.x; r < rows; r += blockDim.x)
     if (m0 + r < M)
       *reinterpret_cast<float *>(dst.p + (m0 + r) * dst.nb[0] + u * dst.nb[1] + t * dst.nb[2]) =
           valid ? sum[r][0] : 0.0f;
@@ -366,13 +385,15 @@ extern "C" int cu_gemv_x8(cu_stream s, void *scratch, float *y, int64_t ldy, con
   int8_t *xq;
   float2 *xds;
   code_x(s, scratch, x, ldx, K, N, &xq, &xds);
-  const unsigned blocks = (unsigned)((M + X8_ROWS - 1) / X8_ROWS);
+  const int wpr = x8_warps_per_row(K);
+  const int64_t rows = x8_rows_per_block(wpr);
+  const unsigned blocks = (unsigned)((M + rows - 1) / rows);
 #define CALL(T)                                                                                \
   if (N == 1)                                                                                  \
-    k_gemv_x8<T, 1><<<blocks, 32 * X8_WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, xq, xds, 1);       \
+    k_gemv_x8<T, 1><<<blocks, 32 * X8_WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, xq, xds, 1, wpr);  \
   else                                                                                         \
     k_gemv_x8<T, CU_GEMV_MAX_N><<<blocks, 32 * X8_WARPS, 0, s>>>(y, ldy, w, K, M, wnb1, xq,    \
-                                                                 xds, (int)N)
+                                                                 xds, (int)N, wpr)
   DISPATCH_X8(type, CALL)
 #undef CALL
   return (int)cudaGetLastError();
@@ -388,8 +409,11 @@ extern "C" int cu_mat_mul_id_x8(cu_stream s, void *scratch, const cu_t *dst, con
   int8_t *xq;
   float2 *xds;
   code_x(s, scratch, reinterpret_cast<const float *>(x->p), x->nb[1] / 4, K, cols, &xq, &xds);
-  const dim3 grid((unsigned)((M + X8_ROWS - 1) / X8_ROWS), (unsigned)np);
-#define CALL(T) k_gemv_x8_id<T><<<grid, 32 * X8_WARPS, 0, s>>>(*dst, *w, *ids, xq, xds, x->ne[1])
+  const int wpr = x8_warps_per_row(K);
+  const int64_t rows = x8_rows_per_block(wpr);
+  const dim3 grid((unsigned)((M + rows - 1) / rows), (unsigned)np);
+#define CALL(T) \
+  k_gemv_x8_id<T><<<grid, 32 * X8_WARPS, 0, s>>>(*dst, *w, *ids, xq, xds, x->ne[1], wpr)
   DISPATCH_X8(w->type, CALL)
 #undef CALL
   return (int)cudaGetLastError();

@@ -301,6 +301,24 @@ static void c_mat_mul(struct pc *p, int phase) {
   }
 }
 
+/* Decode products with long rows: the q8 gemv splits a row over one, two or four warps
+** by its length (1536 and 4608 weights: two and four), the f32 gemv strides it. */
+static void c_mat_mul_long(struct pc *p, int phase) {
+  static const enum tsr_dtype w_t[] = {TSR_Q4_0, TSR_Q8_0, TSR_Q4_K, TSR_Q6_K};
+  const enum tsr_dtype dt = w_t[p->var % 4];
+  const int64_t K = p->var / 4 % 2 ? 4608 : 1536;
+  const int n = p->var / 8 ? 5 : 1;
+  if (phase == 0) {
+    snprintf(p->name, sizeof p->name, "mat_mul w=%s K=%lld n=%d", tsr_dtype_name(dt), (long long)K,
+             n);
+    struct tsr_tensor *w = ext(p, dt, K, 37, 1, 0.05f); /* 37: not whole blocks of rows */
+    p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, K, n);
+    out(p, tsr_mat_mul(p->g, w, p->t[0]), gemv_tol(dt));
+  } else {
+    tsr_test_fill_normal(p->t[0], 1.0f);
+  }
+}
+
 /* mat_mul with weight batches broadcast over x, a strided x and a transposed weight. */
 static void c_mat_mul_views(struct pc *p, int phase) {
   static const char *what[] = {"broadcast", "strided x", "transposed w"};
@@ -876,6 +894,7 @@ static void add(case_fn fn, int n) {
 static void list_cases(void) {
   add(c_get_rows, N_WEIGHTS);
   add(c_mat_mul, N_WEIGHTS * N_COLS);
+  add(c_mat_mul_long, 16);
   add(c_mat_mul_views, 6);
   add(c_mat_mul_id, 16);
   add(c_elementwise, 8);

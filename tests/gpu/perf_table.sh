@@ -14,6 +14,8 @@
 #   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
 #            with --op-times, tg128 with the q8 gemv, graphs, both
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times)
+#   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
+#            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each depth: pp512 and tg32
 # A run of several parts lasts past one 10-minute device command: start it detached,
 #   mkdir -p OUT && setsid nohup bash tests/gpu/perf_table.sh RUN_DIR OUT >OUT/log 2>&1 &
 # and read OUT/log in later commands. RUN_DIR is copied into OUT first, so the next
@@ -21,10 +23,10 @@
 # Environment (the CPU test shrinks everything): PERF_BACKEND (cuda), PERF_CUT (extra
 # gen-model arguments, e.g. "--layers 1"), PERF_CUT_MOE (more of them for the MoE model,
 # e.g. "--experts 4"), PERF_DEPTHS ("32768 131072"), PERF_PP ("2048,32768"), PERF_N (128),
-# PERF_REPS (3).
+# PERF_REPS (3), PERF_DCA_PP (512), PERF_DCA_N (32).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 2 ] || { sed -n '2,25p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,26p' "$0"; exit 2; }
 src=$1 out=$2
 shift 2
 parts=${*:-q8b q8b_bf16 g26 kernels}
@@ -110,7 +112,19 @@ for part in $parts; do
       "$b/tests/gpu/gpu_bench" --cpu "decode f16 kv=4096" | tee "$out/kernels.log" || fails=$((fails + 1))
     fi
     ;;
-  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels)"; fails=$((fails + 1)) ;;
+  dca)
+    for like in qwen3-8b gemma-4-26b-a4b; do
+      m=dca_${like%%-*}
+      [ "$like" = gemma-4-26b-a4b ] && extra=${PERF_CUT_MOE:-} || extra=
+      gen "$m" --like "$like" --type q4_0 --random-codes $extra || continue
+      echo "== dca_bench $like ($(date +%T))"
+      TESSERA="$b/core/cli/tessera" BACKEND=$backend bash tests/gpu/dca_bench.sh "$out/$m.gguf" \
+        "$out/$m" "$depths" -p "${PERF_DCA_PP:-512}" -n "${PERF_DCA_N:-32}" -r "$reps" ||
+        fails=$((fails + 1))
+      rm -f "$out/$m.gguf"
+    done
+    ;;
+  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels dca)"; fails=$((fails + 1)) ;;
   esac
 done
 echo "$fails failed" | tee "$out/done"

@@ -430,12 +430,6 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   return st;
 }
 
-static int32_t free_full_cells(const struct tsr_kv_cache *c) {
-  int32_t n = 0, cells = tsr_kv_cache_n_cells(c, TSR_KV_POOL_FULL);
-  for (int32_t i = 0; i < cells; i++) n += tsr_kv_cache_cell_pos(c, TSR_KV_POOL_FULL, i) < 0;
-  return n;
-}
-
 /* The batch's tokens idx[0..n) in ubatches: positions from pos[], logits to rows[]. */
 static tsr_status eval_tokens(struct tsr_engine *e, const struct tsr_engine_batch *b,
                               const int32_t *idx, int32_t n, const int32_t *pos,
@@ -503,7 +497,7 @@ tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_b
       return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: token %d at %d is outside the vocabulary "
                            "of %d", b->tokens[i], i, e->n_vocab);
   }
-  const int32_t n_free = free_full_cells(e->kv);
+  const int32_t n_free = tsr_kv_cache_n_free(e->kv, TSR_KV_POOL_FULL);
   if (b->n > n_free)
     return tsr_error_set(TSR_ERR_NOMEM, "context full: %d tokens need %d cells, %d of n_ctx "
                          "%lld are free", b->n, b->n, n_free, (long long)p->context);
@@ -516,7 +510,7 @@ tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_b
     return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   }
   int32_t *next = p0 + ns, *pos = next + ns, *idx = pos + n;
-  tsr_engine_seq_lens(e, p0); /* one pass over the cells, not one per sequence */
+  tsr_engine_seq_lens(e, p0);
   memcpy(next, p0, ns * sizeof *next);
   int32_t n_rows = 0, n_touched = 0;
   for (int32_t i = 0; i < b->n; i++) {

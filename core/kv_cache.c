@@ -254,6 +254,14 @@ int tsr_kv_cache_layer_pool(const struct tsr_kv_cache *c, int32_t layer) {
   return layer >= 0 && layer < c->n_layers ? c->layers[layer].pool : -1;
 }
 
+/* Cell i of q loses its last sequence. */
+static void cell_free(struct tsr_kv__pool *q, int32_t i) {
+  if (q->pos[i] >= 0) q->n_used--;
+  q->pos[i] = -1;
+  q->seqs[i] = 0;
+  if (i < q->free_hint) q->free_hint = i;
+}
+
 static bool pool_used(const struct tsr_kv_cache *c, int pool) {
   for (int32_t i = 0; i < c->n_layers; i++)
     if (c->layers[i].pool == pool) return true;
@@ -305,8 +313,7 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
   }
   /* count first, so a step that does not fit changes nothing */
   struct tsr_kv__pool *full = &c->pools[TSR_KV_POOL_FULL], *ring = &c->pools[TSR_KV_POOL_SLIDING];
-  int32_t n_free = 0;
-  for (int32_t i = 0; i < full->n_cells && n_free < n; i++) n_free += full->pos[i] < 0;
+  const int32_t n_free = full->n_cells - full->n_used;
   if (n_free < n)
     return tsr_error_set(TSR_ERR_NOMEM, "context full: %d tokens need cells but %d of n_ctx %d "
                          "are free", n, n_free, full->n_cells);
@@ -325,21 +332,27 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
         int s = __builtin_ctzll(m);
         if (ring->pos[i] > c->released[s]) c->released[s] = ring->pos[i];
       }
-      ring->pos[i] = -1;
-      ring->seqs[i] = 0;
+      cell_free(ring, i);
       if (k < n) ring->slots[k++] = i;
     }
     for (int32_t t = 0; t < n; t++) {
       ring->pos[ring->slots[t]] = pos[t];
       ring->seqs[ring->slots[t]] = 1ull << seq[t];
     }
+    ring->n_used += n;
   }
-  for (int32_t i = 0, t = 0; i < full->n_cells && t < n; i++) {
+  /* the first free cells in order, as a scan from cell 0 would find them */
+  int32_t i = full->free_hint;
+  for (int32_t t = 0; i < full->n_cells && t < n; i++) {
     if (full->pos[i] >= 0) continue;
     full->pos[i] = pos[t];
     full->seqs[i] = 1ull << seq[t];
-    full->slots[t++] = i;
+    full->slots[t] = i;
+    if (pos[t] > c->seq_max[seq[t]]) c->seq_max[seq[t]] = pos[t]; /* read only while valid */
+    t++;
   }
+  full->n_used += n;
+  full->free_hint = i;
   out->n = n;
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++)
     if (pool_used(c, pl)) out->cells[pl] = c->pools[pl].slots;
@@ -421,9 +434,10 @@ tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, 
     for (int32_t i = 0; i < q->n_cells; i++) {
       if (!in_range(q->pos[i], p0, p1)) continue;
       q->seqs[i] &= ~which;
-      if (!q->seqs[i]) q->pos[i] = -1;
+      if (!q->seqs[i]) cell_free(q, i);
     }
   }
+  c->seq_max_valid = false;
   /* no partial removal reached here with state, so each touched state's sequence is gone */
   for (int32_t s = 0; s < c->params.n_seq; s++)
     if ((which >> s & 1) && tsr_kv_cache_seq_pos_max(c, s) < 0) {
@@ -456,6 +470,7 @@ tsr_status tsr_kv_cache_seq_cp(struct tsr_kv_cache *c, int32_t src, int32_t dst,
     for (int32_t i = 0; i < q->n_cells; i++)
       if ((q->seqs[i] >> src & 1) && in_range(q->pos[i], p0, p1)) q->seqs[i] |= 1ull << dst;
   }
+  c->seq_max_valid = false;
   /* the state belongs to src's positions: it travels only with all of them */
   for (int32_t i = 0; i < c->n_layers && tsr_kv_cache_seq_pos_max(c, src) >= 0; i++) {
     float *from = tsr_kv_cache_state(c, i, src), *to = tsr_kv_cache_state(c, i, dst);
@@ -502,6 +517,7 @@ tsr_status tsr_kv_cache_seq_add(struct tsr_kv_cache *c, int32_t seq, int32_t p0,
     for (int32_t i = 0; i < q->n_cells; i++)
       if ((q->seqs[i] & bit) && in_range(q->pos[i], p0, p1)) q->pos[i] += delta;
   }
+  c->seq_max_valid = false;
   return TSR_OK;
 }
 
@@ -511,36 +527,51 @@ void tsr_kv_cache_seq_keep(struct tsr_kv_cache *c, int32_t seq) {
     struct tsr_kv__pool *q = &c->pools[pl];
     for (int32_t i = 0; i < q->n_cells; i++) {
       q->seqs[i] &= keep;
-      if (!q->seqs[i]) q->pos[i] = -1;
+      if (!q->seqs[i]) cell_free(q, i);
     }
+    c->seq_max_valid = false;
   }
   for (int32_t s = 0; s < c->params.n_seq; s++)
     if (s != seq) state_zero(c, s);
 }
 
-int32_t tsr_kv_cache_seq_pos_max(const struct tsr_kv_cache *c, int32_t seq) {
+/* Every sequence's largest position, recounted when a change other than prepare dropped
+** them (one pass over the full pool). */
+static const int32_t *seq_maxima(const struct tsr_kv_cache *cc) {
+  struct tsr_kv_cache *c = (struct tsr_kv_cache *)cc; /* a cache of what the cells say */
+  if (c->seq_max_valid) return c->seq_max;
   const struct tsr_kv__pool *q = &c->pools[TSR_KV_POOL_FULL];
-  int32_t m = -1;
-  if (seq < 0 || seq >= c->params.n_seq) return -1;
-  for (int32_t i = 0; i < q->n_cells; i++)
-    if ((q->seqs[i] >> seq & 1) && q->pos[i] > m) m = q->pos[i];
-  return m;
-}
-
-void tsr_kv_cache_seq_pos_max_all(const struct tsr_kv_cache *c, int32_t *out) {
-  const struct tsr_kv__pool *q = &c->pools[TSR_KV_POOL_FULL];
-  for (int32_t s = 0; s < c->params.n_seq; s++) out[s] = -1;
+  for (int32_t s = 0; s < TSR_KV_MAX_SEQ; s++) c->seq_max[s] = -1;
   for (int32_t i = 0; i < q->n_cells; i++)
     for (uint64_t m = q->seqs[i]; m; m &= m - 1) {
       const int s = __builtin_ctzll(m);
-      if (s < c->params.n_seq && q->pos[i] > out[s]) out[s] = q->pos[i];
+      if (q->pos[i] > c->seq_max[s]) c->seq_max[s] = q->pos[i];
     }
+  c->seq_max_valid = true;
+  return c->seq_max;
+}
+
+int32_t tsr_kv_cache_seq_pos_max(const struct tsr_kv_cache *c, int32_t seq) {
+  if (seq < 0 || seq >= c->params.n_seq) return -1;
+  return seq_maxima(c)[seq];
+}
+
+void tsr_kv_cache_seq_pos_max_all(const struct tsr_kv_cache *c, int32_t *out) {
+  const int32_t *m = seq_maxima(c);
+  for (int32_t s = 0; s < c->params.n_seq; s++) out[s] = m[s];
+}
+
+int32_t tsr_kv_cache_n_free(const struct tsr_kv_cache *c, enum tsr_kv_pool pool) {
+  const struct tsr_kv__pool *q = &c->pools[pool];
+  return q->n_cells - q->n_used;
 }
 
 void tsr_kv_cache_clear(struct tsr_kv_cache *c) {
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     struct tsr_kv__pool *q = &c->pools[pl];
     for (int32_t i = 0; i < q->n_cells; i++) q->pos[i] = -1, q->seqs[i] = 0;
+    q->n_used = 0, q->free_hint = 0;
+    c->seq_max_valid = false;
   }
   for (int32_t s = 0; s < c->params.n_seq; s++) state_zero(c, s), c->released[s] = -1;
 }

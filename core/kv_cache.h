@@ -203,8 +203,11 @@ void tsr_kv_cache_seq_keep(struct tsr_kv_cache *c, int32_t seq);
 int32_t tsr_kv_cache_seq_resume_min(const struct tsr_kv_cache *c, int32_t seq);
 /* Largest position of seq, -1 if it holds none. */
 int32_t tsr_kv_cache_seq_pos_max(const struct tsr_kv_cache *c, int32_t seq);
-/* The same for every sequence in one pass over the cells: out[n_seq]. */
+/* The same for every sequence: out[n_seq]. Both are kept as cells change (a decode step
+** costs no pass over the cells) and recounted after removals, copies and shifts. */
 void tsr_kv_cache_seq_pos_max_all(const struct tsr_kv_cache *c, int32_t *out);
+/* Cells of pool that hold no sequence, kept as cells change. */
+int32_t tsr_kv_cache_n_free(const struct tsr_kv_cache *c, enum tsr_kv_pool pool);
 /* Empties every pool and zeroes every state. */
 void tsr_kv_cache_clear(struct tsr_kv_cache *c);
 

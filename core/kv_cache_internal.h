@@ -14,6 +14,9 @@ struct tsr_kv__pool {
   int32_t *pos;    /* per cell; -1 empty */
   uint64_t *seqs;  /* per cell: bit s set when sequence s holds it */
   int32_t *slots;  /* the last prepare's cells, n_ubatch long */
+  /* kept as cells change, so a decode step is not a pass over a million cells */
+  int32_t n_used;    /* cells with pos >= 0 */
+  int32_t free_hint; /* every cell below it is used: the first free cell is at or after it */
 };
 
 struct tsr_kv__layer {
@@ -42,6 +45,10 @@ struct tsr_kv_cache {
   ** A query at p needs keys (p - window, p], so the sequence can resume at p
   ** only when p - window >= released[s]. */
   int32_t released[TSR_KV_MAX_SEQ];
+  /* each sequence's largest position in the full pool while seq_max_valid; prepare keeps
+  ** it, the other changes drop it and the next read recounts */
+  int32_t seq_max[TSR_KV_MAX_SEQ];
+  bool seq_max_valid;
 };
 
 tsr_status tsr_kv__layout(const struct tsr_arch_layer *layers, int32_t n_layers,

@@ -491,6 +491,62 @@ static void test_state_slots_are_per_sequence_zeroed_and_whole_only(void) {
 
 /* ---- KV-shared layers ---------------------------------------------------------- */
 
+/* The cache keeps its free-cell count, the first free cell and each sequence's largest
+** position as cells change, instead of a pass over every cell per step: after random
+** prepares, removals, copies, shifts and keeps, all three equal a recount over the cells,
+** and a prepare takes exactly the lowest free cells. */
+static void test_kept_counts_equal_a_recount_after_random_changes(void) {
+  struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 8), full_layer(1, 32, 32)};
+  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
+  struct tsr_kv_cache_params p = {.n_ctx = 96, .n_seq = 3, .n_ubatch = 4};
+  struct tsr_kv_cache *c = NULL;
+  CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  if (!c) return;
+  const int32_t cells = tsr_kv_cache_n_cells(c, TSR_KV_POOL_FULL);
+  int bad_free = 0, bad_max = 0, bad_cells = 0, prepared = 0;
+  for (int step = 0; step < 3000; step++) {
+    const int32_t s = (int32_t)(tsr_test_next() % 3), op = (int32_t)(tsr_test_next() % 10);
+    int32_t lens[3];
+    tsr_kv_cache_seq_pos_max_all(c, lens);
+    if (op < 6) { /* the next 1..4 positions of s */
+      int32_t n = 1 + (int32_t)(tsr_test_next() % 4), pos[4], seq[4], lowest[4], k = 0;
+      for (int32_t i = 0; i < n; i++) pos[i] = lens[s] + 1 + i, seq[i] = s;
+      for (int32_t i = 0; i < cells && k < n; i++)
+        if (tsr_kv_cache_cell_pos(c, TSR_KV_POOL_FULL, i) < 0) lowest[k++] = i;
+      struct tsr_kv_slots sl;
+      if (tsr_kv_cache_prepare(c, pos, seq, n, &sl) == TSR_OK) {
+        prepared++;
+        for (int32_t i = 0; i < n; i++) bad_cells += sl.cells[TSR_KV_POOL_FULL][i] != lowest[i];
+      }
+    } else if (op < 8 && lens[s] >= 0) { /* a tail, or the whole sequence */
+      const int32_t p0 = (int32_t)(tsr_test_next() % (uint64_t)(lens[s] + 1));
+      (void)tsr_kv_cache_seq_rm(c, s, op == 6 ? p0 : -1, -1);
+    } else if (op == 8) {
+      const int32_t d = (s + 1) % 3;
+      if (lens[d] < 0) (void)tsr_kv_cache_seq_cp(c, s, d, -1, -1);
+      else (void)tsr_kv_cache_seq_add(c, d, -1, -1, 1);
+    } else if (tsr_test_next() % 8 == 0) {
+      tsr_kv_cache_seq_keep(c, s);
+    }
+    /* recount */
+    int32_t free_cells = 0, want[3] = {-1, -1, -1}, got[3];
+    for (int32_t i = 0; i < cells; i++) {
+      const int32_t pos = tsr_kv_cache_cell_pos(c, TSR_KV_POOL_FULL, i);
+      const uint64_t m = tsr_kv_cache_cell_seqs(c, TSR_KV_POOL_FULL, i);
+      free_cells += pos < 0;
+      for (int q = 0; q < 3; q++)
+        if ((m >> q & 1) && pos > want[q]) want[q] = pos;
+    }
+    bad_free += tsr_kv_cache_n_free(c, TSR_KV_POOL_FULL) != free_cells;
+    tsr_kv_cache_seq_pos_max_all(c, got);
+    for (int q = 0; q < 3; q++) bad_max += got[q] != want[q] || tsr_kv_cache_seq_pos_max(c, q) != want[q];
+  }
+  CHECK_MSG(prepared > 500, "%d prepares", prepared);
+  CHECK_MSG(!bad_free && !bad_max && !bad_cells, "%d free counts, %d maxima, %d cells differ",
+            bad_free, bad_max, bad_cells);
+  tsr_kv_cache_free(c);
+}
+
 static void test_shared_layer_allocates_nothing_and_aliases_its_source(void) {
   struct tsr_arch_layer layers[2] = {full_layer(2, 32, 32), full_layer(2, 32, 32)};
   layers[1].kv_shared_from = 1;
@@ -541,5 +597,6 @@ int main(void) {
   TSR_RUN(test_seq_add_moves_positions_and_masks_follow);
   TSR_RUN(test_state_slots_are_per_sequence_zeroed_and_whole_only);
   TSR_RUN(test_shared_layer_allocates_nothing_and_aliases_its_source);
+  TSR_RUN(test_kept_counts_equal_a_recount_after_random_changes);
   return TSR_TEST_EXIT();
 }

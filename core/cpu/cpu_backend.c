@@ -27,7 +27,6 @@ static const char *cpu_name(void *ctx) {
   return "cpu";
 }
 
-
 static tsr_status cpu_supports(void *ctx, const struct tsr_tensor *t) {
   (void)ctx;
   if (!tsr_op_computes(t)) return TSR_OK;
@@ -74,7 +73,6 @@ static tsr_status cpu_time_nodes(void *ctx, struct tsr_op_times *acc) {
   ((struct cpu_backend *)ctx)->times = acc;
   return TSR_OK;
 }
-
 
 static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
   struct cpu_backend *be = ctx;

@@ -166,7 +166,6 @@ static void cu_forget(void *ctx, const void *host, size_t size) {
 
 /* ---- running a graph ---------------------------------------------------------- */
 
-
 static const struct tsr_tensor *owner_of(const struct tsr_tensor *t) {
   return t->view_src ? t->view_src : t;
 }

@@ -14,10 +14,10 @@
 **
 ** mat_mul_id with few (slot, token) pairs runs one kernel that reads each
 ** pair's expert id on the device (with TESSERA_CUDA_GEMV=q8 and x's slots
-** packed, the q8 gemv's kernel per pair for the types it takes). With more pairs the ids come to the host
-** (one synchronisation), pairs are grouped by expert, and each expert's
-** columns are gathered, multiplied as above and scattered back. An id
-** outside [0, E) gives a zero column, as on the CPU.
+** packed, the q8 gemv's kernel per pair for the types it takes). With more
+** pairs the ids come to the host (one synchronisation), pairs are grouped by
+** expert, and each expert's columns are gathered, multiplied as above and
+** scattered back. An id outside [0, E) gives a zero column, as on the CPU.
 */
 #include <stdlib.h>
 #include <string.h>

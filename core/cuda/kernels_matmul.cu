@@ -48,12 +48,6 @@ static int chunk_wide(const char *w, int64_t wnb1) {
   return (uintptr_t)w % 4 == 0 && wnb1 % 4 == 0;
 }
 
-/* Rounds two floats to a pair of halves, packed. */
-__device__ static inline uint32_t tsr_pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
-
 /* Plain weights (gemm_f32 mode): an element a thread. */
 template <int T>
 __global__ void k_dequant_rows(void *out, int half, const char *w, int64_t K, int64_t rows,
@@ -79,8 +73,8 @@ __global__ void k_dequant_rows8(void *out, int half, const char *w, int64_t K, i
     dq_part8<T>(reinterpret_cast<const uint8_t *>(w + r * wnb1), c8 / 4, (int)(c8 % 4), v, wide);
     if (half) {
       uint4 h;
-      h.x = tsr_pack_half2(v[0], v[1]), h.y = tsr_pack_half2(v[2], v[3]);
-      h.z = tsr_pack_half2(v[4], v[5]), h.w = tsr_pack_half2(v[6], v[7]);
+      h.x = cu_half2_bits(v[0], v[1]), h.y = cu_half2_bits(v[2], v[3]);
+      h.z = cu_half2_bits(v[4], v[5]), h.w = cu_half2_bits(v[6], v[7]);
       reinterpret_cast<uint4 *>(out)[f] = h;
     } else {
       float4 *o = reinterpret_cast<float4 *>(out) + 2 * f;

@@ -29,11 +29,6 @@
 
 #define TSR_MMA_WARPS 4
 
-__device__ static inline uint32_t tsr_mma_pack(float lo, float hi) {
-  const __half2 h = __halves2half2(__float2half_rn(lo), __float2half_rn(hi));
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
-
 /* c += a b: a 16x16 row-major, b 16x8 col-major, c 16x8 (f32) */
 __device__ static inline void tsr_mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
                                             uint32_t b1) {
@@ -353,10 +348,10 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
 #pragma unroll
     for (int kc = 0; kc < TK / 16; kc++) {
       uint32_t pa[4];
-      pa[0] = tsr_mma_pack(s[2 * kc][0], s[2 * kc][1]);
-      pa[1] = tsr_mma_pack(s[2 * kc][2], s[2 * kc][3]);
-      pa[2] = tsr_mma_pack(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-      pa[3] = tsr_mma_pack(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+      pa[0] = cu_half2_bits(s[2 * kc][0], s[2 * kc][1]);
+      pa[1] = cu_half2_bits(s[2 * kc][2], s[2 * kc][3]);
+      pa[2] = cu_half2_bits(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+      pa[3] = cu_half2_bits(s[2 * kc + 1][2], s[2 * kc + 1][3]);
 #pragma unroll
       for (int nv = 0; nv < NV; nv += 2) {
         if (nv * 8 >= Dvw) break;

@@ -400,6 +400,12 @@ CU_HD static inline float dq_rt(int t, const char *row, int64_t i, int64_t nb0) 
 
 /* ---- writing ------------------------------------------------------------- */
 
+/* Two floats rounded to halves, as the 32 bits of a half2 (lo in the low half). */
+__device__ static inline uint32_t cu_half2_bits(float lo, float hi) {
+  const __half2 h = __halves2half2(__float2half_rn(lo), __float2half_rn(hi));
+  return *reinterpret_cast<const uint32_t *>(&h);
+}
+
 /* The CPU's tsr_f32_to_bf16: round to nearest even, NaN kept quiet. */
 CU_HD static inline uint16_t f_bf16(float f) {
   const uint32_t x = f2u(f);

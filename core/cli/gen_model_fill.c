@@ -45,6 +45,13 @@ static uint64_t name_hash(const char *s) {
   return h;
 }
 
+/* The generator of row `row` of tensor t: its own, whatever the order rows are made in. */
+static uint64_t row_state(const struct gen_tensor *t, uint64_t seed, int64_t row) {
+  uint64_t state = seed ^ name_hash(t->name) ^ ((uint64_t)row * 0xd1b54a32d192ed03ull);
+  splitmix64(&state);
+  return state;
+}
+
 /* Row `row` of tensor t as f32 values in x[0..ne0). */
 static void fill_row(const struct gen_tensor *t, uint64_t seed, int64_t row, float *x) {
   const int64_t n = t->ne[0];
@@ -56,8 +63,7 @@ static void fill_row(const struct gen_tensor *t, uint64_t seed, int64_t row, flo
     for (int64_t i = 0; i < n; i++) x[i] = i < t->n_rot_pairs ? 1.0f : 1e30f;
     return;
   }
-  uint64_t state = seed ^ name_hash(t->name) ^ ((uint64_t)row * 0xd1b54a32d192ed03ull);
-  splitmix64(&state);
+  uint64_t state = row_state(t, seed, row);
   const float two_pi = 6.283185307f, inv24 = 1.0f / 16777216.0f;
   for (int64_t i = 0; i < n; i += 2) {
     uint64_t r = splitmix64(&state);
@@ -95,8 +101,7 @@ static float block_scale(uint64_t *state, float std, float codes_std) {
 }
 
 void gen_fill_codes(const struct gen_tensor *t, uint64_t seed, int64_t row, unsigned char *dst) {
-  uint64_t state = seed ^ name_hash(t->name) ^ ((uint64_t)row * 0xd1b54a32d192ed03ull);
-  splitmix64(&state);
+  uint64_t state = row_state(t, seed, row);
   const int64_t n_blocks = t->ne[0] / tsr_dtype_block_size(t->dtype);
   const size_t bytes = tsr_dtype_type_size(t->dtype);
   for (int64_t b = 0; b < n_blocks; b++) {

@@ -16,17 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend.h"
 #include "op_times.h"
 #include "op_test_util.h"
-
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static int cmp_d(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -48,21 +41,21 @@ static struct timing time_graph(struct tsr_backend *be, struct tsr_graph *g, int
   double wall[64], node[64];
   struct tsr_op_times acc;
   struct timing r = {-1, -1};
-  for (int i = 0; i < 3 + iters; i++) {
+  int i = 0;
+  for (; i < 3 + iters; i++) {
     if (i == 3 && tsr_backend_time_nodes(be, &acc) != TSR_OK) break;
     memset(&acc, 0, sizeof acc);
-    double t0 = now_ms();
+    const double t0 = tsr_op_times_now();
     if (tsr_backend_compute(be, g) != TSR_OK) break;
-    if (i >= 3) wall[i - 3] = now_ms() - t0, node[i - 3] = 1e3 * acc.node_seconds;
-    if (i == 2 + iters) r.wall_ms = 0;
+    if (i >= 3) wall[i - 3] = 1e3 * (tsr_op_times_now() - t0), node[i - 3] = 1e3 * acc.node_seconds;
   }
   (void)tsr_backend_time_nodes(be, NULL);
-  if (r.wall_ms < 0) {
+  if (i < 3 + iters) { /* stopped by an error */
     printf("BENCH error: %s\n", tsr_error_message());
     g_errors++;
     return r;
   }
-  for (int i = 0; i < iters; i++)
+  for (i = 0; i < iters; i++)
     if (!(node[i] > 0 && node[i] <= wall[i])) { /* the node lies inside its compute */
       printf("BENCH error: repetition %d timed its node at %.4f ms of a %.4f ms compute\n", i,
              node[i], wall[i]);

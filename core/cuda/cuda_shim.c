@@ -33,3 +33,7 @@ void tsr_error_prefix(const char *fmt, ...) {
   snprintf(msg, sizeof msg, "%s: %s", prefix, old);
   if (tsr_cuda_host_table) tsr_cuda_host_table->set_error(msg);
 }
+
+const char *tsr_error_message(void) {
+  return tsr_cuda_host_table ? tsr_cuda_host_table->get_error() : "";
+}

@@ -370,7 +370,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
       .output_rows = n_out < n ? tsr_new_tensor_1d(g, TSR_I32, n_out ? n_out : 1) : NULL};
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     if (!slots->cells[pl]) continue;
-    const int32_t cells = tsr_kv_cache_n_cells(e->kv, pl);
+    const int32_t cells = tsr_kv_cache_span(e->kv, pl); /* attention reads these only */
     fw.kv_cells[pl] = tsr_new_tensor_1d(g, TSR_I32, n);
     fw.kv_pos[pl] = tsr_new_tensor_1d(g, TSR_I32, cells);
     if (seq < 0) fw.kv_mask[pl] = tsr_new_tensor(g, TSR_F32, 2, (int64_t[]){cells, n});
@@ -409,11 +409,12 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
     for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
       if (!fw.kv_cells[pl]) continue;
       memcpy(fw.kv_cells[pl]->data, slots->cells[pl], (size_t)n * sizeof(int32_t));
-      tsr_kv_cache_fill_kv_pos(e->kv, pl, seq, fw.kv_pos[pl]->data);
+      const int32_t span = (int32_t)fw.kv_pos[pl]->ne[0];
+      tsr_kv_cache_fill_kv_pos(e->kv, pl, seq, span, fw.kv_pos[pl]->data);
       /* the mask says only which cells a token's sequence holds: flash still
       ** applies causality and the window from the positions */
       if (fw.kv_mask[pl] && fw.kv_mask[pl]->data)
-        tsr_kv_cache_fill_mask(e->kv, pl, pos, seqs, n, false, 0, fw.kv_mask[pl]->data);
+        tsr_kv_cache_fill_mask(e->kv, pl, pos, seqs, n, false, 0, span, fw.kv_mask[pl]->data);
     }
     st = tsr_backend_compute(e->backend, g);
   }

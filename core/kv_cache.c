@@ -250,6 +250,15 @@ int32_t tsr_kv_cache_n_cells(const struct tsr_kv_cache *c, enum tsr_kv_pool pool
   return pool >= 0 && pool < TSR_KV_POOL_COUNT ? c->pools[pool].n_cells : 0;
 }
 
+int32_t tsr_kv_cache_span(struct tsr_kv_cache *c, enum tsr_kv_pool pool) {
+  if (pool < 0 || pool >= TSR_KV_POOL_COUNT) return 0;
+  struct tsr_kv__pool *q = &c->pools[pool];
+  while (q->hi > 0 && q->pos[q->hi - 1] < 0) q->hi--;
+  int32_t span = (q->hi + TSR_KV_SPAN_STEP - 1) / TSR_KV_SPAN_STEP * TSR_KV_SPAN_STEP;
+  if (span < TSR_KV_SPAN_STEP) span = TSR_KV_SPAN_STEP;
+  return span < q->n_cells ? span : q->n_cells;
+}
+
 int tsr_kv_cache_layer_pool(const struct tsr_kv_cache *c, int32_t layer) {
   return layer >= 0 && layer < c->n_layers ? c->layers[layer].pool : -1;
 }
@@ -338,6 +347,7 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
     for (int32_t t = 0; t < n; t++) {
       ring->pos[ring->slots[t]] = pos[t];
       ring->seqs[ring->slots[t]] = 1ull << seq[t];
+      if (ring->slots[t] >= ring->hi) ring->hi = ring->slots[t] + 1;
     }
     ring->n_used += n;
   }
@@ -353,6 +363,7 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
   }
   full->n_used += n;
   full->free_hint = i;
+  if (i > full->hi) full->hi = i; /* i: one past the last cell taken */
   out->n = n;
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++)
     if (pool_used(c, pl)) out->cells[pl] = c->pools[pl].slots;
@@ -360,21 +371,22 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
 }
 
 void tsr_kv_cache_fill_kv_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool, int32_t seq,
-                              int32_t *kv_pos) {
+                              int32_t n_cells, int32_t *kv_pos) {
   const struct tsr_kv__pool *q = &c->pools[pool];
   const uint64_t bit = seq >= 0 && seq < TSR_KV_MAX_SEQ ? 1ull << seq : 0;
-  for (int32_t i = 0; i < q->n_cells; i++)
+  for (int32_t i = 0; i < n_cells && i < q->n_cells; i++)
     kv_pos[i] = seq < 0 || (q->seqs[i] & bit) ? q->pos[i] : -1;
 }
 
 void tsr_kv_cache_fill_mask(const struct tsr_kv_cache *c, enum tsr_kv_pool pool,
                             const int32_t *q_pos, const int32_t *q_seq, int n, bool causal,
-                            int32_t window, float *mask) {
+                            int32_t window, int32_t n_cells, float *mask) {
   const struct tsr_kv__pool *q = &c->pools[pool];
+  if (n_cells > q->n_cells) n_cells = q->n_cells;
   for (int j = 0; j < n; j++) {
-    float *row = mask + (size_t)j * (size_t)q->n_cells;
+    float *row = mask + (size_t)j * (size_t)n_cells;
     uint64_t bit = q_seq[j] >= 0 && q_seq[j] < TSR_KV_MAX_SEQ ? 1ull << q_seq[j] : 0;
-    for (int32_t i = 0; i < q->n_cells; i++) {
+    for (int32_t i = 0; i < n_cells; i++) {
       int32_t p = q->pos[i];
       bool see = p >= 0 && (q->seqs[i] & bit) && (!causal || p <= q_pos[j]) &&
                  (window <= 0 || (int64_t)q_pos[j] - p < window);
@@ -570,7 +582,7 @@ void tsr_kv_cache_clear(struct tsr_kv_cache *c) {
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     struct tsr_kv__pool *q = &c->pools[pl];
     for (int32_t i = 0; i < q->n_cells; i++) q->pos[i] = -1, q->seqs[i] = 0;
-    q->n_used = 0, q->free_hint = 0;
+    q->n_used = 0, q->free_hint = 0, q->hi = 0;
     c->seq_max_valid = false;
   }
   for (int32_t s = 0; s < c->params.n_seq; s++) state_zero(c, s), c->released[s] = -1;

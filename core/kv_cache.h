@@ -114,6 +114,13 @@ void tsr_kv_cache_free(struct tsr_kv_cache *c);
 uint64_t tsr_kv_cache_bytes(const struct tsr_kv_cache *c);
 
 int32_t tsr_kv_cache_n_cells(const struct tsr_kv_cache *c, enum tsr_kv_pool pool);
+/* Cells [0, span) hold every used cell of the pool: what a step's attention
+** reads, so its cost follows the tokens held, not n_ctx. A multiple of
+** TSR_KV_SPAN_STEP (a graph keeps its shapes for that many decode steps),
+** at most n_cells, at least one step. Amortized O(1): the bound kept by
+** prepare is lowered past cells freed since. */
+#define TSR_KV_SPAN_STEP 256
+int32_t tsr_kv_cache_span(struct tsr_kv_cache *c, enum tsr_kv_pool pool);
 /* The pool a layer's K/V live in (a shared layer: its source's), or -1. */
 int tsr_kv_cache_layer_pool(const struct tsr_kv_cache *c, int32_t layer);
 /* One cell's position (-1 empty) and sequence bitmask. */
@@ -135,18 +142,20 @@ struct tsr_kv_slots {
 ** full: ...") and the cache is unchanged. */
 tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, const int32_t *seq,
                                 int32_t n, struct tsr_kv_slots *out);
-/* kv_pos[cell] = the cell's position, -1 if empty or (seq >= 0) not held by
-** seq (flash hides kv_pos < 0). seq < 0: every cell's position, for a batch of
-** several sequences, whose mask then says which cells each query sees. */
+/* kv_pos[cell] for the cells [0, n_cells) = the cell's position, -1 if empty
+** or (seq >= 0) not held by seq (flash hides kv_pos < 0). seq < 0: every
+** cell's position, for a batch of several sequences, whose mask then says
+** which cells each query sees. n_cells: the pool's, or its span. */
 void tsr_kv_cache_fill_kv_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool, int32_t seq,
-                              int32_t *kv_pos);
-/* Additive mask [cells x n] (mask[j * cells + cell], the flash op's
-** [Nkv, Nq]): 0 where the cell is visible to query j, else -INFINITY. Visible
+                              int32_t n_cells, int32_t *kv_pos);
+/* Additive mask [n_cells x n] (mask[j * n_cells + cell], the flash op's
+** [Nkv, Nq]) over the cells [0, n_cells): 0 where the cell is visible to
+** query j, else -INFINITY. Visible
 ** iff the cell holds q_seq[j], and pos <= q_pos[j] when causal, and
 ** q_pos[j] - pos < window when window > 0. */
 void tsr_kv_cache_fill_mask(const struct tsr_kv_cache *c, enum tsr_kv_pool pool,
                             const int32_t *q_pos, const int32_t *q_seq, int n, bool causal,
-                            int32_t window, float *mask);
+                            int32_t window, int32_t n_cells, float *mask);
 
 /* ---- graph wiring --------------------------------------------------------- */
 

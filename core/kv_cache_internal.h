@@ -17,6 +17,7 @@ struct tsr_kv__pool {
   /* kept as cells change, so a decode step is not a pass over a million cells */
   int32_t n_used;    /* cells with pos >= 0 */
   int32_t free_hint; /* every cell below it is used: the first free cell is at or after it */
+  int32_t hi;        /* every cell at or above it is free (frees leave it high; span lowers it) */
 };
 
 struct tsr_kv__layer {

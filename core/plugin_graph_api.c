@@ -100,6 +100,14 @@ tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct 
     tsr_kv_cache_store(fw->g, fw->kv, layer, k, v, fw->kv_cells[pool], &call->k, &call->v);
   call->kv_pos = fw->kv_pos[pool];
   call->mask = fw->seq < 0 ? fw->kv_mask[pool] : NULL;
+  /* the cells past the span are empty: attention reads the span's only */
+  const int64_t span = fw->kv_pos[pool]->ne[0];
+  if (call->k && call->v && call->k->ne[1] > span) {
+    call->k = tsr_view(fw->g, call->k, 3, (int64_t[]){call->k->ne[0], span, call->k->ne[2]},
+                       call->k->nb, 0);
+    call->v = tsr_view(fw->g, call->v, 3, (int64_t[]){call->v->ne[0], span, call->v->ne[2]},
+                       call->v->nb, 0);
+  }
   tsr_status st = tsr_graph_status(fw->g);
   return st != TSR_OK ? st : (call->k && call->v) ? TSR_OK : TSR_ERR_INTERNAL;
 }

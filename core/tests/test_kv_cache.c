@@ -35,6 +35,10 @@ static void codecs_init(void) {
   C_Q4_0 = codec_of(TSR_Q4_0);
 }
 
+static int32_t full_cells(const struct tsr_kv_cache *c) {
+  return tsr_kv_cache_n_cells(c, TSR_KV_POOL_FULL);
+}
+
 static struct tsr_arch_layer full_layer(int hkv, int dk, int dv) {
   return (struct tsr_arch_layer){.kind = TSR_LAYER_FULL, .n_head = hkv * 2, .n_head_kv = hkv,
                                  .head_dim_k = dk, .head_dim_v = dv};
@@ -279,13 +283,13 @@ static void test_full_pool_exhaustion_fails_and_leaves_the_cache_unchanged(void)
   int32_t pos2[3] = {4, 5, 6};
   CHECK_OK(tsr_kv_cache_prepare(c, pos2, seq, 3, &s));
   int32_t before[8];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, before);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, full_cells(c), before);
   int32_t pos3[2] = {7, 8};
   CHECK(tsr_kv_cache_prepare(c, pos3, seq, 2, &s) == TSR_ERR_NOMEM);
   CHECK(strstr(tsr_error_message(), "context full") != NULL);
   CHECK(strstr(tsr_error_message(), "n_ctx 8") != NULL);
   int32_t after[8];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, after);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, full_cells(c), after);
   CHECK(memcmp(before, after, sizeof before) == 0);
   CHECK(tsr_kv_cache_seq_pos_max(c, 0) == 6);
   CHECK_OK(tsr_kv_cache_prepare(c, pos3, seq, 1, &s)); /* one still fits */
@@ -333,11 +337,11 @@ static void test_two_sequences_are_isolated_shared_by_copy_and_removed_alone(voi
   CHECK((s0 & s1) == 0);
   float mask[4 * N];
   int32_t qp[4] = {4, 3, 1, 4}, qs[4] = {0, 1, 0, 0};
-  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, qp, qs, 3, true, 0, mask);
+  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, qp, qs, 3, true, 0, full_cells(c), mask);
   CHECK(visible(mask, N, 0) == s0);
   CHECK(visible(mask, N, 1) == s1);
   CHECK(visible(mask, N, 2) == cells_of(c, 0, 0, 1)); /* causal */
-  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, qp + 3, qs + 3, 1, true, 2, mask);
+  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, qp + 3, qs + 3, 1, true, 2, full_cells(c), mask);
   CHECK(visible(mask, N, 0) == cells_of(c, 0, 3, 3)); /* window 2 at 4: only 3 */
   /* seq 1 forgets its own and shares seq 0's first two positions */
   CHECK_OK(tsr_kv_cache_seq_rm(c, 1, -1, -1));
@@ -350,7 +354,7 @@ static void test_two_sequences_are_isolated_shared_by_copy_and_removed_alone(voi
   int32_t all[2];
   tsr_kv_cache_seq_pos_max_all(c, all); /* one pass agrees with each shared cell's owners */
   CHECK(all[0] == tsr_kv_cache_seq_pos_max(c, 0) && all[0] == 3 && all[1] == 1);
-  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, qp, qs, 2, true, 0, mask);
+  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, qp, qs, 2, true, 0, full_cells(c), mask);
   CHECK(visible(mask, N, 0) == s0);     /* seq 0 still sees all of its own */
   CHECK(visible(mask, N, 1) == shared); /* seq 1 sees the shared cells */
   /* removing seq 0 frees only what seq 1 does not hold */
@@ -358,7 +362,7 @@ static void test_two_sequences_are_isolated_shared_by_copy_and_removed_alone(voi
   CHECK(tsr_kv_cache_seq_pos_max(c, 0) == -1);
   CHECK(tsr_kv_cache_seq_pos_max(c, 1) == 1);
   int32_t kv_pos[N];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, kv_pos);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, full_cells(c), kv_pos);
   int live = 0;
   for (int i = 0; i < N; i++) live += kv_pos[i] >= 0;
   CHECK(live == 2);
@@ -385,13 +389,13 @@ static void test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_emp
   CHECK_OK(tsr_kv_cache_prepare(c, pos, seq, 3, &s));
   CHECK(s.n == 3 && s.cells[TSR_KV_POOL_FULL] != NULL && s.cells[TSR_KV_POOL_SLIDING] == NULL);
   int32_t kv_pos[6];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, kv_pos);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, full_cells(c), kv_pos);
   int32_t want[6] = {-1, -1, -1, -1, -1, -1};
   for (int i = 0; i < 3; i++) want[s.cells[TSR_KV_POOL_FULL][i]] = pos[i];
   CHECK(memcmp(kv_pos, want, sizeof want) == 0);
   CHECK_OK(tsr_kv_cache_seq_rm(c, 0, 11, 12));
   want[s.cells[TSR_KV_POOL_FULL][1]] = -1;
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, kv_pos);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, full_cells(c), kv_pos);
   CHECK(memcmp(kv_pos, want, sizeof want) == 0);
   tsr_kv_cache_free(c);
 }
@@ -420,24 +424,24 @@ static void test_seq_add_moves_positions_and_masks_follow(void) {
   /* the causal mask follows: a query at 3 now sees the moved token 5 (at 2) and not 6 */
   float mask[N];
   int32_t qp = 3, qs = 0;
-  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, &qp, &qs, 1, true, 0, mask);
+  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, &qp, &qs, 1, true, 0, full_cells(c), mask);
   int64_t want_vis = (int64_t)1 << cell_of[0] | (int64_t)1 << cell_of[1] |
                      (int64_t)1 << cell_of[5] | (int64_t)1 << cell_of[6];
   CHECK(visible(mask, N, 0) == want_vis);
   /* and so does a window: 2 at query 5 sees positions 4 (token 7) and nothing else held */
   qp = 5;
-  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, &qp, &qs, 1, true, 2, mask);
+  tsr_kv_cache_fill_mask(c, TSR_KV_POOL_FULL, &qp, &qs, 1, true, 2, full_cells(c), mask);
   CHECK(visible(mask, N, 0) == (int64_t)1 << cell_of[7]);
   /* moving onto positions seq still holds, below 0, or cells shared with another
   ** sequence is refused and changes nothing */
   int32_t before[N], after[N];
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, before);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, full_cells(c), before);
   CHECK(tsr_kv_cache_seq_add(c, 0, 2, -1, -1) == TSR_ERR_INVALID_ARG);
   CHECK(tsr_kv_cache_seq_add(c, 0, -1, -1, -1) == TSR_ERR_INVALID_ARG);
   CHECK_OK(tsr_kv_cache_seq_cp(c, 0, 1, 3, 5));
   CHECK(tsr_kv_cache_seq_add(c, 0, 2, -1, 10) == TSR_ERR_UNSUPPORTED);
   CHECK(strstr(tsr_error_message(), "shared") != NULL);
-  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, after);
+  tsr_kv_cache_fill_kv_pos(c, TSR_KV_POOL_FULL, -1, full_cells(c), after);
   CHECK(memcmp(before, after, sizeof before) == 0);
   /* a move up into free positions is fine */
   CHECK_OK(tsr_kv_cache_seq_rm(c, 1, -1, -1));
@@ -491,25 +495,26 @@ static void test_state_slots_are_per_sequence_zeroed_and_whole_only(void) {
 
 /* ---- KV-shared layers ---------------------------------------------------------- */
 
-/* The cache keeps its free-cell count, the first free cell and each sequence's largest
-** position as cells change, instead of a pass over every cell per step: after random
-** prepares, removals, copies, shifts and keeps, all three equal a recount over the cells,
-** and a prepare takes exactly the lowest free cells. */
+/* The cache keeps its free-cell count, the first free cell, each sequence's largest
+** position and the span of used cells as cells change, instead of a pass over every cell
+** per step: after random prepares, removals, copies, shifts and keeps, all equal a recount
+** over the cells (the span: the used cells' end rounded up to TSR_KV_SPAN_STEP), and a
+** prepare takes exactly the lowest free cells. */
 static void test_kept_counts_equal_a_recount_after_random_changes(void) {
   struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 8), full_layer(1, 32, 32)};
   struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
-  struct tsr_kv_cache_params p = {.n_ctx = 96, .n_seq = 3, .n_ubatch = 4};
+  struct tsr_kv_cache_params p = {.n_ctx = 600, .n_seq = 3, .n_ubatch = 16};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
   if (!c) return;
   const int32_t cells = tsr_kv_cache_n_cells(c, TSR_KV_POOL_FULL);
-  int bad_free = 0, bad_max = 0, bad_cells = 0, prepared = 0;
+  int bad_free = 0, bad_max = 0, bad_cells = 0, bad_span = 0, prepared = 0, spans_seen = 0;
   for (int step = 0; step < 3000; step++) {
     const int32_t s = (int32_t)(tsr_test_next() % 3), op = (int32_t)(tsr_test_next() % 10);
     int32_t lens[3];
     tsr_kv_cache_seq_pos_max_all(c, lens);
-    if (op < 6) { /* the next 1..4 positions of s */
-      int32_t n = 1 + (int32_t)(tsr_test_next() % 4), pos[4], seq[4], lowest[4], k = 0;
+    if (op < 6) { /* the next 1..16 positions of s */
+      int32_t n = 1 + (int32_t)(tsr_test_next() % 16), pos[16], seq[16], lowest[16], k = 0;
       for (int32_t i = 0; i < n; i++) pos[i] = lens[s] + 1 + i, seq[i] = s;
       for (int32_t i = 0; i < cells && k < n; i++)
         if (tsr_kv_cache_cell_pos(c, TSR_KV_POOL_FULL, i) < 0) lowest[k++] = i;
@@ -529,21 +534,29 @@ static void test_kept_counts_equal_a_recount_after_random_changes(void) {
       tsr_kv_cache_seq_keep(c, s);
     }
     /* recount */
-    int32_t free_cells = 0, want[3] = {-1, -1, -1}, got[3];
+    int32_t free_cells = 0, want[3] = {-1, -1, -1}, got[3], end = 0;
     for (int32_t i = 0; i < cells; i++) {
       const int32_t pos = tsr_kv_cache_cell_pos(c, TSR_KV_POOL_FULL, i);
       const uint64_t m = tsr_kv_cache_cell_seqs(c, TSR_KV_POOL_FULL, i);
       free_cells += pos < 0;
+      if (pos >= 0) end = i + 1;
       for (int q = 0; q < 3; q++)
         if ((m >> q & 1) && pos > want[q]) want[q] = pos;
     }
     bad_free += tsr_kv_cache_n_free(c, TSR_KV_POOL_FULL) != free_cells;
+    int32_t span = (end + TSR_KV_SPAN_STEP - 1) / TSR_KV_SPAN_STEP * TSR_KV_SPAN_STEP;
+    span = span < TSR_KV_SPAN_STEP ? TSR_KV_SPAN_STEP : span > cells ? cells : span;
+    const int32_t kept = tsr_kv_cache_span(c, TSR_KV_POOL_FULL);
+    bad_span += kept != span;
+    spans_seen |= 1 << (kept / TSR_KV_SPAN_STEP);
     tsr_kv_cache_seq_pos_max_all(c, got);
     for (int q = 0; q < 3; q++) bad_max += got[q] != want[q] || tsr_kv_cache_seq_pos_max(c, q) != want[q];
   }
   CHECK_MSG(prepared > 500, "%d prepares", prepared);
-  CHECK_MSG(!bad_free && !bad_max && !bad_cells, "%d free counts, %d maxima, %d cells differ",
-            bad_free, bad_max, bad_cells);
+  CHECK_MSG(spans_seen == 6, "spans seen (bit k: k steps) %#x", spans_seen); /* 256; 512, 600 */
+  CHECK_MSG(!bad_free && !bad_max && !bad_cells && !bad_span,
+            "%d free counts, %d maxima, %d cells, %d spans differ", bad_free, bad_max, bad_cells,
+            bad_span);
   tsr_kv_cache_free(c);
 }
 

@@ -525,8 +525,8 @@ static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
   if (!tsr_cuda_graph_capturable(g, CU_GEMV_MAX_N, MMID_DIRECT_PAIRS, why, sizeof why)) {
     /* prefill (batched products) never is; a decode step that is not says so once */
     if (!strstr(why, "batched product") && !c->said_uncapturable) {
-      fprintf(stderr, "tessera: cuda backend: TESSERA_CUDA_GRAPHS=1, but this decode graph "
-              "cannot be captured: %s; it runs node by node\n", why);
+      fprintf(stderr, "tessera: cuda backend: this decode graph cannot be captured as a CUDA "
+              "graph: %s; it runs node by node\n", why);
       c->said_uncapturable = true;
     }
     c->sig_len = 0, c->sig_refused = false;
@@ -716,16 +716,16 @@ static tsr_status open_device(struct cu_ctx *c) {
     return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GEMM=%s: f16 (the default) or f32",
                          gemm);
   if (gemv && *gemv && strcmp(gemv, "f32") != 0 && strcmp(gemv, "q8") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GEMV=%s: f32 (the default) or q8",
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GEMV=%s: q8 (the default) or f32",
                          gemv);
   c->gemm_f32 = gemm && strcmp(gemm, "f32") == 0;
-  c->gemv_x8 = gemv && strcmp(gemv, "q8") == 0;
+  c->gemv_x8 = !(gemv && strcmp(gemv, "f32") == 0);
   const char *sync = getenv("TESSERA_CUDA_SYNC"), *graphs = getenv("TESSERA_CUDA_GRAPHS");
   c->sync_nodes = sync && strcmp(sync, "1") == 0;
   if (graphs && *graphs && strcmp(graphs, "0") != 0 && strcmp(graphs, "1") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GRAPHS=%s: 0 (the default) or 1",
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GRAPHS=%s: 1 (the default) or 0",
                          graphs);
-  c->use_graphs = graphs && strcmp(graphs, "1") == 0;
+  c->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
   return TSR_OK;
 }
 

@@ -51,7 +51,7 @@ struct cu_ctx {
   cudaStream_t stream;
   cublasHandle_t blas;
   bool gemm_f32;   /* TESSERA_CUDA_GEMM=f32: batched products in f32, not f16 */
-  bool gemv_x8;    /* TESSERA_CUDA_GEMV=q8: decode products with x coded to 8 bits */
+  bool gemv_x8;    /* decode products with x coded to 8 bits (TESSERA_CUDA_GEMV=f32: off) */
   bool sync_nodes; /* TESSERA_CUDA_SYNC=1: wait after every node, so a fault names it */
 
   char *arena; /* mirrors the host arena: same size, same offsets */
@@ -74,7 +74,7 @@ struct cu_ctx {
   size_t held_sampled;            /* held_bytes when the device was last sampled */
   size_t used_peak, device_total; /* cudaMemGetInfo: see cu_compute */
 
-  /* CUDA graphs (TESSERA_CUDA_GRAPHS=1, cuda_graphs.h): a decode compute whose
+  /* CUDA graphs (on unless TESSERA_CUDA_GRAPHS=0; cuda_graphs.h): a decode compute whose
   ** signature is the last one's replays its capture */
   bool use_graphs;
   bool capturing;            /* the node loop is being captured: scratch must not grow */

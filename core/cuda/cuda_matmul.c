@@ -13,8 +13,8 @@
 ** Weight batches broadcast over x's dims 2 and 3 as on the CPU.
 **
 ** mat_mul_id with few (slot, token) pairs runs one kernel that reads each
-** pair's expert id on the device (with TESSERA_CUDA_GEMV=q8 and x's slots
-** packed, the q8 gemv's kernel per pair for the types it takes). With more
+** pair's expert id on the device (with x's slots packed, the q8 gemv's kernel
+** per pair for the types it takes, unless TESSERA_CUDA_GEMV=f32). With more
 ** pairs the ids come to the host (one synchronisation), pairs are grouped by
 ** expert, and each expert's columns are gathered, multiplied as above and
 ** scattered back. An id outside [0, E) gives a zero column, as on the CPU.

@@ -1,10 +1,10 @@
 /*
 ** Matrix-product kernels of the CUDA backend. The host half
 ** (cuda_matmul.c) picks between them:
-**   - few columns (decode, n <= CU_GEMV_MAX_N): cu_gemv, a warp per weight
+**   - few columns (decode, n <= CU_GEMV_MAX_N), other types: cu_gemv, a warp per weight
 **     row (block types: per two rows, a lane per 8 weights), dequantizing as
 **     it reads and dotting in f32 against f32 x;
-**   - the same with TESSERA_CUDA_GEMV=q8, for q4_0, q8_0, q4_K and q6_K weights:
+**   - by default (TESSERA_CUDA_GEMV=f32 turns it off), for q4_0, q8_0, q4_K and q6_K:
 **     cu_gemv_x8, x coded to 8 bits per 32 values once per product, a lane per
 **     32-weight chunk, integer dots (dp4a);
 **   - more columns: weights dequantized into f16 tiles (cu_dequant_rows) and

@@ -20,7 +20,7 @@
 **                  cores, f16 Q, K, V and probabilities)
 **   4e-3           batched products on f16 tensor cores (x rounded to f16:
 **                  2^-11 relative per term)
-**   1e-2           with TESSERA_CUDA_GEMV=q8: products with n <= 16 columns
+**   1e-2           the q8 gemv (unless TESSERA_CUDA_GEMV=f32): n <= 16 columns
 **                  and mat_mul_id with few pairs, of q4_0, q8_0, q4_K, q6_K
 **                  weights (x coded to 8 bits per 32 values: up to 1/254 of
 **                  the block's largest value per term; the codes and integer
@@ -274,7 +274,7 @@ static double gemv_tol(enum tsr_dtype w) {
   static int q8 = -1;
   if (q8 < 0) {
     const char *e = getenv("TESSERA_CUDA_GEMV");
-    q8 = e && strcmp(e, "q8") == 0;
+    q8 = !(e && strcmp(e, "f32") == 0); /* the q8 gemv is the default */
   }
   const bool coded = w == TSR_Q4_0 || w == TSR_Q8_0 || w == TSR_Q4_K || w == TSR_Q6_K;
   return q8 && coded ? 1e-2 : 1e-5;

@@ -10,7 +10,7 @@
 # SKIP (default 2) launches are passed over first, so the profiled ones run warm, then
 # COUNT (default 2) are profiled: a shape's compute launches one to three kernels (the
 # product or attention kernel, a split merge, the q8 path's x coding). Clocks are left
-# alone (--clock-control none). TESSERA_CUDA_GEMV=q8 in the environment profiles that path.
+# alone (--clock-control none). TESSERA_CUDA_GEMV=f32 in the environment profiles the f32 gemv.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { sed -n '2,13p' "$0"; exit 2; }

@@ -27,8 +27,9 @@ LLAMA_CPP = {
 MODELS = {"q8b": "Qwen3-8B q4_K_M", "q8b_bf16": "Qwen3-8B bf16", "g26": "Gemma-4-26B-A4B q4_K_M"}
 
 
-ORDER = ["", "f16kv", "q8kv", "gemvq8", "graphs", "both", "optimes"]  # perf_table.sh's runs
-VARIANT = {"gemvq8": " (q8 gemv)", "graphs": " (CUDA graphs)", "both": " (q8 gemv, CUDA graphs)"}
+ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "optimes"]  # perf_table.sh's runs
+VARIANT = {"gemvf32": " (f32 gemv)", "nographs": " (no CUDA graphs)",
+           "neither": " (f32 gemv, no CUDA graphs)"}
 
 
 def runs(out):
@@ -107,7 +108,7 @@ def main():
     split = splits(out)
     if split:
         print("\n" + "\n".join(split))
-    for log in ("kernels.log", "kernels_gemvq8.log"):
+    for log in ("kernels.log", "kernels_gemvf32.log"):
         p = os.path.join(out, log)
         if os.path.exists(p):
             print("\n%s:" % log)

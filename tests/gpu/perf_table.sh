@@ -9,10 +9,11 @@
 # Parts (all by default, in this order):
 #   q8b      Qwen3-8B shape q4_K_M: pp2048 pp32768 tg128; tg128 at each depth with f16 KV and
 #            with q8_0 KV; then tg32 with --op-times (where a step's time goes), and tg128
-#            with TESSERA_CUDA_GEMV=q8, with TESSERA_CUDA_GRAPHS=1, and with both
+#            without the defaults' q8 gemv (TESSERA_CUDA_GEMV=f32), CUDA graphs
+#            (TESSERA_CUDA_GRAPHS=0), and either
 #   q8b_bf16 the same shape in bf16: pp2048 tg128
 #   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
-#            with --op-times, tg128 with the q8 gemv, graphs, both
+#            with --op-times, tg128 without the q8 gemv, graphs, either
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times)
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each depth: pp512 and tg32
@@ -70,15 +71,15 @@ at_depths() {
   bench "$name.q8kv" "$model" -p 0 -n "$n" -d "$list" -r "$reps" --set kv.k=q8_0 --set kv.v=q8_0
 }
 
-# extras NAME MODEL: where a decode step's time goes; the opt-in paths (q8 gemv, CUDA
-# graphs, both) on the decode test
+# extras NAME MODEL: where a decode step's time goes; the decode test without what the
+# defaults add (the q8 gemv, CUDA graphs, either), for what each buys
 extras() {
   local name=$1 model=$2
   bench "$name.optimes" "$model" -p 0 -n 32 -r 1 --op-times
   [ "$backend" = cuda ] || return 0
-  TESSERA_CUDA_GEMV=q8 bench "$name.gemvq8" "$model" -p 0 -n "$n" -r "$reps"
-  TESSERA_CUDA_GRAPHS=1 bench "$name.graphs" "$model" -p 0 -n "$n" -r "$reps"
-  TESSERA_CUDA_GEMV=q8 TESSERA_CUDA_GRAPHS=1 bench "$name.both" "$model" -p 0 -n "$n" -r "$reps"
+  TESSERA_CUDA_GEMV=f32 bench "$name.gemvf32" "$model" -p 0 -n "$n" -r "$reps"
+  TESSERA_CUDA_GRAPHS=0 bench "$name.nographs" "$model" -p 0 -n "$n" -r "$reps"
+  TESSERA_CUDA_GEMV=f32 TESSERA_CUDA_GRAPHS=0 bench "$name.neither" "$model" -p 0 -n "$n" -r "$reps"
 }
 
 for part in $parts; do
@@ -106,7 +107,7 @@ for part in $parts; do
     echo "== gpu_bench ($(date +%T))"
     if [ "$backend" = cuda ]; then
       "$b/tests/gpu/gpu_bench" | tee "$out/kernels.log" || fails=$((fails + 1))
-      TESSERA_CUDA_GEMV=q8 "$b/tests/gpu/gpu_bench" "mat_mul" | tee "$out/kernels_gemvq8.log" ||
+      TESSERA_CUDA_GEMV=f32 "$b/tests/gpu/gpu_bench" "mat_mul" | tee "$out/kernels_gemvf32.log" ||
         fails=$((fails + 1))
     else
       "$b/tests/gpu/gpu_bench" --cpu "decode f16 kv=4096" | tee "$out/kernels.log" || fails=$((fails + 1))

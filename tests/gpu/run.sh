@@ -21,8 +21,8 @@
 #       TBENCH_BACKEND, default cuda; TBENCH_GEN_ARGS, default --random-codes (codes drawn,
 #       not quantized: seconds, not minutes, for q4_K_M), e.g. "--layers 2" for a cut).
 #       bench: tests/gpu/gpu_bench (env BENCH_FILTER: only the shapes whose line holds it).
-#       TESSERA_CUDA_GEMV=q8 / TESSERA_CUDA_GRAPHS=1 in the environment run every section
-#       on the q8 gemv path / with decode steps replayed as CUDA graphs.
+#       TESSERA_CUDA_GEMV=f32 / TESSERA_CUDA_GRAPHS=0 in the environment run every section
+#       without the default q8 gemv / without decode steps replayed as CUDA graphs.
 #       DCA on against off: tests/gpu/dca_bench.sh.
 #   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
 #       --tool memcheck (every case, or those whose name contains FILTER).

@@ -8,12 +8,12 @@
 #
 # Parts (all by default, in this order):
 #   q8b      Qwen3-8B shape q4_K_M: pp2048 pp32768 tg128; tg128 at each depth with f16 KV and
-#            with q8_0 KV; then tg32 with --op-times (where a step's time goes), and tg128
+#            with q8_0 KV; then pp2048 and tg32 with --op-times (where the time goes), and tg128
 #            without the defaults' q8 gemv (TESSERA_CUDA_GEMV=f32), CUDA graphs
 #            (TESSERA_CUDA_GRAPHS=0), and either
 #   q8b_bf16 the same shape in bf16: pp2048 tg128
 #   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
-#            with --op-times, tg128 without the q8 gemv, graphs, either
+#            and pp2048 with --op-times, tg128 without the q8 gemv, graphs, either
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times)
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each depth: pp512 and tg32
@@ -24,10 +24,10 @@
 # Environment (the CPU test shrinks everything): PERF_BACKEND (cuda), PERF_CUT (extra
 # gen-model arguments, e.g. "--layers 1"), PERF_CUT_MOE (more of them for the MoE model,
 # e.g. "--experts 4"), PERF_DEPTHS ("32768 131072"), PERF_PP ("2048,32768"), PERF_N (128),
-# PERF_REPS (3), PERF_DCA_PP (512), PERF_DCA_N (32).
+# PERF_REPS (3), PERF_MOE_DEPTH_REPS (1), PERF_DCA_PP (512), PERF_DCA_N (32).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 2 ] || { sed -n '2,26p' "$0"; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,27p' "$0"; exit 2; }
 src=$1 out=$2
 shift 2
 parts=${*:-q8b q8b_bf16 g26 kernels}
@@ -63,19 +63,19 @@ gen() {
   "$b/core/cli/tessera" gen-model "$@" $cut -o "$out/$name.gguf" || { fails=$((fails + 1)); return 1; }
 }
 
-# at_depths NAME MODEL: tg at each depth, f16 KV then q8_0 KV
+# at_depths NAME MODEL REPS WARMUP: tg at each depth, f16 KV then q8_0 KV
 at_depths() {
   local name=$1 model=$2 list
   list=$(echo "$depths" | tr ' ' ',')
-  bench "$name.f16kv" "$model" -p 0 -n "$n" -d "$list" -r "$reps"
-  bench "$name.q8kv" "$model" -p 0 -n "$n" -d "$list" -r "$reps" --set kv.k=q8_0 --set kv.v=q8_0
+  bench "$name.f16kv" "$model" -p 0 -n "$n" -d "$list" -r "$3" --warmup "$4"
+  bench "$name.q8kv" "$model" -p 0 -n "$n" -d "$list" -r "$3" --warmup "$4" --set kv.k=q8_0 --set kv.v=q8_0
 }
 
 # extras NAME MODEL: where a decode step's time goes; the decode test without what the
 # defaults add (the q8 gemv, CUDA graphs, either), for what each buys
 extras() {
   local name=$1 model=$2
-  bench "$name.optimes" "$model" -p 0 -n 32 -r 1 --op-times
+  bench "$name.optimes" "$model" -p "${pp%%,*}" -n 32 -r 1 --op-times
   [ "$backend" = cuda ] || return 0
   TESSERA_CUDA_GEMV=f32 bench "$name.gemvf32" "$model" -p 0 -n "$n" -r "$reps"
   TESSERA_CUDA_GRAPHS=0 bench "$name.nographs" "$model" -p 0 -n "$n" -r "$reps"
@@ -87,7 +87,7 @@ for part in $parts; do
   q8b)
     gen q8b --like qwen3-8b --type q4_K_M --random-codes || continue
     bench q8b "$out/q8b.gguf" -p "$pp" -n "$n" -r "$reps"
-    at_depths q8b "$out/q8b.gguf"
+    at_depths q8b "$out/q8b.gguf" "$reps" 1
     extras q8b "$out/q8b.gguf"
     rm -f "$out/q8b.gguf"
     ;;
@@ -99,7 +99,9 @@ for part in $parts; do
   g26)
     gen g26 --like gemma-4-26b-a4b --type q4_K_M --random-codes ${PERF_CUT_MOE:-} || continue
     bench g26 "$out/g26.gguf" -p 0 -n "$n" -r "$reps"
-    at_depths g26 "$out/g26.gguf"
+    # Gemma 4's sliding ring cannot resume mid-sequence: every repetition and warm-up
+    # refills the depth, so one of each (PERF_MOE_DEPTH_REPS)
+    at_depths g26 "$out/g26.gguf" "${PERF_MOE_DEPTH_REPS:-1}" 0
     extras g26 "$out/g26.gguf"
     rm -f "$out/g26.gguf"
     ;;

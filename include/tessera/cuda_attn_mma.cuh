@@ -158,6 +158,9 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int64_t n_rows = a.Nq * G - r0 < RB ? a.Nq * G - r0 : RB;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int rw0 = warp / WPR * 16, part = warp % WPR;
+  /* warp-uniform (the partner of WPR 2 shares the rows); it still stages and meets every
+  ** barrier */
+  const bool computes = !a.live_warps || rw0 < n_rows;
   const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
 
   /* the Q tile: zeros in 16-byte stores (rows past the last query, as most of a decode
@@ -244,41 +247,43 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     /* mixed tiles: the band of element (nt, c), row g + 8 (c / 2) and key
     ** nt 8 + 2 t4 + c % 2; 3 is hidden */
     uint8_t band_of[NT][4];
-    if (full_band >= 0) {
-      tsr_mma_qk<NT>(s, qs + ((size_t)full_band * RB + rw0) * ldq, ks, ldq, d_off, Dw, lane);
-    } else {
-      unsigned bands = 0;
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) {
-          const int rr = c / 2;
-          const int32_t kp = kpos[nt * 8 + 2 * t4 + c % 2];
-          bool seen = kp >= 0 && row_ok[rr];
-          if (seen && a.kv_pos) {
-            if (a.causal && kp > qp[rr]) seen = false;
-            if (a.window > 0 && (int64_t)qp[rr] - kp >= a.window) seen = false;
-          }
-          const int band = !seen                      ? 3
-                           : a.n_bands == 1           ? 0
-                           : kp >= lo_intra[rr]       ? 0
-                           : kp >= lo_intra[rr] - a.c ? 1
-                                                      : 2;
-          band_of[nt][c] = (uint8_t)band;
-          bands |= band < 3 ? 1u << band : 0u;
-        }
-      bands = __reduce_or_sync(0xffffffffu, bands);
-      for (int b = 0; b < a.n_bands; b++) {
-        if (!(bands >> b & 1)) continue;
-        float sb[NT][4];
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) sb[nt][0] = sb[nt][1] = sb[nt][2] = sb[nt][3] = 0.0f;
-        tsr_mma_qk<NT>(sb, qs + ((size_t)b * RB + rw0) * ldq, ks, ldq, d_off, Dw, lane);
+    if (computes) {
+      if (full_band >= 0) {
+        tsr_mma_qk<NT>(s, qs + ((size_t)full_band * RB + rw0) * ldq, ks, ldq, d_off, Dw, lane);
+      } else {
+        unsigned bands = 0;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-          for (int c = 0; c < 4; c++)
-            if (band_of[nt][c] == b) s[nt][c] = sb[nt][c];
+          for (int c = 0; c < 4; c++) {
+            const int rr = c / 2;
+            const int32_t kp = kpos[nt * 8 + 2 * t4 + c % 2];
+            bool seen = kp >= 0 && row_ok[rr];
+            if (seen && a.kv_pos) {
+              if (a.causal && kp > qp[rr]) seen = false;
+              if (a.window > 0 && (int64_t)qp[rr] - kp >= a.window) seen = false;
+            }
+            const int band = !seen                      ? 3
+                             : a.n_bands == 1           ? 0
+                             : kp >= lo_intra[rr]       ? 0
+                             : kp >= lo_intra[rr] - a.c ? 1
+                                                        : 2;
+            band_of[nt][c] = (uint8_t)band;
+            bands |= band < 3 ? 1u << band : 0u;
+          }
+        bands = __reduce_or_sync(0xffffffffu, bands);
+        for (int b = 0; b < a.n_bands; b++) {
+          if (!(bands >> b & 1)) continue;
+          float sb[NT][4];
+#pragma unroll
+          for (int nt = 0; nt < NT; nt++) sb[nt][0] = sb[nt][1] = sb[nt][2] = sb[nt][3] = 0.0f;
+          tsr_mma_qk<NT>(sb, qs + ((size_t)b * RB + rw0) * ldq, ks, ldq, d_off, Dw, lane);
+#pragma unroll
+          for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+              if (band_of[nt][c] == b) s[nt][c] = sb[nt][c];
+        }
       }
     }
     if (WPR > 1) { /* the partner warp summed the other half of the head dims */
@@ -290,6 +295,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       for (int i = 0; i < NT * 4; i++) s[i / 4][i % 4] += theirs[i * 32 + lane];
     }
 
+    if (!computes) continue; /* after the last barrier of the tile */
     /* logits in log2 units (exp2 of their differences is the softmax's exp) */
     if (full_band >= 0 && !(a.softcap > 0.0f)) {
 #pragma unroll

@@ -27,9 +27,10 @@ LLAMA_CPP = {
 MODELS = {"q8b": "Qwen3-8B q4_K_M", "q8b_bf16": "Qwen3-8B bf16", "g26": "Gemma-4-26B-A4B q4_K_M"}
 
 
-ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "optimes"]  # perf_table.sh's runs
+ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "livewarps",
+         "optimes"]  # perf_table.sh's runs
 VARIANT = {"gemvf32": " (f32 gemv)", "nographs": " (no CUDA graphs)",
-           "neither": " (f32 gemv, no CUDA graphs)"}
+           "neither": " (f32 gemv, no CUDA graphs)", "livewarps": " (attention's live warps)"}
 
 
 def runs(out):

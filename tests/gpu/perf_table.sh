@@ -10,10 +10,12 @@
 #   q8b      Qwen3-8B shape q4_K_M: pp2048 pp32768 tg128; tg128 at each depth with f16 KV and
 #            with q8_0 KV; then pp2048 and tg32 with --op-times (where the time goes), and tg128
 #            without the defaults' q8 gemv (TESSERA_CUDA_GEMV=f32), CUDA graphs
-#            (TESSERA_CUDA_GRAPHS=0), and either
+#            (TESSERA_CUDA_GRAPHS=0), and either; tg128 at 0 and each depth with attention's
+#            opt-in live warps (TESSERA_CUDA_ATTN_WARPS=live)
 #   q8b_bf16 the same shape in bf16: pp2048 tg128
 #   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
-#            and pp2048 with --op-times, tg128 without the q8 gemv, graphs, either
+#            and pp2048 with --op-times, tg128 without the q8 gemv, graphs, either; tg128 with
+#            live warps
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times)
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each depth: pp512 and tg32
@@ -71,15 +73,17 @@ at_depths() {
   bench "$name.q8kv" "$model" -p 0 -n "$n" -d "$list" -r "$3" --warmup "$4" --set kv.k=q8_0 --set kv.v=q8_0
 }
 
-# extras NAME MODEL: where a decode step's time goes; the decode test without what the
-# defaults add (the q8 gemv, CUDA graphs, either), for what each buys
+# extras NAME MODEL [DEPTHS]: where a decode step's time goes; the decode test without what
+# the defaults add (the q8 gemv, CUDA graphs, either), for what each buys; with attention's
+# opt-in live warps (TESSERA_CUDA_ATTN_WARPS=live), at depth 0 and DEPTHS
 extras() {
-  local name=$1 model=$2
+  local name=$1 model=$2 live_depths=0${3:+,$3}
   bench "$name.optimes" "$model" -p "${pp%%,*}" -n 32 -r 1 --op-times
   [ "$backend" = cuda ] || return 0
   TESSERA_CUDA_GEMV=f32 bench "$name.gemvf32" "$model" -p 0 -n "$n" -r "$reps"
   TESSERA_CUDA_GRAPHS=0 bench "$name.nographs" "$model" -p 0 -n "$n" -r "$reps"
   TESSERA_CUDA_GEMV=f32 TESSERA_CUDA_GRAPHS=0 bench "$name.neither" "$model" -p 0 -n "$n" -r "$reps"
+  TESSERA_CUDA_ATTN_WARPS=live bench "$name.livewarps" "$model" -p 0 -n "$n" -d "$live_depths" -r "$reps"
 }
 
 for part in $parts; do
@@ -88,7 +92,7 @@ for part in $parts; do
     gen q8b --like qwen3-8b --type q4_K_M --random-codes || continue
     bench q8b "$out/q8b.gguf" -p "$pp" -n "$n" -r "$reps"
     at_depths q8b "$out/q8b.gguf" "$reps" 1
-    extras q8b "$out/q8b.gguf"
+    extras q8b "$out/q8b.gguf" "$(echo "$depths" | tr " " ",")"
     rm -f "$out/q8b.gguf"
     ;;
   q8b_bf16)

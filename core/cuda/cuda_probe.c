@@ -85,7 +85,8 @@ tsr_status tsr_cuda_probe(void *ctx, struct tsr_backend_ceilings *out) {
   snprintf(out->gemm_how, sizeof out->gemm_how,
            "cuBLAS bf16 GEMM %d^3 (f32 accumulate), median of %d%s%s%s%s", PROBE_GEMM_N,
            PROBE_RUNS, c->gemv_x8 ? "" : "; run with the f32 gemv",
-           c->gemm_f32 ? "; run with f32 GEMMs" : "", c->use_graphs ? "" : "; run without CUDA graphs",
+           c->gemm_f32 ? "; run with f32 GEMMs" : "",
+           c->use_graphs ? "" : "; run without CUDA graphs",
            c->attn_live_warps ? "; run with attention's live warps only" : "");
   return TSR_OK;
 }

@@ -70,7 +70,8 @@ at_depths() {
   local name=$1 model=$2 list
   list=$(echo "$depths" | tr ' ' ',')
   bench "$name.f16kv" "$model" -p 0 -n "$n" -d "$list" -r "$3" --warmup "$4"
-  bench "$name.q8kv" "$model" -p 0 -n "$n" -d "$list" -r "$3" --warmup "$4" --set kv.k=q8_0 --set kv.v=q8_0
+  bench "$name.q8kv" "$model" -p 0 -n "$n" -d "$list" -r "$3" --warmup "$4" \
+    --set kv.k=q8_0 --set kv.v=q8_0
 }
 
 # extras NAME MODEL [DEPTHS]: where a decode step's time goes; the decode test without what
@@ -83,7 +84,8 @@ extras() {
   TESSERA_CUDA_GEMV=f32 bench "$name.gemvf32" "$model" -p 0 -n "$n" -r "$reps"
   TESSERA_CUDA_GRAPHS=0 bench "$name.nographs" "$model" -p 0 -n "$n" -r "$reps"
   TESSERA_CUDA_GEMV=f32 TESSERA_CUDA_GRAPHS=0 bench "$name.neither" "$model" -p 0 -n "$n" -r "$reps"
-  TESSERA_CUDA_ATTN_WARPS=live bench "$name.livewarps" "$model" -p 0 -n "$n" -d "$live_depths" -r "$reps"
+  TESSERA_CUDA_ATTN_WARPS=live bench "$name.livewarps" "$model" -p 0 -n "$n" -d "$live_depths" \
+    -r "$reps"
 }
 
 for part in $parts; do

@@ -333,7 +333,15 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
     tsr_status st = tsr_cuda_scratch(c, SCR_ATTN, need, &scratch);
     if (st != TSR_OK) return st;
   }
-  CU_LAUNCH(cu_flash_attn(c->stream, &dst, &a, scratch, c->n_sm));
+  int refused = 0;
+  CU_LAUNCH(cu_flash_attn(c->stream, &dst, &a, scratch, c->n_sm, &refused));
+  if (refused && !c->said_attn_refused) { /* slower, not wrong: said once */
+    fprintf(stderr, "tessera: cuda backend: flash attention '%s' (head dims %lld/%lld, %lld keys) "
+            "could not launch on the tiled kernel (%s); it runs on the per-query kernel\n",
+            t->name, (long long)a.k.ne[0], (long long)a.v.ne[0], (long long)a.k.ne[1],
+            cudaGetErrorString((cudaError_t)refused));
+    c->said_attn_refused = true;
+  }
   return TSR_OK;
 }
 

@@ -83,6 +83,7 @@ struct cu_ctx {
   size_t sig_len, sig_cap, sig_next_cap;
   bool sig_refused;          /* sig's capture failed (said once): it runs node by node */
   bool said_uncapturable;    /* a decode graph that cannot be captured was named */
+  bool said_attn_refused;    /* an attention launch the tiled kernel refused was named */
   cudaGraphExec_t exec;      /* the capture of sig, or NULL */
 
   struct tsr_op_times *times; /* node timing on: an event after each node */

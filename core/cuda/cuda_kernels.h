@@ -99,8 +99,10 @@ struct cu_attn {
 };
 /* Scratch bytes the launch needs (split-KV partials); 0 if none. */
 size_t cu_flash_attn_scratch(const struct cu_t *dst, const struct cu_attn *a, int n_sm);
+/* *tiled_refused: the error of a tiled launch that was refused (the per-query kernel
+** then ran), else 0 */
 int cu_flash_attn(cu_stream s, const struct cu_t *dst, const struct cu_attn *a, void *scratch,
-                  int n_sm);
+                  int n_sm, int *tiled_refused);
 /* Largest head dim the kernel holds in registers. */
 #define CU_ATTN_MAX_D 512
 

@@ -208,15 +208,18 @@ extern "C" size_t cu_flash_attn_scratch(const cu_t *dst, const cu_attn *a, int n
 }
 
 extern "C" int cu_flash_attn(cu_stream st, const cu_t *dst, const cu_attn *a, void *scratch,
-                             int n_sm) {
+                             int n_sm, int *tiled_refused) {
   fa_shape s;
   fa_plan(dst, a, n_sm, &s);
+  *tiled_refused = 0;
   if (s.D > CU_ATTN_MAX_D || s.Dv > CU_ATTN_MAX_D) return (int)cudaErrorInvalidValue;
   tsr_tile_args t;
   size_t part = 0;
   if (tile_args(dst, a, s, n_sm, &t, &part)) {
     t.part = (float *)scratch;
-    if (tsr_tile_attn_launch(&t, (cudaStream_t)st) == cudaSuccess) return (int)cudaSuccess;
+    const cudaError_t e = tsr_tile_attn_launch(&t, (cudaStream_t)st);
+    if (e == cudaSuccess) return (int)cudaSuccess;
+    *tiled_refused = (int)e;
   }
   const dim3 grid((unsigned)(s.Nq * s.Hq), (unsigned)s.splits);
   k_flash_attn<<<grid, 32 * FA_WARPS, 0, st>>>(*dst, *a, s, (float *)scratch);

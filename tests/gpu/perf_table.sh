@@ -19,6 +19,9 @@
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times)
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each depth: pp512 and tg32
+#   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
+#            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
+#            prefill at D 128) into OUT/ncu_*.log
 # A run of several parts lasts past one 10-minute device command: start it detached,
 #   mkdir -p OUT && setsid nohup bash tests/gpu/perf_table.sh RUN_DIR OUT >OUT/log 2>&1 &
 # and read OUT/log in later commands. RUN_DIR is copied into OUT first, so the next
@@ -29,7 +32,7 @@
 # PERF_REPS (3), PERF_MOE_DEPTH_REPS (1), PERF_DCA_PP (512), PERF_DCA_N (32).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-[ $# -ge 2 ] || { sed -n '2,27p' "$0"; exit 2; }
+[ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 2; }
 src=$1 out=$2
 shift 2
 parts=${*:-q8b q8b_bf16 g26 kernels}
@@ -133,7 +136,16 @@ for part in $parts; do
       rm -f "$out/$m.gguf"
     done
     ;;
-  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels dca)"; fails=$((fails + 1)) ;;
+  ncu)
+    # the counters of the kernels whose bars PERFORMANCE.md says are missed
+    for f in "flash_attn decode f16 kv=32768 D=128" "flash_attn decode q8_0 kv=32768" \
+             "mat_mul q4_K 4096x4096 n=1" "flash_attn prefill f16 q=4096 kv=32768"; do
+      echo "== ncu $f ($(date +%T))"
+      bash tests/gpu/ncu_kernels.sh "$b" "$f" >"$out/ncu_$(echo "$f" | tr -c 'A-Za-z0-9\n' _).log" 2>&1 ||
+        { echo "FAIL ncu $f: $(tail -1 "$out/ncu_$(echo "$f" | tr -c 'A-Za-z0-9\n' _).log")"; fails=$((fails + 1)); }
+    done
+    ;;
+  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels dca ncu)"; fails=$((fails + 1)) ;;
   esac
 done
 echo "$fails failed" | tee "$out/done"

@@ -552,29 +552,32 @@ static const enum tsr_dtype k_codecs[] = {TSR_F32, TSR_F16, TSR_BF16, TSR_Q8_0, 
 struct fa_case {
   int kc, vc, D, Dv, Hq, Hkv, Nq, Nkv, mask, causal, window;
   float softcap;
+  int spare; /* K and V: views of the first Nkv cells of Nkv + spare, as the span reads */
 };
 static struct fa_case fa_case_of(int var) {
   if (var < N_CODECS) /* every codec on both sides, decode over split keys */
-    return (struct fa_case){var, var, 128, 128, 8, 2, 1, 3000, 0, 1, 0, 0};
+    return (struct fa_case){var, var, 128, 128, 8, 2, 1, 3000, 0, 1, 0, 0, 0};
   static const struct fa_case more[] = {
-      {3, 8, 64, 64, 4, 4, 33, 300, 1, 1, 0, 0},    /* q8_0 K, q4_0 V, prefill, mask */
-      {1, 4, 256, 256, 8, 1, 17, 700, 0, 1, 128, 0}, /* f16 / q6_0, window, GQA 8 */
-      {0, 0, 512, 512, 2, 1, 1, 5000, 0, 1, 0, 0},  /* hd 512 decode */
-      {3, 3, 512, 512, 4, 2, 9, 400, 1, 1, 64, 30}, /* hd 512 prefill, window, softcap */
-      {1, 1, 192, 128, 4, 2, 5, 90, 1, 0, 0, 50},   /* D != Dv, no causal, softcap */
-      {2, 7, 96, 96, 6, 3, 4, 260, 0, 1, 0, 0},     /* bf16 / q4_1 */
-      {1, 1, 192, 128, 4, 2, 40, 90, 1, 0, 0, 50},  /* tiled: D != Dv, no causal, softcap */
-      {1, 5, 128, 128, 8, 2, 100, 1500, 1, 1, 0, 0}, /* tiled: f16 / q5_1, 47 key tiles */
-      {1, 1, 512, 512, 16, 2, 64, 700, 1, 1, 0, 30},   /* tensor cores: D 512, two warps a row */
-      {3, 8, 64, 64, 8, 2, 80, 1000, 0, 1, 0, 0},      /* tensor cores: q8_0 / q4_0, D 64 */
-      {1, 1, 128, 128, 4, 4, 200, 1000, 1, 0, 0, 0},   /* tensor cores: f16 rows, no causal */
-      {2, 3, 256, 256, 8, 2, 70, 2000, 0, 1, 256, 0},  /* tensor cores: bf16 / q8_0, window */
-      {1, 2, 72, 72, 4, 2, 50, 700, 1, 1, 0, 0},       /* head dim 72: the f32 tiled kernel */
-      {0, 1, 72, 72, 4, 2, 1, 3000, 0, 1, 0, 0},       /* head dim 72 decode, split keys */
+      {3, 8, 64, 64, 4, 4, 33, 300, 1, 1, 0, 0, 0},    /* q8_0 K, q4_0 V, prefill, mask */
+      {1, 4, 256, 256, 8, 1, 17, 700, 0, 1, 128, 0, 0}, /* f16 / q6_0, window, GQA 8 */
+      {0, 0, 512, 512, 2, 1, 1, 5000, 0, 1, 0, 0, 0},  /* hd 512 decode */
+      {3, 3, 512, 512, 4, 2, 9, 400, 1, 1, 64, 30, 0}, /* hd 512 prefill, window, softcap */
+      {1, 1, 192, 128, 4, 2, 5, 90, 1, 0, 0, 50, 0},   /* D != Dv, no causal, softcap */
+      {2, 7, 96, 96, 6, 3, 4, 260, 0, 1, 0, 0, 0},     /* bf16 / q4_1 */
+      {1, 1, 192, 128, 4, 2, 40, 90, 1, 0, 0, 50, 0},  /* tiled: D != Dv, no causal, softcap */
+      {1, 5, 128, 128, 8, 2, 100, 1500, 1, 1, 0, 0, 0}, /* tiled: f16 / q5_1, 47 key tiles */
+      {1, 1, 512, 512, 16, 2, 64, 700, 1, 1, 0, 30, 0},   /* tensor cores: D 512, two warps a row */
+      {3, 8, 64, 64, 8, 2, 80, 1000, 0, 1, 0, 0, 0},      /* tensor cores: q8_0 / q4_0, D 64 */
+      {1, 1, 128, 128, 4, 4, 200, 1000, 1, 0, 0, 0, 0},   /* tensor cores: f16 rows, no causal */
+      {2, 3, 256, 256, 8, 2, 70, 2000, 0, 1, 256, 0, 0},  /* tensor cores: bf16 / q8_0, window */
+      {1, 2, 72, 72, 4, 2, 50, 700, 1, 1, 0, 0, 0},       /* head dim 72: the f32 tiled kernel */
+      {0, 1, 72, 72, 4, 2, 1, 3000, 0, 1, 0, 0, 0},       /* head dim 72 decode, split keys */
+      {1, 1, 128, 128, 32, 8, 1, 768, 0, 1, 0, 0, 500}, /* span views: f16 decode */
+      {3, 3, 128, 128, 8, 2, 40, 512, 0, 1, 0, 0, 300}, /* span views: q8_0 prefill */
   };
   return more[var - N_CODECS];
 }
-#define N_FA (N_CODECS + 14)
+#define N_FA (N_CODECS + 16)
 
 /* Head dims in steps of 16 go to the tensor-core kernel
 ** (include/tessera/cuda_attn_mma.cuh): f16 operands, so a looser bound. */
@@ -585,14 +588,18 @@ static double fa_tol(const struct fa_case *c) {
 static void c_flash_attn(struct pc *p, int phase) {
   struct fa_case c = fa_case_of(p->var);
   if (phase == 0) {
-    snprintf(p->name, sizeof p->name, "flash_attn K=%s V=%s D=%d/%d H=%d/%d q=%d kv=%d%s%s%s",
+    snprintf(p->name, sizeof p->name, "flash_attn K=%s V=%s D=%d/%d H=%d/%d q=%d kv=%d%s%s%s%s",
              tsr_dtype_name(k_codecs[c.kc]), tsr_dtype_name(k_codecs[c.vc]), c.D, c.Dv, c.Hq,
              c.Hkv, c.Nq, c.Nkv, c.mask ? " mask" : "", c.window ? " window" : "",
-             c.softcap > 0 ? " softcap" : "");
+             c.softcap > 0 ? " softcap" : "", c.spare ? " span views" : "");
     struct tsr_graph *g = p->g;
     p->t[0] = tsr_new_tensor_3d(g, TSR_F32, c.D, c.Nq, c.Hq);
-    struct tsr_tensor *k = ext(p, k_codecs[c.kc], c.D, c.Nkv, c.Hkv, 1.0f);
-    struct tsr_tensor *v = ext(p, k_codecs[c.vc], c.Dv, c.Nkv, c.Hkv, 1.0f);
+    struct tsr_tensor *k = ext(p, k_codecs[c.kc], c.D, c.Nkv + c.spare, c.Hkv, 1.0f);
+    struct tsr_tensor *v = ext(p, k_codecs[c.vc], c.Dv, c.Nkv + c.spare, c.Hkv, 1.0f);
+    if (c.spare) { /* heads keep the whole buffer's stride */
+      k = tsr_view(g, k, 3, (int64_t[]){c.D, c.Nkv, c.Hkv}, k->nb, 0);
+      v = tsr_view(g, v, 3, (int64_t[]){c.Dv, c.Nkv, c.Hkv}, v->nb, 0);
+    }
     p->t[1] = c.mask ? tsr_new_tensor_2d(g, TSR_F16, c.Nkv, c.Nq) : NULL;
     p->t[2] = tsr_new_tensor_1d(g, TSR_I32, c.Nq);
     p->t[3] = tsr_new_tensor_1d(g, TSR_I32, c.Nkv);

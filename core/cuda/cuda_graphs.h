@@ -3,10 +3,10 @@
 ** compute's launches are those of the last one. No CUDA here, so
 ** core/cuda/tests/test_cuda_graphs.c checks it on the CPU in CI.
 **
-** A decode step's graph is the same every step (the whole cache is attended,
-** positions and tokens are uploaded inputs), so its kernel launches are too: the
-** backend captures them once and replays the capture, one launch instead of one per
-** node (TESSERA_CUDA_GRAPHS=1). The signature holds everything a launch is made
+** A decode step's graph is the same for 256 steps (the cache's span of used cells
+** grows in steps of 256, positions and tokens are uploaded inputs), so its kernel
+** launches are too: the backend captures them once and replays the capture, one
+** launch instead of one per node (unless TESSERA_CUDA_GRAPHS=0). The signature holds everything a launch is made
 ** from: per computing node its op, parameters, type, shape and strides and the
 ** device addresses of it and its sources, then the backend's own (arena, scratch).
 */

@@ -29,6 +29,7 @@ struct conn {
   char *body;
   size_t len, cap;
   bool too_large;
+  bool answering; /* counted in s->n_answering until MHD has sent the answer */
 };
 
 /* A streaming response: the request, and the bytes made but not yet sent. */
@@ -208,7 +209,7 @@ static enum MHD_Result respond_stream(struct srv *s, struct MHD_Connection *c,
 /* ---- generation ---- */
 
 static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum srv_kind k,
-                                const struct conn *cn) {
+                                struct conn *cn) {
   char msg[1024];
   const char *param = NULL, *code = NULL;
   struct srv_request *r = NULL;
@@ -252,6 +253,10 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum sr
     status = 200;
     body = srv_render_result(s, r);
   }
+  /* a shutdown waits for this answer to be sent (on_completed), not only for the request
+  ** to be freed: stopping the daemon in between would close the connection unanswered */
+  s->n_answering++;
+  cn->answering = true;
   srv_request_unref(s, r);
   pthread_mutex_unlock(&s->mu);
   return respond_json(c, status, body);
@@ -266,7 +271,7 @@ static bool authorized(const struct srv *s, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char *url,
-                             const char *method, const struct conn *cn) {
+                             const char *method, struct conn *cn) {
   static const struct { const char *path, *method; } routes[] = {
       {"/health", "GET"},         {"/v1/models", "GET"},  {"/metrics", "GET"},
       {"/slots", "GET"},          {"/tokenize", "POST"}, {"/detokenize", "POST"},
@@ -349,9 +354,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)cls, (void)c, (void)toe;
+  (void)c, (void)toe;
   struct conn *cn = *con_cls;
   if (!cn) return;
+  if (cn->answering) {
+    struct srv *s = cls;
+    pthread_mutex_lock(&s->mu);
+    s->n_answering--;
+    pthread_cond_broadcast(&s->progress);
+    pthread_mutex_unlock(&s->mu);
+  }
   free(cn->body);
   free(cn);
   *con_cls = NULL;
@@ -476,7 +488,8 @@ int tsr_server_run(const struct tsr_server_options *opt) {
     ** connection writes its last bytes; a client that reads nothing more
     ** is not waited for longer than 10 s */
     pthread_mutex_lock(&s->mu);
-    for (double t0 = srv_now(); s->n_live > 0 && srv_now() - t0 < 10;) wait_progress(s);
+    for (double t0 = srv_now(); (s->n_live > 0 || s->n_answering > 0) && srv_now() - t0 < 10;)
+      wait_progress(s);
     pthread_mutex_unlock(&s->mu);
     MHD_stop_daemon(d); /* joins the connection threads */
     if (listener != MHD_INVALID_SOCKET) close(listener);

@@ -96,6 +96,7 @@ struct srv {
   bool stopping, sched_exit, sched_running;
   uint64_t next_id;
   int n_live;                /* requests queued or answered that are not freed yet */
+  int n_answering;           /* whole answers made but not yet sent (freed before they are) */
   struct srv_metrics m;
   pthread_t sched;
   float *logits;             /* scheduler scratch */

@@ -68,23 +68,26 @@ static inline size_t tsr_mma_smem(const struct tsr_tile_args *a, int wpr, int tk
          sizeof(int32_t) * (size_t)tk;
 }
 
-/* Blocks of 32 (q8_0, q4_0: the tiers long contexts use) decoded a block per
-** thread, two halves per store. */
+/* Blocks of 32 (q8_0, q4_0: the tiers long contexts use) decoded a quarter block
+** (8 values) per thread with the gemv's checked decoder (dq_part8: a few 2-byte loads
+** and one scale, all issued before the one 16-byte store), the values dq gives one by
+** one. Rows 2-byte aligned (the caller checks). */
 template <int T>
 __device__ static inline void tsr_mma_stage_blocks(const char *base, int64_t nb1, int64_t D,
                                                    int64_t j0, int tk, const int32_t *kpos,
                                                    __half *dst, int64_t ld) {
-  const int nbk = (int)(D / 32);
-  for (int e = threadIdx.x; e < tk * nbk; e += blockDim.x) {
-    int blk;
-    const int t = cu_divmod(e, nbk, &blk);
-    __half2 *out = reinterpret_cast<__half2 *>(dst + t * ld + blk * 32);
-    const uint8_t *row = reinterpret_cast<const uint8_t *>(base + (j0 + t) * nb1);
-    const bool live = kpos[t] >= 0;
-#pragma unroll
-    for (int i = 0; i < 16; i++)
-      out[i] = live ? __floats2half2_rn(dq<T>(row, blk * 32 + 2 * i), dq<T>(row, blk * 32 + 2 * i + 1))
-                    : __floats2half2_rn(0.0f, 0.0f);
+  const int nq = (int)(D / 8); /* quarter blocks a row */
+  for (int e = threadIdx.x; e < tk * nq; e += blockDim.x) {
+    int q;
+    const int t = cu_divmod(e, nq, &q);
+    uint4 h = make_uint4(0u, 0u, 0u, 0u);
+    if (kpos[t] >= 0) {
+      float w[8];
+      dq_part8<T>(reinterpret_cast<const uint8_t *>(base + (j0 + t) * nb1), q / 4, q % 4, w, 0);
+      h.x = cu_half2_bits(w[0], w[1]), h.y = cu_half2_bits(w[2], w[3]);
+      h.z = cu_half2_bits(w[4], w[5]), h.w = cu_half2_bits(w[6], w[7]);
+    }
+    *reinterpret_cast<uint4 *>(dst + t * ld + q * 8) = h;
   }
 }
 
@@ -109,8 +112,9 @@ __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int6
     }
     return;
   }
-  if (type == T_Q8_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
-  if (type == T_Q4_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
+  const bool blocks = D % 32 == 0 && nb1 % 2 == 0 && ((uintptr_t)base & 1) == 0;
+  if (type == T_Q8_0 && blocks) return tsr_mma_stage_blocks<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
+  if (type == T_Q4_0 && blocks) return tsr_mma_stage_blocks<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
   for (int e = threadIdx.x; e < tk * (int)D; e += blockDim.x) {
     int d;
     const int t = cu_divmod(e, (int)D, &d);

@@ -326,7 +326,7 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
       .q = cu_of(c, t->src[0]), .k = cu_of(c, t->src[1]), .v = cu_of(c, t->src[2]),
       .mask = cu_of(c, t->src[3]), .q_pos = cu_of(c, t->src[4]), .kv_pos = cu_of(c, t->src[5]),
       .scale = tsr_param_f32(t, 0), .softcap = tsr_param_f32(t, 1),
-      .causal = t->op_params[2] != 0, .window = t->op_params[3], .live_warps = c->attn_live_warps};
+      .causal = t->op_params[2] != 0, .window = t->op_params[3], .pipelined = c->attn_pipelined};
   void *scratch = NULL;
   size_t need = cu_flash_attn_scratch(&dst, &a, c->n_sm);
   if (need) {
@@ -734,11 +734,11 @@ static tsr_status open_device(struct cu_ctx *c) {
     return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GRAPHS=%s: 1 (the default) or 0",
                          graphs);
   c->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
-  const char *warps = getenv("TESSERA_CUDA_ATTN_WARPS");
-  if (warps && *warps && strcmp(warps, "all") != 0 && strcmp(warps, "live") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_WARPS=%s: all (the default) or "
-                         "live", warps);
-  c->attn_live_warps = warps && strcmp(warps, "live") == 0;
+  const char *pipe = getenv("TESSERA_CUDA_ATTN_PIPELINE");
+  if (pipe && *pipe && strcmp(pipe, "0") != 0 && strcmp(pipe, "1") != 0)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_PIPELINE=%s: 0 (the default) or "
+                         "1", pipe);
+  c->attn_pipelined = pipe && strcmp(pipe, "1") == 0;
   return TSR_OK;
 }
 

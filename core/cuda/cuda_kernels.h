@@ -95,7 +95,7 @@ struct cu_attn {
   float scale, softcap;
   int causal;
   int32_t window;
-  int live_warps; /* TESSERA_CUDA_ATTN_WARPS=live: tsr_tile_args.live_warps */
+  int pipelined; /* TESSERA_CUDA_ATTN_PIPELINE=1: tsr_tile_args.pipelined */
 };
 /* Scratch bytes the launch needs (split-KV partials); 0 if none. */
 size_t cu_flash_attn_scratch(const struct cu_t *dst, const struct cu_attn *a, int n_sm);

@@ -87,6 +87,6 @@ tsr_status tsr_cuda_probe(void *ctx, struct tsr_backend_ceilings *out) {
            PROBE_RUNS, c->gemv_x8 ? "" : "; run with the f32 gemv",
            c->gemm_f32 ? "; run with f32 GEMMs" : "",
            c->use_graphs ? "" : "; run without CUDA graphs",
-           c->attn_live_warps ? "; run with attention's live warps only" : "");
+           c->attn_pipelined ? "; run with the pipelined attention tile loop" : "");
   return TSR_OK;
 }

@@ -162,9 +162,9 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int64_t n_rows = a.Nq * G - r0 < RB ? a.Nq * G - r0 : RB;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int rw0 = warp / WPR * 16, part = warp % WPR;
-  /* warp-uniform (the partner of WPR 2 shares the rows); it still stages and meets every
-  ** barrier */
-  const bool computes = !a.live_warps || rw0 < n_rows;
+  /* pipelined: a warp whose rows hold no query skips the products (warp-uniform: the
+  ** partner of WPR 2 shares the rows; it still stages and meets every barrier) */
+  const bool computes = !a.pipelined || rw0 < n_rows;
   const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
 
   /* the Q tile: zeros in 16-byte stores (rows past the last query, as most of a decode
@@ -210,9 +210,22 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
 
   int64_t j_lo, j_hi;
   tsr_tile_split_keys(a, &j_lo, &j_hi);
+  /* pipelined: a thread's key position of the next tile, loaded a tile ahead */
+  int32_t kp_ahead = -1;
+  if (a.pipelined && threadIdx.x < TK && j_lo + threadIdx.x < j_hi)
+    kp_ahead = a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j_lo + threadIdx.x) : 0;
   for (int64_t j0 = j_lo; j0 < j_hi; j0 += TK) {
     const int64_t nk = j_hi - j0 < TK ? j_hi - j0 : TK;
-    tsr_tile_next_pos(a, kpos, TK, j0, nk);
+    if (a.pipelined) { /* tsr_tile_next_pos's barriers and values, the load a tile early */
+      __syncthreads();
+      if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
+      __syncthreads();
+      const int64_t jn = j0 + TK + threadIdx.x;
+      if (threadIdx.x < TK)
+        kp_ahead = jn >= j_hi ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, jn) : 0;
+    } else {
+      tsr_tile_next_pos(a, kpos, TK, j0, nk);
+    }
     /* every warp classifies the tile alike: dead (no key visible to any row:
     ** empty cells, every row's future, past every window), full (every key
     ** visible to every row, in one band, no mask: no per-element checks), or
@@ -241,8 +254,12 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       else if (a.kv_pos && kmax < lo_min - a.c) full_band = 2;
     }
     tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
+    asm volatile("cp.async.commit_group;\n" ::);
     tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
-    asm volatile("cp.async.wait_all;\n" ::);
+    asm volatile("cp.async.commit_group;\n" ::);
+    /* pipelined: the V tile may still arrive while Q K^T and the softmax run */
+    if (a.pipelined) asm volatile("cp.async.wait_group 1;\n" ::);
+    else asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
 
     float s[NT][4];
@@ -299,76 +316,82 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       for (int i = 0; i < NT * 4; i++) s[i / 4][i % 4] += theirs[i * 32 + lane];
     }
 
-    if (!computes) continue; /* after the last barrier of the tile */
-    /* logits in log2 units (exp2 of their differences is the softmax's exp) */
-    if (full_band >= 0 && !(a.softcap > 0.0f)) {
+    if (computes) {
+      /* logits in log2 units (exp2 of their differences is the softmax's exp) */
+      if (full_band >= 0 && !(a.softcap > 0.0f)) {
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) s[nt][c] *= sg[c / 2] * LOG2E;
-    } else {
+          for (int c = 0; c < 4; c++) s[nt][c] *= sg[c / 2] * LOG2E;
+      } else {
 #pragma unroll
-      for (int nt = 0; nt < NT; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-          if (full_band < 0 && band_of[nt][c] == 3) {
-            s[nt][c] = -INFINITY;
-            continue;
+          for (int c = 0; c < 4; c++) {
+            if (full_band < 0 && band_of[nt][c] == 3) {
+              s[nt][c] = -INFINITY;
+              continue;
+            }
+            float x = s[nt][c] * sg[c / 2];
+            if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
+            if (a.mask) {
+              const char *p = a.mask + iq_of[c / 2] * a.mask_nb1 +
+                              (j0 + nt * 8 + 2 * t4 + c % 2) * a.mask_nb0;
+              x += a.mask_f16 ? __half2float(*reinterpret_cast<const __half *>(p))
+                              : *reinterpret_cast<const float *>(p);
+            }
+            s[nt][c] = x * LOG2E;
           }
-          float x = s[nt][c] * sg[c / 2];
-          if (a.softcap > 0.0f) x = a.softcap * tanhf(x / a.softcap);
-          if (a.mask) {
-            const char *p = a.mask + iq_of[c / 2] * a.mask_nb1 +
-                            (j0 + nt * 8 + 2 * t4 + c % 2) * a.mask_nb0;
-            x += a.mask_f16 ? __half2float(*reinterpret_cast<const __half *>(p))
-                            : *reinterpret_cast<const float *>(p);
+      }
+
+      /* the online softmax of rows g (c 0, 1) and g + 8 (c 2, 3) */
+#pragma unroll
+      for (int rr = 0; rr < 2; rr++) {
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) tmax = fmaxf(tmax, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        const float m_new = fmaxf(m[rr], tmax);
+        /* nothing seen yet: keep (zeros); first keys: the zeros need no rescale */
+        const float f = m_new == -INFINITY ? 1.0f : m[rr] == -INFINITY ? 0.0f : exp2f(m[rr] - m_new);
+        float psum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+          for (int c = 2 * rr; c < 2 * rr + 2; c++) {
+            const float p = s[nt][c] == -INFINITY ? 0.0f : exp2f(s[nt][c] - m_new);
+            s[nt][c] = p;
+            psum += p;
           }
-          s[nt][c] = x * LOG2E;
-        }
+        l[rr] = l[rr] * f + psum; /* this thread's share; the quad's are summed at the end */
+        m[rr] = m_new;
+#pragma unroll
+        for (int nv = 0; nv < NV; nv++) o[nv][2 * rr] *= f, o[nv][2 * rr + 1] *= f;
+      }
     }
-
-    /* the online softmax of rows g (c 0, 1) and g + 8 (c 2, 3) */
-#pragma unroll
-    for (int rr = 0; rr < 2; rr++) {
-      float tmax = -INFINITY;
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++) tmax = fmaxf(tmax, fmaxf(s[nt][2 * rr], s[nt][2 * rr + 1]));
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
-      const float m_new = fmaxf(m[rr], tmax);
-      /* nothing seen yet: keep (zeros); first keys: the zeros need no rescale */
-      const float f = m_new == -INFINITY ? 1.0f : m[rr] == -INFINITY ? 0.0f : exp2f(m[rr] - m_new);
-      float psum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-        for (int c = 2 * rr; c < 2 * rr + 2; c++) {
-          const float p = s[nt][c] == -INFINITY ? 0.0f : exp2f(s[nt][c] - m_new);
-          s[nt][c] = p;
-          psum += p;
-        }
-      l[rr] = l[rr] * f + psum; /* this thread's share; the quad's are summed at the end */
-      m[rr] = m_new;
-#pragma unroll
-      for (int nv = 0; nv < NV; nv++) o[nv][2 * rr] *= f, o[nv][2 * rr + 1] *= f;
+    if (a.pipelined) { /* the V tile, every thread's copies */
+      asm volatile("cp.async.wait_group 0;\n" ::);
+      __syncthreads();
     }
-
-    /* O += P V over this warp's output dims: V rows [key][dv] through ldmatrix.trans */
-    const int mi = lane / 8, mr = lane % 8;
+    if (computes) {
+      /* O += P V over this warp's output dims: V rows [key][dv] through ldmatrix.trans */
+      const int mi = lane / 8, mr = lane % 8;
 #pragma unroll
-    for (int kc = 0; kc < TK / 16; kc++) {
-      uint32_t pa[4];
-      pa[0] = cu_half2_bits(s[2 * kc][0], s[2 * kc][1]);
-      pa[1] = cu_half2_bits(s[2 * kc][2], s[2 * kc][3]);
-      pa[2] = cu_half2_bits(s[2 * kc + 1][0], s[2 * kc + 1][1]);
-      pa[3] = cu_half2_bits(s[2 * kc + 1][2], s[2 * kc + 1][3]);
+      for (int kc = 0; kc < TK / 16; kc++) {
+        uint32_t pa[4];
+        pa[0] = cu_half2_bits(s[2 * kc][0], s[2 * kc][1]);
+        pa[1] = cu_half2_bits(s[2 * kc][2], s[2 * kc][3]);
+        pa[2] = cu_half2_bits(s[2 * kc + 1][0], s[2 * kc + 1][1]);
+        pa[3] = cu_half2_bits(s[2 * kc + 1][2], s[2 * kc + 1][3]);
 #pragma unroll
-      for (int nv = 0; nv < NV; nv += 2) {
-        if (nv * 8 >= Dvw) break;
-        uint32_t vb[4];
-        tsr_ldsm4_t(vb, vs + (kc * 16 + (mi % 2) * 8 + mr) * ldv + v_off + nv * 8 + (mi / 2) * 8);
-        tsr_mma_16816(o[nv], pa, vb[0], vb[1]);
-        tsr_mma_16816(o[nv + 1], pa, vb[2], vb[3]);
+        for (int nv = 0; nv < NV; nv += 2) {
+          if (nv * 8 >= Dvw) break;
+          uint32_t vb[4];
+          tsr_ldsm4_t(vb, vs + (kc * 16 + (mi % 2) * 8 + mr) * ldv + v_off + nv * 8 + (mi / 2) * 8);
+          tsr_mma_16816(o[nv], pa, vb[0], vb[1]);
+          tsr_mma_16816(o[nv + 1], pa, vb[2], vb[3]);
+        }
       }
     }
   }

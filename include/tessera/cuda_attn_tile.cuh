@@ -61,8 +61,10 @@ struct tsr_tile_args {
   float scale, softcap;
   int32_t causal, window;
   int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
-  int32_t live_warps; /* tensor-core kernel: a warp whose 16 rows hold no query skips the
-                      ** products (most of a decode tile's warps) */
+  int32_t pipelined; /* tensor-core kernel, opt-in until measured: the next tile's key
+                     ** positions loaded a tile early, the V tile arriving during Q K^T and
+                     ** the softmax, and a warp whose 16 rows hold no query skipping the
+                     ** products (most of a decode tile's warps) */
   /* set by tsr_tile_attn_plan */
   int32_t mma, qpw, splits; /* mma: the tensor-core kernel (tessera/cuda_attn_mma.cuh) */
   int64_t per_split;

@@ -27,10 +27,10 @@ LLAMA_CPP = {
 MODELS = {"q8b": "Qwen3-8B q4_K_M", "q8b_bf16": "Qwen3-8B bf16", "g26": "Gemma-4-26B-A4B q4_K_M"}
 
 
-ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "livewarps",
+ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "attnpipe",
          "optimes"]  # perf_table.sh's runs
 VARIANT = {"gemvf32": " (f32 gemv)", "nographs": " (no CUDA graphs)",
-           "neither": " (f32 gemv, no CUDA graphs)", "livewarps": " (attention's live warps)"}
+           "neither": " (f32 gemv, no CUDA graphs)", "attnpipe": " (pipelined attention)"}
 
 
 def runs(out):
@@ -109,7 +109,7 @@ def main():
     split = splits(out)
     if split:
         print("\n" + "\n".join(split))
-    for log in ("kernels.log", "kernels_gemvf32.log"):
+    for log in ("kernels.log", "kernels_gemvf32.log", "kernels_attnpipe.log"):
         p = os.path.join(out, log)
         if os.path.exists(p):
             print("\n%s:" % log)

@@ -143,9 +143,10 @@ __device__ static inline void tsr_mma_qk(float (*s)[4], const __half *qrows, con
 }
 
 /* DVW: output dims per warp at most (Dv / WPR <= DVW); WPR: warps per 16 rows;
-** TK: keys per tile (32 or 64). grid (row tiles of one KV head, KV heads, key
-** splits), 128 threads. */
-template <int DVW, int WPR, int TK>
+** TK: keys per tile (32 or 64); PIPE: the pipelined tile loop (tsr_tile_args.pipelined;
+** a template parameter, so the default loop keeps its registers). grid (row tiles of one
+** KV head, KV heads, key splits), 128 threads. */
+template <int DVW, int WPR, int TK, bool PIPE>
 __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args a) {
   constexpr int RB = tsr_mma_shape<WPR>::rows, NT = TK / 8, NV = DVW / 8;
   constexpr float LOG2E = 1.4426950408889634f;
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int rw0 = warp / WPR * 16, part = warp % WPR;
   /* pipelined: a warp whose rows hold no query skips the products (warp-uniform: the
   ** partner of WPR 2 shares the rows; it still stages and meets every barrier) */
-  const bool computes = !a.pipelined || rw0 < n_rows;
+  const bool computes = !PIPE || rw0 < n_rows;
   const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
 
   /* the Q tile: zeros in 16-byte stores (rows past the last query, as most of a decode
@@ -212,11 +213,11 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   tsr_tile_split_keys(a, &j_lo, &j_hi);
   /* pipelined: a thread's key position of the next tile, loaded a tile ahead */
   int32_t kp_ahead = -1;
-  if (a.pipelined && threadIdx.x < TK && j_lo + threadIdx.x < j_hi)
+  if (PIPE && threadIdx.x < TK && j_lo + threadIdx.x < j_hi)
     kp_ahead = a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j_lo + threadIdx.x) : 0;
   for (int64_t j0 = j_lo; j0 < j_hi; j0 += TK) {
     const int64_t nk = j_hi - j0 < TK ? j_hi - j0 : TK;
-    if (a.pipelined) { /* tsr_tile_next_pos's barriers and values, the load a tile early */
+    if (PIPE) { /* tsr_tile_next_pos's barriers and values, the load a tile early */
       __syncthreads();
       if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
       __syncthreads();
@@ -258,7 +259,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
     asm volatile("cp.async.commit_group;\n" ::);
     /* pipelined: the V tile may still arrive while Q K^T and the softmax run */
-    if (a.pipelined) asm volatile("cp.async.wait_group 1;\n" ::);
+    if (PIPE) asm volatile("cp.async.wait_group 1;\n" ::);
     else asm volatile("cp.async.wait_group 0;\n" ::);
     __syncthreads();
 
@@ -370,7 +371,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
         for (int nv = 0; nv < NV; nv++) o[nv][2 * rr] *= f, o[nv][2 * rr + 1] *= f;
       }
     }
-    if (a.pipelined) { /* the V tile, every thread's copies */
+    if (PIPE) { /* the V tile, every thread's copies */
       asm volatile("cp.async.wait_group 0;\n" ::);
       __syncthreads();
     }
@@ -437,8 +438,11 @@ static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
 template <int DVW, int WPR, int TK>
 static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
   static_assert(TSR_MMA_WARPS == TSR_TILE_WARPS, "tsr_attn_run launches 32 TSR_TILE_WARPS threads");
-  return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK>>(a, tsr_mma_shape<WPR>::rows,
-                                                  tsr_mma_smem(a, WPR, TK), stream);
+  if (a->pipelined)
+    return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, true>>(a, tsr_mma_shape<WPR>::rows,
+                                                          tsr_mma_smem(a, WPR, TK), stream);
+  return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, false>>(a, tsr_mma_shape<WPR>::rows,
+                                                         tsr_mma_smem(a, WPR, TK), stream);
 }
 
 static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, cudaStream_t stream) {

@@ -157,6 +157,11 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   __half *vs = ks + (size_t)TK * ldq;                         /* [TK][Dv+8] */
   float *sx = reinterpret_cast<float *>(vs + (size_t)TK * ldv); /* WPR 2: [warps][NT*4][32] */
   int32_t *kpos = reinterpret_cast<int32_t *>(sx + (WPR > 1 ? TSR_MMA_WARPS * NT * 4 * 32 : 0));
+  /* kv_double (pipelined, where it fits): a second K tile, V tile and positions, filled
+  ** for the next tile while this one is computed */
+  __half *ks2 = reinterpret_cast<__half *>(kpos + TK), *vs2 = ks2 + (size_t)TK * ldq;
+  int32_t *kpos2 = reinterpret_cast<int32_t *>(vs2 + (size_t)TK * ldv);
+  const bool dbl = PIPE && a.kv_double;
   __shared__ int32_t q_lo, q_hi;
 
   const int64_t hk = blockIdx.y, r0 = (int64_t)blockIdx.x * RB;
@@ -215,9 +220,39 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   int32_t kp_ahead = -1;
   if (PIPE && threadIdx.x < TK && j_lo + threadIdx.x < j_hi)
     kp_ahead = a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j_lo + threadIdx.x) : 0;
-  for (int64_t j0 = j_lo; j0 < j_hi; j0 += TK) {
+  /* the tile's positions and K/V in shared memory (kv_double: alternating buffers) */
+  int32_t *kpt = kpos;
+  __half *kt = ks, *vt = vs;
+  if (dbl) { /* the first tile staged ahead of the loop, the second's positions loaded */
+    if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
+    __syncthreads();
+    tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j_lo, TK, kpos, ks, ldq);
+    tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j_lo, TK, kpos, vs, ldv);
+    asm volatile("cp.async.commit_group;\n" ::);
+    const int64_t jn = j_lo + TK + threadIdx.x;
+    if (threadIdx.x < TK)
+      kp_ahead = jn >= j_hi ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, jn) : 0;
+  }
+  for (int64_t j0 = j_lo, it = 0; j0 < j_hi; j0 += TK, it++) {
     const int64_t nk = j_hi - j0 < TK ? j_hi - j0 : TK;
-    if (PIPE) { /* tsr_tile_next_pos's barriers and values, the load a tile early */
+    if (dbl) { /* this tile's buffers; the next tile's positions, then its K/V in flight */
+      kpt = it & 1 ? kpos2 : kpos, kt = it & 1 ? ks2 : ks, vt = it & 1 ? vs2 : vs;
+      int32_t *kp_next = it & 1 ? kpos : kpos2;
+      __half *kt_next = it & 1 ? ks : ks2, *vt_next = it & 1 ? vs : vs2;
+      __syncthreads(); /* every warp is done with the buffers of the tile before */
+      if (threadIdx.x < TK) kp_next[threadIdx.x] = kp_ahead;
+      __syncthreads();
+      if (j0 + TK < j_hi) {
+        tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0 + TK, TK, kp_next, kt_next, ldq);
+        tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0 + TK, TK, kp_next, vt_next, ldv);
+      }
+      asm volatile("cp.async.commit_group;\n" ::);
+      const int64_t jn = j0 + 2 * TK + threadIdx.x;
+      if (threadIdx.x < TK)
+        kp_ahead = jn >= j_hi ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, jn) : 0;
+      asm volatile("cp.async.wait_group 1;\n" ::); /* this tile's copies */
+      __syncthreads();
+    } else if (PIPE) { /* tsr_tile_next_pos's barriers and values, the load a tile early */
       __syncthreads();
       if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
       __syncthreads();
@@ -235,7 +270,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     bool any_live = false, all_in = true;
 #pragma unroll
     for (int i = 0; i < TK / 32; i++) {
-      const int32_t kp = kpos[lane + 32 * i];
+      const int32_t kp = kpt[lane + 32 * i];
       if (kp >= 0) {
         kmin = kp < kmin ? kp : kmin, kmax = kp > kmax ? kp : kmax;
         any_live |= !a.kv_pos || ((!a.causal || kp <= qhi) && (a.window <= 0 || qlo - kp < a.window));
@@ -254,14 +289,16 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       else if (a.kv_pos && kmin >= lo_max - a.c && kmax < lo_min) full_band = 1;
       else if (a.kv_pos && kmax < lo_min - a.c) full_band = 2;
     }
-    tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
-    asm volatile("cp.async.commit_group;\n" ::);
-    tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
-    asm volatile("cp.async.commit_group;\n" ::);
-    /* pipelined: the V tile may still arrive while Q K^T and the softmax run */
-    if (PIPE) asm volatile("cp.async.wait_group 1;\n" ::);
-    else asm volatile("cp.async.wait_group 0;\n" ::);
-    __syncthreads();
+    if (!dbl) {
+      tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
+      asm volatile("cp.async.commit_group;\n" ::);
+      tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
+      asm volatile("cp.async.commit_group;\n" ::);
+      /* pipelined: the V tile may still arrive while Q K^T and the softmax run */
+      if (PIPE) asm volatile("cp.async.wait_group 1;\n" ::);
+      else asm volatile("cp.async.wait_group 0;\n" ::);
+      __syncthreads();
+    }
 
     float s[NT][4];
 #pragma unroll
@@ -271,7 +308,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     uint8_t band_of[NT][4];
     if (computes) {
       if (full_band >= 0) {
-        tsr_mma_qk<NT>(s, qs + ((size_t)full_band * RB + rw0) * ldq, ks, ldq, d_off, Dw, lane);
+        tsr_mma_qk<NT>(s, qs + ((size_t)full_band * RB + rw0) * ldq, kt, ldq, d_off, Dw, lane);
       } else {
         unsigned bands = 0;
 #pragma unroll
@@ -279,7 +316,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
 #pragma unroll
           for (int c = 0; c < 4; c++) {
             const int rr = c / 2;
-            const int32_t kp = kpos[nt * 8 + 2 * t4 + c % 2];
+            const int32_t kp = kpt[nt * 8 + 2 * t4 + c % 2];
             bool seen = kp >= 0 && row_ok[rr];
             if (seen && a.kv_pos) {
               if (a.causal && kp > qp[rr]) seen = false;
@@ -299,7 +336,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
           float sb[NT][4];
 #pragma unroll
           for (int nt = 0; nt < NT; nt++) sb[nt][0] = sb[nt][1] = sb[nt][2] = sb[nt][3] = 0.0f;
-          tsr_mma_qk<NT>(sb, qs + ((size_t)b * RB + rw0) * ldq, ks, ldq, d_off, Dw, lane);
+          tsr_mma_qk<NT>(sb, qs + ((size_t)b * RB + rw0) * ldq, kt, ldq, d_off, Dw, lane);
 #pragma unroll
           for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -371,7 +408,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
         for (int nv = 0; nv < NV; nv++) o[nv][2 * rr] *= f, o[nv][2 * rr + 1] *= f;
       }
     }
-    if (PIPE) { /* the V tile, every thread's copies */
+    if (PIPE && !dbl) { /* the V tile, every thread's copies */
       asm volatile("cp.async.wait_group 0;\n" ::);
       __syncthreads();
     }
@@ -389,7 +426,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
         for (int nv = 0; nv < NV; nv += 2) {
           if (nv * 8 >= Dvw) break;
           uint32_t vb[4];
-          tsr_ldsm4_t(vb, vs + (kc * 16 + (mi % 2) * 8 + mr) * ldv + v_off + nv * 8 + (mi / 2) * 8);
+          tsr_ldsm4_t(vb, vt + (kc * 16 + (mi % 2) * 8 + mr) * ldv + v_off + nv * 8 + (mi / 2) * 8);
           tsr_mma_16816(o[nv], pa, vb[0], vb[1]);
           tsr_mma_16816(o[nv + 1], pa, vb[2], vb[3]);
         }
@@ -435,14 +472,23 @@ static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
          d <= TSR_TILE_MAX_D && (d <= 256 || (a->D % 32 == 0 && a->Dv % 32 == 0));
 }
 
+/* The most dynamic shared memory a block of sm_90 takes: the pipelined loop's second
+** buffers only where they fit under it. */
+#define TSR_MMA_SMEM_MAX (227 * 1024)
+
 template <int DVW, int WPR, int TK>
 static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
   static_assert(TSR_MMA_WARPS == TSR_TILE_WARPS, "tsr_attn_run launches 32 TSR_TILE_WARPS threads");
-  if (a->pipelined)
-    return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, true>>(a, tsr_mma_shape<WPR>::rows,
-                                                          tsr_mma_smem(a, WPR, TK), stream);
-  return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, false>>(a, tsr_mma_shape<WPR>::rows,
-                                                         tsr_mma_smem(a, WPR, TK), stream);
+  const size_t smem = tsr_mma_smem(a, WPR, TK);
+  if (!a->pipelined)
+    return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, false>>(a, tsr_mma_shape<WPR>::rows, smem,
+                                                           stream);
+  struct tsr_tile_args p = *a;
+  const size_t second = sizeof(__half) * (size_t)TK * (size_t)(a->D + 8 + a->Dv + 8) +
+                        sizeof(int32_t) * (size_t)TK;
+  p.kv_double = smem + second <= TSR_MMA_SMEM_MAX;
+  return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, true>>(&p, tsr_mma_shape<WPR>::rows,
+                                                        p.kv_double ? smem + second : smem, stream);
 }
 
 static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, cudaStream_t stream) {

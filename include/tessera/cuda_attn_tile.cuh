@@ -62,9 +62,11 @@ struct tsr_tile_args {
   int32_t causal, window;
   int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
   int32_t pipelined; /* tensor-core kernel, opt-in until measured: the next tile's key
-                     ** positions loaded a tile early, the V tile arriving during Q K^T and
-                     ** the softmax, and a warp whose 16 rows hold no query skipping the
-                     ** products (most of a decode tile's warps) */
+                     ** positions and K/V tiles loaded while this one is computed (where a
+                     ** second set of buffers fits; else the V tile arriving during Q K^T
+                     ** and the softmax), and a warp whose 16 rows hold no query skipping
+                     ** the products (most of a decode tile's warps) */
+  int32_t kv_double; /* set at launch: the pipelined loop's second buffers fit */
   /* set by tsr_tile_attn_plan */
   int32_t mma, qpw, splits; /* mma: the tensor-core kernel (tessera/cuda_attn_mma.cuh) */
   int64_t per_split;

@@ -7,6 +7,7 @@
 */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../backend.h"
 #include "cuda_internal.h"
@@ -88,5 +89,10 @@ tsr_status tsr_cuda_probe(void *ctx, struct tsr_backend_ceilings *out) {
            c->gemm_f32 ? "; run with f32 GEMMs" : "",
            c->use_graphs ? "" : "; run without CUDA graphs",
            c->attn_pipelined ? "; run with the pipelined attention tile loop" : "");
+  if (c->attn_split_keys) {
+    const size_t n = strlen(out->gemm_how);
+    snprintf(out->gemm_how + n, sizeof out->gemm_how - n, "; attention splits of at least %d keys",
+             c->attn_split_keys);
+  }
   return TSR_OK;
 }

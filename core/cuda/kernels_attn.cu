@@ -188,7 +188,7 @@ static bool tile_args(const cu_t *dst, const cu_attn *a, const fa_shape &s, int 
   t->dst = dst->p, t->dst_row = dst->nb[2], t->dst_head = dst->nb[1], t->dst_nb0 = dst->nb[0];
   t->D = s.D, t->Dv = s.Dv, t->Nq = s.Nq, t->Hq = s.Hq, t->Nkv = s.Nkv, t->group = s.group;
   t->scale = a->scale, t->softcap = a->softcap, t->causal = a->causal, t->window = a->window;
-  t->n_bands = 1, t->pipelined = a->pipelined;
+  t->n_bands = 1, t->pipelined = a->pipelined, t->split_keys = a->split_keys;
   *part_bytes = tsr_tile_attn_plan(t, n_sm);
   return true;
 }

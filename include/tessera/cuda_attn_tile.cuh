@@ -67,6 +67,7 @@ struct tsr_tile_args {
                      ** and the softmax), and a warp whose 16 rows hold no query skipping
                      ** the products (most of a decode tile's warps) */
   int32_t kv_double; /* set at launch: the pipelined loop's second buffers fit */
+  int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
   /* set by tsr_tile_attn_plan */
   int32_t mma, qpw, splits; /* mma: the tensor-core kernel (tessera/cuda_attn_mma.cuh) */
   int64_t per_split;
@@ -346,7 +347,8 @@ static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
   const int64_t units = (a->Nq * a->group + rows - 1) / rows * (a->Hq / a->group);
   const int64_t want = 2 * (int64_t)(n_sm > 0 ? n_sm : 132);
   int64_t splits = (want + units - 1) / units;
-  const int64_t most = (a->Nkv + TSR_TILE_MIN_KEYS_PER_SPLIT - 1) / TSR_TILE_MIN_KEYS_PER_SPLIT;
+  const int64_t fewest = a->split_keys > 0 ? a->split_keys : TSR_TILE_MIN_KEYS_PER_SPLIT;
+  const int64_t most = (a->Nkv + fewest - 1) / fewest;
   if (splits > most) splits = most;
   if (splits < 1) splits = 1;
   a->per_split = (a->Nkv + splits - 1) / splits;

@@ -177,6 +177,7 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof step / sizeof *step; i++) bench_matmul(be, types[t], step[i][0], step[i][1], 1);
   bench_matmul(be, TSR_F16, 4096, 4096, 512);
   bench_matmul(be, TSR_Q4_0, 4096, 4096, 512);
+  bench_attention(be, TSR_F16, 1, 256, 128, 32, 8); /* a decode step's span near depth 0 */
   bench_attention(be, TSR_F16, 1, 4096, 128, 32, 8);
   bench_attention(be, TSR_F16, 1, 32768, 128, 32, 8);
   bench_attention(be, TSR_Q8_0, 1, 32768, 128, 32, 8);

@@ -27,10 +27,11 @@ LLAMA_CPP = {
 MODELS = {"q8b": "Qwen3-8B q4_K_M", "q8b_bf16": "Qwen3-8B bf16", "g26": "Gemma-4-26B-A4B q4_K_M"}
 
 
-ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "attnpipe",
+ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "attnpipe", "split64",
          "optimes"]  # perf_table.sh's runs
 VARIANT = {"gemvf32": " (f32 gemv)", "nographs": " (no CUDA graphs)",
-           "neither": " (f32 gemv, no CUDA graphs)", "attnpipe": " (pipelined attention)"}
+           "neither": " (f32 gemv, no CUDA graphs)", "attnpipe": " (pipelined attention)",
+           "split64": " (attention splits of 64 keys)"}
 
 
 def runs(out):
@@ -109,7 +110,8 @@ def main():
     split = splits(out)
     if split:
         print("\n" + "\n".join(split))
-    for log in ("kernels.log", "kernels_gemvf32.log", "kernels_attnpipe.log"):
+    for log in ("kernels.log", "kernels_gemvf32.log", "kernels_attnpipe.log",
+                "kernels_split64.log"):
         p = os.path.join(out, log)
         if os.path.exists(p):
             print("\n%s:" % log)

@@ -11,13 +11,15 @@
 #            with q8_0 KV; then pp2048 and tg32 with --op-times (where the time goes), and tg128
 #            without the defaults' q8 gemv (TESSERA_CUDA_GEMV=f32), CUDA graphs
 #            (TESSERA_CUDA_GRAPHS=0), and either; tg128 at 0 and each depth with attention's
-#            opt-in pipelined tile loop (TESSERA_CUDA_ATTN_PIPELINE=1)
+#            opt-in pipelined tile loop (TESSERA_CUDA_ATTN_PIPELINE=1) and with decode splits
+#            of 64 keys (TESSERA_CUDA_ATTN_SPLIT_KEYS=64)
 #   q8b_bf16 the same shape in bf16: pp2048 tg128
 #   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
 #            and pp2048 with --op-times, tg128 without the q8 gemv, graphs, either; tg128 with
-#            the pipelined attention
+#            the pipelined attention and with splits of 64 keys
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times); the
-#            products with the f32 gemv, the attention with the pipelined tile loop
+#            products with the f32 gemv, the attention with the pipelined tile loop and the
+#            decode attention with splits of 64 keys
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each depth: pp512 and tg32
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
@@ -80,7 +82,8 @@ at_depths() {
 
 # extras NAME MODEL [DEPTHS]: where a decode step's time goes; the decode test without what
 # the defaults add (the q8 gemv, CUDA graphs, either), for what each buys; with attention's
-# opt-in pipelined tile loop (TESSERA_CUDA_ATTN_PIPELINE=1), at depth 0 and DEPTHS
+# opt-in pipelined tile loop (TESSERA_CUDA_ATTN_PIPELINE=1) and with decode splits of 64 keys
+# (TESSERA_CUDA_ATTN_SPLIT_KEYS=64, against the default 256), at depth 0 and DEPTHS
 extras() {
   local name=$1 model=$2 pipe_depths=0${3:+,$3}
   bench "$name.optimes" "$model" -p "${pp%%,*}" -n 32 -r 1 --op-times
@@ -89,6 +92,8 @@ extras() {
   TESSERA_CUDA_GRAPHS=0 bench "$name.nographs" "$model" -p 0 -n "$n" -r "$reps"
   TESSERA_CUDA_GEMV=f32 TESSERA_CUDA_GRAPHS=0 bench "$name.neither" "$model" -p 0 -n "$n" -r "$reps"
   TESSERA_CUDA_ATTN_PIPELINE=1 bench "$name.attnpipe" "$model" -p 0 -n "$n" -d "$pipe_depths" \
+    -r "$reps"
+  TESSERA_CUDA_ATTN_SPLIT_KEYS=64 bench "$name.split64" "$model" -p 0 -n "$n" -d "$pipe_depths" \
     -r "$reps"
 }
 
@@ -123,6 +128,8 @@ for part in $parts; do
         fails=$((fails + 1))
       TESSERA_CUDA_ATTN_PIPELINE=1 "$b/tests/gpu/gpu_bench" "flash_attn" |
         tee "$out/kernels_attnpipe.log" || fails=$((fails + 1))
+      TESSERA_CUDA_ATTN_SPLIT_KEYS=64 "$b/tests/gpu/gpu_bench" "flash_attn decode" |
+        tee "$out/kernels_split64.log" || fails=$((fails + 1))
     else
       "$b/tests/gpu/gpu_bench" --cpu "decode f16 kv=4096" | tee "$out/kernels.log" || fails=$((fails + 1))
     fi

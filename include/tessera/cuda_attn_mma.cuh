@@ -216,10 +216,13 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
 
   int64_t j_lo, j_hi;
   tsr_tile_split_keys(a, &j_lo, &j_hi);
+  /* key j's position as kpos holds it: -1 past the split, 0 without positions */
+  auto key_pos = [&](int64_t j) -> int32_t {
+    return j >= j_hi ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j) : 0;
+  };
   /* pipelined: a thread's key position of the next tile, loaded a tile ahead */
   int32_t kp_ahead = -1;
-  if (PIPE && threadIdx.x < TK && j_lo + threadIdx.x < j_hi)
-    kp_ahead = a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j_lo + threadIdx.x) : 0;
+  if (PIPE && threadIdx.x < TK) kp_ahead = key_pos(j_lo + threadIdx.x);
   /* the tile's positions and K/V in shared memory (kv_double: alternating buffers) */
   int32_t *kpt = kpos;
   __half *kt = ks, *vt = vs;
@@ -229,9 +232,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j_lo, TK, kpos, ks, ldq);
     tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j_lo, TK, kpos, vs, ldv);
     asm volatile("cp.async.commit_group;\n" ::);
-    const int64_t jn = j_lo + TK + threadIdx.x;
-    if (threadIdx.x < TK)
-      kp_ahead = jn >= j_hi ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, jn) : 0;
+    if (threadIdx.x < TK) kp_ahead = key_pos(j_lo + TK + threadIdx.x);
   }
   for (int64_t j0 = j_lo, it = 0; j0 < j_hi; j0 += TK, it++) {
     const int64_t nk = j_hi - j0 < TK ? j_hi - j0 : TK;
@@ -247,18 +248,14 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
         tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0 + TK, TK, kp_next, vt_next, ldv);
       }
       asm volatile("cp.async.commit_group;\n" ::);
-      const int64_t jn = j0 + 2 * TK + threadIdx.x;
-      if (threadIdx.x < TK)
-        kp_ahead = jn >= j_hi ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, jn) : 0;
+      if (threadIdx.x < TK) kp_ahead = key_pos(j0 + 2 * TK + threadIdx.x);
       asm volatile("cp.async.wait_group 1;\n" ::); /* this tile's copies */
       __syncthreads();
     } else if (PIPE) { /* tsr_tile_next_pos's barriers and values, the load a tile early */
       __syncthreads();
       if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
       __syncthreads();
-      const int64_t jn = j0 + TK + threadIdx.x;
-      if (threadIdx.x < TK)
-        kp_ahead = jn >= j_hi ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, jn) : 0;
+      if (threadIdx.x < TK) kp_ahead = key_pos(j0 + TK + threadIdx.x);
     } else {
       tsr_tile_next_pos(a, kpos, TK, j0, nk);
     }

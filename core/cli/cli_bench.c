@@ -52,6 +52,7 @@ struct bench_args {
   struct int_list pp, tg, depth;
   int64_t reps, warmup;
   bool op_times;
+  int64_t progress; /* --progress: tokens a call of a long prefill; 0: one call */
   char ctx_set[40];
 };
 
@@ -81,6 +82,7 @@ static void bench_usage(FILE *f) {
           "usage: tessera bench (-m MODEL.gguf | --profile P) [--set key=value]...\n"
           "                     [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-r REPS]\n"
           "                     [--warmup N] [--json OUT] [--threads N] [--op-times]\n"
+          "                     [--progress TOKENS]\n"
           "Prefill (ppN: N tokens in one call, default 512) and decode (tgN: N one-token\n"
           "steps, default 128) tokens/s on top of a context already holding each depth -d\n"
           "(default 0), REPS times each (default 5) after N warm-ups (default 1; 0 for a\n"
@@ -92,7 +94,11 @@ static void bench_usage(FILE *f) {
           "-p 0 or -n 0 skips that kind of test. The profile's context is set to the\n"
           "largest depth plus the largest test. --op-times splits each test's time per\n"
           "token: outside the backend's computes, inside them outside the nodes, and per\n"
-          "kind of node (op, weight or KV types; cuda: timed with events on the stream).\n");
+          "kind of node (op, weight or KV types; cuda: timed with events on the stream).\n"
+          "--progress TOKENS evaluates a prefill or depth fill longer than TOKENS in calls\n"
+          "of TOKENS tokens with a line on stderr after each (tokens done, rate, minutes\n"
+          "left), for runs such as a 1M-token prefill: the same tokens and computes, plus\n"
+          "the LM head of one token per call.\n");
 }
 
 static int usage_error(const char *what, const char *arg) {
@@ -147,6 +153,7 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
     else if (!strcmp(f, "-r")) ok = tsr_cli_parse_i64(v, 1, 1000, &a->reps);
     else if (!strcmp(f, "--warmup")) ok = tsr_cli_parse_i64(v, 0, 100, &a->warmup);
     else if (!strcmp(f, "--json")) a->json = v;
+    else if (!strcmp(f, "--progress")) ok = tsr_cli_parse_i64(v, 1, 1 << 24, &a->progress);
     else return usage_error("unknown option ", f);
     if (!ok) return usage_error("not a valid value for ", f);
   }
@@ -293,25 +300,45 @@ static void random_tokens(int32_t *t, int64_t n, int32_t n_vocab) {
   }
 }
 
+/* n tokens onto sequence 0: one call, or (progress > 0 and n longer) calls of progress
+** tokens, each followed by a line on stderr saying how far the `what` has come. */
+static tsr_status prefill(struct tsr_engine *e, const int32_t *tok, int64_t n, float *logits,
+                          int64_t progress, const char *what) {
+  if (progress <= 0 || n <= progress) return tsr_engine_eval(e, 0, tok, (int32_t)n, logits, NULL);
+  const double t0 = tsr_now_s();
+  for (int64_t done = 0; done < n;) {
+    const int64_t k = n - done < progress ? n - done : progress;
+    const tsr_status st = tsr_engine_eval(e, 0, tok + done, (int32_t)k, logits, NULL);
+    if (st != TSR_OK) return st;
+    done += k;
+    const double s = tsr_now_s() - t0, rate = (double)done / s;
+    fprintf(stderr, "tessera bench: %s: %lld of %lld tokens, %.0f t/s, %.1f min so far, "
+            "about %.1f min left\n", what, (long long)done, (long long)n, rate, s / 60.0,
+            (double)(n - done) / rate / 60.0);
+  }
+  return TSR_OK;
+}
+
 /* Sequence 0 holding exactly `depth` random tokens: the tested tail cut off,
 ** or (a model that cannot resume mid-sequence) everything prefilled anew. */
-static tsr_status reset_to(struct tsr_engine *e, int64_t depth, int32_t *tok, float *logits) {
+static tsr_status reset_to(struct tsr_engine *e, int64_t depth, int32_t *tok, float *logits,
+                           int64_t progress) {
   if (tsr_engine_seq_len(e, 0) == depth) return TSR_OK;
   if (tsr_engine_seq_len(e, 0) > depth && tsr_engine_seq_rm(e, 0, (int32_t)depth, -1) == TSR_OK)
     return TSR_OK;
   tsr_status st = tsr_engine_seq_rm(e, 0, 0, -1);
   if (st != TSR_OK || depth == 0) return st;
   random_tokens(tok, depth, tsr_engine_n_vocab(e));
-  return tsr_engine_eval(e, 0, tok, (int32_t)depth, logits, NULL);
+  return prefill(e, tok, depth, logits, progress, "depth fill");
 }
 
 /* Seconds of one run of a test: pp evaluates n tokens in one call, tg n steps. */
 static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int32_t *tok, float *logits,
-                           double *s) {
+                           int64_t progress, double *s) {
   random_tokens(tok, n, tsr_engine_n_vocab(e));
   const double t0 = tsr_now_s();
   tsr_status st = TSR_OK;
-  if (pp) st = tsr_engine_eval(e, 0, tok, (int32_t)n, logits, NULL);
+  if (pp) st = prefill(e, tok, n, logits, progress, "prefill");
   for (int64_t i = 0; !pp && st == TSR_OK && i < n; i++)
     st = tsr_engine_eval(e, 0, tok + i, 1, logits, NULL);
   *s = tsr_now_s() - t0;
@@ -321,8 +348,8 @@ static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int32_t *to
 /* r->times, when not NULL, gathers the nodes of the timed repetitions. */
 static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
                            const struct tsr_backend_ceilings *ceil, bool pp, int64_t n,
-                           int64_t depth, int64_t reps, int64_t warmup, int32_t *tok,
-                           float *logits, struct result *r) {
+                           int64_t depth, int64_t reps, int64_t warmup, int64_t progress,
+                           int32_t *tok, float *logits, struct result *r) {
   double *ts = malloc(sizeof(double) * (size_t)reps), sum = 0, sum2 = 0;
   if (!ts) return tsr_error_set(TSR_ERR_NOMEM, "bench: %lld repetitions", (long long)reps);
   struct tsr_backend *be = tsr_engine_backend(e);
@@ -331,10 +358,10 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
   int64_t head_rows = 0; /* rows of logits the timed repetitions computed */
   for (int64_t i = -warmup; st == TSR_OK && i < reps; i++) { /* i < 0: the warm-ups */
     double s = 0;
-    st = reset_to(e, depth, tok, logits);
+    st = reset_to(e, depth, tok, logits, progress);
     if (st == TSR_OK && r->times && i >= 0) st = tsr_backend_time_nodes(be, r->times);
     const int64_t rows0 = tsr_engine_logits_rows(e);
-    if (st == TSR_OK) st = run_once(e, pp, n, tok, logits, &s);
+    if (st == TSR_OK) st = run_once(e, pp, n, tok, logits, progress, &s);
     if (r->times && i >= 0) tsr_backend_time_nodes(be, NULL);
     if (st == TSR_OK && i >= 0) {
       ts[i] = (double)n / s;
@@ -539,11 +566,11 @@ int tsr_cli_bench(int argc, char **argv) {
     st = tsr_backend_time_nodes(be, NULL);
   for (int d = 0; st == TSR_OK && d < a.depth.n; d++) {
     for (int i = 0; st == TSR_OK && i < a.pp.n; i++)
-      st = run_test(e, &c, &ceil, true, a.pp.v[i], a.depth.v[d], a.reps, a.warmup, tok, logits,
-                    &r[n_r++]);
+      st = run_test(e, &c, &ceil, true, a.pp.v[i], a.depth.v[d], a.reps, a.warmup, a.progress, tok,
+                    logits, &r[n_r++]);
     for (int i = 0; st == TSR_OK && i < a.tg.n; i++)
-      st = run_test(e, &c, &ceil, false, a.tg.v[i], a.depth.v[d], a.reps, a.warmup, tok, logits,
-                    &r[n_r++]);
+      st = run_test(e, &c, &ceil, false, a.tg.v[i], a.depth.v[d], a.reps, a.warmup, a.progress, tok,
+                    logits, &r[n_r++]);
   }
   if (st == TSR_OK) {
     print_table(s, backend, &c, r, n_r);

@@ -133,10 +133,30 @@ def test_no_warmup_and_the_peak_memory_are_reported():
 
 
 @case
+def test_progress_reports_a_long_prefill_call_by_call():
+    out = os.path.join(TMP, "progress.json")
+    code, _, err = tessera("bench", "-m", MODEL, "--json", out, "--threads", "2", "-p", "100",
+                           "-n", "0", "-d", "70", "-r", "1", "--warmup", "0", "--progress", "32")
+    assert code == 0, err
+    done = [(m.group(1), int(m.group(2)), int(m.group(3))) for m in
+            re.finditer(r"^tessera bench: (depth fill|prefill): (\d+) of (\d+) tokens, \d+ t/s, "
+                        r"[0-9.]+ min so far, about [0-9.]+ min left$", err, re.M)]
+    assert done == [("depth fill", 32, 70), ("depth fill", 64, 70), ("depth fill", 70, 70),
+                    ("prefill", 32, 100), ("prefill", 64, 100), ("prefill", 96, 100),
+                    ("prefill", 100, 100)], err
+    with open(out) as f:
+        assert [t["test"] for t in json.load(f)["tests"]] == ["pp100 @ d70"]
+    # without it, or shorter than its calls, nothing is printed
+    code, _, err = tessera("bench", "-m", MODEL, "-p", "16", "-n", "0", "-r", "1",
+                           "--progress", "32")
+    assert code == 0 and "tokens," not in err, err
+
+
+@case
 def test_bad_flags_are_refused_naming_them():
     for args, needle in ((["-p", "0", "-n", "0"], "nothing to measure"), (["-p", "x"], "-p"),
                          (["-r", "0"], "-r"), (["-d", "-5"], "-d"), (["--warmup", "-1"], "--warmup"),
-                         (["--bogus", "1"], "--bogus"),
+                         (["--bogus", "1"], "--bogus"), (["--progress", "0"], "--progress"),
                          (["-n", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"], "-n")):
         code, _, err = tessera("bench", "-m", MODEL, *args)
         assert code == 2 and needle in err, f"{args}: exit {code}: {err}"

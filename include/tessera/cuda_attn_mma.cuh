@@ -68,12 +68,32 @@ static inline size_t tsr_mma_smem(const struct tsr_tile_args *a, int wpr, int tk
          sizeof(int32_t) * (size_t)tk;
 }
 
-/* Blocks of 32 (q8_0, q4_0: the tiers long contexts use) decoded a quarter block
-** (8 values) per thread with the gemv's checked decoder (dq_part8: a few 2-byte loads
-** and one scale, all issued before the one 16-byte store), the values dq gives one by
-** one. Rows 2-byte aligned (the caller checks). */
+/* Blocks of 32 (q8_0, q4_0: the tiers long contexts use) decoded a block per
+** thread, two halves per store. */
 template <int T>
 __device__ static inline void tsr_mma_stage_blocks(const char *base, int64_t nb1, int64_t D,
+                                                   int64_t j0, int tk, const int32_t *kpos,
+                                                   __half *dst, int64_t ld) {
+  const int nbk = (int)(D / 32);
+  for (int e = threadIdx.x; e < tk * nbk; e += blockDim.x) {
+    int blk;
+    const int t = cu_divmod(e, nbk, &blk);
+    __half2 *out = reinterpret_cast<__half2 *>(dst + t * ld + blk * 32);
+    const uint8_t *row = reinterpret_cast<const uint8_t *>(base + (j0 + t) * nb1);
+    const bool live = kpos[t] >= 0;
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+      out[i] = live ? __floats2half2_rn(dq<T>(row, blk * 32 + 2 * i), dq<T>(row, blk * 32 + 2 * i + 1))
+                    : __floats2half2_rn(0.0f, 0.0f);
+  }
+}
+
+/* The same blocks a quarter (8 values) per thread through the gemv's checked decoder
+** (dq_part8: a few 2-byte loads and one scale, all issued before one 16-byte store), the
+** values dq gives one by one; rows 2-byte aligned (the caller checks). The pipelined
+** loop's staging until it has run on the GPU; then one of the two goes. */
+template <int T>
+__device__ static inline void tsr_mma_stage_quarters(const char *base, int64_t nb1, int64_t D,
                                                    int64_t j0, int tk, const int32_t *kpos,
                                                    __half *dst, int64_t ld) {
   const int nq = (int)(D / 8); /* quarter blocks a row */
@@ -93,7 +113,9 @@ __device__ static inline void tsr_mma_stage_blocks(const char *base, int64_t nb1
 
 /* Stages rows j0 .. j0+TK of one KV head's K or V as f16 rows of ld halves; an
 ** empty cell or a key past the end is zeros, so a hidden key's probability 0
-** never meets a NaN. f16 rows in place take 16-byte loads. */
+** never meets a NaN. f16 rows in place take 16-byte loads; QUARTERS: q8_0 and q4_0
+** through tsr_mma_stage_quarters. */
+template <bool QUARTERS>
 __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int64_t nb0,
                                             int64_t nb1, int64_t D, int64_t j0, int tk,
                                             const int32_t *kpos, __half *dst, int64_t ld) {
@@ -112,9 +134,12 @@ __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int6
     }
     return;
   }
-  const bool blocks = D % 32 == 0 && nb1 % 2 == 0 && ((uintptr_t)base & 1) == 0;
-  if (type == T_Q8_0 && blocks) return tsr_mma_stage_blocks<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
-  if (type == T_Q4_0 && blocks) return tsr_mma_stage_blocks<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
+  if (QUARTERS && D % 32 == 0 && nb1 % 2 == 0 && ((uintptr_t)base & 1) == 0) {
+    if (type == T_Q8_0) return tsr_mma_stage_quarters<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
+    if (type == T_Q4_0) return tsr_mma_stage_quarters<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
+  }
+  if (type == T_Q8_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
+  if (type == T_Q4_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
   for (int e = threadIdx.x; e < tk * (int)D; e += blockDim.x) {
     int d;
     const int t = cu_divmod(e, (int)D, &d);
@@ -229,8 +254,8 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   if (dbl) { /* the first tile staged ahead of the loop, the second's positions loaded */
     if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
     __syncthreads();
-    tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j_lo, TK, kpos, ks, ldq);
-    tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j_lo, TK, kpos, vs, ldv);
+    tsr_mma_stage<PIPE>(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j_lo, TK, kpos, ks, ldq);
+    tsr_mma_stage<PIPE>(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j_lo, TK, kpos, vs, ldv);
     asm volatile("cp.async.commit_group;\n" ::);
     if (threadIdx.x < TK) kp_ahead = key_pos(j_lo + TK + threadIdx.x);
   }
@@ -244,8 +269,8 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       if (threadIdx.x < TK) kp_next[threadIdx.x] = kp_ahead;
       __syncthreads();
       if (j0 + TK < j_hi) {
-        tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0 + TK, TK, kp_next, kt_next, ldq);
-        tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0 + TK, TK, kp_next, vt_next, ldv);
+        tsr_mma_stage<PIPE>(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0 + TK, TK, kp_next, kt_next, ldq);
+        tsr_mma_stage<PIPE>(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0 + TK, TK, kp_next, vt_next, ldv);
       }
       asm volatile("cp.async.commit_group;\n" ::);
       if (threadIdx.x < TK) kp_ahead = key_pos(j0 + 2 * TK + threadIdx.x);
@@ -287,9 +312,9 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       else if (a.kv_pos && kmax < lo_min - a.c) full_band = 2;
     }
     if (!dbl) {
-      tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
+      tsr_mma_stage<PIPE>(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
       asm volatile("cp.async.commit_group;\n" ::);
-      tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
+      tsr_mma_stage<PIPE>(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
       asm volatile("cp.async.commit_group;\n" ::);
       /* pipelined: the V tile may still arrive while Q K^T and the softmax run */
       if (PIPE) asm volatile("cp.async.wait_group 1;\n" ::);

@@ -95,9 +95,13 @@ static tsr_tile_args tile_args_of(const struct tsr_tensor_info *dst,
   const ten q3 = ten_of(&src[0]), k = ten_of(&src[1]), v = ten_of(&src[2]);
   const ten qp = ten_of(&src[3]), kp = ten_of(&src[4]), out = ten_of(dst);
   tsr_tile_args t = {};
-  /* the backend's opt-in pipelined tile loop (it refuses other values at open) */
-  const char *pipe = getenv("TESSERA_CUDA_ATTN_PIPELINE");
-  t.pipelined = pipe && !strcmp(pipe, "1");
+  /* the backend's opt-in pipelined tile loop (it refuses other values at open); read
+  ** once, as this runs at every launch */
+  static const bool pipelined = [] {
+    const char *pipe = getenv("TESSERA_CUDA_ATTN_PIPELINE");
+    return pipe && !strcmp(pipe, "1");
+  }();
+  t.pipelined = pipelined;
   t.D = src[0].ne[0], t.Hq = src[0].ne[1], t.Nq = src[0].ne[2] / 3, t.Dv = src[2].ne[0];
   t.Nkv = src[1].ne[1], t.group = src[1].ne[2] > 0 ? t.Hq / src[1].ne[2] : 0;
   t.q = q3.p, t.q_band = t.Nq * q3.nb[2], t.q_row = q3.nb[2], t.q_head = q3.nb[1];

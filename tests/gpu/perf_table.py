@@ -27,10 +27,11 @@ LLAMA_CPP = {
 MODELS = {"q8b": "Qwen3-8B q4_K_M", "q8b_bf16": "Qwen3-8B bf16", "g26": "Gemma-4-26B-A4B q4_K_M"}
 
 
-ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "attnpipe", "split64",
-         "optimes"]  # perf_table.sh's runs
+ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "attnpipe", "attnpipe_q8kv",
+         "split64", "optimes"]  # perf_table.sh's runs
 VARIANT = {"gemvf32": " (f32 gemv)", "nographs": " (no CUDA graphs)",
            "neither": " (f32 gemv, no CUDA graphs)", "attnpipe": " (pipelined attention)",
+           "attnpipe_q8kv": " (pipelined attention)",
            "split64": " (attention splits of 64 keys)"}
 
 
@@ -45,8 +46,8 @@ def runs(out):
             found.append((model, rest, json.load(fh)))
     found.sort(key=lambda r: (list(MODELS).index(r[0]) if r[0] in MODELS else len(MODELS), r[0],
                               ORDER.index(r[1])))
-    return [(m, "q8_0" if rest == "q8kv" else "f16", "" if rest in ("f16kv", "q8kv") else rest,
-             j) for m, rest, j in found]
+    return [(m, "q8_0" if rest.endswith("q8kv") else "f16",
+             "" if rest in ("f16kv", "q8kv") else rest, j) for m, rest, j in found]
 
 
 def table(out):

@@ -11,8 +11,8 @@
 #            with q8_0 KV; then pp2048 and tg32 with --op-times (where the time goes), and tg128
 #            without the defaults' q8 gemv (TESSERA_CUDA_GEMV=f32), CUDA graphs
 #            (TESSERA_CUDA_GRAPHS=0), and either; tg128 at 0 and each depth with attention's
-#            opt-in pipelined tile loop (TESSERA_CUDA_ATTN_PIPELINE=1) and with decode splits
-#            of 64 keys (TESSERA_CUDA_ATTN_SPLIT_KEYS=64)
+#            opt-in pipelined tile loop (TESSERA_CUDA_ATTN_PIPELINE=1; f16 and q8_0 KV) and
+#            with decode splits of 64 keys (TESSERA_CUDA_ATTN_SPLIT_KEYS=64)
 #   q8b_bf16 the same shape in bf16: pp2048 tg128
 #   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
 #            and pp2048 with --op-times, tg128 without the q8 gemv, graphs, either; tg128 with
@@ -93,6 +93,9 @@ extras() {
   TESSERA_CUDA_GEMV=f32 TESSERA_CUDA_GRAPHS=0 bench "$name.neither" "$model" -p 0 -n "$n" -r "$reps"
   TESSERA_CUDA_ATTN_PIPELINE=1 bench "$name.attnpipe" "$model" -p 0 -n "$n" -d "$pipe_depths" \
     -r "$reps"
+  # with q8_0 KV too: the pipelined loop stages q8_0 tiles a quarter block per thread
+  TESSERA_CUDA_ATTN_PIPELINE=1 bench "$name.attnpipe_q8kv" "$model" -p 0 -n "$n" \
+    -d "$pipe_depths" -r "$reps" --set kv.k=q8_0 --set kv.v=q8_0
   TESSERA_CUDA_ATTN_SPLIT_KEYS=64 bench "$name.split64" "$model" -p 0 -n "$n" -d "$pipe_depths" \
     -r "$reps"
 }

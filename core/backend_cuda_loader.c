@@ -99,6 +99,7 @@ tsr_status tsr_backend_cuda_new(struct tsr_backend **out) {
       .custom_op_name = tsr_op_registry_name,
       .custom_op_kernel = tsr_op_registry_resolve,
       .set_device_call = tsr_op_registry_set_device_call,
+      .custom_op_replayable = tsr_op_registry_replayable,
   };
   tsr_status st = open_fn(&host, out);
   if (st != TSR_OK) {

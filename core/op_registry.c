@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,6 +19,7 @@ struct custom_op {
     void *ctx;
     char lib[1024];          /* "" for a kernel registered as a function */
     char symbol[128];
+    bool replayable; /* declare_replayable: a device backend may capture and replay it */
   } kernels[MAX_BACKENDS];
   int n_kernels;
 };
@@ -25,6 +27,13 @@ struct custom_op {
 static struct custom_op g_ops[TSR_MAX_CUSTOM_OPS];
 static int g_n_ops;
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The index of op's kernel for backend, or -1; under g_lock. */
+static int kernel_index(const struct custom_op *op, const char *backend) {
+  for (int i = 0; op && backend && i < op->n_kernels; i++)
+    if (!strcmp(op->kernels[i].backend, backend)) return i;
+  return -1;
+}
 
 tsr_status tsr_op_registry_add(const char *name, int32_t *op_id) {
   if (!name || !*name || strlen(name) >= sizeof g_ops[0].name)
@@ -52,10 +61,9 @@ static tsr_status add_kernel(int32_t op_id, const char *backend, tsr_plugin_kern
     st = tsr_error_set(TSR_ERR_INVALID_ARG, "no op registered with id %d", op_id);
   } else {
     struct custom_op *op = &g_ops[op_id];
-    for (int i = 0; i < op->n_kernels && st == TSR_OK; i++)
-      if (!strcmp(op->kernels[i].backend, backend))
-        st = tsr_error_set(TSR_ERR_INVALID_ARG, "op '%s' already has a %s kernel", op->name,
-                           backend);
+    if (kernel_index(op, backend) >= 0)
+      st = tsr_error_set(TSR_ERR_INVALID_ARG, "op '%s' already has a %s kernel", op->name,
+                         backend);
     if (st == TSR_OK && op->n_kernels == MAX_BACKENDS)
       st = tsr_error_set(TSR_ERR_NOMEM, "op '%s' has kernels for %d backends already", op->name,
                          MAX_BACKENDS);
@@ -65,6 +73,7 @@ static tsr_status add_kernel(int32_t op_id, const char *backend, tsr_plugin_kern
       op->kernels[op->n_kernels].ctx = ctx;
       strcpy(op->kernels[op->n_kernels].lib, lib);
       strcpy(op->kernels[op->n_kernels].symbol, symbol);
+      op->kernels[op->n_kernels].replayable = false;
       op->n_kernels++;
     }
   }
@@ -101,9 +110,7 @@ tsr_status tsr_op_registry_resolve(int32_t op_id, const char *backend, tsr_plugi
   tsr_status st = TSR_OK;
   pthread_mutex_lock(&g_lock);
   struct custom_op *op = op_id >= 0 && op_id < g_n_ops ? &g_ops[op_id] : NULL;
-  int k = -1;
-  for (int i = 0; op && i < op->n_kernels; i++)
-    if (!strcmp(op->kernels[i].backend, backend)) k = i;
+  const int k = kernel_index(op, backend);
   if (!op) {
     st = tsr_error_set(TSR_ERR_UNSUPPORTED, "no op registered with id %d", op_id);
   } else if (k < 0) {
@@ -136,6 +143,31 @@ tsr_status tsr_op_registry_resolve(int32_t op_id, const char *backend, tsr_plugi
   }
   pthread_mutex_unlock(&g_lock);
   return st;
+}
+
+tsr_status tsr_op_registry_set_replayable(int32_t op_id, const char *backend) {
+  tsr_status st = TSR_OK;
+  pthread_mutex_lock(&g_lock);
+  struct custom_op *op = op_id >= 0 && op_id < g_n_ops ? &g_ops[op_id] : NULL;
+  const int k = kernel_index(op, backend);
+  if (!op)
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "no op registered with id %d", op_id);
+  else if (k < 0)
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "op '%s' has no %s kernel to declare replayable "
+                       "(register the kernel first)", op->name, backend ? backend : "(null)");
+  else
+    op->kernels[k].replayable = true;
+  pthread_mutex_unlock(&g_lock);
+  return st;
+}
+
+int tsr_op_registry_replayable(int32_t op_id, const char *backend) {
+  pthread_mutex_lock(&g_lock);
+  const struct custom_op *op = op_id >= 0 && op_id < g_n_ops ? &g_ops[op_id] : NULL;
+  const int k = kernel_index(op, backend);
+  const int yes = k >= 0 && op->kernels[k].replayable;
+  pthread_mutex_unlock(&g_lock);
+  return yes;
 }
 
 int32_t tsr_op_registry_find(const char *name) {

@@ -24,6 +24,11 @@ tsr_status tsr_op_registry_add_kernel_lib(int32_t op_id, const char *backend, co
 ** TSR_ERR_UNSUPPORTED with a message naming the op (and file). */
 tsr_status tsr_op_registry_resolve(int32_t op_id, const char *backend, tsr_plugin_kernel_fn *fn,
                                    void **ctx);
+/* Marks op_id's kernel for backend replayable (plugin.h, declare_replayable); an
+** op without such a kernel is an error naming it. */
+tsr_status tsr_op_registry_set_replayable(int32_t op_id, const char *backend);
+/* 1 when op_id's kernel for backend was declared replayable, else 0. */
+int tsr_op_registry_replayable(int32_t op_id, const char *backend);
 /* The id registered under name ("arch_gemma4.rope_f32"), or -1. */
 int32_t tsr_op_registry_find(const char *name);
 /* The device call a device backend is making on this thread (plugin.h,

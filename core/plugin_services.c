@@ -222,6 +222,18 @@ static tsr_status host_register_kernel_lib(struct tsr_plugin *self, int32_t op_i
   return tsr_op_registry_add_kernel_lib(op_id, backend, path, symbol, ctx);
 }
 
+/* Only the plugin's own ops ("NAME.op", as register_op names them). */
+static tsr_status host_declare_replayable(struct tsr_plugin *self, int32_t op_id,
+                                          const char *backend) {
+  const char *name = tsr_op_registry_name(op_id);
+  const size_t len = strlen(self->desc->name);
+  if (!name || strncmp(name, self->desc->name, len) || name[len] != '.')
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: op id %d (%s) is not one of its ops; "
+                         "a plugin declares only its own kernels replayable", self->desc->name,
+                         op_id, name ? name : "none");
+  return tsr_op_registry_set_replayable(op_id, backend);
+}
+
 static struct tsr_tensor *host_custom_op(struct tsr_graph *g, int32_t op_id, int32_t n_dims,
                                          const int64_t *ne, struct tsr_tensor *const *src,
                                          int32_t n_src, const int32_t *params, int32_t n_params) {
@@ -401,6 +413,7 @@ static const struct tsr_host g_services = {
     .vec_scale_f32 = tsr_vec_scale_f32,
     .register_kernel_lib = host_register_kernel_lib,
     .device_call = tsr_op_registry_device_call,
+    .declare_replayable = host_declare_replayable,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

@@ -20,8 +20,8 @@
 /* 2: keep / sync_to_device in struct tsr_backend_i; 3: plugin kernels (custom_op_kernel,
 ** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes in struct
 ** tsr_backend_i, times in struct tsr_backend; 6: memory in struct tsr_backend_i,
-** backend_size checked */
-#define TSR_CUDA_ABI_VERSION 6
+** backend_size checked; 7: custom_op_replayable */
+#define TSR_CUDA_ABI_VERSION 7
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;
@@ -42,6 +42,8 @@ struct tsr_cuda_host {
                                  void **ctx);
   /* what host->device_call() hands a plugin kernel on this thread; NULL after */
   void (*set_device_call)(struct tsr_device_call *call);
+  /* 1 when a plugin op's kernel for `backend` was declared replayable (plugin.h) */
+  int (*custom_op_replayable)(int32_t op_id, const char *backend);
 };
 
 typedef tsr_status (*tsr_cuda_open_fn)(const struct tsr_cuda_host *host, struct tsr_backend **out);

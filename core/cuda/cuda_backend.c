@@ -353,8 +353,9 @@ static void info_of(const struct cu_ctx *c, const struct tsr_tensor *t, struct t
 }
 
 /* A plugin op: its cuda kernel with device addresses, enqueuing on our
-** stream (plugin.h, register_kernel_lib). */
-static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t) {
+** stream (plugin.h, register_kernel_lib); replay: the bookkeeping call of a
+** replayed capture (plugin.h, tsr_device_call.replay), which enqueues nothing. */
+static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t, bool replay) {
   tsr_plugin_kernel_fn fn;
   void *kctx;
   tsr_status st = c->host->custom_op_kernel(t->op_params[0], "cuda", &fn, &kctx);
@@ -364,7 +365,8 @@ static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t) {
   info_of(c, t, &dst);
   while (n_src < TSR_MAX_SRC && t->src[n_src]) info_of(c, t->src[n_src], &src[n_src]), n_src++;
   struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
-                                 .device = c->device, .stream = c->stream, .status = TSR_OK};
+                                 .device = c->device, .stream = c->stream, .status = TSR_OK,
+                                 .replay = replay};
   c->host->set_device_call(&call);
   fn(kctx, 0, 1, &dst, src, n_src, &t->op_params[2]);
   c->host->set_device_call(NULL);
@@ -410,7 +412,7 @@ static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
   case TSR_OP_TOP_K: CU_LAUNCH(cu_top_k(cs, &d, &a, t->op_params[0])); break;
   case TSR_OP_ARGMAX: CU_LAUNCH(cu_argmax(cs, &d, &a)); break;
   case TSR_OP_FLASH_ATTN: return run_attention(c, t);
-  case TSR_OP_CUSTOM: return run_custom(c, t);
+  case TSR_OP_CUSTOM: return run_custom(c, t, false);
   default:
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: no kernel for op %s", tsr_op_name(t->op));
   }
@@ -523,6 +525,18 @@ static bool capture(struct cu_ctx *c, struct tsr_graph *g, char *err, size_t err
   return false;
 }
 
+/* After a replay: each plugin node's bookkeeping call, in graph order, so its
+** counters move as they would node by node. */
+static tsr_status replay_custom(struct cu_ctx *c, const struct tsr_graph *g) {
+  for (int i = 0; i < g->n; i++) {
+    const struct tsr_tensor *t = &g->tensors[i];
+    if (t->op != TSR_OP_CUSTOM || !tsr_op_computes(t)) continue;
+    tsr_status st = run_custom(c, t, true);
+    if (st != TSR_OK) return st;
+  }
+  return TSR_OK;
+}
+
 /* A compute with graphs on. c->sig is the signature of the last compute (after it ran),
 ** c->exec its capture, c->sig_refused whether capturing it failed. This compute replays
 ** the capture when its signature is the same; is captured on the second compute in a
@@ -531,7 +545,8 @@ static bool capture(struct cu_ctx *c, struct tsr_graph *g, char *err, size_t err
 static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
   char why[300];
   int timed = 0;
-  if (!tsr_cuda_graph_capturable(g, CU_GEMV_MAX_N, MMID_DIRECT_PAIRS, why, sizeof why)) {
+  if (!tsr_cuda_graph_capturable(g, CU_GEMV_MAX_N, MMID_DIRECT_PAIRS,
+                                 c->host->custom_op_replayable, why, sizeof why)) {
     /* prefill (batched products) never is; a decode step that is not says so once */
     if (!strstr(why, "batched product") && !c->said_uncapturable) {
       fprintf(stderr, "tessera: cuda backend: this decode graph cannot be captured as a CUDA "
@@ -547,7 +562,7 @@ static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
   const bool same = len == c->sig_len && !memcmp(c->sig_next, c->sig, len);
   if (same && c->exec) {
     CU_RT(cudaGraphLaunch(c->exec, c->stream));
-    return TSR_OK;
+    return replay_custom(c, g);
   }
   if (same && !c->sig_refused) {
     if (capture(c, g, why, sizeof why)) return TSR_OK;

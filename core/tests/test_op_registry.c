@@ -3,7 +3,9 @@
 ** a kernel library is opened at the first lookup for its backend and its
 ** symbol resolved; a missing file or symbol is an error naming it and the
 ** op; a plain lookup that finds nothing leaves the error message alone; the
-** device call a backend publishes is per thread.
+** device call a backend publishes is per thread; a plugin declares only its own
+** kernels replayable (CUDA graph capture), and a replay call says so only to a
+** kernel whose device call is new enough to carry the field.
 */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -12,6 +14,8 @@
 #include "error.h"
 #include "harness.h"
 #include "op_registry.h"
+#include "plugin_host.h"
+#include "plugin_host_internal.h"
 
 static void a_library_kernel_resolves_to_its_symbol_on_first_lookup(void) {
   int32_t id = -1;
@@ -71,9 +75,62 @@ static void the_device_call_is_per_thread(void) {
   CHECK(tsr_op_registry_device_call() == NULL);
 }
 
+static void nothing(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                    const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ctx, (void)ith, (void)nth, (void)dst, (void)src, (void)n_src, (void)params;
+}
+
+static void a_plugin_declares_its_own_kernels_replayable(void) {
+  const struct tsr_host *h = tsr_plugin_host_services();
+  const struct tsr_plugin_descriptor desc = {.name = "test_rep"};
+  struct tsr_plugin self = {.desc = &desc};
+  int32_t mine = -1, theirs = -1, prefix = -1;
+  CHECK_OK(tsr_op_registry_add("test_rep.step", &mine));
+  CHECK_OK(tsr_op_registry_add("test_other.step", &theirs));
+  CHECK_OK(tsr_op_registry_add("test_rep_longer.step", &prefix));
+  for (int32_t id = mine; id <= prefix; id++) {
+    CHECK_OK(tsr_op_registry_add_kernel(id, "cpu", nothing, NULL));
+    CHECK_OK(tsr_op_registry_add_kernel_lib(id, "cuda", "libm.so.6", "cos", NULL));
+  }
+  CHECK(!tsr_op_registry_replayable(mine, "cuda"));
+  CHECK_OK(tsr_declare_replayable(h, &self, mine, "cuda"));
+  CHECK(tsr_op_registry_replayable(mine, "cuda") && !tsr_op_registry_replayable(mine, "cpu"));
+  /* another plugin's op, or one whose name only starts with this plugin's */
+  CHECK(h->declare_replayable(&self, theirs, "cuda") == TSR_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(tsr_error_message(), "test_other.step") != NULL, "%s", tsr_error_message());
+  CHECK(h->declare_replayable(&self, prefix, "cuda") == TSR_ERR_INVALID_ARG);
+  CHECK(h->declare_replayable(&self, 100000, "cuda") == TSR_ERR_INVALID_ARG);
+  CHECK(!tsr_op_registry_replayable(theirs, "cuda") && !tsr_op_registry_replayable(prefix, "cuda"));
+  /* a backend the op has no kernel for */
+  CHECK(h->declare_replayable(&self, mine, "metal") == TSR_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(tsr_error_message(), "no metal kernel") != NULL, "%s", tsr_error_message());
+}
+
+static void a_replay_is_read_only_from_a_call_that_carries_it(void) {
+  struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda", .replay = 1};
+  CHECK(tsr_device_call_is_replay(&call));
+  call.replay = 0;
+  CHECK(!tsr_device_call_is_replay(&call));
+  /* a backend built before the field: its struct, padding included, ends before it */
+  struct before_replay {
+    uint32_t struct_size;
+    const char *backend;
+    int32_t device;
+    void *stream;
+    int32_t status;
+  };
+  CHECK(offsetof(struct tsr_device_call, replay) >= sizeof(struct before_replay));
+  call.replay = 1;
+  call.struct_size = (uint32_t)sizeof(struct before_replay);
+  CHECK(!tsr_device_call_is_replay(&call));
+  CHECK(!tsr_device_call_is_replay(NULL));
+}
+
 int main(void) {
   TSR_RUN(a_library_kernel_resolves_to_its_symbol_on_first_lookup);
   TSR_RUN(a_missing_library_or_symbol_is_named);
   TSR_RUN(the_device_call_is_per_thread);
+  TSR_RUN(a_plugin_declares_its_own_kernels_replayable);
+  TSR_RUN(a_replay_is_read_only_from_a_call_that_carries_it);
   return TSR_TEST_EXIT();
 }

@@ -437,7 +437,22 @@ struct tsr_device_call {
   void *stream;        /* the cudaStream_t to enqueue on; the kernel never synchronizes it */
   int32_t status;      /* the kernel sets a tsr_status here (and host->set_error) when a
                        ** launch fails; the backend then fails the node with that message */
+  /* Appended later (check struct_size): 1 when the backend is replaying a captured
+  ** CUDA graph that holds this node. Only a kernel declared replayable
+  ** (host->declare_replayable) gets such a call: it enqueues nothing, its launches
+  ** having been captured, and does only the host-side bookkeeping of a call (its
+  ** host->engaged counts), so counters read the same with graphs on or off. Eight
+  ** bytes: a 4-byte field would lie in the padding after status, which the
+  ** struct_size of a backend built before it already counts. */
+  int64_t replay;
 };
+
+/* Whether a device call is a replay's bookkeeping call (struct tsr_device_call.replay). */
+static inline int tsr_device_call_is_replay(const struct tsr_device_call *call) {
+  return call &&
+         call->struct_size >= offsetof(struct tsr_device_call, replay) + sizeof call->replay &&
+         call->replay;
+}
 
 /* A kernel of a plugin-defined op for one backend. */
 typedef void (*tsr_plugin_kernel_fn)(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
@@ -698,8 +713,27 @@ struct tsr_host {
   tsr_status (*register_kernel_lib)(struct tsr_plugin *self, int32_t op_id, const char *backend,
                                     const char *file, const char *symbol, void *ctx);
   struct tsr_device_call *(*device_call)(void);
+  /* Declares the op's kernel for `backend` ("cuda") replayable: a device backend may
+  ** capture its launches in a CUDA graph and replay them for later computes whose
+  ** nodes have the same layouts, device addresses and params. The kernel promises
+  ** that its launches depend on nothing else (no host-side state that changes between
+  ** calls), that it enqueues only stream-ordered work on device_call()->stream (no
+  ** synchronization, no host reads of device memory, no cudaMalloc), and that it
+  ** honours device_call()->replay. Without this a graph holding the op runs node by
+  ** node. The op must be this plugin's and have a kernel for backend. (Appended
+  ** later: check host->struct_size.) */
+  tsr_status (*declare_replayable)(struct tsr_plugin *self, int32_t op_id, const char *backend);
   /* later minors append here */
 };
+
+/* host->declare_replayable where the host has it; an older host never captures plugin
+** ops in CUDA graphs, so there is nothing to declare. */
+static inline tsr_status tsr_declare_replayable(const struct tsr_host *h, struct tsr_plugin *self,
+                                                int32_t op_id, const char *backend) {
+  if (h->struct_size < offsetof(struct tsr_host, declare_replayable) + sizeof h->declare_replayable)
+    return TSR_OK;
+  return h->declare_replayable(self, op_id, backend);
+}
 
 /* The rows of x (a residual [n_embd, n_tokens]) whose logits the host reads
 ** (tsr_arch_forward.output_rows), or x when it reads every row: an arch calls it

@@ -3,12 +3,14 @@
 ** replay the last one's capture only when their signatures are equal, and any change a
 ** launch would see (an op parameter, a shape, a stride, a device address, the backend's
 ** own scratch) changes the signature; graphs with batched products, expert products of
-** many pairs or plugin ops are not captured, naming the node.
+** many pairs or plugin ops whose cuda kernel is not declared replayable are not
+** captured, naming the node.
 */
 #include <string.h>
 
 #include "cuda_graphs.h"
 #include "harness.h"
+#include "op_registry.h"
 
 enum { K = 64, M = 32, E = 4 };
 
@@ -89,10 +91,10 @@ static void sources_after_an_empty_slot_are_signed(void) {
 static void batched_and_host_reading_graphs_are_not_captured(void) {
   char *d[32], why[160] = "";
   struct tsr_graph *g = decode_like(16, 1.0f, d);
-  CHECK(tsr_cuda_graph_capturable(g, 16, 32, why, sizeof why));
+  CHECK(tsr_cuda_graph_capturable(g, 16, 32, NULL, why, sizeof why));
   tsr_graph_free(g);
   g = decode_like(17, 1.0f, d);
-  CHECK(!tsr_cuda_graph_capturable(g, 16, 32, why, sizeof why));
+  CHECK(!tsr_cuda_graph_capturable(g, 16, 32, NULL, why, sizeof why));
   CHECK_MSG(strstr(why, "batched product") != NULL, "%s", why);
   tsr_graph_free(g);
   /* expert products: 2 slots x 3 tokens pass, 2 x 20 do not */
@@ -105,16 +107,51 @@ static void batched_and_host_reading_graphs_are_not_captured(void) {
     struct tsr_tensor *y = tsr_mat_mul_id(g, w, x, ids);
     tsr_tensor_set_name(y, "moe_out");
     tsr_graph_mark_output(y);
-    const bool ok = tsr_cuda_graph_capturable(g, 16, 32, why, sizeof why);
+    const bool ok = tsr_cuda_graph_capturable(g, 16, 32, NULL, why, sizeof why);
     CHECK(ok == (tokens == 3));
     if (!ok) CHECK_MSG(strstr(why, "many pairs") && strstr(why, "moe_out"), "%s", why);
     tsr_graph_free(g);
   }
 }
 
+static void nothing(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                    const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ctx, (void)ith, (void)nth, (void)dst, (void)src, (void)n_src, (void)params;
+}
+
+/* a plugin op is captured only once its cuda kernel is declared replayable, in the
+** registry the backend asks (the loader hands it tsr_op_registry_replayable) */
+static void plugin_ops_are_captured_once_declared_replayable(void) {
+  int32_t id;
+  CHECK_OK(tsr_op_registry_add("graphs_test.step", &id));
+  CHECK_OK(tsr_op_registry_add_kernel(id, "cpu", nothing, NULL));
+  struct tsr_graph *g = tsr_graph_new(16);
+  struct tsr_tensor *x = tsr_new_tensor_1d(g, TSR_F32, 8);
+  struct tsr_tensor *y = tsr_custom_op(g, id, 1, (int64_t[]){8}, &x, 1, NULL, 0);
+  tsr_tensor_set_name(y, "plugin_step");
+  tsr_graph_mark_output(y);
+  char why[160] = "";
+  CHECK(!tsr_cuda_graph_capturable(g, 16, 32, NULL, why, sizeof why));
+  CHECK_MSG(strstr(why, "not declared replayable") && strstr(why, "plugin_step"), "%s", why);
+  /* no cuda kernel yet: nothing to declare, and the op stays uncaptured */
+  CHECK(tsr_op_registry_set_replayable(id, "cuda") == TSR_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(tsr_error_message(), "graphs_test.step") != NULL, "%s", tsr_error_message());
+  CHECK(!tsr_cuda_graph_capturable(g, 16, 32, tsr_op_registry_replayable, why, sizeof why));
+  CHECK_OK(tsr_op_registry_add_kernel(id, "cuda", nothing, NULL));
+  CHECK(!tsr_cuda_graph_capturable(g, 16, 32, tsr_op_registry_replayable, why, sizeof why));
+  CHECK_OK(tsr_op_registry_set_replayable(id, "cuda"));
+  CHECK(tsr_op_registry_replayable(id, "cuda") && !tsr_op_registry_replayable(id, "cpu"));
+  CHECK_MSG(tsr_cuda_graph_capturable(g, 16, 32, tsr_op_registry_replayable, why, sizeof why),
+            "%s", why);
+  CHECK(!tsr_cuda_graph_capturable(g, 16, 32, NULL, why, sizeof why));
+  CHECK(tsr_op_registry_set_replayable(id + 1000, "cuda") == TSR_ERR_INVALID_ARG);
+  tsr_graph_free(g);
+}
+
 int main(void) {
   TSR_RUN(equal_computes_have_equal_signatures_and_changes_show);
   TSR_RUN(sources_after_an_empty_slot_are_signed);
   TSR_RUN(batched_and_host_reading_graphs_are_not_captured);
+  TSR_RUN(plugin_ops_are_captured_once_declared_replayable);
   return TSR_TEST_EXIT();
 }

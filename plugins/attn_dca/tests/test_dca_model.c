@@ -8,7 +8,9 @@
 **   - a context shift is exact for whole chunks or refused with a message,
 **     never a plain RoPE rotation of DCA keys;
 **   - gemma4 (iSWA: full layers DCA, sliding layers flash, shared KV on E2B)
-**     through the forward pass: within one chunk bit for bit flash.
+**     through the forward pass: within one chunk bit for bit flash;
+**   - the cuda kernels of attn_dca and arch_gemma4 are declared replayable, so a
+**     cuda decode step holding them is captured as a CUDA graph.
 ** usage: test_dca_model OUT_DIR QWEN3.gguf QWEN35.gguf GEMMA4.gguf GEMMA4_E2B.gguf
 */
 #include <math.h>
@@ -21,6 +23,7 @@
 #include "engine.h"
 #include "error.h"
 #include "graph.h"
+#include "op_registry.h"
 #include "tests/harness.h"
 #include "tests/logits_test_util.h"
 
@@ -211,6 +214,17 @@ static void test_qwen35(void) { qwen("qwen3.5 (partial rotary, hybrid)", g_model
 static void test_gemma4_dense(void) { gemma("gemma4 dense (iSWA)", g_models[2]); }
 static void test_gemma4_e2b(void) { gemma("gemma4 E2B (iSWA, shared KV)", g_models[3]); }
 
+/* after the engines above: both plugins have registered their ops */
+static void test_cuda_kernels_are_replayable(void) {
+  static const char *const ops[] = {"attn_dca.positions", "attn_dca.attention",
+                                    "arch_gemma4.rope_f32", "arch_gemma4.ordered_logits"};
+  for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+    const int32_t id = tsr_op_registry_find(ops[i]);
+    CHECK_MSG(id >= 0 && tsr_op_registry_replayable(id, "cuda") &&
+              !tsr_op_registry_replayable(id, "cpu"), "%s (id %d)", ops[i], id);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 6) {
     fprintf(stderr, "usage: %s OUT_DIR QWEN3 QWEN35 GEMMA4 GEMMA4_E2B\n", argv[0]);
@@ -224,5 +238,6 @@ int main(int argc, char **argv) {
   TSR_RUN(test_qwen35);
   TSR_RUN(test_gemma4_dense);
   TSR_RUN(test_gemma4_e2b);
+  TSR_RUN(test_cuda_kernels_are_replayable);
   return TSR_TEST_EXIT();
 }

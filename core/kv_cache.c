@@ -304,6 +304,71 @@ static bool ring_dead(const struct tsr_kv__pool *q, int32_t cell, uint64_t in_ba
   return true;
 }
 
+/* Releases ring cell i: its sequences' released positions move up to it. */
+static void ring_release(struct tsr_kv_cache *c, int32_t i) {
+  struct tsr_kv__pool *q = &c->pools[TSR_KV_POOL_SLIDING];
+  for (uint64_t m = q->seqs[i]; m; m &= m - 1) {
+    int s = __builtin_ctzll(m);
+    if (q->pos[i] > c->released[s]) c->released[s] = q->pos[i];
+  }
+  cell_free(q, i);
+}
+
+/* A dead cell's age for ring_pick: empty cells first, then by position. */
+static int64_t ring_age(const struct tsr_kv__pool *q, int32_t cell) {
+  return q->pos[cell] < 0 ? -1 : q->pos[cell];
+}
+
+/* Dead cells of age at most a. */
+static int32_t ring_count_upto(const struct tsr_kv__pool *q, uint64_t in_batch,
+                               const int64_t *p_min, int64_t a) {
+  int32_t k = 0;
+  for (int32_t i = 0; i < q->n_cells; i++)
+    k += ring_dead(q, i, in_batch, p_min) && ring_age(q, i) <= a;
+  return k;
+}
+
+/* The ring's n cells for this step (at least n are dead: the caller counted), into
+** ring->slots in cell order. A sequence is owed window + n_ubatch cells (the ring
+** has that many per sequence): its dead cells past that, counted back from its
+** largest position in the batch (p_max), are released; of the rest only the n
+** oldest go (empty cells, then the smallest positions). So a sequence keeps its
+** last window + n_ubatch positions, never more: a tail of up to n_ubatch tokens can
+** be removed and resumed (speculative rollback, the server's prompt reuse, bench's
+** repetitions at depth), and no sequence crowds out another. Which cells a step
+** reuses changes no result: attention masks the window by position. */
+static void ring_pick(struct tsr_kv_cache *c, uint64_t in_batch, const int64_t *p_min,
+                      const int64_t *p_max, int32_t n) {
+  struct tsr_kv__pool *q = &c->pools[TSR_KV_POOL_SLIDING];
+  const int64_t owed = (int64_t)q->window + c->params.n_ubatch;
+  int64_t lo = INT64_MAX, hi = -1;
+  for (int32_t i = 0; i < q->n_cells; i++) {
+    if (!ring_dead(q, i, in_batch, p_min)) continue;
+    bool past = q->pos[i] >= 0;
+    for (uint64_t m = q->seqs[i]; m && past; m &= m - 1)
+      past = q->pos[i] <= p_max[__builtin_ctzll(m)] - owed;
+    if (past) ring_release(c, i);
+    const int64_t a = ring_age(q, i);
+    lo = a < lo ? a : lo, hi = a > hi ? a : hi;
+  }
+  if (n <= 0) return;
+  /* the smallest age t with n dead cells at or below it (lo for a single token) */
+  while (n > 1 && lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (ring_count_upto(q, in_batch, p_min, mid) >= n) hi = mid;
+    else lo = mid + 1;
+  }
+  const int64_t t = lo;
+  int32_t at_t = n - (n > 1 ? ring_count_upto(q, in_batch, p_min, t - 1) : 0), k = 0;
+  for (int32_t i = 0; i < q->n_cells && k < n; i++) {
+    if (!ring_dead(q, i, in_batch, p_min)) continue;
+    const int64_t a = ring_age(q, i);
+    if (a > t || (a == t && at_t-- <= 0)) continue;
+    if (a >= 0) ring_release(c, i);
+    q->slots[k++] = i;
+  }
+}
+
 tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, const int32_t *seq,
                                 int32_t n, struct tsr_kv_slots *out) {
   memset(out, 0, sizeof *out);
@@ -311,14 +376,15 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
     return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: %d tokens in a step of at most "
                          "n_ubatch %d", n, c->params.n_ubatch);
   uint64_t in_batch = 0;
-  int64_t p_min[TSR_KV_MAX_SEQ];
-  for (int s = 0; s < TSR_KV_MAX_SEQ; s++) p_min[s] = INT64_MAX;
+  int64_t p_min[TSR_KV_MAX_SEQ], p_max[TSR_KV_MAX_SEQ];
+  for (int s = 0; s < TSR_KV_MAX_SEQ; s++) p_min[s] = INT64_MAX, p_max[s] = -1;
   for (int32_t i = 0; i < n; i++) {
     if (seq[i] < 0 || seq[i] >= c->params.n_seq || pos[i] < 0)
       return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: token %d has sequence %d (of %d) and "
                            "position %d", i, seq[i], c->params.n_seq, pos[i]);
     in_batch |= 1ull << seq[i];
     if (pos[i] < p_min[seq[i]]) p_min[seq[i]] = pos[i];
+    if (pos[i] > p_max[seq[i]]) p_max[seq[i]] = pos[i];
   }
   /* count first, so a step that does not fit changes nothing */
   struct tsr_kv__pool *full = &c->pools[TSR_KV_POOL_FULL], *ring = &c->pools[TSR_KV_POOL_SLIDING];
@@ -334,16 +400,7 @@ tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, cons
                            "ring but %d of its %d (n_seq %d x (window %d + n_ubatch %d), at most "
                            "n_ctx %d) are free", n, n_dead, ring->n_cells, c->params.n_seq,
                            ring->window, c->params.n_ubatch, c->params.n_ctx);
-    int32_t k = 0;
-    for (int32_t i = 0; i < ring->n_cells; i++) {
-      if (!ring_dead(ring, i, in_batch, p_min)) continue;
-      for (uint64_t m = ring->seqs[i]; m; m &= m - 1) {
-        int s = __builtin_ctzll(m);
-        if (ring->pos[i] > c->released[s]) c->released[s] = ring->pos[i];
-      }
-      cell_free(ring, i);
-      if (k < n) ring->slots[k++] = i;
-    }
+    ring_pick(c, in_batch, p_min, p_max, n);
     for (int32_t t = 0; t < n; t++) {
       ring->pos[ring->slots[t]] = pos[t];
       ring->seqs[ring->slots[t]] = 1ull << seq[t];

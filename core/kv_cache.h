@@ -9,9 +9,9 @@
 **            seq_pos_max reads it.
 **   SLIDING  one pool for all sliding-window layers, of
 **            min(n_ctx, n_seq * (window + n_ubatch)) cells, window being the
-**            largest window of the sliding layers. It is a ring: when
-**            prepare picks cells it first releases every cell no query of
-**            this batch or a later one can see (below), and reuses them.
+**            largest window of the sliding layers. It is a ring: prepare
+**            reuses cells that no query of this batch or a later one can see
+**            (below), the oldest first, and only as many as the batch needs.
 **   LINEAR   per linear layer, n_seq state slots of state_bytes (f32, zeroed).
 ** A layer with kv_shared_from != 0 reads another layer's K/V and owns nothing.
 **
@@ -41,13 +41,16 @@
 **
 ** The ring's release rule. A query at position P sees a key at q iff
 ** P - q < window, and positions grow within a sequence. So at prepare a cell
-** is released when every sequence holding it has tokens in this batch and
+** may be released when every sequence holding it has tokens in this batch and
 ** q <= p_min(s) - window for each, p_min(s) being the smallest position of s
-** in the batch. Cells of sequences absent from the batch are kept. After a
-** step of single tokens the ring holds exactly the last `window` positions.
-** Rolling a sequence back (seq_rm of its tail) is safe on the ring as long as
-** it keeps position p_min - 1 of its last batch (what speculative decoding
-** does); an older rollback would need positions the ring has released.
+** in the batch. Cells of sequences absent from the batch are kept. Of those
+** that may go, prepare releases only the n it needs, empty cells first and
+** then the smallest positions, so a sequence alone in the ring keeps its last
+** window + n_ubatch positions. Rolling a sequence back (seq_rm of its tail)
+** to position p is safe while the ring still holds p - window + 1 onwards
+** (tsr_kv_cache_seq_resume_min): a tail of up to n_ubatch tokens, so
+** speculative decoding, prompt reuse and bench's repetitions at depth resume
+** without a refill; an older rollback is refused.
 **
 ** Recurrent state cannot be rolled back: seq_rm / seq_cp of part of a
 ** sequence are refused when the model has linear layers; removing a whole

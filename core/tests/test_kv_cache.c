@@ -209,7 +209,7 @@ static int64_t span(int lo, int hi) { /* positions lo..hi */
   return m;
 }
 
-static void test_sliding_ring_keeps_exactly_the_window_and_never_fills(void) {
+static void test_sliding_ring_keeps_the_window_and_its_slack_and_never_fills(void) {
   struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
   struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
   struct tsr_kv_cache_params p = {.n_ctx = 64, .n_seq = 1, .n_ubatch = 2};
@@ -222,23 +222,61 @@ static void test_sliding_ring_keeps_exactly_the_window_and_never_fills(void) {
     int32_t seq = 0;
     struct tsr_kv_slots s;
     if (tsr_kv_cache_prepare(c, &t, &seq, 1, &s) != TSR_OK) fails++;
-    /* the query at t sees t-3..t: exactly those are held */
-    if (held(c, TSR_KV_POOL_SLIDING) != span(t - 3, t)) wrong++;
+    /* the query at t sees t-3..t; the ring keeps its 6 newest: t-5..t */
+    if (held(c, TSR_KV_POOL_SLIDING) != span(t - 5, t)) wrong++;
   }
   CHECK(fails == 0);
   CHECK(wrong == 0);
-  CHECK(held(c, TSR_KV_POOL_SLIDING) == span(16, 19));
+  CHECK(held(c, TSR_KV_POOL_SLIDING) == span(14, 19));
   CHECK(held(c, TSR_KV_POOL_FULL) == span(0, 19)); /* the full pool keeps everything */
-  /* two-token steps: the first query of each step still sees its whole window */
+  /* two-token steps: the oldest two go, the first query of each step still sees its
+  ** whole window */
   tsr_kv_cache_clear(c);
   for (int32_t t = 0; t < 20; t += 2) {
     int32_t pos[2] = {t, t + 1}, seq[2] = {0, 0};
     struct tsr_kv_slots s;
     if (tsr_kv_cache_prepare(c, pos, seq, 2, &s) != TSR_OK) fails++;
-    if (held(c, TSR_KV_POOL_SLIDING) != span(t - 3, t + 1)) wrong++;
+    if (held(c, TSR_KV_POOL_SLIDING) != span(t - 4, t + 1)) wrong++;
   }
   CHECK(fails == 0);
   CHECK(wrong == 0);
+  tsr_kv_cache_free(c);
+}
+
+/* Positions (< 64) of sequence seq that the sliding pool holds, as a bitmask. */
+static int64_t held_by(const struct tsr_kv_cache *c, int32_t seq) {
+  int64_t m = 0;
+  for (int32_t i = 0; i < tsr_kv_cache_n_cells(c, TSR_KV_POOL_SLIDING); i++) {
+    const int32_t p = tsr_kv_cache_cell_pos(c, TSR_KV_POOL_SLIDING, i);
+    if (p >= 0 && p < 64 && (tsr_kv_cache_cell_seqs(c, TSR_KV_POOL_SLIDING, i) >> seq & 1))
+      m |= (int64_t)1 << p;
+  }
+  return m;
+}
+
+/* Each sequence keeps its last window + n_ubatch positions, and no more: one that
+** runs ahead leaves another's share alone. */
+static void test_ring_shares_are_kept_per_sequence(void) {
+  struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
+  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
+  struct tsr_kv_cache_params p = {.n_ctx = 128, .n_seq = 2, .n_ubatch = 2};
+  struct tsr_kv_cache *c = NULL;
+  CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  if (!c) return;
+  CHECK(tsr_kv_cache_n_cells(c, TSR_KV_POOL_SLIDING) == 12);
+  for (int32_t s = 0; s < 2; s++)
+    for (int32_t t = 0; t < 30 - 10 * s; t++) {
+      struct tsr_kv_slots sl;
+      CHECK_OK(tsr_kv_cache_prepare(c, &t, &s, 1, &sl));
+    }
+  CHECK(held_by(c, 0) == span(24, 29));
+  CHECK(held_by(c, 1) == span(14, 19));
+  /* two tokens of sequence 0 at once: its oldest two go, sequence 1 keeps all six */
+  int32_t pos[2] = {30, 31}, seq[2] = {0, 0};
+  struct tsr_kv_slots sl;
+  CHECK_OK(tsr_kv_cache_prepare(c, pos, seq, 2, &sl));
+  CHECK(held_by(c, 0) == span(26, 31));
+  CHECK(held_by(c, 1) == span(14, 19));
   tsr_kv_cache_free(c);
 }
 
@@ -257,12 +295,19 @@ static void test_ring_refuses_to_resume_below_its_released_keys(void) {
     struct tsr_kv_slots s;
     CHECK_OK(tsr_kv_cache_prepare(c, &t, &seq, 1, &s));
   }
-  /* positions 0..15 were released; a query at p needs p-3..p */
-  CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 15 + 4);
-  CHECK(tsr_kv_cache_seq_rm(c, 0, 10, -1) == TSR_ERR_UNSUPPORTED);
+  /* positions 0..13 were released (the ring keeps 6); a query at p needs p-3..p */
+  CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 13 + 4);
+  CHECK(tsr_kv_cache_seq_rm(c, 0, 16, -1) == TSR_ERR_UNSUPPORTED);
   CHECK(strstr(tsr_error_message(), "released") != NULL);
   CHECK(tsr_kv_cache_seq_pos_max(c, 0) == 19); /* refused: unchanged */
-  CHECK_OK(tsr_kv_cache_seq_rm(c, 0, 19, -1)); /* 19 still has 16..18 */
+  CHECK_OK(tsr_kv_cache_seq_rm(c, 0, 17, -1)); /* 17 still has 14..16: the ring's slack */
+  /* and the resumed steps reuse the freed cells before older positions */
+  for (int32_t t = 17; t < 19; t++) {
+    int32_t seq = 0;
+    struct tsr_kv_slots s;
+    CHECK_OK(tsr_kv_cache_prepare(c, &t, &seq, 1, &s));
+  }
+  CHECK(held(c, TSR_KV_POOL_SLIDING) == span(14, 18));
   CHECK_OK(tsr_kv_cache_seq_rm(c, 0, -1, -1)); /* the whole sequence is always fine */
   CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 0);
   tsr_kv_cache_free(c);
@@ -602,8 +647,9 @@ int main(void) {
   TSR_RUN(test_plan_bytes_equal_allocated_bytes_for_mixed_layers_and_codecs);
   TSR_RUN(test_head_dim_not_whole_codec_blocks_is_refused_naming_layer_and_codec);
   TSR_RUN(test_store_writes_every_ubatch_byte_exact_for_its_codec);
-  TSR_RUN(test_sliding_ring_keeps_exactly_the_window_and_never_fills);
+  TSR_RUN(test_sliding_ring_keeps_the_window_and_its_slack_and_never_fills);
   TSR_RUN(test_ring_refuses_to_resume_below_its_released_keys);
+  TSR_RUN(test_ring_shares_are_kept_per_sequence);
   TSR_RUN(test_full_pool_exhaustion_fails_and_leaves_the_cache_unchanged);
   TSR_RUN(test_two_sequences_are_isolated_shared_by_copy_and_removed_alone);
   TSR_RUN(test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_empty);

@@ -17,7 +17,8 @@
 **       the engine counts: one a prefill, not one a token) times tokens per
 **       second, as a fraction of the GEMM rate.
 ** Between repetitions the tested tokens are removed from the cache again (or,
-** where a model cannot resume mid-sequence, the depth is prefilled anew).
+** where a model cannot resume mid-sequence, the depth is prefilled anew); a deeper
+** depth continues the fill of the one before it.
 ** --op-times also splits each test's time per token: outside the backend's
 ** computes (graph building, sampling, cache bookkeeping), inside them but
 ** outside the nodes (uploads, downloads), and per kind of node
@@ -319,13 +320,19 @@ static tsr_status prefill(struct tsr_engine *e, const int32_t *tok, int64_t n, f
   return TSR_OK;
 }
 
-/* Sequence 0 holding exactly `depth` random tokens: the tested tail cut off,
-** or (a model that cannot resume mid-sequence) everything prefilled anew. */
+/* Sequence 0 holding exactly `depth` random tokens: the tested tail cut off, a
+** shorter sequence filled on to the depth (so depths in rising order fill once), or
+** (a tail the model cannot remove: a sliding ring past its slack, recurrent state)
+** everything prefilled anew. */
 static tsr_status reset_to(struct tsr_engine *e, int64_t depth, int32_t *tok, float *logits,
                            int64_t progress) {
-  if (tsr_engine_seq_len(e, 0) == depth) return TSR_OK;
-  if (tsr_engine_seq_len(e, 0) > depth && tsr_engine_seq_rm(e, 0, (int32_t)depth, -1) == TSR_OK)
-    return TSR_OK;
+  const int64_t len = tsr_engine_seq_len(e, 0);
+  if (len == depth) return TSR_OK;
+  if (len > depth && tsr_engine_seq_rm(e, 0, (int32_t)depth, -1) == TSR_OK) return TSR_OK;
+  if (len < depth) {
+    random_tokens(tok, depth - len, tsr_engine_n_vocab(e));
+    return prefill(e, tok, depth - len, logits, progress, "depth fill");
+  }
   tsr_status st = tsr_engine_seq_rm(e, 0, 0, -1);
   if (st != TSR_OK || depth == 0) return st;
   random_tokens(tok, depth, tsr_engine_n_vocab(e));

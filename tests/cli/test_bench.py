@@ -152,6 +152,29 @@ def test_progress_reports_a_long_prefill_call_by_call():
     assert code == 0 and "tokens," not in err, err
 
 
+def depth_fills(model, *args):
+    """the (done, of) of each --progress line of a depth fill"""
+    out = os.path.join(TMP, "fills.json")
+    code, _, err = tessera("bench", "-m", model, "--json", out, "--threads", "2", *args)
+    assert code == 0, err
+    return [(int(m.group(1)), int(m.group(2))) for m in
+            re.finditer(r"^tessera bench: depth fill: (\d+) of (\d+) tokens", err, re.M)]
+
+
+@case
+def test_depths_fill_once_and_repetitions_resume_on_a_sliding_ring():
+    # iSWA: the ring keeps window + ubatch positions, so the 4 tested tokens come off again
+    # and each of the 3 runs per depth (warm-up included) starts from the same fill; the
+    # second depth continues the first's (44 tokens after its last run: 36 more)
+    fills = depth_fills(fixture("gemma4_dense"), "-p", "0", "-n", "4", "-d", "40,80", "-r", "2",
+                        "--warmup", "1", "--progress", "16")
+    assert fills == [(16, 40), (32, 40), (40, 40), (16, 36), (32, 36), (36, 36)], fills
+    # recurrent state cannot drop a tail: each run refills its depth from the start
+    fills = depth_fills(fixture("qwen3_5"), "-p", "0", "-n", "4", "-d", "20", "-r", "2",
+                        "--warmup", "0", "--progress", "16")
+    assert fills == [(16, 20), (20, 20)] * 2, fills
+
+
 @case
 def test_bad_flags_are_refused_naming_them():
     for args, needle in ((["-p", "0", "-n", "0"], "nothing to measure"), (["-p", "x"], "-p"),

@@ -9,8 +9,10 @@
 #        DCA_SETTINGS (attn_dca settings, default "{}": chunk from the model's
 #        dual_chunk_attention_config, else 3/4 of its trained context)
 #
-# Each depth is filled once per profile (random tokens), then every test runs on top
-# of it; the JSON of each run stays in OUT_DIR.
+# One `tessera bench` per profile over every depth: the sequence is filled once, each
+# depth continuing the last one's fill (random tokens), and each test at a depth runs
+# on top of it (the tested tokens come off again between repetitions); the JSON of
+# each profile stays in OUT_DIR as flash.json and dca.json.
 set -uo pipefail
 model=$(realpath "${1:?usage: dca_bench.sh MODEL.gguf OUT_DIR "DEPTHS" [BENCH_ARGS...]}")
 out=${2:?OUT_DIR}
@@ -30,24 +32,23 @@ printf '%s\nattention: flash\n' "$common" >"$out/flash.yaml"
 printf '%s\n  - name: attn_dca\n    settings: %s\nattention: {full: dca, sliding: flash}\n' \
   "$common" "${DCA_SETTINGS:-{\}}" >"$out/dca.yaml"
 
-for d in $depths; do
-  for p in flash dca; do
-    echo "== $p at depth $d"
-    if ! "$tessera" bench --profile "$out/$p.yaml" -d "$d" "${args[@]}" --json "$out/$p.$d.json"; then
-      echo "dca_bench: tessera bench failed ($p, depth $d)" >&2
-      exit 1
-    fi
-  done
+list=$(echo $depths | tr ' ' ',')
+for p in flash dca; do
+  echo "== $p at depths $list"
+  if ! "$tessera" bench --profile "$out/$p.yaml" -d "$list" "${args[@]}" --json "$out/$p.json"; then
+    echo "dca_bench: tessera bench failed ($p)" >&2
+    exit 1
+  fi
 done
 
-python3 - "$out" $depths <<'EOF'
+python3 - "$out" <<'EOF'
 import json, sys
-out, depths = sys.argv[1], sys.argv[2:]
+out = sys.argv[1]
+runs = {p: json.load(open(f"{out}/{p}.json"))["tests"] for p in ("flash", "dca")}
 print("\n| test | flash t/s | DCA t/s | DCA / flash |")
 print("| --- | --- | --- | --- |")
-for d in depths:
-    runs = {p: json.load(open(f"{out}/{p}.{d}.json"))["tests"] for p in ("flash", "dca")}
-    for f, c in zip(runs["flash"], runs["dca"]):
-        a, b = f["tokens_per_second_median"], c["tokens_per_second_median"]
-        print(f"| {f['test']} | {a:.2f} | {b:.2f} | {b / a:.3f} |")
+for f, c in zip(runs["flash"], runs["dca"]):
+    assert f["test"] == c["test"], (f["test"], c["test"])
+    a, b = f["tokens_per_second_median"], c["tokens_per_second_median"]
+    print(f"| {f['test']} | {a:.2f} | {b:.2f} | {b / a:.3f} |")
 EOF

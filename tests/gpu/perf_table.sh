@@ -21,7 +21,8 @@
 #            products with the f32 gemv, the attention with the pipelined tile loop and the
 #            decode attention with splits of 64 keys
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
-#            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each depth: pp512 and tg32
+#            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
+#            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
 #            prefill at D 128) into OUT/ncu_*.log
@@ -32,7 +33,7 @@
 # Environment (the CPU test shrinks everything): PERF_BACKEND (cuda), PERF_CUT (extra
 # gen-model arguments, e.g. "--layers 1"), PERF_CUT_MOE (more of them for the MoE model,
 # e.g. "--experts 4"), PERF_DEPTHS ("32768 131072"), PERF_PP ("2048,32768"), PERF_N (128),
-# PERF_REPS (3), PERF_MOE_DEPTH_REPS (1), PERF_DCA_PP (512), PERF_DCA_N (32).
+# PERF_REPS (3), PERF_DCA_DEPTHS ("32768 131072 262144"), PERF_DCA_PP (512), PERF_DCA_N (32).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 2; }
@@ -117,9 +118,9 @@ for part in $parts; do
   g26)
     gen g26 --like gemma-4-26b-a4b --type q4_K_M --random-codes ${PERF_CUT_MOE:-} || continue
     bench g26 "$out/g26.gguf" -p 0 -n "$n" -r "$reps"
-    # Gemma 4's sliding ring cannot resume mid-sequence: every repetition and warm-up
-    # refills the depth, so one of each (PERF_MOE_DEPTH_REPS)
-    at_depths g26 "$out/g26.gguf" "${PERF_MOE_DEPTH_REPS:-1}" 0
+    # the sliding ring keeps window + ubatch positions, so a repetition's 128 tokens come
+    # off again without a refill, as on Qwen3
+    at_depths g26 "$out/g26.gguf" "$reps" 1
     extras g26 "$out/g26.gguf"
     rm -f "$out/g26.gguf"
     ;;
@@ -144,7 +145,8 @@ for part in $parts; do
       gen "$m" --like "$like" --type q4_0 --random-codes $extra || continue
       echo "== dca_bench $like ($(date +%T))"
       TESSERA="$b/core/cli/tessera" BACKEND=$backend bash tests/gpu/dca_bench.sh "$out/$m.gguf" \
-        "$out/$m" "$depths" -p "${PERF_DCA_PP:-512}" -n "${PERF_DCA_N:-32}" -r "$reps" ||
+        "$out/$m" "${PERF_DCA_DEPTHS:-32768 131072 262144}" -p "${PERF_DCA_PP:-512}" \
+        -n "${PERF_DCA_N:-32}" -r "$reps" ||
         fails=$((fails + 1))
       rm -f "$out/$m.gguf"
     done

@@ -16,8 +16,10 @@
 ** pair's expert id on the device (with x's slots packed, the q8 gemv's kernel
 ** per pair for the types it takes, unless TESSERA_CUDA_GEMV=f32). With more
 ** pairs the ids come to the host (one synchronisation), pairs are grouped by
-** expert, and each expert's columns are gathered, multiplied as above and
-** scattered back. An id outside [0, E) gives a zero column, as on the CPU.
+** expert, every pair's column is gathered at once in expert order, each expert
+** multiplies its run of columns as above, and one scatter puts them back (a
+** gather and a scatter a product, not one of each per expert: 128 experts made
+** 256 launches of them). An id outside [0, E) gives a zero column, as on the CPU.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -204,20 +206,23 @@ tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const s
   CU_RT(cudaMemcpyAsync(dlist, list, (size_t)n_valid * 4, cudaMemcpyHostToDevice, c->stream));
   if (n_valid < np) /* zero columns for ids out of range */
     CU_RT(cudaMemsetAsync(dst->p, 0, (size_t)(dst->nb[3] * dst->ne[3]), c->stream));
+  if (!n_valid) return TSR_OK;
+  /* every valid pair's column gathered at once, in expert order; each expert's product
+  ** reads and writes its run of columns; one scatter puts them back */
   const int64_t K = w.ne[0], M = w.ne[1];
-  int64_t most = 0;
-  for (int64_t e = 0; e < E; e++)
-    if (start[e + 1] - start[e] > most) most = start[e + 1] - start[e];
   float *gx, *gy;
-  if ((st = tsr_cuda_scratch(c, SCR_G, (size_t)(K * most) * 4, (void **)&gx)) != TSR_OK) return st;
-  if ((st = tsr_cuda_scratch(c, SCR_Y, (size_t)(M * most) * 4, (void **)&gy)) != TSR_OK) return st;
+  if ((st = tsr_cuda_scratch(c, SCR_G, (size_t)(K * n_valid) * 4, (void **)&gx)) != TSR_OK)
+    return st;
+  if ((st = tsr_cuda_scratch(c, SCR_Y, (size_t)(M * n_valid) * 4, (void **)&gy)) != TSR_OK)
+    return st;
+  CU_LAUNCH(cu_gather_pairs((cu_stream)c->stream, gx, x, dlist, n_valid, nu));
   for (int64_t e = 0; e < E; e++) {
     const int64_t n = start[e + 1] - start[e];
     if (!n) continue;
-    CU_LAUNCH(cu_gather_pairs((cu_stream)c->stream, gx, x, dlist + start[e], n, nu));
-    st = product(c, gy, M, w.p + e * w.nb[2], w.type, K, M, w.nb[1], (const char *)gx, 4, K * 4, n);
+    st = product(c, gy + start[e] * M, M, w.p + e * w.nb[2], w.type, K, M, w.nb[1],
+                 (const char *)(gx + start[e] * K), 4, K * 4, n);
     if (st != TSR_OK) return st;
-    CU_LAUNCH(cu_scatter_pairs((cu_stream)c->stream, dst, gy, dlist + start[e], n, nu));
   }
+  CU_LAUNCH(cu_scatter_pairs((cu_stream)c->stream, dst, gy, dlist, n_valid, nu));
   return TSR_OK;
 }

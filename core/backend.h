@@ -59,6 +59,9 @@ struct tsr_backend_i {
   tsr_status (*time_nodes)(void *ctx, struct tsr_op_times *acc);
   /* Device memory so far; NULL where the backend computes in host memory (cpu). */
   tsr_status (*memory)(void *ctx, struct tsr_backend_memory *out);
+  /* Computes captured as CUDA graphs and computes that replayed one, so far; NULL
+  ** where the backend has no graphs (cpu). */
+  void (*graph_counts)(void *ctx, uint64_t *captures, uint64_t *replays);
 };
 
 struct tsr_backend {
@@ -95,6 +98,8 @@ tsr_status tsr_backend_probe(struct tsr_backend *b, struct tsr_backend_ceilings 
 /* The backend's device memory; TSR_ERR_UNSUPPORTED (no message) where it has
 ** none (cpu). */
 tsr_status tsr_backend_memory(struct tsr_backend *b, struct tsr_backend_memory *out);
+/* The backend's graph captures and replays so far; false where it has no graphs (cpu). */
+bool tsr_backend_graph_counts(const struct tsr_backend *b, uint64_t *captures, uint64_t *replays);
 
 /* Checks every node against the backend; the first gap is the error. */
 tsr_status tsr_backend_check_graph(struct tsr_backend *b, const struct tsr_graph *g);

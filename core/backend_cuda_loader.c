@@ -134,3 +134,9 @@ tsr_status tsr_backend_probe(struct tsr_backend *b, struct tsr_backend_ceilings 
 tsr_status tsr_backend_memory(struct tsr_backend *b, struct tsr_backend_memory *out) {
   return b->i.memory ? b->i.memory(b->context, out) : TSR_ERR_UNSUPPORTED;
 }
+
+bool tsr_backend_graph_counts(const struct tsr_backend *b, uint64_t *captures, uint64_t *replays) {
+  if (!b || !b->i.graph_counts) return false;
+  b->i.graph_counts(b->context, captures, replays);
+  return true;
+}

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "chat.h"
 #include "cli.h"
 #include "engine.h"
@@ -483,6 +484,11 @@ static int run(const struct run_args *a, struct tsr_engine *e, const char *promp
   print_timing(&g);
   if (code == TSR_EXIT_OK) {
     if (a->verbose) tsr_plugin_host_print_engagement(s->host, stderr);
+    uint64_t captures = 0, replays = 0;
+    if (a->verbose && tsr_backend_graph_counts(tsr_engine_backend(e), &captures, &replays))
+      fprintf(stderr, "  %-12s graphs: %llu captured, %llu replays\n",
+              tsr_backend_name(tsr_engine_backend(e)), (unsigned long long)captures,
+              (unsigned long long)replays);
     st = tsr_plugin_host_require_engaged(s->host, a->required, a->n_required);
     if (st != TSR_OK) {
       fprintf(stderr, "tessera run: %s\n", tsr_error_message());

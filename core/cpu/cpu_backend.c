@@ -147,7 +147,7 @@ tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out) {
     return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: cannot start %d threads", n_threads);
   }
   b->i = (struct tsr_backend_i){cpu_name, cpu_supports, cpu_compute, cpu_free,
-                                NULL, NULL, NULL, NULL, NULL, cpu_time_nodes, NULL};
+                                NULL, NULL, NULL, NULL, NULL, cpu_time_nodes, NULL, NULL};
   b->context = be;
   *out = b;
   return TSR_OK;

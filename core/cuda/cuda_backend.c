@@ -352,9 +352,10 @@ static void info_of(const struct cu_ctx *c, const struct tsr_tensor *t, struct t
   for (int d = 0; d < 4; d++) i->ne[d] = t->ne[d], i->nb[d] = t->nb[d];
 }
 
-/* A plugin op: its cuda kernel with device addresses, enqueuing on our
-** stream (plugin.h, register_kernel_lib); replay: the bookkeeping call of a
-** replayed capture (plugin.h, tsr_device_call.replay), which enqueues nothing. */
+/* A plugin op: its cuda kernel with device addresses, enqueuing on our stream
+** (plugin.h, register_kernel_lib); inside a capture it does no bookkeeping, and
+** replay is the bookkeeping call of a compute that replayed (or just captured and
+** launched) the graph, which enqueues nothing (plugin.h, tsr_device_call.graph). */
 static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t, bool replay) {
   tsr_plugin_kernel_fn fn;
   void *kctx;
@@ -366,7 +367,9 @@ static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t, bool 
   while (n_src < TSR_MAX_SRC && t->src[n_src]) info_of(c, t->src[n_src], &src[n_src]), n_src++;
   struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
                                  .device = c->device, .stream = c->stream, .status = TSR_OK,
-                                 .replay = replay};
+                                 .graph = replay        ? TSR_DEVICE_CALL_REPLAY
+                                          : c->capturing ? TSR_DEVICE_CALL_CAPTURE
+                                                         : TSR_DEVICE_CALL_EAGER};
   c->host->set_device_call(&call);
   fn(kctx, 0, 1, &dst, src, n_src, &t->op_params[2]);
   c->host->set_device_call(NULL);
@@ -525,8 +528,8 @@ static bool capture(struct cu_ctx *c, struct tsr_graph *g, char *err, size_t err
   return false;
 }
 
-/* After a replay: each plugin node's bookkeeping call, in graph order, so its
-** counters move as they would node by node. */
+/* After a replay, or a capture's first launch: each plugin node's bookkeeping call,
+** in graph order, so its counters move once a compute, as node by node. */
 static tsr_status replay_custom(struct cu_ctx *c, const struct tsr_graph *g) {
   for (int i = 0; i < g->n; i++) {
     const struct tsr_tensor *t = &g->tensors[i];
@@ -562,10 +565,14 @@ static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
   const bool same = len == c->sig_len && !memcmp(c->sig_next, c->sig, len);
   if (same && c->exec) {
     CU_RT(cudaGraphLaunch(c->exec, c->stream));
+    c->n_replays++;
     return replay_custom(c, g);
   }
   if (same && !c->sig_refused) {
-    if (capture(c, g, why, sizeof why)) return TSR_OK;
+    if (capture(c, g, why, sizeof why)) {
+      c->n_captures++;
+      return replay_custom(c, g);
+    }
     c->sig_refused = true;
     fprintf(stderr, "tessera: cuda backend: a decode graph could not be captured (%s); its "
             "nodes run one by one\n", why);
@@ -645,6 +652,11 @@ static tsr_status cu_memory(void *ctx, struct tsr_backend_memory *out) {
   CU_RT(sample_device_memory(c));
   *out = (struct tsr_backend_memory){c->held_bytes, c->held_peak, c->used_peak, c->device_total};
   return TSR_OK;
+}
+
+static void cu_graph_counts(void *ctx, uint64_t *captures, uint64_t *replays) {
+  const struct cu_ctx *c = ctx;
+  *captures = c->n_captures, *replays = c->n_replays;
 }
 
 static tsr_status cu_time_nodes(void *ctx, struct tsr_op_times *acc) {
@@ -799,7 +811,7 @@ tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_ba
   }
   b->i = (struct tsr_backend_i){cu_name,         cu_supports, cu_compute, cu_free,
                                 cu_sync_to_host, cu_forget,   cu_keep,    cu_sync_to_device,
-                                tsr_cuda_probe,  cu_time_nodes, cu_memory};
+                                tsr_cuda_probe,  cu_time_nodes, cu_memory,  cu_graph_counts};
   b->context = c;
   *out = b;
   return TSR_OK;

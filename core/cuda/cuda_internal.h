@@ -84,6 +84,7 @@ struct cu_ctx {
   size_t sig_len, sig_cap, sig_next_cap;
   bool sig_refused;          /* sig's capture failed (said once): it runs node by node */
   bool said_uncapturable;    /* a decode graph that cannot be captured was named */
+  uint64_t n_captures, n_replays; /* computes captured, computes that replayed a capture */
   bool said_attn_refused;    /* an attention launch the tiled kernel refused was named */
   cudaGraphExec_t exec;      /* the capture of sig, or NULL */
 

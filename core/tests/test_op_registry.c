@@ -4,8 +4,8 @@
 ** symbol resolved; a missing file or symbol is an error naming it and the
 ** op; a plain lookup that finds nothing leaves the error message alone; the
 ** device call a backend publishes is per thread; a plugin declares only its own
-** kernels replayable (CUDA graph capture), and a replay call says so only to a
-** kernel whose device call is new enough to carry the field.
+** kernels replayable (CUDA graph capture), and a device call says how a graph holds
+** it only where it is new enough to carry the field.
 */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -106,24 +106,24 @@ static void a_plugin_declares_its_own_kernels_replayable(void) {
   CHECK_MSG(strstr(tsr_error_message(), "no metal kernel") != NULL, "%s", tsr_error_message());
 }
 
-static void a_replay_is_read_only_from_a_call_that_carries_it(void) {
-  struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda", .replay = 1};
-  CHECK(tsr_device_call_is_replay(&call));
-  call.replay = 0;
-  CHECK(!tsr_device_call_is_replay(&call));
+static void a_graph_mode_is_read_only_from_a_call_that_carries_it(void) {
+  struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
+                                 .graph = TSR_DEVICE_CALL_REPLAY};
+  CHECK(tsr_device_call_graph(&call) == TSR_DEVICE_CALL_REPLAY);
+  call.graph = TSR_DEVICE_CALL_CAPTURE;
+  CHECK(tsr_device_call_graph(&call) == TSR_DEVICE_CALL_CAPTURE);
   /* a backend built before the field: its struct, padding included, ends before it */
-  struct before_replay {
+  struct before_graph {
     uint32_t struct_size;
     const char *backend;
     int32_t device;
     void *stream;
     int32_t status;
   };
-  CHECK(offsetof(struct tsr_device_call, replay) >= sizeof(struct before_replay));
-  call.replay = 1;
-  call.struct_size = (uint32_t)sizeof(struct before_replay);
-  CHECK(!tsr_device_call_is_replay(&call));
-  CHECK(!tsr_device_call_is_replay(NULL));
+  CHECK(offsetof(struct tsr_device_call, graph) >= sizeof(struct before_graph));
+  call.struct_size = (uint32_t)sizeof(struct before_graph);
+  CHECK(tsr_device_call_graph(&call) == TSR_DEVICE_CALL_EAGER);
+  CHECK(tsr_device_call_graph(NULL) == TSR_DEVICE_CALL_EAGER);
 }
 
 int main(void) {
@@ -131,6 +131,6 @@ int main(void) {
   TSR_RUN(a_missing_library_or_symbol_is_named);
   TSR_RUN(the_device_call_is_per_thread);
   TSR_RUN(a_plugin_declares_its_own_kernels_replayable);
-  TSR_RUN(a_replay_is_read_only_from_a_call_that_carries_it);
+  TSR_RUN(a_graph_mode_is_read_only_from_a_call_that_carries_it);
   return TSR_TEST_EXIT();
 }

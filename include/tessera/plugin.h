@@ -437,21 +437,27 @@ struct tsr_device_call {
   void *stream;        /* the cudaStream_t to enqueue on; the kernel never synchronizes it */
   int32_t status;      /* the kernel sets a tsr_status here (and host->set_error) when a
                        ** launch fails; the backend then fails the node with that message */
-  /* Appended later (check struct_size): 1 when the backend is replaying a captured
-  ** CUDA graph that holds this node. Only a kernel declared replayable
-  ** (host->declare_replayable) gets such a call: it enqueues nothing, its launches
-  ** having been captured, and does only the host-side bookkeeping of a call (its
-  ** host->engaged counts), so counters read the same with graphs on or off. Eight
-  ** bytes: a 4-byte field would lie in the padding after status, which the
-  ** struct_size of a backend built before it already counts. */
-  int64_t replay;
+  /* Appended later (check struct_size): how a CUDA graph holds this call, which only a
+  ** kernel declared replayable (host->declare_replayable) sees as other than EAGER:
+  **   TSR_DEVICE_CALL_CAPTURE  the launches are being captured: enqueue them as usual
+  **                            but do no host-side bookkeeping (host->engaged counts);
+  **   TSR_DEVICE_CALL_REPLAY   the captured launches are being replayed: enqueue
+  **                            nothing, do only the bookkeeping of a call.
+  ** The backend makes one bookkeeping call per node and compute (a replay after a
+  ** successful capture too; a capture that fails runs its nodes eagerly), so counters
+  ** read the same with graphs on or off. Eight bytes: a 4-byte field would lie in the
+  ** padding after status, which the struct_size of a backend built before it counts. */
+  int64_t graph;
 };
 
-/* Whether a device call is a replay's bookkeeping call (struct tsr_device_call.replay). */
-static inline int tsr_device_call_is_replay(const struct tsr_device_call *call) {
-  return call &&
-         call->struct_size >= offsetof(struct tsr_device_call, replay) + sizeof call->replay &&
-         call->replay;
+enum { TSR_DEVICE_CALL_EAGER = 0, TSR_DEVICE_CALL_CAPTURE = 1, TSR_DEVICE_CALL_REPLAY = 2 };
+
+/* How a CUDA graph holds a device call (struct tsr_device_call.graph); EAGER for a
+** call from a backend built before the field. */
+static inline int64_t tsr_device_call_graph(const struct tsr_device_call *call) {
+  if (!call || call->struct_size < offsetof(struct tsr_device_call, graph) + sizeof call->graph)
+    return TSR_DEVICE_CALL_EAGER;
+  return call->graph;
 }
 
 /* A kernel of a plugin-defined op for one backend. */
@@ -719,7 +725,7 @@ struct tsr_host {
   ** that its launches depend on nothing else (no host-side state that changes between
   ** calls), that it enqueues only stream-ordered work on device_call()->stream (no
   ** synchronization, no host reads of device memory, no cudaMalloc), and that it
-  ** honours device_call()->replay. Without this a graph holding the op runs node by
+  ** honours device_call()->graph. Without this a graph holding the op runs node by
   ** node. The op must be this plugin's and have a kernel for backend. (Appended
   ** later: check host->struct_size.) */
   tsr_status (*declare_replayable)(struct tsr_plugin *self, int32_t op_id, const char *backend);

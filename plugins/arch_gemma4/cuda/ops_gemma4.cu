@@ -66,7 +66,7 @@ extern "C" TSR_PLUGIN_EXPORT void gemma4_rope_f32_cuda(void *ctx, int ith, int n
                                                        int n_src, const int32_t *params) {
   (void)ith, (void)nth;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
-  if (tsr_device_call_is_replay(call)) return; /* counts nothing */
+  if (tsr_device_call_graph(call) == TSR_DEVICE_CALL_REPLAY) return; /* counts nothing */
   const struct tsr_tensor_info *x = &src[0], *pos = &src[1];
   const struct tsr_tensor_info *ff = n_src > 2 ? &src[2] : NULL;
   float base;
@@ -194,7 +194,7 @@ extern "C" TSR_PLUGIN_EXPORT void gemma4_ordered_logits_cuda(void *ctx, int ith,
                                                              int n_src, const int32_t *params) {
   (void)ith, (void)nth, (void)n_src;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
-  if (tsr_device_call_is_replay(call)) return; /* counts nothing */
+  if (tsr_device_call_graph(call) == TSR_DEVICE_CALL_REPLAY) return; /* counts nothing */
   const struct tsr_tensor_info *full = &src[0], *cent = &src[1], *ord = &src[2];
   struct ol_args a;
   a.full = (const char *)full->data, a.cent = (const char *)cent->data;

@@ -127,7 +127,7 @@ dca_positions_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
                    const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ith, (void)nth, (void)n_src;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
-  if (tsr_device_call_is_replay(call)) return; /* counts nothing */
+  if (tsr_device_call_graph(call) == TSR_DEVICE_CALL_REPLAY) return; /* counts nothing */
   const int64_t n = src[0].ne[0];
   if (n > 0)
     k_dca_positions<<<(unsigned)((n + 255) / 256), 256, 0, tsr_cuda_call_stream(call)>>>(
@@ -143,8 +143,10 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const cudaStream_t stream = tsr_cuda_call_stream(call);
   tsr_tile_args t = tile_args_of(dst, src, params[DCA_P_MASK] && n_src > 5, params);
-  if (tsr_device_call_is_replay(call)) { /* the launches were captured: count only */
-    count(params, t.Nq);
+  /* in a CUDA graph: the capture launches, the replay counts (as a call does below) */
+  const int64_t graph = tsr_device_call_graph(call);
+  if (graph == TSR_DEVICE_CALL_REPLAY) {
+    if (t.Nq) count(params, t.Nq);
     return;
   }
   if (t.D > DCA_MAX_D || t.Dv > DCA_MAX_D) {
@@ -173,5 +175,5 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
     return;
   }
   tsr_cuda_call_finish(ctx, call, "attn_dca attention");
-  count(params, t.Nq);
+  if (graph != TSR_DEVICE_CALL_CAPTURE) count(params, t.Nq);
 }

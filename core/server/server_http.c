@@ -253,10 +253,6 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum sr
     status = 200;
     body = srv_render_result(s, r);
   }
-  /* a shutdown waits for this answer to be sent (on_completed), not only for the request
-  ** to be freed: stopping the daemon in between would close the connection unanswered */
-  s->n_answering++;
-  cn->answering = true;
   srv_request_unref(s, r);
   pthread_mutex_unlock(&s->mu);
   return respond_json(c, status, body);
@@ -349,6 +345,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     *size = 0;
     return MHD_YES;
   }
+  /* every answer, errors and streams too, is counted until MHD has sent it
+  ** (on_completed): a shutdown waits for it, where stopping the daemon first would
+  ** close the connection unanswered */
+  pthread_mutex_lock(&s->mu);
+  s->n_answering++;
+  cn->answering = true;
+  pthread_mutex_unlock(&s->mu);
   return route(s, c, url, method, cn);
 }
 

@@ -494,9 +494,18 @@ static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
          d <= TSR_TILE_MAX_D && (d <= 256 || (a->D % 32 == 0 && a->Dv % 32 == 0));
 }
 
-/* The most dynamic shared memory a block of sm_90 takes: the pipelined loop's second
-** buffers only where they fit under it. */
+/* The most dynamic shared memory a block of sm_90 takes, and a multiprocessor's (each
+** block also holds 1 KB of the system's). */
 #define TSR_MMA_SMEM_MAX (227 * 1024)
+#define TSR_MMA_SMEM_SM (228 * 1024)
+/* Blocks a multiprocessor holds by registers (ptxas: 236-251 a thread, 128 threads). */
+#define TSR_MMA_BLOCKS_BY_REGS 2
+
+/* Blocks of `smem` bytes a multiprocessor holds, registers allowing. */
+static inline int tsr_mma_blocks_per_sm(size_t smem) {
+  const int by_smem = (int)(TSR_MMA_SMEM_SM / (smem + 1024));
+  return by_smem < TSR_MMA_BLOCKS_BY_REGS ? by_smem : TSR_MMA_BLOCKS_BY_REGS;
+}
 
 template <int DVW, int WPR, int TK>
 static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
@@ -508,7 +517,10 @@ static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaSt
   struct tsr_tile_args p = *a;
   const size_t second = sizeof(__half) * (size_t)TK * (size_t)(a->D + 8 + a->Dv + 8) +
                         sizeof(int32_t) * (size_t)TK;
-  p.kv_double = smem + second <= TSR_MMA_SMEM_MAX;
+  /* the second buffers only where the block still fits, and as many blocks a
+  ** multiprocessor as without them (at head dim 512 they would halve them) */
+  p.kv_double = smem + second <= TSR_MMA_SMEM_MAX &&
+                tsr_mma_blocks_per_sm(smem + second) >= tsr_mma_blocks_per_sm(smem);
   return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, true>>(&p, tsr_mma_shape<WPR>::rows,
                                                         p.kv_double ? smem + second : smem, stream);
 }

@@ -16,10 +16,12 @@
 ** pair's expert id on the device (with x's slots packed, the q8 gemv's kernel
 ** per pair for the types it takes, unless TESSERA_CUDA_GEMV=f32). With more
 ** pairs the ids come to the host (one synchronisation), pairs are grouped by
-** expert, every pair's column is gathered at once in expert order, each expert
-** multiplies its run of columns as above, and one scatter puts them back (a
-** gather and a scatter a product, not one of each per expert: 128 experts made
-** 256 launches of them). An id outside [0, E) gives a zero column, as on the CPU.
+** expert, every pair's column is gathered at once in expert order (and packed
+** for cuBLAS once, when an expert has more columns than the gemv takes), each
+** expert multiplies its run of columns as above, and one scatter puts them back:
+** one gather, pack and scatter a product, not one of each per expert (128 experts
+** made 384 launches of them). An id outside [0, E) gives a zero column, as on the
+** CPU.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,45 @@ static tsr_status gemm(struct cu_ctx *c, int64_t M, int64_t N, int64_t K, const 
   return TSR_OK;
 }
 
+/* Whether a batched product (more than CU_GEMV_MAX_N columns) reads the weight in
+** place: f32, and f16 / bf16 unless TESSERA_CUDA_GEMM=f32; block types are
+** dequantized to tiles. */
+static bool reads_in_place(const struct cu_ctx *c, int32_t type, int64_t wnb1) {
+  return (type == TSR_F32 && wnb1 % 4 == 0) ||
+         ((type == TSR_F16 || type == TSR_BF16) && wnb1 % 2 == 0 && !c->gemm_f32);
+}
+
+/* How a batched product takes x: 0 f32, 1 f16, 2 bf16 (cu_pack_x's kinds): a weight
+** read in place against x of its own type, tiles in f16 (f32 with TESSERA_CUDA_GEMM=f32). */
+static int x_kind(const struct cu_ctx *c, int32_t type, int64_t wnb1) {
+  if (reads_in_place(c, type, wnb1)) return type == TSR_F32 ? 0 : type == TSR_F16 ? 1 : 2;
+  return c->gemm_f32 ? 0 : 1;
+}
+
+/* The batched product y[m + n*ldy] = w . x for x already packed [K, N] (ldx apart) in
+** x_kind's kind. */
+static tsr_status product_packed(struct cu_ctx *c, float *y, int64_t ldy, const char *w,
+                                 int32_t type, int64_t K, int64_t M, int64_t wnb1,
+                                 const void *xp, int64_t ldx, int64_t N) {
+  const int kind = x_kind(c, type, wnb1);
+  const cudaDataType_t dt = kind == 0 ? CUDA_R_32F : kind == 1 ? CUDA_R_16F : CUDA_R_16BF;
+  if (reads_in_place(c, type, wnb1))
+    return gemm(c, M, N, K, w, dt, wnb1 / unit_bytes(type), xp, dt, ldx, y, ldy);
+  const int half = kind == 1;
+  int64_t rows = TILE_ELEMS / K;
+  if (rows < 1) rows = 1;
+  if (rows > M) rows = M;
+  void *tile;
+  tsr_status st = tsr_cuda_scratch(c, SCR_W, (size_t)(rows * K) * (half ? 2 : 4), &tile);
+  if (st != TSR_OK) return st;
+  for (int64_t m0 = 0; m0 < M; m0 += rows) {
+    const int64_t n_rows = M - m0 < rows ? M - m0 : rows;
+    CU_LAUNCH(cu_dequant_rows((cu_stream)c->stream, tile, half, w + m0 * wnb1, type, K, n_rows, wnb1));
+    if ((st = gemm(c, n_rows, N, K, tile, dt, K, xp, dt, ldx, y + m0, ldy)) != TSR_OK) return st;
+  }
+  return TSR_OK;
+}
+
 /* y[m + n*ldy] for one weight matrix w (rows wnb1 bytes apart, packed within
 ** a row) and x [K, N] with byte strides nb0, nb1. */
 static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w, int32_t type,
@@ -84,29 +125,9 @@ static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w
     CU_LAUNCH(cu_gemv((cu_stream)c->stream, y, ldy, w, type, K, M, wnb1, xp, ldx, N));
     return TSR_OK;
   }
-  const bool in_place = (type == TSR_F32 && wnb1 % 4 == 0) ||
-                        ((type == TSR_F16 || type == TSR_BF16) && wnb1 % 2 == 0 && !c->gemm_f32);
-  if (in_place) {
-    const int to = type == TSR_F32 ? 0 : type == TSR_F16 ? 1 : 2;
-    const cudaDataType_t dt = to == 0 ? CUDA_R_32F : to == 1 ? CUDA_R_16F : CUDA_R_16BF;
-    if ((st = x_packed(c, to, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
-    return gemm(c, M, N, K, w, dt, wnb1 / unit_bytes(type), xp, dt, ldx, y, ldy);
-  }
-  const int half = !c->gemm_f32;
-  const cudaDataType_t dt = half ? CUDA_R_16F : CUDA_R_32F;
-  if ((st = x_packed(c, half, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
-  int64_t rows = TILE_ELEMS / K;
-  if (rows < 1) rows = 1;
-  if (rows > M) rows = M;
-  void *tile;
-  if ((st = tsr_cuda_scratch(c, SCR_W, (size_t)(rows * K) * (half ? 2 : 4), &tile)) != TSR_OK)
+  if ((st = x_packed(c, x_kind(c, type, wnb1), x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK)
     return st;
-  for (int64_t m0 = 0; m0 < M; m0 += rows) {
-    const int64_t n_rows = M - m0 < rows ? M - m0 : rows;
-    CU_LAUNCH(cu_dequant_rows((cu_stream)c->stream, tile, half, w + m0 * wnb1, type, K, n_rows, wnb1));
-    if ((st = gemm(c, n_rows, N, K, tile, dt, K, xp, dt, ldx, y + m0, ldy)) != TSR_OK) return st;
-  }
-  return TSR_OK;
+  return product_packed(c, y, ldy, w, type, K, M, wnb1, xp, ldx, N);
 }
 
 /* A plain-typed weight whose rows are not packed (a transposed view, say)
@@ -216,11 +237,24 @@ tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const s
   if ((st = tsr_cuda_scratch(c, SCR_Y, (size_t)(M * n_valid) * 4, (void **)&gy)) != TSR_OK)
     return st;
   CU_LAUNCH(cu_gather_pairs((cu_stream)c->stream, gx, x, dlist, n_valid, nu));
+  /* the columns of the experts past the gemv's width packed for cuBLAS once, all of them */
+  const void *xp = NULL;
+  int64_t ldx = 0;
+  const int kind = x_kind(c, w.type, w.nb[1]);
+  for (int64_t e = 0; e < E && !xp; e++)
+    if (start[e + 1] - start[e] > CU_GEMV_MAX_N &&
+        (st = x_packed(c, kind, (const char *)gx, 4, K * 4, K, n_valid, &xp, &ldx)) != TSR_OK)
+      return st;
   for (int64_t e = 0; e < E; e++) {
     const int64_t n = start[e + 1] - start[e];
+    const char *we = w.p + e * w.nb[2];
     if (!n) continue;
-    st = product(c, gy + start[e] * M, M, w.p + e * w.nb[2], w.type, K, M, w.nb[1],
-                 (const char *)(gx + start[e] * K), 4, K * 4, n);
+    if (n <= CU_GEMV_MAX_N)
+      st = product(c, gy + start[e] * M, M, we, w.type, K, M, w.nb[1],
+                   (const char *)(gx + start[e] * K), 4, K * 4, n);
+    else
+      st = product_packed(c, gy + start[e] * M, M, we, w.type, K, M, w.nb[1],
+                          (const char *)xp + start[e] * ldx * (kind ? 2 : 4), ldx, n);
     if (st != TSR_OK) return st;
   }
   CU_LAUNCH(cu_scatter_pairs((cu_stream)c->stream, dst, gy, dlist, n_valid, nu));

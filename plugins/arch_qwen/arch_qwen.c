@@ -181,12 +181,17 @@ static const struct tsr_arch_v1 g_arch = {
 
 /* The cuda kernel of op id: symbol in arch_qwen_cuda.so (cuda/), which the
 ** host opens only when a cuda run checks a graph holding the op; a host
-** without the call (older ABI 1.x) runs these ops on the cpu only. */
+** without the call (older ABI 1.x) runs these ops on the cpu only. Each is a
+** launch made from its node alone (a state written in place stays at its
+** address), so it is declared replayable: a Qwen3.5 decode step is captured as a
+** CUDA graph. */
 static tsr_status register_cuda(const struct tsr_host *host, struct tsr_plugin *self, int32_t id,
                                 const char *symbol) {
   if (host->struct_size < offsetof(struct tsr_host, device_call) + sizeof host->device_call)
     return TSR_OK;
-  return host->register_kernel_lib(self, id, "cuda", "arch_qwen_cuda.so", symbol, (void *)host);
+  tsr_status st =
+      host->register_kernel_lib(self, id, "cuda", "arch_qwen_cuda.so", symbol, (void *)host);
+  return st == TSR_OK ? tsr_declare_replayable(host, self, id, "cuda") : st;
 }
 
 static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *self) {

@@ -73,6 +73,7 @@ extern "C" TSR_PLUGIN_EXPORT void qwen_conv1d_cuda(void *ctx, int ith, int nth,
                                                    const int32_t *params) {
   (void)ith, (void)nth, (void)params;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
+  if (tsr_device_call_graph(call) == TSR_DEVICE_CALL_REPLAY) return; /* counts nothing */
   const bool has_h = n_src > 3;
   const struct ten none = {NULL, {0, 0, 0, 0}};
   const long long n_ch = dst->ne[0];
@@ -122,6 +123,7 @@ extern "C" TSR_PLUGIN_EXPORT void qwen_delta_rule_cuda(void *ctx, int ith, int n
                                                        int n_src, const int32_t *params) {
   (void)ith, (void)nth;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
+  if (tsr_device_call_graph(call) == TSR_DEVICE_CALL_REPLAY) return; /* counts nothing */
   const struct tsr_tensor_info *q = &src[0], *v = &src[2];
   const bool has_s0 = n_src > 5;
   const struct ten none = {NULL, {0, 0, 0, 0}};

@@ -9,8 +9,8 @@
 **     never a plain RoPE rotation of DCA keys;
 **   - gemma4 (iSWA: full layers DCA, sliding layers flash, shared KV on E2B)
 **     through the forward pass: within one chunk bit for bit flash;
-**   - the cuda kernels of attn_dca and arch_gemma4 are declared replayable, so a
-**     cuda decode step holding them is captured as a CUDA graph.
+**   - the cuda kernels of attn_dca, arch_gemma4 and arch_qwen are declared
+**     replayable, so a cuda decode step holding them is captured as a CUDA graph.
 ** usage: test_dca_model OUT_DIR QWEN3.gguf QWEN35.gguf GEMMA4.gguf GEMMA4_E2B.gguf
 */
 #include <math.h>
@@ -217,7 +217,8 @@ static void test_gemma4_e2b(void) { gemma("gemma4 E2B (iSWA, shared KV)", g_mode
 /* after the engines above: both plugins have registered their ops */
 static void test_cuda_kernels_are_replayable(void) {
   static const char *const ops[] = {"attn_dca.positions", "attn_dca.attention",
-                                    "arch_gemma4.rope_f32", "arch_gemma4.ordered_logits"};
+                                    "arch_gemma4.rope_f32", "arch_gemma4.ordered_logits",
+                                    "arch_qwen.conv1d", "arch_qwen.delta_rule"};
   for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
     const int32_t id = tsr_op_registry_find(ops[i]);
     CHECK_MSG(id >= 0 && tsr_op_registry_replayable(id, "cuda") &&

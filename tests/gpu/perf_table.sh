@@ -23,6 +23,7 @@
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
+#            in ubatches of PERF_DCA_UBATCH (2048: a quarter of the expert products' launches)
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
 #            prefill at D 128) into OUT/ncu_*.log
@@ -33,7 +34,8 @@
 # Environment (the CPU test shrinks everything): PERF_BACKEND (cuda), PERF_CUT (extra
 # gen-model arguments, e.g. "--layers 1"), PERF_CUT_MOE (more of them for the MoE model,
 # e.g. "--experts 4"), PERF_DEPTHS ("32768 131072"), PERF_PP ("2048,32768"), PERF_N (128),
-# PERF_REPS (3), PERF_DCA_DEPTHS ("32768 131072 262144"), PERF_DCA_PP (512), PERF_DCA_N (32).
+# PERF_REPS (3), PERF_DCA_DEPTHS ("32768 131072 262144"), PERF_DCA_PP (512), PERF_DCA_N (32),
+# PERF_DCA_UBATCH (2048).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 2; }
@@ -146,7 +148,8 @@ for part in $parts; do
       echo "== dca_bench $like ($(date +%T))"
       TESSERA="$b/core/cli/tessera" BACKEND=$backend bash tests/gpu/dca_bench.sh "$out/$m.gguf" \
         "$out/$m" "${PERF_DCA_DEPTHS:-32768 131072 262144}" -p "${PERF_DCA_PP:-512}" \
-        -n "${PERF_DCA_N:-32}" -r "$reps" ||
+        -n "${PERF_DCA_N:-32}" -r "$reps" --set ubatch="${PERF_DCA_UBATCH:-2048}" \
+        --set batch="${PERF_DCA_UBATCH:-2048}" ||
         fails=$((fails + 1))
       rm -f "$out/$m.gguf"
     done

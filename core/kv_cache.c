@@ -330,9 +330,10 @@ static int32_t ring_count_upto(const struct tsr_kv__pool *q, uint64_t in_batch,
 
 /* The ring's n cells for this step (at least n are dead: the caller counted), into
 ** ring->slots in cell order. A sequence is owed window + n_ubatch cells (the ring
-** has that many per sequence): its dead cells past that, counted back from its
-** largest position in the batch (p_max), are released; of the rest only the n
-** oldest go (empty cells, then the smallest positions). So a sequence keeps its
+** has that many per sequence): it lets go of its cells past that, counted back from
+** its largest position in the batch (p_max; a shared cell stays with its other
+** sequences); of the dead cells only the n oldest go (empty cells, then the
+** smallest positions). So a sequence keeps its
 ** last window + n_ubatch positions, never more: a tail of up to n_ubatch tokens can
 ** be removed and resumed (speculative rollback, the server's prompt reuse, bench's
 ** repetitions at depth), and no sequence crowds out another. Which cells a step
@@ -341,13 +342,22 @@ static void ring_pick(struct tsr_kv_cache *c, uint64_t in_batch, const int64_t *
                       const int64_t *p_max, int32_t n) {
   struct tsr_kv__pool *q = &c->pools[TSR_KV_POOL_SLIDING];
   const int64_t owed = (int64_t)q->window + c->params.n_ubatch;
+  /* past its share a sequence of the batch lets go of a cell, shared or not (it is out
+  ** of that sequence's window): so every sequence holds at most its share, and the
+  ** ring, n_seq shares, cannot fill with cells a copied prefix keeps */
+  for (int32_t i = 0; i < q->n_cells; i++) {
+    if (q->pos[i] < 0) continue;
+    for (uint64_t m = q->seqs[i] & in_batch; m; m &= m - 1) {
+      const int s = __builtin_ctzll(m);
+      if (q->pos[i] > p_max[s] - owed) continue;
+      if (q->pos[i] > c->released[s]) c->released[s] = q->pos[i];
+      q->seqs[i] &= ~(1ull << s);
+    }
+    if (!q->seqs[i]) cell_free(q, i);
+  }
   int64_t lo = INT64_MAX, hi = -1;
   for (int32_t i = 0; i < q->n_cells; i++) {
     if (!ring_dead(q, i, in_batch, p_min)) continue;
-    bool past = q->pos[i] >= 0;
-    for (uint64_t m = q->seqs[i]; m && past; m &= m - 1)
-      past = q->pos[i] <= p_max[__builtin_ctzll(m)] - owed;
-    if (past) ring_release(c, i);
     const int64_t a = ring_age(q, i);
     lo = a < lo ? a : lo, hi = a > hi ? a : hi;
   }
@@ -586,6 +596,11 @@ tsr_status tsr_kv_cache_seq_add(struct tsr_kv_cache *c, int32_t seq, int32_t p0,
     for (int32_t i = 0; i < q->n_cells; i++)
       if ((q->seqs[i] & bit) && in_range(q->pos[i], p0, p1)) q->pos[i] += delta;
   }
+  /* what the ring released moves with the positions it stood for */
+  if (c->released[seq] >= 0 && in_range(c->released[seq], p0, p1)) {
+    const int64_t r = (int64_t)c->released[seq] + delta;
+    c->released[seq] = r < 0 ? -1 : (int32_t)r;
+  }
   c->seq_max_valid = false;
   return TSR_OK;
 }
@@ -601,7 +616,7 @@ void tsr_kv_cache_seq_keep(struct tsr_kv_cache *c, int32_t seq) {
     c->seq_max_valid = false;
   }
   for (int32_t s = 0; s < c->params.n_seq; s++)
-    if (s != seq) state_zero(c, s);
+    if (s != seq) state_zero(c, s), c->released[s] = -1; /* emptied: they start over */
 }
 
 /* Every sequence's largest position, recounted when a change other than prepare dropped

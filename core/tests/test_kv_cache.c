@@ -277,6 +277,45 @@ static void test_ring_shares_are_kept_per_sequence(void) {
   CHECK_OK(tsr_kv_cache_prepare(c, pos, seq, 2, &sl));
   CHECK(held_by(c, 0) == span(26, 31));
   CHECK(held_by(c, 1) == span(14, 19));
+  /* a copied prefix: sequence 0 runs on and lets go of the shared cells past its share,
+  ** which stay with sequence 1, and sequence 1 can still step */
+  tsr_kv_cache_clear(c);
+  for (int32_t t = 0; t < 20; t++) {
+    int32_t s0 = 0;
+    CHECK_OK(tsr_kv_cache_prepare(c, &t, &s0, 1, &sl));
+  }
+  CHECK_OK(tsr_kv_cache_seq_cp(c, 0, 1, -1, -1));
+  for (int32_t t = 20; t < 40; t++) {
+    int32_t s0 = 0;
+    CHECK_OK(tsr_kv_cache_prepare(c, &t, &s0, 1, &sl));
+  }
+  CHECK(held_by(c, 0) == span(34, 39) && held_by(c, 1) == span(14, 19));
+  int32_t t20 = 20, s1 = 1;
+  CHECK_OK(tsr_kv_cache_prepare(c, &t20, &s1, 1, &sl));
+  CHECK(held_by(c, 1) == span(15, 20));
+  tsr_kv_cache_free(c);
+}
+
+/* A context shift moves what the ring released with the positions, and a sequence
+** that seq_keep empties starts over. */
+static void test_released_keys_follow_shifts_and_keeps(void) {
+  struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
+  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
+  struct tsr_kv_cache_params p = {.n_ctx = 128, .n_seq = 2, .n_ubatch = 2};
+  struct tsr_kv_cache *c = NULL;
+  CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  if (!c) return;
+  struct tsr_kv_slots sl;
+  for (int32_t s = 0; s < 2; s++)
+    for (int32_t t = 0; t < 30; t++) CHECK_OK(tsr_kv_cache_prepare(c, &t, &s, 1, &sl));
+  CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 23 + 4); /* 24..29 held */
+  /* drop positions 4..13 and move the rest down by 10, as a context shift does */
+  CHECK_OK(tsr_kv_cache_seq_rm(c, 0, 4, 14));
+  CHECK_OK(tsr_kv_cache_seq_add(c, 0, 14, -1, -10));
+  CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 13 + 4);
+  CHECK_OK(tsr_kv_cache_seq_rm(c, 0, 17, -1)); /* 13..16 (once 23..26) are held */
+  tsr_kv_cache_seq_keep(c, 0);
+  CHECK(tsr_kv_cache_seq_resume_min(c, 1) == 0);
   tsr_kv_cache_free(c);
 }
 
@@ -650,6 +689,7 @@ int main(void) {
   TSR_RUN(test_sliding_ring_keeps_the_window_and_its_slack_and_never_fills);
   TSR_RUN(test_ring_refuses_to_resume_below_its_released_keys);
   TSR_RUN(test_ring_shares_are_kept_per_sequence);
+  TSR_RUN(test_released_keys_follow_shifts_and_keeps);
   TSR_RUN(test_full_pool_exhaustion_fails_and_leaves_the_cache_unchanged);
   TSR_RUN(test_two_sequences_are_isolated_shared_by_copy_and_removed_alone);
   TSR_RUN(test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_empty);

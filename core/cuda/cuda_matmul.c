@@ -16,11 +16,11 @@
 ** pair's expert id on the device (with x's slots packed, the q8 gemv's kernel
 ** per pair for the types it takes, unless TESSERA_CUDA_GEMV=f32). With more
 ** pairs the ids come to the host (one synchronisation), pairs are grouped by
-** expert, every pair's column is gathered at once in expert order (and packed
-** for cuBLAS once, when an expert has more columns than the gemv takes), each
-** expert multiplies its run of columns as above, and one scatter puts them back:
-** one gather, pack and scatter a product, not one of each per expert (128 experts
-** made 384 launches of them). An id outside [0, E) gives a zero column, as on the
+** expert, and runs of whole experts up to GROUP_COLUMNS columns are gathered at
+** once in expert order (and packed for cuBLAS once, when an expert has more columns
+** than the gemv takes); each expert multiplies its columns as above, and one
+** scatter a run puts them back: a gather, pack and scatter a run, not one of each
+** per expert (128 experts made 384 launches of them). An id outside [0, E) gives a zero column, as on the
 ** CPU.
 */
 #include <stdlib.h>
@@ -29,6 +29,9 @@
 #include "cuda_internal.h"
 
 #define TILE_ELEMS ((int64_t)32 << 20) /* a dequantized weight tile: 64 MiB of f16 */
+/* Columns of a batched expert product gathered at once (more for one larger expert):
+** its scratch stays K x 4096 f32 and packed x whatever the ubatch. */
+#define GROUP_COLUMNS 4096
 
 static int64_t unit_bytes(int32_t type) {
   switch (type) {
@@ -228,35 +231,45 @@ tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const s
   if (n_valid < np) /* zero columns for ids out of range */
     CU_RT(cudaMemsetAsync(dst->p, 0, (size_t)(dst->nb[3] * dst->ne[3]), c->stream));
   if (!n_valid) return TSR_OK;
-  /* every valid pair's column gathered at once, in expert order; each expert's product
-  ** reads and writes its run of columns; one scatter puts them back */
+  /* runs of whole experts of up to GROUP_COLUMNS columns (or one larger expert): each
+  ** run's columns gathered at once in expert order, packed for cuBLAS once when an
+  ** expert of it is past the gemv's width, multiplied expert by expert, scattered once */
   const int64_t K = w.ne[0], M = w.ne[1];
+  int64_t most = GROUP_COLUMNS;
+  for (int64_t e = 0; e < E; e++)
+    if (start[e + 1] - start[e] > most) most = start[e + 1] - start[e];
+  if (most > n_valid) most = n_valid;
   float *gx, *gy;
-  if ((st = tsr_cuda_scratch(c, SCR_G, (size_t)(K * n_valid) * 4, (void **)&gx)) != TSR_OK)
+  if ((st = tsr_cuda_scratch(c, SCR_G, (size_t)(K * most) * 4, (void **)&gx)) != TSR_OK)
     return st;
-  if ((st = tsr_cuda_scratch(c, SCR_Y, (size_t)(M * n_valid) * 4, (void **)&gy)) != TSR_OK)
+  if ((st = tsr_cuda_scratch(c, SCR_Y, (size_t)(M * most) * 4, (void **)&gy)) != TSR_OK)
     return st;
-  CU_LAUNCH(cu_gather_pairs((cu_stream)c->stream, gx, x, dlist, n_valid, nu));
-  /* the columns of the experts past the gemv's width packed for cuBLAS once, all of them */
-  const void *xp = NULL;
-  int64_t ldx = 0;
   const int kind = x_kind(c, w.type, w.nb[1]);
-  for (int64_t e = 0; e < E && !xp; e++)
-    if (start[e + 1] - start[e] > CU_GEMV_MAX_N &&
-        (st = x_packed(c, kind, (const char *)gx, 4, K * 4, K, n_valid, &xp, &ldx)) != TSR_OK)
+  for (int64_t e0 = 0, e1; e0 < E; e0 = e1) {
+    bool batched = false;
+    for (e1 = e0; e1 < E && (e1 == e0 || start[e1 + 1] - start[e0] <= most); e1++)
+      batched |= start[e1 + 1] - start[e1] > CU_GEMV_MAX_N;
+    const int64_t c0 = start[e0], cols = start[e1] - c0;
+    if (!cols) continue;
+    CU_LAUNCH(cu_gather_pairs((cu_stream)c->stream, gx, x, dlist + c0, cols, nu));
+    const void *xp = NULL;
+    int64_t ldx = 0;
+    if (batched &&
+        (st = x_packed(c, kind, (const char *)gx, 4, K * 4, K, cols, &xp, &ldx)) != TSR_OK)
       return st;
-  for (int64_t e = 0; e < E; e++) {
-    const int64_t n = start[e + 1] - start[e];
-    const char *we = w.p + e * w.nb[2];
-    if (!n) continue;
-    if (n <= CU_GEMV_MAX_N)
-      st = product(c, gy + start[e] * M, M, we, w.type, K, M, w.nb[1],
-                   (const char *)(gx + start[e] * K), 4, K * 4, n);
-    else
-      st = product_packed(c, gy + start[e] * M, M, we, w.type, K, M, w.nb[1],
-                          (const char *)xp + start[e] * ldx * (kind ? 2 : 4), ldx, n);
-    if (st != TSR_OK) return st;
+    for (int64_t e = e0; e < e1; e++) {
+      const int64_t n = start[e + 1] - start[e], at = start[e] - c0;
+      const char *we = w.p + e * w.nb[2];
+      if (!n) continue;
+      if (n <= CU_GEMV_MAX_N)
+        st = product(c, gy + at * M, M, we, w.type, K, M, w.nb[1], (const char *)(gx + at * K), 4,
+                     K * 4, n);
+      else
+        st = product_packed(c, gy + at * M, M, we, w.type, K, M, w.nb[1],
+                            (const char *)xp + at * ldx * (kind ? 2 : 4), ldx, n);
+      if (st != TSR_OK) return st;
+    }
+    CU_LAUNCH(cu_scatter_pairs((cu_stream)c->stream, dst, gy, dlist + c0, cols, nu));
   }
-  CU_LAUNCH(cu_scatter_pairs((cu_stream)c->stream, dst, gy, dlist, n_valid, nu));
   return TSR_OK;
 }

@@ -345,13 +345,14 @@ static void c_mat_mul_views(struct pc *p, int phase) {
 }
 
 /* mat_mul_id: few pairs (device ids) and many (grouped on the host: 40 tokens give
-** each expert 16 or fewer, the gemv; 200 give each about 50, cuBLAS); one id out of
-** range gives a zero column; x shared by every slot or one per slot. */
+** each expert 16 or fewer, the gemv; 200 give each about 50, cuBLAS; 2100 give 4200
+** pairs, two runs of experts of at most 4096 columns); one id out of range gives a
+** zero column; x shared by every slot or one per slot. */
 static void c_mat_mul_id(struct pc *p, int phase) {
   static const enum tsr_dtype w_t[] = {TSR_Q4_0, TSR_F16, TSR_Q4_K, TSR_Q8_0};
-  static const int n_tokens[] = {3, 40, 200};
+  static const int n_tokens[] = {3, 40, 200, 2100};
   enum tsr_dtype dt = w_t[p->var % 4];
-  int tokens = n_tokens[p->var / 4 % 3], shared = p->var / 12;
+  int tokens = n_tokens[p->var / 4 % 4], shared = p->var / 16;
   const int E = 8, U = 2;
   if (phase == 0) {
     snprintf(p->name, sizeof p->name, "mat_mul_id w=%s tokens=%d%s", tsr_dtype_name(dt), tokens,
@@ -364,7 +365,7 @@ static void c_mat_mul_id(struct pc *p, int phase) {
     out(p, tsr_mat_mul_id(p->g, w, p->t[0], p->t[1]), fmax(grouped ? 4e-3 : 0, gemv_tol(dt)));
   } else {
     tsr_test_fill_normal(p->t[0], 1.0f);
-    int32_t ids[400];
+    static int32_t ids[4200];
     for (int i = 0; i < U * tokens; i++) ids[i] = (int32_t)(tsr_test_next() % E);
     ids[1] = E; /* out of range: a zero column */
     fill_i32(p->t[1], ids);
@@ -906,7 +907,7 @@ static void list_cases(void) {
   add(c_mat_mul, N_WEIGHTS * N_COLS);
   add(c_mat_mul_long, 16);
   add(c_mat_mul_views, 6);
-  add(c_mat_mul_id, 24);
+  add(c_mat_mul_id, 32);
   add(c_elementwise, 8);
   add(c_unary, TSR_UNARY_COUNT);
   add(c_glu, 12);

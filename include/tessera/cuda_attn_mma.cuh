@@ -494,17 +494,33 @@ static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
          d <= TSR_TILE_MAX_D && (d <= 256 || (a->D % 32 == 0 && a->Dv % 32 == 0));
 }
 
-/* The most dynamic shared memory a block of sm_90 takes, and a multiprocessor's (each
-** block also holds 1 KB of the system's). */
+/* The most dynamic shared memory a block of sm_90 takes. */
 #define TSR_MMA_SMEM_MAX (227 * 1024)
-#define TSR_MMA_SMEM_SM (228 * 1024)
-/* Blocks a multiprocessor holds by registers (ptxas: 236-251 a thread, 128 threads). */
-#define TSR_MMA_BLOCKS_BY_REGS 2
 
-/* Blocks of `smem` bytes a multiprocessor holds, registers allowing. */
+/* Blocks of kernel K with `smem` bytes of dynamic shared memory a multiprocessor of
+** the current device holds: the least of what its registers (read from the compiled
+** kernel once, allocated 256 a warp) and its shared memory (1 KB a block is the
+** system's) allow. 0 when the runtime does not say. */
+template <void (*K)(tsr_tile_args)>
 static inline int tsr_mma_blocks_per_sm(size_t smem) {
-  const int by_smem = (int)(TSR_MMA_SMEM_SM / (smem + 1024));
-  return by_smem < TSR_MMA_BLOCKS_BY_REGS ? by_smem : TSR_MMA_BLOCKS_BY_REGS;
+  static int regs = -1, sm_regs = 0, sm_smem = 0; /* per kernel: one device's figures */
+  if (regs < 0) {
+    cudaFuncAttributes fa;
+    int dev = 0;
+    if (cudaFuncGetAttributes(&fa, K) != cudaSuccess || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_regs, cudaDevAttrMaxRegistersPerMultiprocessor, dev) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) !=
+            cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    regs = fa.numRegs;
+  }
+  const int warp_regs = (regs * 32 + 255) / 256 * 256;
+  const int by_regs = warp_regs ? sm_regs / (warp_regs * TSR_MMA_WARPS) : 0;
+  const int by_smem = (int)((size_t)sm_smem / (smem + 1024));
+  return by_regs < by_smem ? by_regs : by_smem;
 }
 
 template <int DVW, int WPR, int TK>
@@ -519,10 +535,12 @@ static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaSt
                         sizeof(int32_t) * (size_t)TK;
   /* the second buffers only where the block still fits, and as many blocks a
   ** multiprocessor as without them (at head dim 512 they would halve them) */
-  p.kv_double = smem + second <= TSR_MMA_SMEM_MAX &&
-                tsr_mma_blocks_per_sm(smem + second) >= tsr_mma_blocks_per_sm(smem);
-  return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, true>>(&p, tsr_mma_shape<WPR>::rows,
-                                                        p.kv_double ? smem + second : smem, stream);
+  constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, true>;
+  const int with = tsr_mma_blocks_per_sm<kernel>(smem + second),
+            without = tsr_mma_blocks_per_sm<kernel>(smem);
+  p.kv_double = smem + second <= TSR_MMA_SMEM_MAX && with > 0 && with >= without;
+  return tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, p.kv_double ? smem + second : smem,
+                              stream);
 }
 
 static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, cudaStream_t stream) {

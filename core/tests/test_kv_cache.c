@@ -209,12 +209,19 @@ static int64_t span(int lo, int hi) { /* positions lo..hi */
   return m;
 }
 
-static void test_sliding_ring_keeps_the_window_and_its_slack_and_never_fills(void) {
+/* A sliding layer of window 4 and a full layer, f16, ubatches of 2: a ring of
+** n_seq x 6 cells. */
+static struct tsr_kv_cache *ring_cache(int32_t n_ctx, int32_t n_seq) {
   struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
   struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
-  struct tsr_kv_cache_params p = {.n_ctx = 64, .n_seq = 1, .n_ubatch = 2};
+  struct tsr_kv_cache_params p = {.n_ctx = n_ctx, .n_seq = n_seq, .n_ubatch = 2};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  return c;
+}
+
+static void test_sliding_ring_keeps_the_window_and_its_slack_and_never_fills(void) {
+  struct tsr_kv_cache *c = ring_cache(64, 1);
   if (!c) return;
   CHECK(tsr_kv_cache_n_cells(c, TSR_KV_POOL_SLIDING) == 6); /* window 4 + ubatch 2 */
   int fails = 0, wrong = 0;
@@ -257,11 +264,7 @@ static int64_t held_by(const struct tsr_kv_cache *c, int32_t seq) {
 /* Each sequence keeps its last window + n_ubatch positions, and no more: one that
 ** runs ahead leaves another's share alone. */
 static void test_ring_shares_are_kept_per_sequence(void) {
-  struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
-  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
-  struct tsr_kv_cache_params p = {.n_ctx = 128, .n_seq = 2, .n_ubatch = 2};
-  struct tsr_kv_cache *c = NULL;
-  CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  struct tsr_kv_cache *c = ring_cache(128, 2);
   if (!c) return;
   CHECK(tsr_kv_cache_n_cells(c, TSR_KV_POOL_SLIDING) == 12);
   for (int32_t s = 0; s < 2; s++)
@@ -299,11 +302,7 @@ static void test_ring_shares_are_kept_per_sequence(void) {
 /* A context shift moves what the ring released with the positions, and a sequence
 ** that seq_keep empties starts over. */
 static void test_released_keys_follow_shifts_and_keeps(void) {
-  struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
-  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
-  struct tsr_kv_cache_params p = {.n_ctx = 128, .n_seq = 2, .n_ubatch = 2};
-  struct tsr_kv_cache *c = NULL;
-  CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  struct tsr_kv_cache *c = ring_cache(128, 2);
   if (!c) return;
   struct tsr_kv_slots sl;
   for (int32_t s = 0; s < 2; s++)
@@ -322,11 +321,7 @@ static void test_released_keys_follow_shifts_and_keeps(void) {
 /* A tail removal that would resume below the keys the ring still holds is
 ** refused: a query there would attend to released keys, silently wrong. */
 static void test_ring_refuses_to_resume_below_its_released_keys(void) {
-  struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
-  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
-  struct tsr_kv_cache_params p = {.n_ctx = 64, .n_seq = 1, .n_ubatch = 2};
-  struct tsr_kv_cache *c = NULL;
-  CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  struct tsr_kv_cache *c = ring_cache(64, 1);
   if (!c) return;
   CHECK(tsr_kv_cache_seq_resume_min(c, 0) == 0);
   for (int32_t t = 0; t < 20; t++) {

@@ -304,14 +304,13 @@ static bool ring_dead(const struct tsr_kv__pool *q, int32_t cell, uint64_t in_ba
   return true;
 }
 
-/* Releases ring cell i: its sequences' released positions move up to it. */
-static void ring_release(struct tsr_kv_cache *c, int32_t i) {
+/* Sequence s lets go of ring cell i (its released position moves up to it); the
+** cell is freed when no sequence holds it. */
+static void ring_let_go(struct tsr_kv_cache *c, int32_t i, int s) {
   struct tsr_kv__pool *q = &c->pools[TSR_KV_POOL_SLIDING];
-  for (uint64_t m = q->seqs[i]; m; m &= m - 1) {
-    int s = __builtin_ctzll(m);
-    if (q->pos[i] > c->released[s]) c->released[s] = q->pos[i];
-  }
-  cell_free(q, i);
+  if (q->pos[i] > c->released[s]) c->released[s] = q->pos[i];
+  q->seqs[i] &= ~(1ull << s);
+  if (!q->seqs[i]) cell_free(q, i);
 }
 
 /* A dead cell's age for ring_pick: empty cells first, then by position. */
@@ -333,8 +332,8 @@ static int32_t ring_count_upto(const struct tsr_kv__pool *q, uint64_t in_batch,
 ** has that many per sequence): it lets go of its cells past that, counted back from
 ** its largest position in the batch (p_max; a shared cell stays with its other
 ** sequences); of the dead cells only the n oldest go (empty cells, then the
-** smallest positions). So a sequence keeps its
-** last window + n_ubatch positions, never more: a tail of up to n_ubatch tokens can
+** smallest positions). So a sequence keeps its last window + n_ubatch positions,
+** never more: a tail of up to n_ubatch tokens can
 ** be removed and resumed (speculative rollback, the server's prompt reuse, bench's
 ** repetitions at depth), and no sequence crowds out another. Which cells a step
 ** reuses changes no result: attention masks the window by position. */
@@ -345,18 +344,10 @@ static void ring_pick(struct tsr_kv_cache *c, uint64_t in_batch, const int64_t *
   /* past its share a sequence of the batch lets go of a cell, shared or not (it is out
   ** of that sequence's window): so every sequence holds at most its share, and the
   ** ring, n_seq shares, cannot fill with cells a copied prefix keeps */
+  int64_t lo = INT64_MAX, hi = -1; /* the ages of the dead cells, after that */
   for (int32_t i = 0; i < q->n_cells; i++) {
-    if (q->pos[i] < 0) continue;
-    for (uint64_t m = q->seqs[i] & in_batch; m; m &= m - 1) {
-      const int s = __builtin_ctzll(m);
-      if (q->pos[i] > p_max[s] - owed) continue;
-      if (q->pos[i] > c->released[s]) c->released[s] = q->pos[i];
-      q->seqs[i] &= ~(1ull << s);
-    }
-    if (!q->seqs[i]) cell_free(q, i);
-  }
-  int64_t lo = INT64_MAX, hi = -1;
-  for (int32_t i = 0; i < q->n_cells; i++) {
+    for (uint64_t m = q->pos[i] >= 0 ? q->seqs[i] & in_batch : 0; m; m &= m - 1)
+      if (q->pos[i] <= p_max[__builtin_ctzll(m)] - owed) ring_let_go(c, i, __builtin_ctzll(m));
     if (!ring_dead(q, i, in_batch, p_min)) continue;
     const int64_t a = ring_age(q, i);
     lo = a < lo ? a : lo, hi = a > hi ? a : hi;
@@ -374,7 +365,8 @@ static void ring_pick(struct tsr_kv_cache *c, uint64_t in_batch, const int64_t *
     if (!ring_dead(q, i, in_batch, p_min)) continue;
     const int64_t a = ring_age(q, i);
     if (a > t || (a == t && at_t-- <= 0)) continue;
-    if (a >= 0) ring_release(c, i);
+    for (uint64_t m = a >= 0 ? q->seqs[i] : 0; m; m &= m - 1)
+      ring_let_go(c, i, __builtin_ctzll(m));
     q->slots[k++] = i;
   }
 }

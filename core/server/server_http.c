@@ -209,7 +209,7 @@ static enum MHD_Result respond_stream(struct srv *s, struct MHD_Connection *c,
 /* ---- generation ---- */
 
 static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum srv_kind k,
-                                struct conn *cn) {
+                                const struct conn *cn) {
   char msg[1024];
   const char *param = NULL, *code = NULL;
   struct srv_request *r = NULL;
@@ -267,7 +267,7 @@ static bool authorized(const struct srv *s, struct MHD_Connection *c) {
 }
 
 static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char *url,
-                             const char *method, struct conn *cn) {
+                             const char *method, const struct conn *cn) {
   static const struct { const char *path, *method; } routes[] = {
       {"/health", "GET"},         {"/v1/models", "GET"},  {"/metrics", "GET"},
       {"/slots", "GET"},          {"/tokenize", "POST"}, {"/detokenize", "POST"},

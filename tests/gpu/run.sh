@@ -90,6 +90,8 @@ check|sanitize)
   declare -a rows
   fails=0
   row() { rows+=("$(printf '%-34s %-8s %s' "$1" "$2" "$3")"); if [ "$2" = FAIL ]; then fails=$((fails + 1)); fi; }
+  # the CUDA graph replays `tessera run -v` reported in its stderr FILE
+  graph_replays() { grep -o 'graphs: [0-9]* captured, [0-9]* replays' "$1" | awk '{print $4}'; }
 
   echo "== device"
   nvidia-smi -L 2>&1 | head -8
@@ -186,7 +188,7 @@ check|sanitize)
       TESSERA_CUDA_GRAPHS=0 dec --set backend=cuda >"$out/dn.txt" 2>"$out/dn.err"; rn=$?
       dec --set backend=cpu >"$out/dc.txt" 2>"$out/dc.err"
       cg=$(grep '^  attn_dca' "$out/dg.err"); cn=$(grep '^  attn_dca' "$out/dn.err")
-      replays=$(grep -o 'graphs: [0-9]* captured, [0-9]* replays' "$out/dg.err" | awk '{print $4}')
+      replays=$(graph_replays "$out/dg.err")
       echo "-- $f decode: graphs '$cg' ($(grep -o 'graphs: .*' "$out/dg.err")) / node by node '$cn'"
       if [ $rg -ne 0 ] || [ $rn -ne 0 ]; then
         row "attn_dca decode $f graphs" FAIL "exit $rg/$rn: $(tail -1 "$out/dg.err" | cut -c1-90)"
@@ -215,7 +217,7 @@ check|sanitize)
       run --set backend=cpu >"$out/cpu.txt" 2>"$out/cpu.err"; rc_cpu=$?
       run --set backend=cuda -v >"$out/cuda1.txt" 2>"$out/cuda1.err"; rc1=$?
       # every decode step of these models is captured as a CUDA graph (plugin ops too)
-      replays=$(grep -o 'graphs: [0-9]* captured, [0-9]* replays' "$out/cuda1.err" | awk '{print $4}')
+      replays=$(graph_replays "$out/cuda1.err")
       run --set backend=cuda >"$out/cuda2.txt" 2>"$out/cuda2.err"; rc2=$?
       echo "-- $f: cpu exit $rc_cpu, cuda exits $rc1 $rc2"
       echo "   cpu : $(head -c 300 "$out/cpu.txt" | tr '\n' ' ')"

@@ -47,11 +47,11 @@
 ** that may go, prepare releases only the n it needs, empty cells first and
 ** then the smallest positions, so a sequence keeps its last window + n_ubatch
 ** positions; past that share a sequence of the batch lets go of a cell even
-** where another sequence shares it, so n_seq shares always fit the ring. Rolling a sequence back (seq_rm of its tail)
-** to position p is safe while the ring still holds p - window + 1 onwards
-** (tsr_kv_cache_seq_resume_min): a tail of up to n_ubatch tokens, so
-** speculative decoding, prompt reuse and bench's repetitions at depth resume
-** without a refill; an older rollback is refused.
+** where another sequence shares it, so n_seq shares always fit the ring.
+** Rolling a sequence back (seq_rm of its tail) to position p is safe while the
+** ring still holds p - window + 1 onwards (tsr_kv_cache_seq_resume_min): a tail
+** of up to n_ubatch tokens, so speculative decoding, prompt reuse and bench's
+** repetitions at depth resume without a refill; an older rollback is refused.
 **
 ** Recurrent state cannot be rolled back: seq_rm / seq_cp of part of a
 ** sequence are refused when the model has linear layers; removing a whole

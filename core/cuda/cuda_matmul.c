@@ -20,8 +20,8 @@
 ** once in expert order (and packed for cuBLAS once, when an expert has more columns
 ** than the gemv takes); each expert multiplies its columns as above, and one
 ** scatter a run puts them back: a gather, pack and scatter a run, not one of each
-** per expert (128 experts made 384 launches of them). An id outside [0, E) gives a zero column, as on the
-** CPU.
+** per expert (128 experts made 384 launches of them). An id outside [0, E) gives
+** a zero column, as on the CPU.
 */
 #include <stdlib.h>
 #include <string.h>

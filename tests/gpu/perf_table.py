@@ -27,9 +27,9 @@ LLAMA_CPP = {
 MODELS = {"q8b": "Qwen3-8B q4_K_M", "q8b_bf16": "Qwen3-8B bf16", "g26": "Gemma-4-26B-A4B q4_K_M"}
 
 
-ORDER = ["", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "attnpipe", "attnpipe_q8kv",
+ORDER = ["", "ub2048", "f16kv", "q8kv", "gemvf32", "nographs", "neither", "attnpipe", "attnpipe_q8kv",
          "split64", "optimes"]  # perf_table.sh's runs
-VARIANT = {"gemvf32": " (f32 gemv)", "nographs": " (no CUDA graphs)",
+VARIANT = {"ub2048": " (ubatch 2048)", "gemvf32": " (f32 gemv)", "nographs": " (no CUDA graphs)",
            "neither": " (f32 gemv, no CUDA graphs)", "attnpipe": " (pipelined attention)",
            "attnpipe_q8kv": " (pipelined attention)",
            "split64": " (attention splits of 64 keys)"}

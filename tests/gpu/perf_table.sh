@@ -14,7 +14,8 @@
 #            opt-in pipelined tile loop (TESSERA_CUDA_ATTN_PIPELINE=1; f16 and q8_0 KV) and
 #            with decode splits of 64 keys (TESSERA_CUDA_ATTN_SPLIT_KEYS=64)
 #   q8b_bf16 the same shape in bf16: pp2048 tg128
-#   g26      Gemma-4-26B-A4B shape q4_K_M: tg128 at 0 and each depth, f16 and q8_0 KV; tg32
+#   g26      Gemma-4-26B-A4B shape q4_K_M: pp2048 (ubatch 512, and 2048 as the 1M run's) and
+#            tg128 at 0, tg128 at each depth, f16 and q8_0 KV; tg32
 #            and pp2048 with --op-times, tg128 without the q8 gemv, graphs, either; tg128 with
 #            the pipelined attention and with splits of 64 keys
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times); the
@@ -26,7 +27,7 @@
 #            in ubatches of PERF_DCA_UBATCH (2048: a quarter of the expert products' launches)
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
-#            prefill at D 128) into OUT/ncu_*.log
+#            prefill at D 128 and 512) into OUT/ncu_*.log
 # A run of several parts lasts past one 10-minute device command: start it detached,
 #   mkdir -p OUT && setsid nohup bash tests/gpu/perf_table.sh RUN_DIR OUT >OUT/log 2>&1 &
 # and read OUT/log in later commands. RUN_DIR is copied into OUT first, so the next
@@ -119,7 +120,10 @@ for part in $parts; do
     ;;
   g26)
     gen g26 --like gemma-4-26b-a4b --type q4_K_M --random-codes ${PERF_CUT_MOE:-} || continue
-    bench g26 "$out/g26.gguf" -p 0 -n "$n" -r "$reps"
+    bench g26 "$out/g26.gguf" -p "${pp%%,*}" -n "$n" -r "$reps"
+    # prefill in ubatches of 2048, the 1M run's (docs/PERFORMANCE.md)
+    bench g26.ub2048 "$out/g26.gguf" -p "${pp%%,*}" -n 0 -r "$reps" --set ubatch=2048 \
+      --set batch=2048
     # the sliding ring keeps window + ubatch positions, so a repetition's 128 tokens come
     # off again without a refill, as on Qwen3
     at_depths g26 "$out/g26.gguf" "$reps" 1
@@ -157,7 +161,8 @@ for part in $parts; do
   ncu)
     # the counters of the kernels whose bars PERFORMANCE.md says are missed
     for f in "flash_attn decode f16 kv=32768 D=128" "flash_attn decode q8_0 kv=32768" \
-             "mat_mul q4_K 4096x4096 n=1" "flash_attn prefill f16 q=4096 kv=32768"; do
+             "mat_mul q4_K 4096x4096 n=1" "flash_attn prefill f16 q=4096 kv=32768" \
+             "flash_attn prefill f16 q=2048 kv=32768 D=512"; do
       echo "== ncu $f ($(date +%T))"
       bash tests/gpu/ncu_kernels.sh "$b" "$f" >"$out/ncu_$(echo "$f" | tr -c 'A-Za-z0-9\n' _).log" 2>&1 ||
         { echo "FAIL ncu $f: $(tail -1 "$out/ncu_$(echo "$f" | tr -c 'A-Za-z0-9\n' _).log")"; fails=$((fails + 1)); }

@@ -116,22 +116,24 @@ static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, i
   free(w);
 }
 
-/* nq queries (1: decode) against nkv keys, no mask: every key seen */
-static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t nq, int64_t nkv,
-                            int64_t d, int64_t hq, int64_t hkv) {
-  char label[96];
+/* nq queries (1: decode) against nkv keys, no mask: every key seen; K in kk, V in vk
+** (the label names one type where they are the same, "K/V" where not) */
+static void bench_attention(struct tsr_backend *be, enum tsr_dtype kk, enum tsr_dtype vk,
+                            int64_t nq, int64_t nkv, int64_t d, int64_t hq, int64_t hkv) {
+  char label[96], types[32];
+  snprintf(types, sizeof types, "%s%s%s", tsr_dtype_name(kk), kk == vk ? "" : "/",
+           kk == vk ? "" : tsr_dtype_name(vk));
   if (nq == 1)
-    snprintf(label, sizeof label, "flash_attn decode %s kv=%lld D=%lld H=%lld/%lld",
-             tsr_dtype_name(kv), (long long)nkv, (long long)d, (long long)hq, (long long)hkv);
+    snprintf(label, sizeof label, "flash_attn decode %s kv=%lld D=%lld H=%lld/%lld", types,
+             (long long)nkv, (long long)d, (long long)hq, (long long)hkv);
   else
     snprintf(label, sizeof label, "flash_attn prefill %s q=%lld kv=%lld D=%lld H=%lld/%lld",
-             tsr_dtype_name(kv), (long long)nq, (long long)nkv, (long long)d, (long long)hq,
-             (long long)hkv);
+             types, (long long)nq, (long long)nkv, (long long)d, (long long)hq, (long long)hkv);
   if (!wanted(label)) return;
-  void *k = weight_bytes(kv, d, nkv * hkv), *v = weight_bytes(kv, d, nkv * hkv);
+  void *k = weight_bytes(kk, d, nkv * hkv), *v = weight_bytes(vk, d, nkv * hkv);
   struct tsr_graph *g = tsr_graph_new(16);
-  struct tsr_tensor *kt = tsr_new_external(g, kv, 3, (int64_t[]){d, nkv, hkv}, k);
-  struct tsr_tensor *vt = tsr_new_external(g, kv, 3, (int64_t[]){d, nkv, hkv}, v);
+  struct tsr_tensor *kt = tsr_new_external(g, kk, 3, (int64_t[]){d, nkv, hkv}, k);
+  struct tsr_tensor *vt = tsr_new_external(g, vk, 3, (int64_t[]){d, nkv, hkv}, v);
   struct tsr_tensor *q = tsr_new_tensor_3d(g, TSR_F32, d, nq, hq);
   struct tsr_attn_params ap = {.scale = 0.1f};
   tsr_graph_mark_output(tsr_flash_attn(g, q, kt, vt, NULL, NULL, NULL, &ap));
@@ -143,7 +145,9 @@ static void bench_attention(struct tsr_backend *be, enum tsr_dtype kv, int64_t n
     /* decode: the K and V bytes read once (GB/s); prefill: two products of 2 D FLOPs per
     ** (query, head, key) (TFLOP/s) */
     if (t.wall_ms > 0 && nq == 1)
-      report(label, t, 2.0 * (double)tsr_dtype_row_size(kv, d) * (double)(nkv * hkv) / 1e6, "GB/s");
+      report(label, t,
+             (double)(tsr_dtype_row_size(kk, d) + tsr_dtype_row_size(vk, d)) * (double)(nkv * hkv) / 1e6,
+             "GB/s");
     else if (t.wall_ms > 0)
       report(label, t, 4.0 * nq * hq * nkv * d / 1e9, "TFLOP/s");
   }
@@ -177,18 +181,21 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof step / sizeof *step; i++) bench_matmul(be, types[t], step[i][0], step[i][1], 1);
   bench_matmul(be, TSR_F16, 4096, 4096, 512);
   bench_matmul(be, TSR_Q4_0, 4096, 4096, 512);
-  bench_attention(be, TSR_F16, 1, 256, 128, 32, 8); /* a decode step's span near depth 0 */
-  bench_attention(be, TSR_F16, 1, 4096, 128, 32, 8);
-  bench_attention(be, TSR_F16, 1, 32768, 128, 32, 8);
-  bench_attention(be, TSR_Q8_0, 1, 32768, 128, 32, 8);
-  bench_attention(be, TSR_F16, 1, 32768, 512, 16, 2);
-  bench_attention(be, TSR_F16, 2048, 8192, 128, 32, 8);
-  bench_attention(be, TSR_Q8_0, 2048, 8192, 128, 32, 8);
-  bench_attention(be, TSR_F16, 512, 8192, 512, 16, 2);
+  bench_attention(be, TSR_F16, TSR_F16, 1, 256, 128, 32, 8); /* a decode step's span near depth 0 */
+  bench_attention(be, TSR_F16, TSR_F16, 1, 4096, 128, 32, 8);
+  bench_attention(be, TSR_F16, TSR_F16, 1, 32768, 128, 32, 8);
+  bench_attention(be, TSR_Q8_0, TSR_Q8_0, 1, 32768, 128, 32, 8);
+  bench_attention(be, TSR_F16, TSR_F16, 1, 32768, 512, 16, 2);
+  bench_attention(be, TSR_F16, TSR_F16, 2048, 8192, 128, 32, 8);
+  bench_attention(be, TSR_Q8_0, TSR_Q8_0, 2048, 8192, 128, 32, 8);
+  bench_attention(be, TSR_F16, TSR_F16, 512, 8192, 512, 16, 2);
   /* long enough that the transfers of q and the output are a few percent */
-  bench_attention(be, TSR_F16, 4096, 32768, 128, 32, 8);
-  bench_attention(be, TSR_F16, 2048, 32768, 256, 16, 8);
-  bench_attention(be, TSR_F16, 2048, 32768, 512, 16, 2);
+  bench_attention(be, TSR_F16, TSR_F16, 4096, 32768, 128, 32, 8);
+  bench_attention(be, TSR_F16, TSR_F16, 2048, 32768, 256, 16, 8);
+  bench_attention(be, TSR_F16, TSR_F16, 2048, 32768, 512, 16, 2);
+  /* the 1M profile's full layers: K q8_0, V q4_0 (conf/gemma4-26b-a4b-1m-dca.yaml) */
+  bench_attention(be, TSR_Q8_0, TSR_Q4_0, 1, 32768, 512, 16, 2);
+  bench_attention(be, TSR_Q8_0, TSR_Q4_0, 2048, 32768, 512, 16, 2);
   tsr_backend_free(be);
   if (!g_lines && !g_errors) printf("BENCH error: no shape matches '%s'\n", g_filter ? g_filter : "");
   return g_errors || !g_lines;

@@ -18,7 +18,12 @@
 **
 ** Bands (Dual Chunk Attention): a warp computes S once per band any of its
 ** (row, key) pairs falls in this tile and keeps, per element, the band's
-** value; with chunks longer than a tile most tiles need one band.
+** value; with chunks longer than a tile most tiles need one band. Shared
+** memory holds one band's Q rows at a time, restaged when a tile needs
+** another: over a cache in position order the keys meet the bands in turn
+** (inter, successive, intra), so a block restages twice, and DCA's blocks
+** take flash's shared memory (at head dim 512 three bands of Q would halve
+** the blocks a multiprocessor holds).
 **
 ** Precision: Q, K, V and the probabilities are rounded to f16 (11-bit
 ** significand) before the products; sums, the softmax and the output are f32.
@@ -62,7 +67,7 @@ static inline int64_t tsr_mma_rows(const struct tsr_tile_args *a) {
 
 static inline size_t tsr_mma_smem(const struct tsr_tile_args *a, int wpr, int tk) {
   const size_t rows = TSR_MMA_WARPS / wpr * 16;
-  return sizeof(__half) * ((size_t)a->n_bands * rows * (size_t)(a->D + 8) +
+  return sizeof(__half) * (rows * (size_t)(a->D + 8) +
                            (size_t)tk * (size_t)(a->D + 8) + (size_t)tk * (size_t)(a->Dv + 8)) +
          (wpr > 1 ? sizeof(float) * TSR_MMA_WARPS * (size_t)(tk / 8 * 4) * 32 : 0) +
          sizeof(int32_t) * (size_t)tk;
@@ -177,8 +182,8 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   constexpr float LOG2E = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char tsr_mma_smem_raw[];
   const int64_t D = a.D, Dv = a.Dv, ldq = a.D + 8, ldv = a.Dv + 8, G = a.group;
-  __half *qs = reinterpret_cast<__half *>(tsr_mma_smem_raw); /* [bands][RB][D+8] */
-  __half *ks = qs + (size_t)a.n_bands * RB * ldq;             /* [TK][D+8] */
+  __half *qs = reinterpret_cast<__half *>(tsr_mma_smem_raw); /* [RB][D+8]: one band */
+  __half *ks = qs + (size_t)RB * ldq;                         /* [TK][D+8] */
   __half *vs = ks + (size_t)TK * ldq;                         /* [TK][Dv+8] */
   float *sx = reinterpret_cast<float *>(vs + (size_t)TK * ldv); /* WPR 2: [warps][NT*4][32] */
   int32_t *kpos = reinterpret_cast<int32_t *>(sx + (WPR > 1 ? TSR_MMA_WARPS * NT * 4 * 32 : 0));
@@ -199,17 +204,29 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
 
   /* the Q tile: zeros in 16-byte stores (rows past the last query, as most of a decode
-  ** tile is, stay so), then the live rows a value each */
-  for (int e = threadIdx.x; e < a.n_bands * RB * (int)ldq / 8; e += blockDim.x)
+  ** tile is, stay so), then the live rows of band 0 a value each */
+  for (int e = threadIdx.x; e < RB * (int)ldq / 8; e += blockDim.x)
     reinterpret_cast<uint4 *>(qs)[e] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
-  for (int e = threadIdx.x; e < a.n_bands * (int)n_rows * (int)D; e += blockDim.x) {
-    int d, r, hg;
-    const int b = cu_divmod(cu_divmod(e, (int)D, &d), (int)n_rows, &r);
-    const int iq = cu_divmod((int)r0 + r, (int)G, &hg); /* query, and q head in the group */
-    qs[(b * RB + r) * ldq + d] = __float2half_rn(*reinterpret_cast<const float *>(
-        a.q + b * a.q_band + iq * a.q_row + (hk * G + hg) * a.q_head + d * a.q_nb0));
-  }
+  auto stage_q = [&](int b) {
+    for (int e = threadIdx.x; e < (int)n_rows * (int)D; e += blockDim.x) {
+      int d, hg;
+      const int r = cu_divmod(e, (int)D, &d);
+      const int iq = cu_divmod((int)r0 + r, (int)G, &hg); /* query, and q head in the group */
+      qs[r * ldq + d] = __float2half_rn(*reinterpret_cast<const float *>(
+          a.q + b * a.q_band + iq * a.q_row + (hk * G + hg) * a.q_head + d * a.q_nb0));
+    }
+  };
+  stage_q(0);
+  /* the band whose rows qs holds; use_band restages (block-uniform calls only) */
+  int q_band = 0;
+  auto use_band = [&](int b) {
+    if (b == q_band) return;
+    __syncthreads(); /* every warp is done with the rows staged */
+    stage_q(b);
+    __syncthreads();
+    q_band = b;
+  };
   if (threadIdx.x == 0) {
     int32_t lo, hi;
     tsr_tile_q_range(a, r0, n_rows, &lo, &hi);
@@ -328,11 +345,12 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     /* mixed tiles: the band of element (nt, c), row g + 8 (c / 2) and key
     ** nt 8 + 2 t4 + c % 2; 3 is hidden */
     uint8_t band_of[NT][4];
-    if (computes) {
-      if (full_band >= 0) {
-        tsr_mma_qk<NT>(s, qs + ((size_t)full_band * RB + rw0) * ldq, kt, ldq, d_off, Dw, lane);
-      } else {
-        unsigned bands = 0;
+    if (full_band >= 0) {
+      use_band(full_band);
+      if (computes) tsr_mma_qk<NT>(s, qs + (size_t)rw0 * ldq, kt, ldq, d_off, Dw, lane);
+    } else {
+      unsigned bands = 0; /* this warp's */
+      if (computes) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -353,18 +371,28 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
             bands |= band < 3 ? 1u << band : 0u;
           }
         bands = __reduce_or_sync(0xffffffffu, bands);
-        for (int b = 0; b < a.n_bands; b++) {
-          if (!(bands >> b & 1)) continue;
-          float sb[NT][4];
+      }
+      /* the block's bands, the one staged first */
+      unsigned block_bands = 1u;
+      if (a.n_bands > 1)
+        block_bands = (__syncthreads_or(bands & 1u) ? 1u : 0u) |
+                      (__syncthreads_or(bands & 2u) ? 2u : 0u) |
+                      (__syncthreads_or(bands & 4u) ? 4u : 0u);
+      const int first = q_band;
+      for (int i = 0; i < a.n_bands; i++) {
+        const int b = (first + i) % a.n_bands;
+        if (!(block_bands >> b & 1)) continue;
+        use_band(b);
+        if (!computes || !(bands >> b & 1)) continue;
+        float sb[NT][4];
 #pragma unroll
-          for (int nt = 0; nt < NT; nt++) sb[nt][0] = sb[nt][1] = sb[nt][2] = sb[nt][3] = 0.0f;
-          tsr_mma_qk<NT>(sb, qs + ((size_t)b * RB + rw0) * ldq, kt, ldq, d_off, Dw, lane);
+        for (int nt = 0; nt < NT; nt++) sb[nt][0] = sb[nt][1] = sb[nt][2] = sb[nt][3] = 0.0f;
+        tsr_mma_qk<NT>(sb, qs + (size_t)rw0 * ldq, kt, ldq, d_off, Dw, lane);
 #pragma unroll
-          for (int nt = 0; nt < NT; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int c = 0; c < 4; c++)
-              if (band_of[nt][c] == b) s[nt][c] = sb[nt][c];
-        }
+          for (int c = 0; c < 4; c++)
+            if (band_of[nt][c] == b) s[nt][c] = sb[nt][c];
       }
     }
     if (WPR > 1) { /* the partner warp summed the other half of the head dims */

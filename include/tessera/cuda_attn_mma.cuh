@@ -116,6 +116,22 @@ __device__ static inline void tsr_mma_stage_quarters(const char *base, int64_t n
   }
 }
 
+/* Starts the copy of `bytes` bytes at src (2-byte aligned) into shared memory at dst (16-byte
+** aligned) by 16-byte cp.async, all in flight at once; returns where src's first byte lands
+** (dst plus src's offset in its 16 bytes). The last chunk reads only what is left. */
+__device__ static inline const char *tsr_mma_copy_raw(const char *src, unsigned char *dst,
+                                                      int64_t bytes) {
+  const int off = (int)((uintptr_t)src & 15);
+  const char *start = src - off;
+  bytes += off;
+  for (int64_t c = (int64_t)threadIdx.x * 16; c < bytes; c += (int64_t)blockDim.x * 16) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst + c);
+    const int n = bytes - c < 16 ? (int)(bytes - c) : 16;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(start + c), "r"(n));
+  }
+  return reinterpret_cast<const char *>(dst) + off;
+}
+
 /* Stages rows j0 .. j0+TK of one KV head's K or V as f16 rows of ld halves; an
 ** empty cell or a key past the end is zeros, so a hidden key's probability 0
 ** never meets a NaN. f16 rows in place take 16-byte loads; QUARTERS: q8_0 and q4_0
@@ -192,6 +208,12 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   __half *ks2 = reinterpret_cast<__half *>(kpos + TK), *vs2 = ks2 + (size_t)TK * ldq;
   int32_t *kpos2 = reinterpret_cast<int32_t *>(vs2 + (size_t)TK * ldv);
   const bool dbl = PIPE && a.kv_double;
+  /* raw_kv (the default loop, where the pipelined one keeps its second buffers): a q8_0 or
+  ** q4_0 tile copied whole as bytes, every 16-byte load in flight at once, then decoded from
+  ** shared memory, where a thread decoding a block from global memory waits on its loads */
+  const bool raw_k = !PIPE && (a.raw_kv & 1), raw_v = !PIPE && (a.raw_kv & 2);
+  unsigned char *raw_kb = reinterpret_cast<unsigned char *>(kpos + TK);
+  unsigned char *raw_vb = raw_kb + (raw_k ? tsr_mma_raw_span(TK, a.k_nb1) : 0);
   __shared__ int32_t q_lo, q_hi;
 
   const int64_t hk = blockIdx.y, r0 = (int64_t)blockIdx.x * RB;
@@ -329,9 +351,20 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       else if (a.kv_pos && kmax < lo_min - a.c) full_band = 2;
     }
     if (!dbl) {
-      tsr_mma_stage<PIPE>(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
+      const char *kr = nullptr, *vr = nullptr; /* the raw rows in shared memory */
+      if (raw_k || raw_v) {
+        const int64_t rows = a.Nkv - j0 < TK ? a.Nkv - j0 : TK;
+        if (raw_k) kr = tsr_mma_copy_raw(kbase + j0 * a.k_nb1, raw_kb, rows * a.k_nb1);
+        if (raw_v) vr = tsr_mma_copy_raw(vbase + j0 * a.v_nb1, raw_vb, rows * a.v_nb1);
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        __syncthreads();
+      }
+      if (raw_k) tsr_mma_stage<true>(kr, a.k_type, a.k_nb0, a.k_nb1, D, 0, TK, kpos, ks, ldq);
+      else tsr_mma_stage<PIPE>(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
       asm volatile("cp.async.commit_group;\n" ::);
-      tsr_mma_stage<PIPE>(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
+      if (raw_v) tsr_mma_stage<true>(vr, a.v_type, a.v_nb0, a.v_nb1, Dv, 0, TK, kpos, vs, ldv);
+      else tsr_mma_stage<PIPE>(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
       asm volatile("cp.async.commit_group;\n" ::);
       /* pipelined: the V tile may still arrive while Q K^T and the softmax run */
       if (PIPE) asm volatile("cp.async.wait_group 1;\n" ::);
@@ -555,10 +588,19 @@ template <int DVW, int WPR, int TK>
 static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
   static_assert(TSR_MMA_WARPS == TSR_TILE_WARPS, "tsr_attn_run launches 32 TSR_TILE_WARPS threads");
   const size_t smem = tsr_mma_smem(a, WPR, TK);
-  if (!a->pipelined)
-    return tsr_attn_run<tsr_mma_attn<DVW, WPR, TK, false>>(a, tsr_mma_shape<WPR>::rows, smem,
-                                                           stream);
   struct tsr_tile_args p = *a;
+  if (!a->pipelined) {
+    /* the raw copies only where they keep the blocks a multiprocessor holds (at head dim
+    ** 512 they would halve them) */
+    constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, false>;
+    const size_t raw = tsr_mma_raw_bytes(&p, TK);
+    if (raw && (smem + raw > TSR_MMA_SMEM_MAX ||
+                tsr_mma_blocks_per_sm<kernel>(smem + raw) < tsr_mma_blocks_per_sm<kernel>(smem) ||
+                tsr_mma_blocks_per_sm<kernel>(smem + raw) == 0))
+      p.raw_kv = 0;
+    return tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, p.raw_kv ? smem + raw : smem, stream);
+  }
+  p.raw_kv = 0;
   const size_t second = sizeof(__half) * (size_t)TK * (size_t)(a->D + 8 + a->Dv + 8) +
                         sizeof(int32_t) * (size_t)TK;
   /* the second buffers only where the block still fits, and as many blocks a

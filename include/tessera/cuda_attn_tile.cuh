@@ -35,44 +35,8 @@
 
 #include <atomic>
 
-#include "tessera/cuda_quant.cuh"
+#include "tessera/cuda_attn_args.cuh"
 
-#define TSR_TILE_WARPS 4
-#define TSR_TILE_K 32
-#define TSR_TILE_MAX_D 512
-#define TSR_TILE_MIN_KEYS_PER_SPLIT 256
-
-struct tsr_tile_args {
-  /* query row (band b, query i, head h) at q + b*q_band + i*q_row + h*q_head; f32 */
-  const char *q;
-  int64_t q_band, q_row, q_head, q_nb0;
-  const char *k, *v; /* rows: j*nb1 + hk*nb2, element type k_type / v_type */
-  int32_t k_type, v_type;
-  int64_t k_nb0, k_nb1, k_nb2, v_nb0, v_nb1, v_nb2;
-  const char *q_pos, *kv_pos; /* i32, stride nb0; q_pos NULL: queries at 0; kv_pos NULL:
-                              ** no position checks (mask only) */
-  int64_t q_pos_nb0, kv_pos_nb0;
-  const char *mask; /* f32 or f16 [Nkv, Nq] or NULL */
-  int32_t mask_f16;
-  int64_t mask_nb0, mask_nb1;
-  char *dst; /* f32 out: i*dst_row + h*dst_head + d*dst_nb0 */
-  int64_t dst_row, dst_head, dst_nb0;
-  int64_t D, Dv, Nq, Hq, Nkv, group;
-  float scale, softcap;
-  int32_t causal, window;
-  int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
-  int32_t pipelined; /* tensor-core kernel, opt-in until measured: the next tile's key
-                     ** positions and K/V tiles loaded while this one is computed (where a
-                     ** second set of buffers fits; else the V tile arriving during Q K^T
-                     ** and the softmax), and a warp whose 16 rows hold no query skipping
-                     ** the products (most of a decode tile's warps) */
-  int32_t kv_double; /* set at launch: the pipelined loop's second buffers fit */
-  int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
-  /* set by tsr_tile_attn_plan */
-  int32_t mma, qpw, splits; /* mma: the tensor-core kernel (tessera/cuda_attn_mma.cuh) */
-  int64_t per_split;
-  float *part; /* splits > 1: [Nq * Hq][splits][Dv + 2] partial states, the caller's */
-};
 
 __device__ static inline int32_t tsr_tile_pos(const char *p, int64_t nb0, int64_t i) {
   return *reinterpret_cast<const int32_t *>(p + i * nb0);

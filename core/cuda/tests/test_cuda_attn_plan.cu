@@ -1,0 +1,72 @@
+/*
+** The host side of the tensor-core attention's launch (cuda_attn_mma.cuh), run on
+** the CPU: which K/V tensors the default loop copies whole as bytes into shared
+** memory, and that the room it asks for holds every tile's copy wherever the
+** tile's first byte falls. tests/gpu/gpu_op_parity runs the kernels on a GPU.
+*/
+#include <string.h>
+
+extern "C" {
+#include "harness.h"
+}
+#include "tessera/cuda_attn_args.cuh"
+
+enum { TK = 64, D = 128, CELLS = 1000, HEADS = 8 };
+
+alignas(16) static char k_buf[CELLS * HEADS * 136 + 64], v_buf[CELLS * HEADS * 256 + 64];
+
+static struct tsr_tile_args args(int32_t kt, int32_t vt) {
+  struct tsr_tile_args a;
+  memset(&a, 0, sizeof a);
+  a.D = a.Dv = D;
+  a.k = k_buf, a.v = v_buf;
+  a.k_type = kt, a.v_type = vt;
+  a.k_nb1 = kt == T_F16 ? 2 * D : D / 32 * cu_block_bytes(kt);
+  a.v_nb1 = vt == T_F16 ? 2 * D : D / 32 * cu_block_bytes(vt);
+  a.k_nb2 = a.k_nb1 * CELLS, a.v_nb2 = a.v_nb1 * CELLS;
+  return a;
+}
+
+static void quantized_rows_end_to_end_are_copied_raw(void) {
+  struct tsr_tile_args a = args(T_Q8_0, T_Q4_0);
+  const size_t bytes = tsr_mma_raw_bytes(&a, TK);
+  CHECK(a.raw_kv == 3);
+  CHECK(bytes == tsr_mma_raw_span(TK, 136) + tsr_mma_raw_span(TK, 72));
+  CHECK(bytes % 16 == 0);
+}
+
+static void other_tensors_are_staged_as_before(void) {
+  struct tsr_tile_args a = args(T_F16, T_Q8_0); /* f16 has its own cp.async */
+  CHECK(tsr_mma_raw_bytes(&a, TK) == tsr_mma_raw_span(TK, 136) && a.raw_kv == 2);
+  a = args(T_Q8_0, T_Q8_0);
+  a.k_nb1 += 8; /* padded rows: a tile is not one span */
+  CHECK(tsr_mma_raw_bytes(&a, TK) == tsr_mma_raw_span(TK, 136) && a.raw_kv == 2);
+  a = args(T_Q4_0, T_Q4_0);
+  a.k = k_buf + 2, a.v = v_buf + 16; /* K's buffer off a 16-byte boundary */
+  CHECK(tsr_mma_raw_bytes(&a, TK) == tsr_mma_raw_span(TK, 72) && a.raw_kv == 2);
+  a = args(T_Q6_0, T_F32);
+  CHECK(tsr_mma_raw_bytes(&a, TK) == 0 && a.raw_kv == 0);
+}
+
+/* tsr_mma_copy_raw starts at the 16-byte boundary below a tile's first byte: the copy
+** of every tile of every head, from there, fits its span */
+static void every_tiles_copy_fits_its_span(void) {
+  for (int32_t t : {T_Q8_0, T_Q4_0}) {
+    struct tsr_tile_args a = args(t, t);
+    CHECK(tsr_mma_raw_bytes(&a, TK) > 0);
+    const size_t span = tsr_mma_raw_span(TK, a.k_nb1);
+    for (int h = 0; h < HEADS; h++)
+      for (int64_t j0 = 0; j0 < CELLS; j0 += TK) {
+        const uintptr_t first = (uintptr_t)(a.k + h * a.k_nb2 + j0 * a.k_nb1);
+        CHECK_MSG(first % 16 + (size_t)TK * a.k_nb1 <= span, "type %d head %d tile %lld", t,
+                  h, (long long)j0);
+      }
+  }
+}
+
+int main(void) {
+  TSR_RUN(quantized_rows_end_to_end_are_copied_raw);
+  TSR_RUN(other_tensors_are_staged_as_before);
+  TSR_RUN(every_tiles_copy_fits_its_span);
+  return TSR_TEST_EXIT();
+}

@@ -1,0 +1,75 @@
+/*
+** The arguments of the GPU's attention kernels (tessera/cuda_attn_tile.cuh and
+** tessera/cuda_attn_mma.cuh) and the host-side choices made from them alone, apart
+** from the kernels so that they compile, and are tested, on a machine without a GPU.
+*/
+#ifndef TESSERA_CUDA_ATTN_ARGS_CUH
+#define TESSERA_CUDA_ATTN_ARGS_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/cuda_quant.cuh"
+
+#define TSR_TILE_WARPS 4
+#define TSR_TILE_K 32
+#define TSR_TILE_MAX_D 512
+#define TSR_TILE_MIN_KEYS_PER_SPLIT 256
+
+struct tsr_tile_args {
+  /* query row (band b, query i, head h) at q + b*q_band + i*q_row + h*q_head; f32 */
+  const char *q;
+  int64_t q_band, q_row, q_head, q_nb0;
+  const char *k, *v; /* rows: j*nb1 + hk*nb2, element type k_type / v_type */
+  int32_t k_type, v_type;
+  int64_t k_nb0, k_nb1, k_nb2, v_nb0, v_nb1, v_nb2;
+  const char *q_pos, *kv_pos; /* i32, stride nb0; q_pos NULL: queries at 0; kv_pos NULL:
+                              ** no position checks (mask only) */
+  int64_t q_pos_nb0, kv_pos_nb0;
+  const char *mask; /* f32 or f16 [Nkv, Nq] or NULL */
+  int32_t mask_f16;
+  int64_t mask_nb0, mask_nb1;
+  char *dst; /* f32 out: i*dst_row + h*dst_head + d*dst_nb0 */
+  int64_t dst_row, dst_head, dst_nb0;
+  int64_t D, Dv, Nq, Hq, Nkv, group;
+  float scale, softcap;
+  int32_t causal, window;
+  int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
+  int32_t pipelined; /* tensor-core kernel, opt-in until measured: the next tile's key
+                     ** positions and K/V tiles loaded while this one is computed (where a
+                     ** second set of buffers fits; else the V tile arriving during Q K^T
+                     ** and the softmax), and a warp whose 16 rows hold no query skipping
+                     ** the products (most of a decode tile's warps) */
+  int32_t kv_double; /* set at launch: the pipelined loop's second buffers fit */
+  int32_t raw_kv; /* set at launch (default loop): bit 0 K, bit 1 V copied whole into shared
+                  ** memory as bytes, then decoded there (tsr_mma_copy_raw) */
+  int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
+  /* set by tsr_tile_attn_plan */
+  int32_t mma, qpw, splits; /* mma: the tensor-core kernel (tessera/cuda_attn_mma.cuh) */
+  int64_t per_split;
+  float *part; /* splits > 1: [Nq * Hq][splits][Dv + 2] partial states, the caller's */
+};
+
+/* Shared bytes of one tensor's raw tile: tk rows of nb1 bytes from a start up to 15 bytes
+** past a 16-byte boundary, rounded to 16 (the next tensor's copy starts aligned). */
+__host__ __device__ static inline size_t tsr_mma_raw_span(int tk, int64_t nb1) {
+  return ((size_t)tk * (size_t)nb1 + 15 + 15) / 16 * 16;
+}
+
+/* Bytes of shared memory the default loop's raw copies take (0: none), setting a->raw_kv:
+** q8_0 and q4_0 K or V whose rows lie end to end (a tile is one span of bytes) in a buffer
+** 16-byte aligned, so the span's aligned start is inside it. */
+static inline size_t tsr_mma_raw_bytes(struct tsr_tile_args *a, int tk) {
+  auto span = [&](int32_t type, int64_t d, int64_t nb1, int64_t nb2, const char *base) -> size_t {
+    if (type != T_Q8_0 && type != T_Q4_0) return 0;
+    if (d % 32 || nb1 != d / 32 * cu_block_bytes(type) || nb2 % 2 || ((uintptr_t)base & 15))
+      return 0;
+    return tsr_mma_raw_span(tk, nb1);
+  };
+  const size_t k = span(a->k_type, a->D, a->k_nb1, a->k_nb2, a->k);
+  const size_t v = span(a->v_type, a->Dv, a->v_nb1, a->v_nb2, a->v);
+  a->raw_kv = (k ? 1 : 0) | (v ? 2 : 0);
+  return k + v;
+}
+
+#endif

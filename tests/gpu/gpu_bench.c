@@ -181,21 +181,30 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof step / sizeof *step; i++) bench_matmul(be, types[t], step[i][0], step[i][1], 1);
   bench_matmul(be, TSR_F16, 4096, 4096, 512);
   bench_matmul(be, TSR_Q4_0, 4096, 4096, 512);
-  bench_attention(be, TSR_F16, TSR_F16, 1, 256, 128, 32, 8); /* a decode step's span near depth 0 */
-  bench_attention(be, TSR_F16, TSR_F16, 1, 4096, 128, 32, 8);
-  bench_attention(be, TSR_F16, TSR_F16, 1, 32768, 128, 32, 8);
-  bench_attention(be, TSR_Q8_0, TSR_Q8_0, 1, 32768, 128, 32, 8);
-  bench_attention(be, TSR_F16, TSR_F16, 1, 32768, 512, 16, 2);
-  bench_attention(be, TSR_F16, TSR_F16, 2048, 8192, 128, 32, 8);
-  bench_attention(be, TSR_Q8_0, TSR_Q8_0, 2048, 8192, 128, 32, 8);
-  bench_attention(be, TSR_F16, TSR_F16, 512, 8192, 512, 16, 2);
-  /* long enough that the transfers of q and the output are a few percent */
-  bench_attention(be, TSR_F16, TSR_F16, 4096, 32768, 128, 32, 8);
-  bench_attention(be, TSR_F16, TSR_F16, 2048, 32768, 256, 16, 8);
-  bench_attention(be, TSR_F16, TSR_F16, 2048, 32768, 512, 16, 2);
-  /* the 1M profile's full layers: K q8_0, V q4_0 (conf/gemma4-26b-a4b-1m-dca.yaml) */
-  bench_attention(be, TSR_Q8_0, TSR_Q4_0, 1, 32768, 512, 16, 2);
-  bench_attention(be, TSR_Q8_0, TSR_Q4_0, 2048, 32768, 512, 16, 2);
+  /* K type, V type, queries (1: decode), keys, head dim, q heads, kv heads */
+  static const struct {
+    enum tsr_dtype k, v;
+    int64_t nq, nkv, d, hq, hkv;
+  } attn[] = {
+      {TSR_F16, TSR_F16, 1, 256, 128, 32, 8}, /* a decode step's span near depth 0 */
+      {TSR_F16, TSR_F16, 1, 4096, 128, 32, 8},
+      {TSR_F16, TSR_F16, 1, 32768, 128, 32, 8},
+      {TSR_Q8_0, TSR_Q8_0, 1, 32768, 128, 32, 8},
+      {TSR_F16, TSR_F16, 1, 32768, 512, 16, 2},
+      {TSR_F16, TSR_F16, 2048, 8192, 128, 32, 8},
+      {TSR_Q8_0, TSR_Q8_0, 2048, 8192, 128, 32, 8},
+      {TSR_F16, TSR_F16, 512, 8192, 512, 16, 2},
+      /* long enough that the transfers of q and the output are a few percent */
+      {TSR_F16, TSR_F16, 4096, 32768, 128, 32, 8},
+      {TSR_F16, TSR_F16, 2048, 32768, 256, 16, 8},
+      {TSR_F16, TSR_F16, 2048, 32768, 512, 16, 2},
+      /* the 1M profile's full layers: K q8_0, V q4_0 (conf/gemma4-26b-a4b-1m-dca.yaml) */
+      {TSR_Q8_0, TSR_Q4_0, 1, 32768, 512, 16, 2},
+      {TSR_Q8_0, TSR_Q4_0, 2048, 32768, 512, 16, 2},
+  };
+  for (size_t i = 0; i < sizeof attn / sizeof *attn; i++)
+    bench_attention(be, attn[i].k, attn[i].v, attn[i].nq, attn[i].nkv, attn[i].d, attn[i].hq,
+                    attn[i].hkv);
   tsr_backend_free(be);
   if (!g_lines && !g_errors) printf("BENCH error: no shape matches '%s'\n", g_filter ? g_filter : "");
   return g_errors || !g_lines;

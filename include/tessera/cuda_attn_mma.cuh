@@ -21,7 +21,7 @@
 ** value; with chunks longer than a tile most tiles need one band. Shared
 ** memory holds one band's Q rows at a time, restaged when a tile needs
 ** another: over a cache in position order the keys meet the bands in turn
-** (inter, successive, intra), so a block restages twice, and DCA's blocks
+** (inter, successive, intra), so a block stages each band once, and DCA's blocks
 ** take flash's shared memory (at head dim 512 three bands of Q would halve
 ** the blocks a multiprocessor holds).
 **
@@ -96,7 +96,8 @@ __device__ static inline void tsr_mma_stage_blocks(const char *base, int64_t nb1
 /* The same blocks a quarter (8 values) per thread through the gemv's checked decoder
 ** (dq_part8: a few 2-byte loads and one scale, all issued before one 16-byte store), the
 ** values dq gives one by one; rows 2-byte aligned (the caller checks). The pipelined
-** loop's staging until it has run on the GPU; then one of the two goes. */
+** loop's staging from global memory, and the default loop's from the raw bytes it copied
+** into shared memory (tsr_mma_copy_raw). */
 template <int T>
 __device__ static inline void tsr_mma_stage_quarters(const char *base, int64_t nb1, int64_t D,
                                                    int64_t j0, int tk, const int32_t *kpos,
@@ -116,7 +117,7 @@ __device__ static inline void tsr_mma_stage_quarters(const char *base, int64_t n
   }
 }
 
-/* Starts the copy of `bytes` bytes at src (2-byte aligned) into shared memory at dst (16-byte
+/* Starts the copy of `bytes` bytes at src into shared memory at dst (16-byte
 ** aligned) by 16-byte cp.async, all in flight at once; returns where src's first byte lands
 ** (dst plus src's offset in its 16 bytes). The last chunk reads only what is left. */
 __device__ static inline const char *tsr_mma_copy_raw(const char *src, unsigned char *dst,
@@ -135,7 +136,7 @@ __device__ static inline const char *tsr_mma_copy_raw(const char *src, unsigned 
 /* Stages rows j0 .. j0+TK of one KV head's K or V as f16 rows of ld halves; an
 ** empty cell or a key past the end is zeros, so a hidden key's probability 0
 ** never meets a NaN. f16 rows in place take 16-byte loads; QUARTERS: q8_0 and q4_0
-** through tsr_mma_stage_quarters. */
+** through tsr_mma_stage_quarters (base may be raw rows in shared memory, j0 0). */
 template <bool QUARTERS>
 __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int64_t nb0,
                                             int64_t nb1, int64_t D, int64_t j0, int tk,
@@ -226,7 +227,8 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
 
   /* the Q tile: zeros in 16-byte stores (rows past the last query, as most of a decode
-  ** tile is, stay so), then the live rows of band 0 a value each */
+  ** tile is, stay so), then the live rows of one band a value each (stage_q): flash's at
+  ** once, DCA's band when a tile first needs it */
   for (int e = threadIdx.x; e < RB * (int)ldq / 8; e += blockDim.x)
     reinterpret_cast<uint4 *>(qs)[e] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
@@ -239,9 +241,9 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
           a.q + b * a.q_band + iq * a.q_row + (hk * G + hg) * a.q_head + d * a.q_nb0));
     }
   };
-  stage_q(0);
-  /* the band whose rows qs holds; use_band restages (block-uniform calls only) */
-  int q_band = 0;
+  /* the band whose rows qs holds (-1: none yet); use_band stages (block-uniform calls only) */
+  int q_band = a.n_bands == 1 ? 0 : -1;
+  if (q_band == 0) stage_q(0);
   auto use_band = [&](int b) {
     if (b == q_band) return;
     __syncthreads(); /* every warp is done with the rows staged */
@@ -353,9 +355,9 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
     if (!dbl) {
       const char *kr = nullptr, *vr = nullptr; /* the raw rows in shared memory */
       if (raw_k || raw_v) {
-        const int64_t rows = a.Nkv - j0 < TK ? a.Nkv - j0 : TK;
-        if (raw_k) kr = tsr_mma_copy_raw(kbase + j0 * a.k_nb1, raw_kb, rows * a.k_nb1);
-        if (raw_v) vr = tsr_mma_copy_raw(vbase + j0 * a.v_nb1, raw_vb, rows * a.v_nb1);
+        /* the split's keys only (those past it are hidden, never decoded) */
+        if (raw_k) kr = tsr_mma_copy_raw(kbase + j0 * a.k_nb1, raw_kb, nk * a.k_nb1);
+        if (raw_v) vr = tsr_mma_copy_raw(vbase + j0 * a.v_nb1, raw_vb, nk * a.v_nb1);
         asm volatile("cp.async.commit_group;\n" ::);
         asm volatile("cp.async.wait_group 0;\n" ::);
         __syncthreads();
@@ -411,7 +413,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
         block_bands = (__syncthreads_or(bands & 1u) ? 1u : 0u) |
                       (__syncthreads_or(bands & 2u) ? 2u : 0u) |
                       (__syncthreads_or(bands & 4u) ? 4u : 0u);
-      const int first = q_band;
+      const int first = q_band < 0 ? 0 : q_band;
       for (int i = 0; i < a.n_bands; i++) {
         const int b = (first + i) % a.n_bands;
         if (!(block_bands >> b & 1)) continue;
@@ -598,7 +600,13 @@ static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaSt
                 tsr_mma_blocks_per_sm<kernel>(smem + raw) < tsr_mma_blocks_per_sm<kernel>(smem) ||
                 tsr_mma_blocks_per_sm<kernel>(smem + raw) == 0))
       p.raw_kv = 0;
-    return tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, p.raw_kv ? smem + raw : smem, stream);
+    if (p.raw_kv) { /* refused (a device granting less shared memory): the block decode,
+                    ** the same values */
+      if (tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, smem + raw, stream) == cudaSuccess)
+        return cudaSuccess;
+      p.raw_kv = 0;
+    }
+    return tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, smem, stream);
   }
   p.raw_kv = 0;
   const size_t second = sizeof(__half) * (size_t)TK * (size_t)(a->D + 8 + a->Dv + 8) +

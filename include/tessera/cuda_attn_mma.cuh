@@ -586,20 +586,23 @@ static inline int tsr_mma_blocks_per_sm(size_t smem) {
   return by_regs < by_smem ? by_regs : by_smem;
 }
 
+/* Whether `extra` bytes of shared memory past `smem` fit a block of kernel K and keep as many
+** blocks a multiprocessor as without them (at head dim 512 most extras would halve them). */
+template <void (*K)(tsr_tile_args)>
+static inline bool tsr_mma_extra_fits(size_t smem, size_t extra) {
+  const int with = tsr_mma_blocks_per_sm<K>(smem + extra);
+  return smem + extra <= TSR_MMA_SMEM_MAX && with > 0 && with >= tsr_mma_blocks_per_sm<K>(smem);
+}
+
 template <int DVW, int WPR, int TK>
 static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
   static_assert(TSR_MMA_WARPS == TSR_TILE_WARPS, "tsr_attn_run launches 32 TSR_TILE_WARPS threads");
   const size_t smem = tsr_mma_smem(a, WPR, TK);
   struct tsr_tile_args p = *a;
   if (!a->pipelined) {
-    /* the raw copies only where they keep the blocks a multiprocessor holds (at head dim
-    ** 512 they would halve them) */
     constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, false>;
     const size_t raw = tsr_mma_raw_bytes(&p, TK);
-    if (raw && (smem + raw > TSR_MMA_SMEM_MAX ||
-                tsr_mma_blocks_per_sm<kernel>(smem + raw) < tsr_mma_blocks_per_sm<kernel>(smem) ||
-                tsr_mma_blocks_per_sm<kernel>(smem + raw) == 0))
-      p.raw_kv = 0;
+    if (raw && !tsr_mma_extra_fits<kernel>(smem, raw)) p.raw_kv = 0;
     if (p.raw_kv) { /* refused (a device granting less shared memory): the block decode,
                     ** the same values */
       if (tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, smem + raw, stream) == cudaSuccess)
@@ -609,14 +612,11 @@ static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaSt
     return tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, smem, stream);
   }
   p.raw_kv = 0;
+  /* the second buffers of the pipelined loop */
   const size_t second = sizeof(__half) * (size_t)TK * (size_t)(a->D + 8 + a->Dv + 8) +
                         sizeof(int32_t) * (size_t)TK;
-  /* the second buffers only where the block still fits, and as many blocks a
-  ** multiprocessor as without them (at head dim 512 they would halve them) */
   constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, true>;
-  const int with = tsr_mma_blocks_per_sm<kernel>(smem + second),
-            without = tsr_mma_blocks_per_sm<kernel>(smem);
-  p.kv_double = smem + second <= TSR_MMA_SMEM_MAX && with > 0 && with >= without;
+  p.kv_double = tsr_mma_extra_fits<kernel>(smem, second);
   return tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, p.kv_double ? smem + second : smem,
                               stream);
 }

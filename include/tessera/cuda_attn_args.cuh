@@ -44,6 +44,7 @@ struct tsr_tile_args {
   int32_t raw_kv; /* set at launch (default loop): bit 0 K, bit 1 V copied whole into shared
                   ** memory as bytes, then decoded there (tsr_mma_copy_raw) */
   int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
+  int32_t max_splits; /* the most splits the caller's part buffer holds; 0: no bound */
   /* set by tsr_tile_attn_plan */
   int32_t mma, qpw, splits; /* mma: the tensor-core kernel (tessera/cuda_attn_mma.cuh) */
   int64_t per_split;

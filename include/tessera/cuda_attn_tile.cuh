@@ -314,6 +314,7 @@ static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
   const int64_t fewest = a->split_keys > 0 ? a->split_keys : TSR_TILE_MIN_KEYS_PER_SPLIT;
   const int64_t most = (a->Nkv + fewest - 1) / fewest;
   if (splits > most) splits = most;
+  if (a->max_splits > 0 && splits > a->max_splits) splits = a->max_splits;
   if (splits < 1) splits = 1;
   a->per_split = (a->Nkv + splits - 1) / splits;
   if (a->per_split < 1) a->per_split = 1;

@@ -247,8 +247,17 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   dca_put_ptr(params, DCA_P_KCODEC, kc);
   dca_put_ptr(params, DCA_P_VCODEC, vc);
   struct tsr_tensor *src[6] = {q3, call->k, call->v, call->q_pos, call->kv_pos, call->mask};
-  const int64_t ne[3] = {vi.ne[0], qi.ne[2], qi.ne[1]};
-  return h->custom_op(g, g_attn_op, 3, ne, src, call->mask ? 6 : 5, params, DCA_P_COUNT);
+  /* on cuda, rows past the output hold the split partials (dca.h) */
+  const bool cuda = call->layer && call->layer->backend && !strcmp(call->layer->backend, "cuda");
+  const int64_t extra = cuda ? dca_split_rows(qi.ne[1], qi.ne[2], ki.ne[2], vi.ne[0], ki.ne[1]) : 0;
+  const int64_t ne[3] = {vi.ne[0], qi.ne[2], qi.ne[1] + extra};
+  struct tsr_tensor *out = h->custom_op(g, g_attn_op, 3, ne, src, call->mask ? 6 : 5, params,
+                                        DCA_P_COUNT);
+  if (!out || !extra) return out;
+  struct tsr_tensor_info oi;
+  h->tensor_info(out, &oi);
+  const int64_t ne_out[3] = {vi.ne[0], qi.ne[2], qi.ne[1]};
+  return h->view(g, out, 3, ne_out, oi.nb, 0);
 }
 
 static const struct tsr_attention_v1 g_dca = {

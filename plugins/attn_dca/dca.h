@@ -61,6 +61,25 @@ enum {
   DCA_P_COUNT = 11,
 };
 
+/* The cuda kernel's split-KV partials live in rows planned past the output's Nq
+** (no allocation at run time, so a decode step replays as a CUDA graph without
+** memory nodes). Sized as tsr_tile_attn_plan splits (about two blocks of up to 64
+** rows a multiprocessor, at least 256 keys a split) for up to DCA_SPLIT_SMS
+** multiprocessors; the kernel takes no more splits than the rows hold. */
+#define DCA_SPLIT_SMS 160
+
+/* Rows of dv x hq floats past the output for a call's partials (0: one split). */
+static inline int64_t dca_split_rows(int64_t nq, int64_t hq, int64_t hkv, int64_t dv,
+                                     int64_t nkv) {
+  if (nq <= 0 || hkv <= 0 || hq % hkv || dv <= 0) return 0;
+  const int64_t units = (nq * (hq / hkv) + 63) / 64 * hkv, most = (nkv + 255) / 256;
+  int64_t splits = (2 * DCA_SPLIT_SMS + units - 1) / units;
+  if (splits > most) splits = most;
+  if (splits <= 1) return 0;
+  const int64_t floats = nq * hq * splits * (dv + 2);
+  return (floats + dv * hq - 1) / (dv * hq);
+}
+
 /* A host pointer in two param words (the cpu and cuda kernels both read it). */
 static inline void dca_put_ptr(int32_t *params, int at, const void *p) {
   const uint64_t u = (uint64_t)(uintptr_t)p;

@@ -15,7 +15,8 @@
 ** converts the cache. With every key in
 ** the intra band it does flash's arithmetic in flash's order, so a context of
 ** one chunk equals the cuda flash kernel bit for bit. Split-KV partials live
-** in stream-ordered scratch (cudaMallocAsync), freed after the merge.
+** in rows planned past the output's queries (dca.h, dca_split_rows): a launch
+** allocates nothing.
 */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -156,16 +157,13 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
     return;
   }
   if (t.Nq == 0) return;
-  const size_t part_bytes = tsr_tile_attn_plan(&t, sm_count(call ? call->device : 0));
-  cudaError_t e = part_bytes ? cudaMallocAsync((void **)&t.part, part_bytes, stream) : cudaSuccess;
-  if (e != cudaSuccess) {
-    if (call)
-      call->status = host->set_error(TSR_ERR_NOMEM, "attn_dca on cuda: %zu bytes of split "
-                                     "scratch: %s", part_bytes, cudaGetErrorString(e));
-    return;
-  }
-  e = tsr_tile_attn_launch(&t, stream);
-  if (t.part) cudaFreeAsync(t.part, stream);
+  /* the split partials: the output's rows past Nq (dca_split_rows), as many splits as fit */
+  const int64_t room = (dst->ne[2] - t.Nq) * (int64_t)dst->nb[2];
+  const int64_t per_split = t.Nq * t.Hq * (t.Dv + 2) * (int64_t)sizeof(float);
+  t.max_splits = (int32_t)(room / per_split > 1 ? room / per_split : 1);
+  if (tsr_tile_attn_plan(&t, sm_count(call ? call->device : 0)))
+    t.part = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t.Nq * (int64_t)dst->nb[2]);
+  const cudaError_t e = tsr_tile_attn_launch(&t, stream);
   if (e != cudaSuccess) {
     if (call)
       call->status = host->set_error(TSR_ERR_INTERNAL, "attn_dca on cuda: the attention kernel "

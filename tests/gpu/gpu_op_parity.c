@@ -472,6 +472,17 @@ static void c_rope(struct pc *p, int phase) {
 static void c_concat(struct pc *p, int phase) {
   const int dim = p->var % 3;
   const enum tsr_dtype dt = p->var >= 3 ? TSR_F16 : TSR_F32;
+  if (p->var == 6) { /* attn_dca's: a permuted view with itself, rows longer than a block */
+    if (phase == 0) {
+      snprintf(p->name, sizeof p->name, "concat dim 2 of a permuted view, rows of 300");
+      p->t[0] = tsr_new_tensor(p->g, TSR_F32, 3, (int64_t[]){300, 9, 4});
+      struct tsr_tensor *v = tsr_permute(p->g, p->t[0], 0, 2, 1, 3);
+      out(p, tsr_concat(p->g, v, v, 2), 0);
+    } else {
+      tsr_test_fill_normal(p->t[0], 1.0f);
+    }
+    return;
+  }
   if (phase == 0) {
     snprintf(p->name, sizeof p->name, "concat dim %d %s", dim, tsr_dtype_name(dt));
     int64_t na[3] = {16, 5, 3}, nb[3] = {16, 5, 3};
@@ -913,7 +924,7 @@ static void list_cases(void) {
   add(c_glu, 12);
   add(c_softmax, 3);
   add(c_rope, 4);
-  add(c_concat, 6);
+  add(c_concat, 7);
   add(c_cpy, N_WRITES + 2);
   add(c_set_rows, 2 * N_WRITES);
   add(c_select, 2);

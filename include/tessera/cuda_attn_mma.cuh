@@ -73,31 +73,10 @@ static inline size_t tsr_mma_smem(const struct tsr_tile_args *a, int wpr, int tk
          sizeof(int32_t) * (size_t)tk;
 }
 
-/* Blocks of 32 (q8_0, q4_0: the tiers long contexts use) decoded a block per
-** thread, two halves per store. */
-template <int T>
-__device__ static inline void tsr_mma_stage_blocks(const char *base, int64_t nb1, int64_t D,
-                                                   int64_t j0, int tk, const int32_t *kpos,
-                                                   __half *dst, int64_t ld) {
-  const int nbk = (int)(D / 32);
-  for (int e = threadIdx.x; e < tk * nbk; e += blockDim.x) {
-    int blk;
-    const int t = cu_divmod(e, nbk, &blk);
-    __half2 *out = reinterpret_cast<__half2 *>(dst + t * ld + blk * 32);
-    const uint8_t *row = reinterpret_cast<const uint8_t *>(base + (j0 + t) * nb1);
-    const bool live = kpos[t] >= 0;
-#pragma unroll
-    for (int i = 0; i < 16; i++)
-      out[i] = live ? __floats2half2_rn(dq<T>(row, blk * 32 + 2 * i), dq<T>(row, blk * 32 + 2 * i + 1))
-                    : __floats2half2_rn(0.0f, 0.0f);
-  }
-}
-
-/* The same blocks a quarter (8 values) per thread through the gemv's checked decoder
-** (dq_part8: a few 2-byte loads and one scale, all issued before one 16-byte store), the
-** values dq gives one by one; rows 2-byte aligned (the caller checks). The pipelined
-** loop's staging from global memory, and the default loop's from the raw bytes it copied
-** into shared memory (tsr_mma_copy_raw). */
+/* Rows j0 .. j0+tk of q8_0 or q4_0 blocks (the tiers long contexts use) as f16 rows of ld
+** halves, a quarter block (16 bytes of output) per step of a thread; rows 2-byte aligned
+** (the caller checks). base may be raw rows copied into shared memory (tsr_mma_copy_raw, j0
+** 0) or the cache itself. */
 template <int T>
 __device__ static inline void tsr_mma_stage_quarters(const char *base, int64_t nb1, int64_t D,
                                                    int64_t j0, int tk, const int32_t *kpos,
@@ -106,14 +85,10 @@ __device__ static inline void tsr_mma_stage_quarters(const char *base, int64_t n
   for (int e = threadIdx.x; e < tk * nq; e += blockDim.x) {
     int q;
     const int t = cu_divmod(e, nq, &q);
-    uint4 h = make_uint4(0u, 0u, 0u, 0u);
-    if (kpos[t] >= 0) {
-      float w[8];
-      dq_part8<T>(reinterpret_cast<const uint8_t *>(base + (j0 + t) * nb1), q / 4, q % 4, w, 0);
-      h.x = cu_half2_bits(w[0], w[1]), h.y = cu_half2_bits(w[2], w[3]);
-      h.z = cu_half2_bits(w[4], w[5]), h.w = cu_half2_bits(w[6], w[7]);
-    }
-    *reinterpret_cast<uint4 *>(dst + t * ld + q * 8) = h;
+    const uint8_t *block = reinterpret_cast<const uint8_t *>(base + (j0 + t) * nb1) +
+                           (q / 4) * cu_block_bytes(T);
+    *reinterpret_cast<uint4 *>(dst + t * ld + q * 8) =
+        kpos[t] >= 0 ? tsr_dq_quarter_h<T>(block, q % 4) : make_uint4(0u, 0u, 0u, 0u);
   }
 }
 
@@ -135,9 +110,8 @@ __device__ static inline const char *tsr_mma_copy_raw(const char *src, unsigned 
 
 /* Stages rows j0 .. j0+TK of one KV head's K or V as f16 rows of ld halves; an
 ** empty cell or a key past the end is zeros, so a hidden key's probability 0
-** never meets a NaN. f16 rows in place take 16-byte loads; QUARTERS: q8_0 and q4_0
-** through tsr_mma_stage_quarters (base may be raw rows in shared memory, j0 0). */
-template <bool QUARTERS>
+** never meets a NaN. f16 rows in place take 16-byte loads; q8_0 and q4_0 go through
+** tsr_mma_stage_quarters (base may be raw rows in shared memory, j0 0). */
 __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int64_t nb0,
                                             int64_t nb1, int64_t D, int64_t j0, int tk,
                                             const int32_t *kpos, __half *dst, int64_t ld) {
@@ -156,12 +130,10 @@ __device__ static inline void tsr_mma_stage(const char *base, int32_t type, int6
     }
     return;
   }
-  if (QUARTERS && D % 32 == 0 && nb1 % 2 == 0 && ((uintptr_t)base & 1) == 0) {
+  if (D % 32 == 0 && nb1 % 2 == 0 && ((uintptr_t)base & 1) == 0) {
     if (type == T_Q8_0) return tsr_mma_stage_quarters<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
     if (type == T_Q4_0) return tsr_mma_stage_quarters<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
   }
-  if (type == T_Q8_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q8_0>(base, nb1, D, j0, tk, kpos, dst, ld);
-  if (type == T_Q4_0 && D % 32 == 0) return tsr_mma_stage_blocks<T_Q4_0>(base, nb1, D, j0, tk, kpos, dst, ld);
   for (int e = threadIdx.x; e < tk * (int)D; e += blockDim.x) {
     int d;
     const int t = cu_divmod(e, (int)D, &d);
@@ -295,8 +267,8 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   if (dbl) { /* the first tile staged ahead of the loop, the second's positions loaded */
     if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
     __syncthreads();
-    tsr_mma_stage<PIPE>(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j_lo, TK, kpos, ks, ldq);
-    tsr_mma_stage<PIPE>(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j_lo, TK, kpos, vs, ldv);
+    tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j_lo, TK, kpos, ks, ldq);
+    tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j_lo, TK, kpos, vs, ldv);
     asm volatile("cp.async.commit_group;\n" ::);
     if (threadIdx.x < TK) kp_ahead = key_pos(j_lo + TK + threadIdx.x);
   }
@@ -310,8 +282,8 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       if (threadIdx.x < TK) kp_next[threadIdx.x] = kp_ahead;
       __syncthreads();
       if (j0 + TK < j_hi) {
-        tsr_mma_stage<PIPE>(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0 + TK, TK, kp_next, kt_next, ldq);
-        tsr_mma_stage<PIPE>(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0 + TK, TK, kp_next, vt_next, ldv);
+        tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0 + TK, TK, kp_next, kt_next, ldq);
+        tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0 + TK, TK, kp_next, vt_next, ldv);
       }
       asm volatile("cp.async.commit_group;\n" ::);
       if (threadIdx.x < TK) kp_ahead = key_pos(j0 + 2 * TK + threadIdx.x);
@@ -362,11 +334,11 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
         asm volatile("cp.async.wait_group 0;\n" ::);
         __syncthreads();
       }
-      if (raw_k) tsr_mma_stage<true>(kr, a.k_type, a.k_nb0, a.k_nb1, D, 0, TK, kpos, ks, ldq);
-      else tsr_mma_stage<PIPE>(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
+      if (raw_k) tsr_mma_stage(kr, a.k_type, a.k_nb0, a.k_nb1, D, 0, TK, kpos, ks, ldq);
+      else tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
       asm volatile("cp.async.commit_group;\n" ::);
-      if (raw_v) tsr_mma_stage<true>(vr, a.v_type, a.v_nb0, a.v_nb1, Dv, 0, TK, kpos, vs, ldv);
-      else tsr_mma_stage<PIPE>(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
+      if (raw_v) tsr_mma_stage(vr, a.v_type, a.v_nb0, a.v_nb1, Dv, 0, TK, kpos, vs, ldv);
+      else tsr_mma_stage(vbase, a.v_type, a.v_nb0, a.v_nb1, Dv, j0, TK, kpos, vs, ldv);
       asm volatile("cp.async.commit_group;\n" ::);
       /* pipelined: the V tile may still arrive while Q K^T and the softmax run */
       if (PIPE) asm volatile("cp.async.wait_group 1;\n" ::);

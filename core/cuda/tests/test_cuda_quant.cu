@@ -85,6 +85,40 @@ static void gemv_quarter_decoder_matches_dq(void) {
   }
 }
 
+/* Values of the attention tiles' f16 decoder whose bits are not dq's value rounded to f16. */
+template <int T>
+static int quarter_h_mismatches(const char *buf, int n) {
+  int bad = 0;
+  for (int blk = 0; blk < n / 32; blk++) {
+    const uint8_t *b = reinterpret_cast<const uint8_t *>(buf) + blk * cu_block_bytes(T);
+    for (int p = 0; p < 4; p++) {
+      const uint4 h = tsr_dq_quarter_h<T>(b, p);
+      const uint32_t w[4] = {h.x, h.y, h.z, h.w};
+      for (int i = 0; i < 8; i++)
+        bad += (uint16_t)(w[i / 2] >> (16 * (i % 2))) !=
+               __half_as_ushort(__float2half_rn(dq<T>(b, 8 * p + i)));
+    }
+  }
+  return bad;
+}
+
+/* every value, codes at both ends (-128 and 127, nibbles 0 and 15) and scales of every
+** magnitude (subnormal and large, negative) among them */
+static void attention_f16_decoder_rounds_dq(void) {
+  static float x[N];
+  static char buf[N * 2];
+  for (int t : {T_Q8_0, T_Q4_0}) {
+    random_values(x, N);
+    x[100] = -1e-6f, x[101] = 3e4f, x[102] = -3e4f;
+    CHECK_OK(tsr_dtype_from_f32((enum tsr_dtype)t, x, buf, N));
+    uint8_t *b5 = reinterpret_cast<uint8_t *>(buf) + 5 * cu_block_bytes(t);
+    b5[2] = t == T_Q8_0 ? 0x80 : 0x0f, b5[3] = t == T_Q8_0 ? 0x7f : 0xf0;
+    const int bad = t == T_Q8_0 ? quarter_h_mismatches<T_Q8_0>(buf, N)
+                                : quarter_h_mismatches<T_Q4_0>(buf, N);
+    CHECK_MSG(bad == 0, "%s: %d of %d values differ", tsr_dtype_name((enum tsr_dtype)t), bad, N);
+  }
+}
+
 static void every_writable_block_type_encodes_the_cpus_bytes(void) {
   static float x[N];
   static uint8_t ours[N * 2], ref[N * 2];
@@ -234,6 +268,7 @@ int main(void) {
   TSR_RUN(block_sizes_match_the_core);
   TSR_RUN(every_readable_type_decodes_like_the_cpu);
   TSR_RUN(gemv_quarter_decoder_matches_dq);
+  TSR_RUN(attention_f16_decoder_rounds_dq);
   TSR_RUN(every_writable_block_type_encodes_the_cpus_bytes);
   TSR_RUN(half_and_bf16_round_like_the_cpu);
   TSR_RUN(block_scale_halves_are_the_cpus);

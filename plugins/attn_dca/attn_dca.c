@@ -126,6 +126,7 @@ static tsr_status dca_negotiate(void *ctx, const struct tsr_layer_desc *layer,
   if (!cuda && strcmp(layer->backend, "cpu"))
     return h->set_error(TSR_ERR_UNSUPPORTED, "dca has no kernel for backend '%s' (cpu and cuda)",
                         layer->backend);
+  st->on_cuda = cuda; /* the arch's call does not name the backend; build needs it */
   if (layer->kind != TSR_LAYER_FULL)
     return h->set_error(TSR_ERR_UNSUPPORTED, "dca runs full-attention layers only: a %s layer "
                         "never sees past its window, so keep flash there (attention: {full: dca, "
@@ -248,8 +249,8 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   dca_put_ptr(params, DCA_P_VCODEC, vc);
   struct tsr_tensor *src[6] = {q3, call->k, call->v, call->q_pos, call->kv_pos, call->mask};
   /* on cuda, rows past the output hold the split partials (dca.h) */
-  const bool cuda = call->layer && call->layer->backend && !strcmp(call->layer->backend, "cuda");
-  const int64_t extra = cuda ? dca_split_rows(qi.ne[1], qi.ne[2], ki.ne[2], vi.ne[0], ki.ne[1]) : 0;
+  const int64_t extra =
+      st->on_cuda ? dca_split_rows(qi.ne[1], qi.ne[2], ki.ne[2], vi.ne[0], ki.ne[1]) : 0;
   const int64_t ne[3] = {vi.ne[0], qi.ne[2], qi.ne[1] + extra};
   struct tsr_tensor *out = h->custom_op(g, g_attn_op, 3, ne, src, call->mask ? 6 : 5, params,
                                         DCA_P_COUNT);

@@ -32,6 +32,7 @@ struct dca_state {
   int64_t original_length; /* 0: from the model */
   const char *temperature; /* auto | none | yarn */
   int logged;              /* the geometry was logged once */
+  int on_cuda;             /* negotiated for the cuda backend (the split rows, dca_split_rows) */
 };
 
 /* The geometry one layer runs with, resolved from the settings and what the

@@ -589,6 +589,44 @@ static void test_refusals_name_what_is_missing(void) {
   tsr_graph_free(g);
 }
 
+/* Negotiated for cuda, a decode step's output is a view over rows that hold the kernel's
+** split partials (as many splits as an H200 takes); for the cpu, the op's own output. */
+static void test_cuda_plans_split_rows_past_the_output(void) {
+  const int D = 128, Hq = 8, Hkv = 2, nkv = 6000, splits_h200 = 24; /* 6000 keys / 256 */
+  struct tsr_layer_desc l = {.struct_size = sizeof l, .layer = 0, .kind = TSR_LAYER_FULL,
+                             .n_head = Hq, .n_head_kv = Hkv, .head_dim_k = D, .head_dim_v = D,
+                             .k_codec = "f16", .v_codec = "f16"};
+  const struct dcase c = {.D = D, .Dv = D, .Hq = Hq, .Hkv = Hkv, .n_rot = D, .neox = 1,
+                          .cs = 256, .ls = 32, .nkv = nkv, .nq = 1};
+  const struct tsr_attn_rope rope = rope_of(&c, NULL);
+  enum tsr_read_path kp, vp;
+  for (int on_cuda = 1; on_cuda >= 0; on_cuda--) {
+    l.backend = on_cuda ? "cuda" : "cpu";
+    CHECK_OK(g_dca->negotiate(g_dca->ctx, &l, &kp, &vp));
+    struct tsr_graph *g = tsr_graph_new(64);
+    struct tsr_layer_desc arch_desc = l; /* an arch's call names no backend */
+    arch_desc.backend = NULL;
+    struct tsr_attn_call call = {
+        .struct_size = sizeof call, .layer = &arch_desc,
+        .q = tsr_permute(g, tsr_new_tensor(g, TSR_F32, 3, (int64_t[]){D, Hq, 1}), 0, 2, 1, 3),
+        .k = tsr_new_tensor(g, TSR_F16, 3, (int64_t[]){D, nkv, Hkv}),
+        .v = tsr_new_tensor(g, TSR_F16, 3, (int64_t[]){D, nkv, Hkv}),
+        .q_pos = tsr_new_tensor(g, TSR_I32, 1, (int64_t[]){1}),
+        .kv_pos = tsr_new_tensor(g, TSR_I32, 1, (int64_t[]){nkv}),
+        .scale = 1.0f, .causal = true, .rope = &rope};
+    struct tsr_tensor *o = g_dca->build(g_dca->ctx, tsr_plugin_host_services(), g, &call);
+    CHECK(o && o->ne[0] == D && o->ne[1] == Hq && o->ne[2] == 1);
+    if (o && on_cuda) {
+      CHECK(o->op == TSR_OP_VIEW && o->view_offs == 0);
+      const int64_t rows = o->view_src->ne[2] - 1;
+      CHECK_MSG(rows * D * Hq >= (int64_t)Hq * splits_h200 * (D + 2), "%lld rows", (long long)rows);
+    } else if (o) {
+      CHECK(o->op != TSR_OP_VIEW);
+    }
+    tsr_graph_free(g);
+  }
+}
+
 /* --backend cuda: the same cases on the cpu backend and the one under test */
 static void test_cuda_equals_cpu(void) {
   tsr_test_seed(18);
@@ -706,6 +744,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_empty_bands_give_finite_outputs);
   TSR_RUN(test_shift_rerotates_each_key_to_its_new_chunk_offset);
   TSR_RUN(test_refusals_name_what_is_missing);
+  TSR_RUN(test_cuda_plans_split_rows_past_the_output);
   if (cuda) TSR_RUN(test_cuda_equals_cpu);
   printf("  worst relative error per codec (K = V):");
   for (int i = 0; i < N_CODECS; i++) printf(" %s %.1e", tsr_dtype_name(k_codecs[i]), g_worst[i]);

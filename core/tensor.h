@@ -17,7 +17,7 @@
 #include "dtype.h"
 
 #define TSR_MAX_DIMS 4
-#define TSR_MAX_SRC 6
+#define TSR_MAX_SRC 8
 #define TSR_MAX_NAME 64
 #define TSR_MAX_OP_PARAMS 16 /* 32-bit words */
 

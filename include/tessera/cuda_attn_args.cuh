@@ -17,9 +17,10 @@
 #define TSR_TILE_MIN_KEYS_PER_SPLIT 256
 
 struct tsr_tile_args {
-  /* query row (band b, query i, head h) at q + b*q_band + i*q_row + h*q_head; f32 */
-  const char *q;
-  int64_t q_band, q_row, q_head, q_nb0;
+  /* query row (band b, query i, head h) at qb + i*q_row + h*q_head, qb q for band 0 and
+  ** q_bands[b - 1] for bands 1 and 2 (n_bands 3; the same strides); f32 */
+  const char *q, *q_bands[2];
+  int64_t q_row, q_head, q_nb0;
   const char *k, *v; /* rows: j*nb1 + hk*nb2, element type k_type / v_type */
   int32_t k_type, v_type;
   int64_t k_nb0, k_nb1, k_nb2, v_nb0, v_nb1, v_nb2;
@@ -50,6 +51,11 @@ struct tsr_tile_args {
   int64_t per_split;
   float *part; /* splits > 1: [Nq * Hq][splits][Dv + 2] partial states, the caller's */
 };
+
+/* Where band b's query rows start. */
+__host__ __device__ static inline const char *tsr_tile_q_of(const struct tsr_tile_args &a, int b) {
+  return b == 0 ? a.q : a.q_bands[b - 1];
+}
 
 /* Shared bytes of one tensor's raw tile: tk rows of nb1 bytes from a start up to 15 bytes
 ** past a 16-byte boundary, rounded to 16 (the next tensor's copy starts aligned). */

@@ -210,7 +210,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
       const int r = cu_divmod(e, (int)D, &d);
       const int iq = cu_divmod((int)r0 + r, (int)G, &hg); /* query, and q head in the group */
       qs[r * ldq + d] = __float2half_rn(*reinterpret_cast<const float *>(
-          a.q + b * a.q_band + iq * a.q_row + (hk * G + hg) * a.q_head + d * a.q_nb0));
+          tsr_tile_q_of(a, b) + iq * a.q_row + (hk * G + hg) * a.q_head + d * a.q_nb0));
     }
   };
   /* the band whose rows qs holds (-1: none yet); use_band stages (block-uniform calls only) */

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
     int d, r;
     const int b = cu_divmod(cu_divmod(e, (int)D, &d), TILE_R, &r);
     const int64_t iq = (r0 + r) / G, h = hk * G + (r0 + r) % G;
-    qs[e] = r < n_rows ? *reinterpret_cast<const float *>(a.q + b * a.q_band + iq * a.q_row +
+    qs[e] = r < n_rows ? *reinterpret_cast<const float *>(tsr_tile_q_of(a, b) + iq * a.q_row +
                                                           h * a.q_head + d * a.q_nb0)
                        : 0.0f;
   }

@@ -511,7 +511,7 @@ struct tsr_host {
   tsr_status (*register_op)(struct tsr_plugin *self, const char *name, int32_t *op_id);
   tsr_status (*register_kernel)(struct tsr_plugin *self, int32_t op_id, const char *backend,
                                 tsr_plugin_kernel_fn fn, void *ctx);
-  /* appends a node of a registered op: f32 output of n_dims dims ne, up to 6
+  /* appends a node of a registered op: f32 output of n_dims dims ne, up to 8
   ** sources, up to 12 int32 params handed to the kernel */
   struct tsr_tensor *(*custom_op)(struct tsr_graph *g, int32_t op_id, int32_t n_dims,
                                   const int64_t *ne, struct tsr_tensor *const *src, int32_t n_src,

@@ -229,14 +229,26 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
     return NULL;
   }
 
-  /* q [D, Nq, Hq] -> [D, Hq, Nq], three copies along tokens, each rotated
-  ** at its band's positions: [D, Hq, 3 Nq] */
+  /* q [D, Nq, Hq] -> [D, Hq, Nq], rotated at each band's positions (the three runs of
+  ** qpos3): three tensors of one layout, no copy of q beside the rotations */
   struct tsr_tensor *qv = h->permute(g, call->q, 0, 2, 1, 3);
-  struct tsr_tensor *q3 = h->concat(g, h->concat(g, qv, qv, 2), qv, 2);
   struct tsr_tensor *qpos3 = positions(h, g, call->q_pos, &geo, DCA_POS_QUERY, 0);
-  if (!q3 || !qpos3) return NULL;
-  q3 = h->rope_apply(g, call->rope, q3, qpos3);
-  if (!q3) return NULL;
+  if (!qv || !qpos3) return NULL;
+  struct tsr_tensor *qb[3];
+  struct tsr_tensor_info qbi[3];
+  for (int b = 0; b < 3; b++) {
+    const int64_t n = qi.ne[1];
+    const size_t nb = sizeof(int32_t);
+    struct tsr_tensor *pos = h->view(g, qpos3, 1, &n, &nb, (size_t)b * (size_t)n * nb);
+    qb[b] = pos ? h->rope_apply(g, call->rope, qv, pos) : NULL;
+    if (!qb[b]) return NULL;
+    h->tensor_info(qb[b], &qbi[b]);
+    if (b && memcmp(qbi[b].nb, qbi[0].nb, sizeof qbi[0].nb)) {
+      h->graph_fail(g, TSR_ERR_INTERNAL, "dca (layer %d): the rotated query bands differ in "
+                    "layout", layer);
+      return NULL;
+    }
+  }
 
   int32_t params[DCA_P_COUNT] = {0};
   dca_put_ptr(params, DCA_P_STATE, st);
@@ -247,12 +259,14 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   params[DCA_P_MASK] = call->mask != NULL;
   dca_put_ptr(params, DCA_P_KCODEC, kc);
   dca_put_ptr(params, DCA_P_VCODEC, vc);
-  struct tsr_tensor *src[6] = {q3, call->k, call->v, call->q_pos, call->kv_pos, call->mask};
+  struct tsr_tensor *src[DCA_SRC_MASK + 1] = {qb[0],     qb[1],        qb[2],       call->k,
+                                              call->v,   call->q_pos,  call->kv_pos, call->mask};
   /* on cuda, rows past the output hold the split partials (dca.h) */
   const int64_t extra =
       st->on_cuda ? dca_split_rows(qi.ne[1], qi.ne[2], ki.ne[2], vi.ne[0], ki.ne[1]) : 0;
   const int64_t ne[3] = {vi.ne[0], qi.ne[2], qi.ne[1] + extra};
-  struct tsr_tensor *out = h->custom_op(g, g_attn_op, 3, ne, src, call->mask ? 6 : 5, params,
+  struct tsr_tensor *out = h->custom_op(g, g_attn_op, 3, ne, src,
+                                        call->mask ? DCA_SRC_MASK + 1 : DCA_SRC_MASK, params,
                                         DCA_P_COUNT);
   if (!out || !extra) return out;
   struct tsr_tensor_info oi;

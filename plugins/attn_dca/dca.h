@@ -49,6 +49,18 @@ enum dca_pos_mode {
   DCA_POS_SHIFT = 2, /* [N]: ((p + delta) mod C) - (p mod C) */
 };
 
+/* Attention op sources: the queries rotated at each band's positions (intra, successive,
+** inter; [D, Hq, Nq] each, the same strides), K and V, the query and key positions, and the
+** mask when DCA_P_MASK says so. */
+enum {
+  DCA_SRC_Q = 0, /* 3 */
+  DCA_SRC_K = 3,
+  DCA_SRC_V = 4,
+  DCA_SRC_Q_POS = 5,
+  DCA_SRC_KV_POS = 6,
+  DCA_SRC_MASK = 7,
+};
+
 /* Attention op params (int32 words). */
 enum {
   DCA_P_STATE = 0,  /* 2 words: struct dca_state * (counters) */

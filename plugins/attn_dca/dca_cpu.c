@@ -78,7 +78,7 @@ struct rows {
 
 struct node {
   const struct tsr_host *h;
-  const struct tsr_tensor_info *q3, *k, *v, *q_pos, *kv_pos, *mask;
+  const struct tsr_tensor_info *q[3], *k, *v, *q_pos, *kv_pos, *mask; /* q: per band */
   float scale, softcap;
   int32_t c, temp_from;
   int64_t D, Dv, Nq, Nkv, Hq, Hkv, group;
@@ -248,8 +248,8 @@ static void attend_unit(const struct node *a, const struct scratch *s,
                         int64_t nh) {
   for (int b = 0; b < 3; b++)
     for (int64_t g = 0; g < nh; g++) {
-      const char *qrow = (const char *)a->q3->data + (size_t)(b * a->Nq + iq) * a->q3->nb[2] +
-                         (size_t)(h0 + g) * a->q3->nb[1];
+      const char *qrow = (const char *)a->q[b]->data + (size_t)iq * a->q[b]->nb[2] +
+                         (size_t)(h0 + g) * a->q[b]->nb[1];
       memcpy(s->q + ((size_t)b * a->group + g) * s->Dp, qrow, (size_t)a->D * sizeof(float));
     }
   for (int64_t g = 0; g < nh; g++) {
@@ -314,16 +314,18 @@ void dca_attention_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info
   const struct dca_state *st = dca_get_ptr(params, DCA_P_STATE);
   struct node a = {
       .h = st->host,
-      .q3 = &src[0], .k = &src[1], .v = &src[2], .q_pos = &src[3], .kv_pos = &src[4],
-      .mask = params[DCA_P_MASK] && n_src > 5 ? &src[5] : NULL,
+      .q = {&src[DCA_SRC_Q], &src[DCA_SRC_Q + 1], &src[DCA_SRC_Q + 2]},
+      .k = &src[DCA_SRC_K], .v = &src[DCA_SRC_V], .q_pos = &src[DCA_SRC_Q_POS],
+      .kv_pos = &src[DCA_SRC_KV_POS],
+      .mask = params[DCA_P_MASK] && n_src > DCA_SRC_MASK ? &src[DCA_SRC_MASK] : NULL,
       .c = params[DCA_P_C], .temp_from = params[DCA_P_TEMP],
   };
   memcpy(&a.scale, &params[DCA_P_SCALE], sizeof a.scale);
   memcpy(&a.softcap, &params[DCA_P_SOFTCAP], sizeof a.softcap);
-  a.D = a.q3->ne[0];
+  a.D = a.q[0]->ne[0];
   a.Dv = a.v->ne[0];
-  a.Hq = a.q3->ne[1];
-  a.Nq = a.q3->ne[2] / 3;
+  a.Hq = a.q[0]->ne[1];
+  a.Nq = a.q[0]->ne[2];
   a.Nkv = a.k->ne[1];
   a.Hkv = a.k->ne[2];
   a.group = a.Hq / a.Hkv;

@@ -87,14 +87,14 @@ static void count(const int32_t *params, int64_t n_queries) {
   st->host->engaged(st->self, "tokens_served", (uint64_t)n_queries);
 }
 
-/* The tiled kernel's arguments for q3 [D, Hq, 3 Nq] (band b of query iq at
-** token b Nq + iq), k/v [D, Nkv, Hkv], q_pos [Nq], kv_pos [Nkv], mask [Nkv, Nq]
-** or absent; dst [Dv, Hq, Nq]. */
+/* The tiled kernel's arguments for the query bands q0, q1, q2 [D, Hq, Nq] (each rotated at
+** its band's positions, the same strides), k/v [D, Nkv, Hkv], q_pos [Nq], kv_pos [Nkv], mask
+** [Nkv, Nq] or absent; dst [Dv, Hq, Nq] and rows past it (dca_split_rows). */
 static tsr_tile_args tile_args_of(const struct tsr_tensor_info *dst,
                                   const struct tsr_tensor_info *src, bool has_mask,
                                   const int32_t *params) {
-  const ten q3 = ten_of(&src[0]), k = ten_of(&src[1]), v = ten_of(&src[2]);
-  const ten qp = ten_of(&src[3]), kp = ten_of(&src[4]), out = ten_of(dst);
+  const ten q = ten_of(&src[DCA_SRC_Q]), k = ten_of(&src[DCA_SRC_K]), v = ten_of(&src[DCA_SRC_V]);
+  const ten qp = ten_of(&src[DCA_SRC_Q_POS]), kp = ten_of(&src[DCA_SRC_KV_POS]), out = ten_of(dst);
   tsr_tile_args t = {};
   /* the backend's opt-in pipelined tile loop (it refuses other values at open); read
   ** once, as this runs at every launch */
@@ -103,15 +103,17 @@ static tsr_tile_args tile_args_of(const struct tsr_tensor_info *dst,
     return pipe && !strcmp(pipe, "1");
   }();
   t.pipelined = pipelined;
-  t.D = src[0].ne[0], t.Hq = src[0].ne[1], t.Nq = src[0].ne[2] / 3, t.Dv = src[2].ne[0];
-  t.Nkv = src[1].ne[1], t.group = src[1].ne[2] > 0 ? t.Hq / src[1].ne[2] : 0;
-  t.q = q3.p, t.q_band = t.Nq * q3.nb[2], t.q_row = q3.nb[2], t.q_head = q3.nb[1];
-  t.q_nb0 = q3.nb[0];
+  t.D = src[DCA_SRC_Q].ne[0], t.Hq = src[DCA_SRC_Q].ne[1], t.Nq = src[DCA_SRC_Q].ne[2];
+  t.Dv = src[DCA_SRC_V].ne[0], t.Nkv = src[DCA_SRC_K].ne[1];
+  t.group = src[DCA_SRC_K].ne[2] > 0 ? t.Hq / src[DCA_SRC_K].ne[2] : 0;
+  t.q = q.p, t.q_row = q.nb[2], t.q_head = q.nb[1], t.q_nb0 = q.nb[0];
+  t.q_bands[0] = (const char *)src[DCA_SRC_Q + 1].data;
+  t.q_bands[1] = (const char *)src[DCA_SRC_Q + 2].data;
   t.k = k.p, t.k_type = k.type, t.k_nb0 = k.nb[0], t.k_nb1 = k.nb[1], t.k_nb2 = k.nb[2];
   t.v = v.p, t.v_type = v.type, t.v_nb0 = v.nb[0], t.v_nb1 = v.nb[1], t.v_nb2 = v.nb[2];
   t.q_pos = qp.p, t.q_pos_nb0 = qp.nb[0], t.kv_pos = kp.p, t.kv_pos_nb0 = kp.nb[0];
   if (has_mask) {
-    const ten mk = ten_of(&src[5]);
+    const ten mk = ten_of(&src[DCA_SRC_MASK]);
     t.mask = mk.p, t.mask_f16 = mk.type == T_F16, t.mask_nb0 = mk.nb[0], t.mask_nb1 = mk.nb[1];
   }
   t.dst = const_cast<char *>(out.p), t.dst_row = out.nb[2], t.dst_head = out.nb[1];
@@ -143,7 +145,7 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   const struct tsr_host *host = (const struct tsr_host *)ctx;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const cudaStream_t stream = tsr_cuda_call_stream(call);
-  tsr_tile_args t = tile_args_of(dst, src, params[DCA_P_MASK] && n_src > 5, params);
+  tsr_tile_args t = tile_args_of(dst, src, params[DCA_P_MASK] && n_src > DCA_SRC_MASK, params);
   /* in a CUDA graph: the capture launches, the replay counts (as a call does below) */
   const int64_t graph = tsr_device_call_graph(call);
   if (graph == TSR_DEVICE_CALL_REPLAY) {

@@ -286,32 +286,8 @@ __global__ void k_concat(cu_t dst, cu_t a, cu_t b, int dim, int ts) {
   }
 }
 
-/* Concat along dim 1-3: a block a destination row, whose source row is found once (k_concat's
-** index arithmetic per element made it a tenth of the copy's bandwidth), its threads over
-** the row's elements. */
-__global__ void k_concat_rows(cu_t dst, cu_t a, cu_t b, int dim, int ts) {
-  const int64_t rows = dst.ne[1] * dst.ne[2] * dst.ne[3];
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    int64_t i[4] = {0, r % dst.ne[1], r / dst.ne[1] % dst.ne[2], r / (dst.ne[1] * dst.ne[2])};
-    char *d = at(dst, 0, i[1], i[2], i[3]);
-    const bool in_a = i[dim] < a.ne[dim];
-    const cu_t &from = in_a ? a : b;
-    if (!in_a) i[dim] -= a.ne[dim];
-    const char *src = at(from, 0, i[1], i[2], i[3]);
-    for (int64_t e = threadIdx.x; e < dst.ne[0]; e += blockDim.x)
-      copy_bytes(d + e * dst.nb[0], src + e * from.nb[0], ts);
-  }
-}
-
 extern "C" int cu_concat(cu_stream s, const cu_t *dst, const cu_t *a, const cu_t *b, int dim) {
-  const int ts = cu_block_bytes(dst->type);
-  if (dim >= 1) {
-    const int64_t rows = nrows(dst), threads = dst->ne[0] >= NT ? NT : (dst->ne[0] + 31) / 32 * 32;
-    k_concat_rows<<<(unsigned)(rows < (1 << 20) ? (rows > 0 ? rows : 1) : 1 << 20),
-                    (unsigned)(threads > 0 ? threads : 32), 0, s>>>(*dst, *a, *b, dim, ts);
-  } else {
-    k_concat<<<grid_for(nel(dst)), NT, 0, s>>>(*dst, *a, *b, dim, ts);
-  }
+  k_concat<<<grid_for(nel(dst)), NT, 0, s>>>(*dst, *a, *b, dim, cu_block_bytes(dst->type));
   return (int)cudaGetLastError();
 }
 

@@ -32,7 +32,7 @@
 #ifndef TESSERA_CUDA_ATTN_MMA_CUH
 #define TESSERA_CUDA_ATTN_MMA_CUH
 
-#define TSR_MMA_WARPS 4
+#define TSR_MMA_WARPS TSR_TILE_WARPS
 
 /* c += a b: a 16x16 row-major, b 16x8 col-major, c 16x8 (f32) */
 __device__ static inline void tsr_mma_16816(float c[4], const uint32_t a[4], uint32_t b0,
@@ -56,20 +56,21 @@ __device__ static inline void tsr_ldsm4_t(uint32_t r[4], const __half *p) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-/* Rows per block of a variant. */
-template <int WPR> struct tsr_mma_shape {
-  static constexpr int rows = TSR_MMA_WARPS / WPR * 16;
+/* Rows per block of a variant: W warps, WPR of them a 16 rows. */
+template <int WPR, int W = TSR_MMA_WARPS> struct tsr_mma_shape {
+  static constexpr int rows = W / WPR * 16;
 };
 
 static inline int64_t tsr_mma_rows(const struct tsr_tile_args *a) {
-  return (a->D > a->Dv ? a->D : a->Dv) > 256 ? tsr_mma_shape<2>::rows : tsr_mma_shape<1>::rows;
+  if ((a->D > a->Dv ? a->D : a->Dv) <= 256) return tsr_mma_shape<1>::rows;
+  return tsr_mma_wide(a) ? tsr_mma_shape<2, TSR_MMA_WIDE_WARPS>::rows : tsr_mma_shape<2>::rows;
 }
 
-static inline size_t tsr_mma_smem(const struct tsr_tile_args *a, int wpr, int tk) {
-  const size_t rows = TSR_MMA_WARPS / wpr * 16;
+static inline size_t tsr_mma_smem(const struct tsr_tile_args *a, int wpr, int tk, int warps) {
+  const size_t rows = (size_t)(warps / wpr * 16);
   return sizeof(__half) * (rows * (size_t)(a->D + 8) +
                            (size_t)tk * (size_t)(a->D + 8) + (size_t)tk * (size_t)(a->Dv + 8)) +
-         (wpr > 1 ? sizeof(float) * TSR_MMA_WARPS * (size_t)(tk / 8 * 4) * 32 : 0) +
+         (wpr > 1 ? sizeof(float) * (size_t)warps * (size_t)(tk / 8 * 4) * 32 : 0) +
          sizeof(int32_t) * (size_t)tk;
 }
 
@@ -163,11 +164,12 @@ __device__ static inline void tsr_mma_qk(float (*s)[4], const __half *qrows, con
 
 /* DVW: output dims per warp at most (Dv / WPR <= DVW); WPR: warps per 16 rows;
 ** TK: keys per tile (32 or 64); PIPE: the pipelined tile loop (tsr_tile_args.pipelined;
-** a template parameter, so the default loop keeps its registers). grid (row tiles of one
-** KV head, KV heads, key splits), 128 threads. */
-template <int DVW, int WPR, int TK, bool PIPE>
-__global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args a) {
-  constexpr int RB = tsr_mma_shape<WPR>::rows, NT = TK / 8, NV = DVW / 8;
+** a template parameter, so the default loop keeps its registers); W: warps a block
+** (TSR_MMA_WARPS, or TSR_MMA_WIDE_WARPS: tsr_mma_wide). grid (row tiles of one KV head, KV
+** heads, key splits), 32 W threads. */
+template <int DVW, int WPR, int TK, bool PIPE, int W>
+__global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
+  constexpr int RB = tsr_mma_shape<WPR, W>::rows, NT = TK / 8, NV = DVW / 8;
   constexpr float LOG2E = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char tsr_mma_smem_raw[];
   const int64_t D = a.D, Dv = a.Dv, ldq = a.D + 8, ldv = a.Dv + 8, G = a.group;
@@ -175,7 +177,7 @@ __global__ void __launch_bounds__(32 * TSR_MMA_WARPS) tsr_mma_attn(tsr_tile_args
   __half *ks = qs + (size_t)RB * ldq;                         /* [TK][D+8] */
   __half *vs = ks + (size_t)TK * ldq;                         /* [TK][Dv+8] */
   float *sx = reinterpret_cast<float *>(vs + (size_t)TK * ldv); /* WPR 2: [warps][NT*4][32] */
-  int32_t *kpos = reinterpret_cast<int32_t *>(sx + (WPR > 1 ? TSR_MMA_WARPS * NT * 4 * 32 : 0));
+  int32_t *kpos = reinterpret_cast<int32_t *>(sx + (WPR > 1 ? W * NT * 4 * 32 : 0));
   /* kv_double (pipelined, where it fits): a second K tile, V tile and positions, filled
   ** for the next tile while this one is computed */
   __half *ks2 = reinterpret_cast<__half *>(kpos + TK), *vs2 = ks2 + (size_t)TK * ldq;
@@ -537,7 +539,7 @@ static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
 ** kernel once, allocated 256 a warp) and its shared memory (1 KB a block is the
 ** system's) allow. 0 when the runtime does not say. */
 template <void (*K)(tsr_tile_args)>
-static inline int tsr_mma_blocks_per_sm(size_t smem) {
+static inline int tsr_mma_blocks_per_sm(size_t smem, int warps) {
   static int regs = -1, sm_regs = 0, sm_smem = 0; /* per kernel: one device's figures */
   if (regs < 0) {
     cudaFuncAttributes fa;
@@ -553,44 +555,49 @@ static inline int tsr_mma_blocks_per_sm(size_t smem) {
     regs = fa.numRegs;
   }
   const int warp_regs = (regs * 32 + 255) / 256 * 256;
-  const int by_regs = warp_regs ? sm_regs / (warp_regs * TSR_MMA_WARPS) : 0;
+  const int by_regs = warp_regs ? sm_regs / (warp_regs * warps) : 0;
   const int by_smem = (int)((size_t)sm_smem / (smem + 1024));
   return by_regs < by_smem ? by_regs : by_smem;
 }
 
-/* Whether `extra` bytes of shared memory past `smem` fit a block of kernel K and keep as many
-** blocks a multiprocessor as without them (at head dim 512 most extras would halve them). */
+/* Whether `extra` bytes of shared memory past `smem` fit a block of kernel K (of `warps`
+** warps) and keep as many blocks a multiprocessor as without them (at head dim 512 most
+** extras would halve them). */
 template <void (*K)(tsr_tile_args)>
-static inline bool tsr_mma_extra_fits(size_t smem, size_t extra) {
-  const int with = tsr_mma_blocks_per_sm<K>(smem + extra);
-  return smem + extra <= TSR_MMA_SMEM_MAX && with > 0 && with >= tsr_mma_blocks_per_sm<K>(smem);
+static inline bool tsr_mma_extra_fits(size_t smem, size_t extra, int warps) {
+  const int with = tsr_mma_blocks_per_sm<K>(smem + extra, warps);
+  return smem + extra <= TSR_MMA_SMEM_MAX && with > 0 &&
+         with >= tsr_mma_blocks_per_sm<K>(smem, warps);
 }
 
-template <int DVW, int WPR, int TK>
+/* W: warps a block; the wide blocks (TSR_MMA_WIDE_WARPS) run the default loop only. */
+template <int DVW, int WPR, int TK, int W = TSR_MMA_WARPS>
 static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
-  static_assert(TSR_MMA_WARPS == TSR_TILE_WARPS, "tsr_attn_run launches 32 TSR_TILE_WARPS threads");
-  const size_t smem = tsr_mma_smem(a, WPR, TK);
+  constexpr int rows = tsr_mma_shape<WPR, W>::rows;
+  const size_t smem = tsr_mma_smem(a, WPR, TK, W);
   struct tsr_tile_args p = *a;
-  if (!a->pipelined) {
-    constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, false>;
+  if (W != TSR_MMA_WARPS || !a->pipelined) {
+    constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, false, W>;
     const size_t raw = tsr_mma_raw_bytes(&p, TK);
-    if (raw && !tsr_mma_extra_fits<kernel>(smem, raw)) p.raw_kv = 0;
-    if (p.raw_kv) { /* refused (a device granting less shared memory): the block decode,
-                    ** the same values */
-      if (tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, smem + raw, stream) == cudaSuccess)
+    if (raw && !tsr_mma_extra_fits<kernel>(smem, raw, W)) p.raw_kv = 0;
+    if (p.raw_kv) { /* refused (a device granting less shared memory): the decode from
+                    ** global memory, the same values */
+      if (tsr_attn_run<kernel>(&p, rows, smem + raw, stream, 32 * W) == cudaSuccess)
         return cudaSuccess;
       p.raw_kv = 0;
     }
-    return tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, smem, stream);
+    return tsr_attn_run<kernel>(&p, rows, smem, stream, 32 * W);
   }
-  p.raw_kv = 0;
-  /* the second buffers of the pipelined loop */
-  const size_t second = sizeof(__half) * (size_t)TK * (size_t)(a->D + 8 + a->Dv + 8) +
-                        sizeof(int32_t) * (size_t)TK;
-  constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, true>;
-  p.kv_double = tsr_mma_extra_fits<kernel>(smem, second);
-  return tsr_attn_run<kernel>(&p, tsr_mma_shape<WPR>::rows, p.kv_double ? smem + second : smem,
-                              stream);
+  if constexpr (W == TSR_MMA_WARPS) { /* the pipelined loop is compiled for 4 warps only */
+    p.raw_kv = 0;
+    /* the second buffers of the pipelined loop */
+    const size_t second = sizeof(__half) * (size_t)TK * (size_t)(a->D + 8 + a->Dv + 8) +
+                          sizeof(int32_t) * (size_t)TK;
+    constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, true, W>;
+    p.kv_double = tsr_mma_extra_fits<kernel>(smem, second, W);
+    return tsr_attn_run<kernel>(&p, rows, p.kv_double ? smem + second : smem, stream, 32 * W);
+  }
+  return cudaErrorInvalidValue; /* not reached: wide blocks run the default loop */
 }
 
 static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
@@ -598,6 +605,7 @@ static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, cud
   if (d <= 64) return tsr_mma_attn_run<64, 1, 64>(a, stream);
   if (d <= 128) return tsr_mma_attn_run<128, 1, 64>(a, stream);
   if (d <= 256) return tsr_mma_attn_run<256, 1, 32>(a, stream);
+  if (tsr_mma_wide(a)) return tsr_mma_attn_run<256, 2, 32, TSR_MMA_WIDE_WARPS>(a, stream);
   return tsr_mma_attn_run<256, 2, 32>(a, stream);
 }
 

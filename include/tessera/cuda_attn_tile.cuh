@@ -267,15 +267,15 @@ __global__ void tsr_tile_combine(tsr_tile_args a) {
   }
 }
 
-/* Launches K over a plan's grid (row tiles of `rows`, KV heads, key splits) with
-** smem bytes of dynamic shared memory, then the merge of split partials. The
+/* Launches K over a plan's grid (row tiles of `rows`, KV heads, key splits), blocks of
+** `threads`, with smem bytes of dynamic shared memory, then the merge of split partials. The
 ** shared memory past 48 KB is asked of the driver once per kernel, device and
 ** larger size, not at every launch: every attention layer of every step comes
 ** through here. */
 #define TSR_ATTN_MAX_DEVICES 16
 template <void (*K)(tsr_tile_args)>
 static inline cudaError_t tsr_attn_run(const struct tsr_tile_args *a, int64_t rows, size_t smem,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, int threads = 32 * TSR_TILE_WARPS) {
   static std::atomic<size_t> granted[TSR_ATTN_MAX_DEVICES];
   int dev = -1;
   (void)cudaGetDevice(&dev);
@@ -295,7 +295,7 @@ static inline cudaError_t tsr_attn_run(const struct tsr_tile_args *a, int64_t ro
   }
   const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group),
                   (unsigned)a->splits);
-  K<<<grid, 32 * TSR_TILE_WARPS, smem, stream>>>(*a);
+  K<<<grid, threads, smem, stream>>>(*a);
   if (a->splits > 1) tsr_tile_combine<<<(unsigned)(a->Nq * a->Hq), 128, 0, stream>>>(*a);
   return cudaGetLastError();
 }

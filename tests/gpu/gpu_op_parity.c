@@ -588,10 +588,12 @@ static struct fa_case fa_case_of(int var) {
       {0, 1, 72, 72, 4, 2, 1, 3000, 0, 1, 0, 0, 0},       /* head dim 72 decode, split keys */
       {1, 1, 128, 128, 32, 8, 1, 768, 0, 1, 0, 0, 500}, /* span views: f16 decode */
       {3, 3, 128, 128, 8, 2, 40, 512, 0, 1, 0, 0, 300}, /* span views: q8_0 prefill */
+      {3, 8, 512, 512, 16, 2, 64, 700, 0, 1, 0, 0, 0},  /* wide blocks: the 1M profile's K/V */
+      {3, 8, 512, 512, 16, 2, 1, 5000, 0, 1, 0, 0, 0},  /* and its decode over split keys */
   };
   return more[var - N_CODECS];
 }
-#define N_FA (N_CODECS + 16)
+#define N_FA (N_CODECS + 18)
 
 /* Head dims in steps of 16 go to the tensor-core kernel
 ** (include/tessera/cuda_attn_mma.cuh): f16 operands, so a looser bound. */

@@ -1,8 +1,9 @@
 /*
 ** The host side of the tensor-core attention's launch (cuda_attn_mma.cuh), run on
 ** the CPU: which K/V tensors the default loop copies whole as bytes into shared
-** memory, and that the room it asks for holds every tile's copy wherever the
-** tile's first byte falls. tests/gpu/gpu_op_parity runs the kernels on a GPU.
+** memory, that the room it asks for holds every tile's copy wherever the tile's
+** first byte falls, and which launches take the wide blocks of 8 warps.
+** tests/gpu/gpu_op_parity runs the kernels on a GPU.
 */
 #include <string.h>
 
@@ -64,9 +65,26 @@ static void every_tiles_copy_fits_its_span(void) {
   }
 }
 
+/* 64 rows a block past head dim 256, where a quantized tile is copied whole (default loop) */
+static void wide_blocks_take_the_quantized_head_dims_past_256(void) {
+  struct tsr_tile_args a = args(T_Q8_0, T_Q4_0);
+  CHECK(!tsr_mma_wide(&a)); /* D 128: blocks of 4 warps keep the raw copies */
+  a.D = a.Dv = 512;
+  a.k_nb1 = 512 / 32 * cu_block_bytes(T_Q8_0), a.v_nb1 = 512 / 32 * cu_block_bytes(T_Q4_0);
+  CHECK(tsr_mma_wide(&a) && a.raw_kv == 0); /* asks on a copy: the launch sets raw_kv */
+  a.pipelined = 1;
+  CHECK(!tsr_mma_wide(&a));
+  a = args(T_F16, T_F16);
+  a.D = a.Dv = 512, a.k_nb1 = a.v_nb1 = 1024;
+  CHECK(!tsr_mma_wide(&a)); /* f16 tiles arrive by cp.async already */
+  a.v_type = T_Q4_0, a.v_nb1 = 512 / 32 * cu_block_bytes(T_Q4_0);
+  CHECK(tsr_mma_wide(&a));
+}
+
 int main(void) {
   TSR_RUN(quantized_rows_end_to_end_are_copied_raw);
   TSR_RUN(other_tensors_are_staged_as_before);
   TSR_RUN(every_tiles_copy_fits_its_span);
+  TSR_RUN(wide_blocks_take_the_quantized_head_dims_past_256);
   return TSR_TEST_EXIT();
 }

@@ -7,7 +7,10 @@
 #     DEPTHS: e.g. "32768 131072"; BENCH_ARGS default: -p 512 -n 32 -r 3
 #   env: TESSERA (default build-gpu-run/core/cli/tessera), BACKEND (default cuda),
 #        DCA_SETTINGS (attn_dca settings, default "{}": chunk from the model's
-#        dual_chunk_attention_config, else 3/4 of its trained context)
+#        dual_chunk_attention_config, else 3/4 of its trained context),
+#        DCA_ORDER (the runs in order, default "flash dca"; "flash dca flash" runs flash
+#        again after DCA, so that a drift of the GPU's clocks over a long run shows: the
+#        table then gives each flash run and DCA over their mean)
 #
 # One `tessera bench` per profile over every depth: the sequence is filled once, each
 # depth continuing the last one's fill (random tokens), and each test at a depth runs
@@ -33,22 +36,36 @@ printf '%s\n  - name: attn_dca\n    settings: %s\nattention: {full: dca, sliding
   "$common" "${DCA_SETTINGS:-{\}}" >"$out/dca.yaml"
 
 list=$(echo $depths | tr ' ' ',')
-for p in flash dca; do
-  echo "== $p at depths $list"
-  if ! "$tessera" bench --profile "$out/$p.yaml" -d "$list" "${args[@]}" --json "$out/$p.json"; then
+order=${DCA_ORDER:-flash dca}
+case " $order " in *" flash "*) ;; *) echo "dca_bench: DCA_ORDER '$order' has no flash run" >&2; exit 2 ;; esac
+case " $order " in *" dca "*) ;; *) echo "dca_bench: DCA_ORDER '$order' has no dca run" >&2; exit 2 ;; esac
+jsons=()
+for p in $order; do
+  [ "$p" = flash ] || [ "$p" = dca ] || { echo "dca_bench: DCA_ORDER names '$p' (flash, dca)" >&2; exit 2; }
+  n=1 json=$out/$p.json
+  while printf '%s\n' "${jsons[@]}" | grep -qx "$json"; do n=$((n + 1)) json=$out/$p.$n.json; done
+  jsons+=("$json")
+  echo "== $p at depths $list ($(date +%T))"
+  if ! "$tessera" bench --profile "$out/$p.yaml" -d "$list" "${args[@]}" --json "$json"; then
     echo "dca_bench: tessera bench failed ($p)" >&2
     exit 1
   fi
 done
 
-python3 - "$out" <<'EOF'
-import json, sys
-out = sys.argv[1]
-runs = {p: json.load(open(f"{out}/{p}.json"))["tests"] for p in ("flash", "dca")}
-print("\n| test | flash t/s | DCA t/s | DCA / flash |")
-print("| --- | --- | --- | --- |")
-for f, c in zip(runs["flash"], runs["dca"]):
-    assert f["test"] == c["test"], (f["test"], c["test"])
-    a, b = f["tokens_per_second_median"], c["tokens_per_second_median"]
-    print(f"| {f['test']} | {a:.2f} | {b:.2f} | {b / a:.3f} |")
+python3 - "${jsons[@]}" <<'EOF'
+import json, os, sys
+runs = {"flash": [], "dca": []}
+for path in sys.argv[1:]:
+    runs[os.path.basename(path).split(".")[0]].append(json.load(open(path))["tests"])
+flash, dca = runs["flash"], runs["dca"][0]
+heads = " | ".join(f"flash t/s ({i + 1})" for i in range(len(flash))) if len(flash) > 1 else "flash t/s"
+print(f"\n| test | {heads} | DCA t/s | DCA / flash |")
+print("| --- | " + "--- | " * len(flash) + "--- | --- |")
+for i, c in enumerate(dca):
+    fs = [run[i] for run in flash]
+    assert all(f["test"] == c["test"] for f in fs), (c["test"], [f["test"] for f in fs])
+    a = [f["tokens_per_second_median"] for f in fs]
+    b = c["tokens_per_second_median"]
+    cells = " | ".join(f"{x:.2f}" for x in a)
+    print(f"| {c['test']} | {cells} | {b:.2f} | {b / (sum(a) / len(a)):.3f} |")
 EOF

@@ -24,7 +24,8 @@
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
-#            in ubatches of PERF_DCA_UBATCH (2048: a quarter of the expert products' launches)
+#            in ubatches of PERF_DCA_UBATCH (2048: a quarter of the expert products' launches);
+#            DCA_ORDER="flash dca flash" (dca_bench.sh) runs flash again after DCA
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
 #            prefill at D 128 and 512) into OUT/ncu_*.log

@@ -126,7 +126,7 @@ static tsr_status dca_negotiate(void *ctx, const struct tsr_layer_desc *layer,
   if (!cuda && strcmp(layer->backend, "cpu"))
     return h->set_error(TSR_ERR_UNSUPPORTED, "dca has no kernel for backend '%s' (cpu and cuda)",
                         layer->backend);
-  st->on_cuda = cuda; /* the arch's call does not name the backend; build needs it */
+  st->on_cuda |= cuda; /* the arch's call does not name the backend; build needs it */
   if (layer->kind != TSR_LAYER_FULL)
     return h->set_error(TSR_ERR_UNSUPPORTED, "dca runs full-attention layers only: a %s layer "
                         "never sees past its window, so keep flash there (attention: {full: dca, "

@@ -32,7 +32,8 @@ struct dca_state {
   int64_t original_length; /* 0: from the model */
   const char *temperature; /* auto | none | yarn */
   int logged;              /* the geometry was logged once */
-  int on_cuda;             /* negotiated for the cuda backend (the split rows, dca_split_rows) */
+  int on_cuda; /* some layer was negotiated for cuda: graphs plan the split rows (dca_split_rows;
+               ** a cpu graph of a host that also runs cuda only carries them unused) */
 };
 
 /* The geometry one layer runs with, resolved from the settings and what the
@@ -68,7 +69,7 @@ enum {
   DCA_P_SCALE = 3,  /* float bits */
   DCA_P_SOFTCAP = 4,
   DCA_P_TEMP = 5,   /* temp_from */
-  DCA_P_MASK = 6,   /* 1: source 5 is the mask */
+  DCA_P_MASK = 6,   /* 1: source DCA_SRC_MASK is the mask */
   DCA_P_KCODEC = 7, /* 2 words each: const struct tsr_kv_codec_v1 * (NULL: read in place) */
   DCA_P_VCODEC = 9,
   DCA_P_COUNT = 11,

@@ -68,13 +68,19 @@ static void every_tiles_copy_fits_its_span(void) {
 /* 64 rows a block past head dim 256, where a quantized tile is copied whole (default loop) */
 static void wide_blocks_take_the_quantized_head_dims_past_256(void) {
   struct tsr_tile_args a = args(T_Q8_0, T_Q4_0);
+  a.Nq = 2048, a.group = 8; /* a prefill ubatch of the 1M profile */
   CHECK(!tsr_mma_wide(&a)); /* D 128: blocks of 4 warps keep the raw copies */
   a.D = a.Dv = 512;
   a.k_nb1 = 512 / 32 * cu_block_bytes(T_Q8_0), a.v_nb1 = 512 / 32 * cu_block_bytes(T_Q4_0);
   CHECK(tsr_mma_wide(&a) && a.raw_kv == 0); /* asks on a copy: the launch sets raw_kv */
+  a.Nq = 4; /* 32 rows: a decode step's fit one block of 4 warps */
+  CHECK(!tsr_mma_wide(&a));
+  a.Nq = 5;
+  CHECK(tsr_mma_wide(&a));
   a.pipelined = 1;
   CHECK(!tsr_mma_wide(&a));
   a = args(T_F16, T_F16);
+  a.Nq = 2048, a.group = 8;
   a.D = a.Dv = 512, a.k_nb1 = a.v_nb1 = 1024;
   CHECK(!tsr_mma_wide(&a)); /* f16 tiles arrive by cp.async already */
   a.v_type = T_Q4_0, a.v_nb1 = 512 / 32 * cu_block_bytes(T_Q4_0);

@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../dca.h"
 #include "backend.h"
 #include "dtype.h"
 #include "graph.h"
@@ -590,7 +591,7 @@ static void test_refusals_name_what_is_missing(void) {
 }
 
 /* Negotiated for cuda, a decode step's output is a view over rows that hold the kernel's
-** split partials (as many splits as an H200 takes); for the cpu, the op's own output. */
+** split partials (as many splits as an H200 takes); for the cpu alone, the op's own output. */
 static void test_cuda_plans_split_rows_past_the_output(void) {
   const int D = 128, Hq = 8, Hkv = 2, nkv = 6000, splits_h200 = 24; /* 6000 keys / 256 */
   struct tsr_layer_desc l = {.struct_size = sizeof l, .layer = 0, .kind = TSR_LAYER_FULL,
@@ -600,7 +601,10 @@ static void test_cuda_plans_split_rows_past_the_output(void) {
                           .cs = 256, .ls = 32, .nkv = nkv, .nq = 1};
   const struct tsr_attn_rope rope = rope_of(&c, NULL);
   enum tsr_read_path kp, vp;
-  for (int on_cuda = 1; on_cuda >= 0; on_cuda--) {
+  struct dca_state *st = g_dca->ctx;
+  const int was_on_cuda = st->on_cuda;
+  st->on_cuda = 0; /* as a host that has negotiated nothing yet */
+  for (int on_cuda = 0; on_cuda <= 1; on_cuda++) { /* cpu first: cuda's mark stays */
     l.backend = on_cuda ? "cuda" : "cpu";
     CHECK_OK(g_dca->negotiate(g_dca->ctx, &l, &kp, &vp));
     struct tsr_graph *g = tsr_graph_new(64);
@@ -625,6 +629,7 @@ static void test_cuda_plans_split_rows_past_the_output(void) {
     }
     tsr_graph_free(g);
   }
+  st->on_cuda = was_on_cuda;
 }
 
 /* --backend cuda: the same cases on the cpu backend and the one under test */

@@ -85,11 +85,11 @@ static inline size_t tsr_mma_raw_bytes(struct tsr_tile_args *a, int tk) {
 /* Whether a launch takes the wide variant: head dims past 256 (two warps a 16 rows) with a
 ** q8_0 or q4_0 K or V copied whole (tsr_mma_raw_bytes), default loop, and more rows than a
 ** block of 4 warps holds (a decode step's few rows keep two such blocks a multiprocessor,
-** its keys split over 2 n_sm of them). Its 64 rows a block
-** share each decoded tile, where blocks of 4 warps and 32 rows decode every key twice as
-** often; and one block of 8 warps a multiprocessor (what 250 registers a thread allow) has
-** the room for the raw copies that two blocks of 4 warps lack (each decoded from global
-** memory, the D 512 q8_0/q4_0 prefill ran at 28.5 TFLOP/s against f16's 76). */
+** its keys split over 2 n_sm of them). Its 64 rows a block share each decoded tile, where
+** blocks of 4 warps and 32 rows decode every key twice as often; and one block of 8 warps a
+** multiprocessor (what 251 registers a thread allow) has the room for the raw copies that
+** two blocks of 4 warps lack (decoding from global memory, the D 512 q8_0/q4_0 prefill ran
+** at 28.5 TFLOP/s against f16's 76). */
 static inline bool tsr_mma_wide(const struct tsr_tile_args *a) {
   if (a->pipelined || (a->D > a->Dv ? a->D : a->Dv) <= 256 ||
       a->Nq * a->group <= TSR_TILE_WARPS / 2 * 16)

@@ -287,16 +287,11 @@ CU_HD static inline uint32_t ld_u32_a2(const uint8_t *p) {
   return (uint32_t)h[0] | (uint32_t)h[1] << 16;
 }
 
-/* Quarter p (values 8p .. 8p+7) of a q8_0 or q4_0 block as eight f16, straight from the
-** codes: a code byte u placed under the f16 exponent of 1024 (0x64uu) is exactly 1024 + u,
-** so one subtraction gives the integer q exactly, and one f16 product rounds q * d once, as
-** __float2half_rn((float)q * d) does (that f32 product is exact: 8 bits times 11). The same
-** bits as dq's values rounded to f16, in about two instructions a value where the int to
-** float conversion alone runs at a quarter of the rate. */
+/* __byte_perm, and its equal on the host (the CPU test of tsr_dq_quarter_h). */
 CU_HD static inline uint32_t tsr_byte_perm(uint32_t x, uint32_t y, uint32_t sel) {
 #ifdef __CUDA_ARCH__
   return __byte_perm(x, y, sel);
-#else /* the host's, for the CPU test of the decoder */
+#else
   const uint64_t v = (uint64_t)y << 32 | x;
   uint32_t r = 0;
   for (int i = 0; i < 4; i++) r |= (uint32_t)(v >> (8 * (sel >> (4 * i) & 7)) & 255) << (8 * i);
@@ -304,6 +299,12 @@ CU_HD static inline uint32_t tsr_byte_perm(uint32_t x, uint32_t y, uint32_t sel)
 #endif
 }
 
+/* Quarter p (values 8p .. 8p+7) of a q8_0 or q4_0 block as eight f16, straight from the
+** codes: a code byte u placed under the f16 exponent of 1024 (0x64uu) is exactly 1024 + u,
+** so one subtraction gives the integer q exactly, and one f16 product rounds q * d once, as
+** __float2half_rn((float)q * d) does (that f32 product is exact: 8 bits times 11). The same
+** bits as dq's values rounded to f16, in about two instructions a value where the int to
+** float conversion alone runs at a quarter of the rate. */
 template <int T>
 CU_HD static inline uint4 tsr_dq_quarter_h(const uint8_t *b, int p) {
   const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(b));

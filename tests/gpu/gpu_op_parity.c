@@ -472,7 +472,7 @@ static void c_rope(struct pc *p, int phase) {
 static void c_concat(struct pc *p, int phase) {
   const int dim = p->var % 3;
   const enum tsr_dtype dt = p->var >= 3 ? TSR_F16 : TSR_F32;
-  if (p->var == 6) { /* attn_dca's: a permuted view with itself, rows longer than a block */
+  if (p->var == 6) { /* a permuted view with itself, rows longer than a block */
     if (phase == 0) {
       snprintf(p->name, sizeof p->name, "concat dim 2 of a permuted view, rows of 300");
       p->t[0] = tsr_new_tensor(p->g, TSR_F32, 3, (int64_t[]){300, 9, 4});

@@ -8,8 +8,8 @@
 #   env: TESSERA (default build-gpu-run/core/cli/tessera), BACKEND (default cuda),
 #        DCA_SETTINGS (attn_dca settings, default "{}": chunk from the model's
 #        dual_chunk_attention_config, else 3/4 of its trained context),
-#        DCA_ORDER (the runs in order, default "flash dca"; "flash dca flash" runs flash
-#        again after DCA, so that a drift of the GPU's clocks over a long run shows: the
+#        DCA_ORDER (the runs in order, default "flash dca"; one dca run, one or more flash
+#        runs: "flash dca flash" runs flash again after DCA, so that a drift of the GPU's clocks over a long run shows: the
 #        table then gives each flash run and DCA over their mean)
 #
 # One `tessera bench` per profile over every depth: the sequence is filled once, each
@@ -37,13 +37,19 @@ printf '%s\n  - name: attn_dca\n    settings: %s\nattention: {full: dca, sliding
 
 list=$(echo $depths | tr ' ' ',')
 order=${DCA_ORDER:-flash dca}
-case " $order " in *" flash "*) ;; *) echo "dca_bench: DCA_ORDER '$order' has no flash run" >&2; exit 2 ;; esac
-case " $order " in *" dca "*) ;; *) echo "dca_bench: DCA_ORDER '$order' has no dca run" >&2; exit 2 ;; esac
-jsons=()
+declare -A runs=([flash]=0 [dca]=0)
 for p in $order; do
-  [ "$p" = flash ] || [ "$p" = dca ] || { echo "dca_bench: DCA_ORDER names '$p' (flash, dca)" >&2; exit 2; }
-  n=1 json=$out/$p.json
-  while printf '%s\n' "${jsons[@]}" | grep -qx "$json"; do n=$((n + 1)) json=$out/$p.$n.json; done
+  [ -n "${runs[$p]+set}" ] || { echo "dca_bench: DCA_ORDER names '$p' (flash, dca)" >&2; exit 2; }
+  runs[$p]=$((runs[$p] + 1))
+done
+[ "${runs[flash]}" -ge 1 ] && [ "${runs[dca]}" -eq 1 ] ||
+  { echo "dca_bench: DCA_ORDER '$order' needs one dca run and a flash run" >&2; exit 2; }
+jsons=()
+declare -A seen=([flash]=0 [dca]=0)
+for p in $order; do
+  seen[$p]=$((seen[$p] + 1))
+  json=$out/$p.json
+  [ "${seen[$p]}" -gt 1 ] && json=$out/$p.${seen[$p]}.json
   jsons+=("$json")
   echo "== $p at depths $list ($(date +%T))"
   if ! "$tessera" bench --profile "$out/$p.yaml" -d "$list" "${args[@]}" --json "$json"; then

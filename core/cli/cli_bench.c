@@ -24,6 +24,9 @@
 ** outside the nodes (uploads, downloads), and per kind of node
 ** (core/op_times.h; on cuda a node's time includes the GPU waiting for its
 ** launch).
+** On a backend that replays decode steps as CUDA graphs, each tg test also says how
+** many of its timed steps replayed (a step that did not ran node by node) and how
+** many captures they took (--json: graph_replays, graph_captures).
 ** Last it prints the memory the run held at its peak: on a device backend
 ** its own allocations and the device's memory in use, on the cpu the peak
 ** resident set of the process.
@@ -75,6 +78,8 @@ struct result {
   double median_ts, sd_ts, achieved, ceiling;
   bool is_pp;
   double wall_s;              /* the timed repetitions together */
+  bool graphs;                /* the backend counts CUDA graphs: the two below are set */
+  uint64_t captures, replays; /* during the timed repetitions */
   struct tsr_op_times *times; /* with --op-times: their nodes, else NULL */
 };
 
@@ -368,7 +373,11 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
     st = reset_to(e, depth, tok, logits, progress);
     if (st == TSR_OK && r->times && i >= 0) st = tsr_backend_time_nodes(be, r->times);
     const int64_t rows0 = tsr_engine_logits_rows(e);
+    uint64_t cap0 = 0, rep0 = 0, cap1 = 0, rep1 = 0;
+    r->graphs = tsr_backend_graph_counts(be, &cap0, &rep0);
     if (st == TSR_OK) st = run_once(e, pp, n, tok, logits, progress, &s);
+    if (r->graphs && i >= 0 && tsr_backend_graph_counts(be, &cap1, &rep1))
+      r->captures += cap1 - cap0, r->replays += rep1 - rep0;
     if (r->times && i >= 0) tsr_backend_time_nodes(be, NULL);
     if (st == TSR_OK && i >= 0) {
       ts[i] = (double)n / s;
@@ -399,7 +408,7 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
 /* ---- output --------------------------------------------------------------- */
 
 static void print_table(const struct tsr_setup *s, const char *backend, const struct cost *c,
-                        const struct result *r, int n) {
+                        const struct result *r, int n, int64_t reps) {
   const char *name = strrchr(s->model_path, '/');
   name = name ? name + 1 : s->model_path;
   printf("| %-28s | %10s | %8s | %-7s | %-16s | %20s | %-26s |\n", "model", "size", "params",
@@ -421,6 +430,12 @@ static void print_table(const struct tsr_setup *s, const char *backend, const st
            tsr_gguf_file_size(s->model) / 1048576.0, c->weight_params / 1e6, backend, r[i].test,
            ts, ach);
   }
+  /* whether decode steps replayed: a step that did not ran node by node */
+  for (int i = 0; i < n; i++)
+    if (r[i].graphs && !r[i].is_pp)
+      printf("graphs, %s: %llu of %lld steps replayed, %llu captured\n", r[i].test,
+             (unsigned long long)r[i].replays, (long long)(r[i].n_tokens * reps),
+             (unsigned long long)r[i].captures);
 }
 
 /* Per token of the timed repetitions: where the time went. */
@@ -517,6 +532,10 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
     cJSON_AddNumberToObject(t, r[i].is_pp ? "flops_per_second" : "bytes_per_second",
                             r[i].achieved);
     cJSON_AddNumberToObject(t, "fraction_of_ceiling", r[i].achieved / r[i].ceiling);
+    if (r[i].graphs) {
+      cJSON_AddNumberToObject(t, "graph_captures", (double)r[i].captures);
+      cJSON_AddNumberToObject(t, "graph_replays", (double)r[i].replays);
+    }
     if (r[i].times) cJSON_AddItemToObject(t, "op_times", op_times_json(&r[i], reps));
     cJSON_AddItemToArray(tests, t);
   }
@@ -580,7 +599,7 @@ int tsr_cli_bench(int argc, char **argv) {
                     logits, &r[n_r++]);
   }
   if (st == TSR_OK) {
-    print_table(s, backend, &c, r, n_r);
+    print_table(s, backend, &c, r, n_r, a.reps);
     for (int i = 0; i < n_r; i++)
       if (r[i].times) tsr_op_times_sort(r[i].times), print_op_times(&r[i], a.reps);
     struct memory_use mem;

@@ -414,6 +414,7 @@ static const struct tsr_host g_services = {
     .register_kernel_lib = host_register_kernel_lib,
     .device_call = tsr_op_registry_device_call,
     .declare_replayable = host_declare_replayable,
+    .graph_serial = tsr_graph_serial,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

@@ -729,6 +729,11 @@ struct tsr_host {
   ** node. The op must be this plugin's and have a kernel for backend. (Appended
   ** later: check host->struct_size.) */
   tsr_status (*declare_replayable)(struct tsr_plugin *self, int32_t op_id, const char *backend);
+  /* A number no other graph of this process has (a freed graph's address is reused, its
+  ** serial never): a builder that makes the same tensor for every layer (positions, say)
+  ** keys a memo of it by this and builds it once a graph. (Appended later: check
+  ** host->struct_size.) */
+  uint64_t (*graph_serial)(const struct tsr_graph *g);
   /* later minors append here */
 };
 

@@ -92,19 +92,36 @@ static const struct dca_geometry *geometry_for(struct dca_state *st, struct tsr_
   return out;
 }
 
-/* i32 rotation positions from positions pos (dca.h, enum dca_pos_mode). */
-static struct tsr_tensor *positions(const struct tsr_host *h, struct tsr_graph *g,
+/* i32 rotation positions from positions pos (dca.h, enum dca_pos_mode); the op an
+** earlier layer of the same graph built from the same pos and params, where the host
+** numbers its graphs. */
+static struct tsr_tensor *positions(struct dca_state *st, struct tsr_graph *g,
                                     struct tsr_tensor *pos, const struct dca_geometry *geo,
                                     enum dca_pos_mode mode, int32_t delta) {
+  const struct tsr_host *h = st->host;
   struct tsr_tensor_info pi;
   h->tensor_info(pos, &pi);
   if (pi.dtype != DCA_I32 || pi.ne[1] * pi.ne[2] * pi.ne[3] != 1) {
     h->graph_fail(g, TSR_ERR_INVALID_ARG, "attn_dca: positions must be i32 [N]");
     return NULL;
   }
-  const int64_t n = mode == DCA_POS_QUERY ? 3 * pi.ne[0] : pi.ne[0];
   const int32_t params[4] = {mode, geo->c, geo->cs, delta};
-  return h->custom_op_typed(g, g_pos_op, DCA_I32, 1, &n, &pos, 1, params, 4);
+  const bool numbered = h->struct_size >= offsetof(struct tsr_host, graph_serial) +
+                                              sizeof h->graph_serial && h->graph_serial;
+  const uint64_t serial = numbered ? h->graph_serial(g) : 0;
+  const int n_memo = (int)(sizeof st->pos_memo / sizeof st->pos_memo[0]);
+  struct dca_pos_memo *slot = NULL; /* an entry of another graph, to reuse */
+  for (int i = 0; serial && i < n_memo; i++) {
+    struct dca_pos_memo *m = &st->pos_memo[i];
+    if (m->serial == serial && m->pos == pos && !memcmp(m->params, params, sizeof params))
+      return m->out;
+    if (!slot && m->serial != serial) slot = m;
+  }
+  const int64_t n = mode == DCA_POS_QUERY ? 3 * pi.ne[0] : pi.ne[0];
+  struct tsr_tensor *out = h->custom_op_typed(g, g_pos_op, DCA_I32, 1, &n, &pos, 1, params, 4);
+  if (out && slot) *slot = (struct dca_pos_memo){.serial = serial, .pos = pos, .out = out};
+  if (out && slot) memcpy(slot->params, params, sizeof params);
+  return out;
 }
 
 /* ---- the attention interface ------------------------------------------------- */
@@ -165,7 +182,7 @@ static struct tsr_tensor *dca_prepare_k(void *ctx, const struct tsr_host *h, str
                                         struct tsr_tensor *pos) {
   struct dca_geometry geo;
   if (!k || !pos || !geometry_for(ctx, g, rope, &geo)) return NULL;
-  struct tsr_tensor *kp = positions(h, g, pos, &geo, DCA_POS_KEY, 0);
+  struct tsr_tensor *kp = positions(ctx, g, pos, &geo, DCA_POS_KEY, 0);
   return kp ? h->rope_apply(g, rope, k, kp) : NULL;
 }
 
@@ -182,7 +199,7 @@ static struct tsr_tensor *dca_shift_k(void *ctx, const struct tsr_host *h, struc
                   delta, geo.c, geo.c);
     return NULL;
   }
-  struct tsr_tensor *dp = positions(h, g, pos, &geo, DCA_POS_SHIFT, delta);
+  struct tsr_tensor *dp = positions(ctx, g, pos, &geo, DCA_POS_SHIFT, delta);
   return dp ? h->rope_apply(g, rope, k, dp) : NULL;
 }
 
@@ -232,7 +249,7 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   /* q [D, Nq, Hq] -> [D, Hq, Nq], rotated at each band's positions (the three runs of
   ** qpos3): three tensors of one layout, no copy of q beside the rotations */
   struct tsr_tensor *qv = h->permute(g, call->q, 0, 2, 1, 3);
-  struct tsr_tensor *qpos3 = positions(h, g, call->q_pos, &geo, DCA_POS_QUERY, 0);
+  struct tsr_tensor *qpos3 = positions(st, g, call->q_pos, &geo, DCA_POS_QUERY, 0);
   if (!qv || !qpos3) return NULL;
   struct tsr_tensor *qb[3];
   struct tsr_tensor_info qbi[3];

@@ -25,6 +25,8 @@
 #include "backend.h"
 #include "dtype.h"
 #include "graph.h"
+#include "graph_internal.h"
+#include "op_registry.h"
 #include "plugin_host.h"
 #include "tests/harness.h"
 
@@ -632,6 +634,44 @@ static void test_cuda_plans_split_rows_past_the_output(void) {
   st->on_cuda = was_on_cuda;
 }
 
+/* Every layer rotates at the graph's positions: the positions ops are built once a graph
+** (one for the queries' bands, one for the keys), each reading that graph's positions. */
+static void test_positions_built_once_a_graph(void) {
+  const int D = 64, Hq = 4, Hkv = 2, nkv = 300, layers = 3;
+  const struct dcase c = {.D = D, .Dv = D, .Hq = Hq, .Hkv = Hkv, .n_rot = D, .neox = 1,
+                          .cs = 128, .ls = 16, .nkv = nkv, .nq = 1};
+  const struct tsr_attn_rope rope = rope_of(&c, NULL);
+  const struct tsr_host *h = tsr_plugin_host_services();
+  const int32_t pos_op = tsr_op_registry_find("attn_dca.positions");
+  CHECK(pos_op >= 0);
+  for (int round = 0; round < 2; round++) { /* a second graph builds its own */
+    struct tsr_graph *g = tsr_graph_new(256);
+    struct tsr_tensor *q_pos = tsr_new_tensor(g, TSR_I32, 1, (int64_t[]){1});
+    struct tsr_tensor *kv_pos = tsr_new_tensor(g, TSR_I32, 1, (int64_t[]){nkv});
+    for (int il = 0; il < layers; il++) {
+      struct tsr_tensor *k =
+          g_dca->prepare_k(g_dca->ctx, h, g, &rope,
+                           tsr_new_tensor(g, TSR_F32, 3, (int64_t[]){D, Hkv, 1}), q_pos);
+      struct tsr_attn_call call = {
+          .struct_size = sizeof call,
+          .q = tsr_permute(g, tsr_new_tensor(g, TSR_F32, 3, (int64_t[]){D, Hq, 1}), 0, 2, 1, 3),
+          .k = tsr_new_tensor(g, TSR_F16, 3, (int64_t[]){D, nkv, Hkv}),
+          .v = tsr_new_tensor(g, TSR_F16, 3, (int64_t[]){D, nkv, Hkv}),
+          .q_pos = q_pos, .kv_pos = kv_pos, .scale = 1.0f, .causal = true, .rope = &rope};
+      CHECK(k && g_dca->build(g_dca->ctx, h, g, &call));
+    }
+    int n_pos = 0;
+    for (int i = 0; i < g->n; i++) {
+      const struct tsr_tensor *t = &g->tensors[i];
+      if (t->op != TSR_OP_CUSTOM || t->op_params[0] != pos_op) continue;
+      n_pos++;
+      CHECK(t->src[0] == q_pos);
+    }
+    CHECK_MSG(n_pos == 2, "graph %d: %d positions ops for %d layers", round, n_pos, layers);
+    tsr_graph_free(g);
+  }
+}
+
 /* --backend cuda: the same cases on the cpu backend and the one under test */
 static void test_cuda_equals_cpu(void) {
   tsr_test_seed(18);
@@ -750,6 +790,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_shift_rerotates_each_key_to_its_new_chunk_offset);
   TSR_RUN(test_refusals_name_what_is_missing);
   TSR_RUN(test_cuda_plans_split_rows_past_the_output);
+  TSR_RUN(test_positions_built_once_a_graph);
   if (cuda) TSR_RUN(test_cuda_equals_cpu);
   printf("  worst relative error per codec (K = V):");
   for (int i = 0; i < N_CODECS; i++) printf(" %s %.1e", tsr_dtype_name(k_codecs[i]), g_worst[i]);

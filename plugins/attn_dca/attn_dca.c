@@ -253,11 +253,29 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   if (!qv || !qpos3) return NULL;
   struct tsr_tensor *qb[3];
   struct tsr_tensor_info qbi[3];
+  /* decode (one query): one rotation of that query three times over (a view of stride 0),
+  ** one launch where three would be; the bands are views of its rows */
+  struct tsr_tensor *q3 = NULL;
+  struct tsr_tensor_info q3i;
+  if (qi.ne[1] == 1) {
+    struct tsr_tensor_info qvi;
+    h->tensor_info(qv, &qvi);
+    const int64_t ne3[3] = {qvi.ne[0], qvi.ne[1], 3};
+    const size_t nb3[3] = {qvi.nb[0], qvi.nb[1], 0};
+    struct tsr_tensor *x3 = h->view(g, qv, 3, ne3, nb3, 0);
+    if (!x3 || !(q3 = h->rope_apply(g, call->rope, x3, qpos3))) return NULL;
+    h->tensor_info(q3, &q3i);
+  }
   for (int b = 0; b < 3; b++) {
     const int64_t n = qi.ne[1];
     const size_t nb = sizeof(int32_t);
-    struct tsr_tensor *pos = h->view(g, qpos3, 1, &n, &nb, (size_t)b * (size_t)n * nb);
-    qb[b] = pos ? h->rope_apply(g, call->rope, qv, pos) : NULL;
+    if (q3) {
+      const int64_t ne1[3] = {q3i.ne[0], q3i.ne[1], 1};
+      qb[b] = h->view(g, q3, 3, ne1, q3i.nb, (size_t)b * q3i.nb[2]);
+    } else {
+      struct tsr_tensor *pos = h->view(g, qpos3, 1, &n, &nb, (size_t)b * (size_t)n * nb);
+      qb[b] = pos ? h->rope_apply(g, call->rope, qv, pos) : NULL;
+    }
     if (!qb[b]) return NULL;
     h->tensor_info(qb[b], &qbi[b]);
     if (b && memcmp(qbi[b].nb, qbi[0].nb, sizeof qbi[0].nb)) {

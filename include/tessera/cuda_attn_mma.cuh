@@ -93,11 +93,15 @@ __device__ static inline void tsr_mma_stage_quarters(const char *base, int64_t n
   }
 }
 
+/* Where tsr_mma_copy_raw puts src's first byte: dst plus src's offset in its 16 bytes. */
+__device__ static inline const char *tsr_mma_raw_at(const char *src, const unsigned char *dst) {
+  return reinterpret_cast<const char *>(dst) + ((uintptr_t)src & 15);
+}
+
 /* Starts the copy of `bytes` bytes at src into shared memory at dst (16-byte
-** aligned) by 16-byte cp.async, all in flight at once; returns where src's first byte lands
-** (dst plus src's offset in its 16 bytes). The last chunk reads only what is left. */
-__device__ static inline const char *tsr_mma_copy_raw(const char *src, unsigned char *dst,
-                                                      int64_t bytes) {
+** aligned) by 16-byte cp.async, all in flight at once (src's first byte lands at
+** tsr_mma_raw_at). The last chunk reads only what is left. */
+__device__ static inline void tsr_mma_copy_raw(const char *src, unsigned char *dst, int64_t bytes) {
   const int off = (int)((uintptr_t)src & 15);
   const char *start = src - off;
   bytes += off;
@@ -106,7 +110,6 @@ __device__ static inline const char *tsr_mma_copy_raw(const char *src, unsigned 
     const int n = bytes - c < 16 ? (int)(bytes - c) : 16;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(start + c), "r"(n));
   }
-  return reinterpret_cast<const char *>(dst) + off;
 }
 
 /* Stages rows j0 .. j0+TK of one KV head's K or V as f16 rows of ld halves; an
@@ -274,8 +277,13 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
     asm volatile("cp.async.commit_group;\n" ::);
     if (threadIdx.x < TK) kp_ahead = key_pos(j_lo + TK + threadIdx.x);
   }
+  /* raw copies: the next tile's bytes were started before this one's products (a dead
+  ** tile's land unused and the tile after it drains them) */
+  bool raw_next = false;
   for (int64_t j0 = j_lo, it = 0; j0 < j_hi; j0 += TK, it++) {
     const int64_t nk = j_hi - j0 < TK ? j_hi - j0 : TK;
+    const bool raw_here = raw_next;
+    raw_next = false;
     if (dbl) { /* this tile's buffers; the next tile's positions, then its K/V in flight */
       kpt = it & 1 ? kpos2 : kpos, kt = it & 1 ? ks2 : ks, vt = it & 1 ? vs2 : vs;
       int32_t *kp_next = it & 1 ? kpos : kpos2;
@@ -329,12 +337,18 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
     if (!dbl) {
       const char *kr = nullptr, *vr = nullptr; /* the raw rows in shared memory */
       if (raw_k || raw_v) {
-        /* the split's keys only (those past it are hidden, never decoded) */
-        if (raw_k) kr = tsr_mma_copy_raw(kbase + j0 * a.k_nb1, raw_kb, nk * a.k_nb1);
-        if (raw_v) vr = tsr_mma_copy_raw(vbase + j0 * a.v_nb1, raw_vb, nk * a.v_nb1);
-        asm volatile("cp.async.commit_group;\n" ::);
+        if (!raw_here) {
+          asm volatile("cp.async.wait_group 0;\n" ::); /* a dead tile's bytes still landing */
+          __syncthreads();
+          /* the split's keys only (those past it are hidden, never decoded) */
+          if (raw_k) tsr_mma_copy_raw(kbase + j0 * a.k_nb1, raw_kb, nk * a.k_nb1);
+          if (raw_v) tsr_mma_copy_raw(vbase + j0 * a.v_nb1, raw_vb, nk * a.v_nb1);
+          asm volatile("cp.async.commit_group;\n" ::);
+        }
         asm volatile("cp.async.wait_group 0;\n" ::);
         __syncthreads();
+        kr = tsr_mma_raw_at(kbase + j0 * a.k_nb1, raw_kb);
+        vr = tsr_mma_raw_at(vbase + j0 * a.v_nb1, raw_vb);
       }
       if (raw_k) tsr_mma_stage(kr, a.k_type, a.k_nb0, a.k_nb1, D, 0, TK, kpos, ks, ldq);
       else tsr_mma_stage(kbase, a.k_type, a.k_nb0, a.k_nb1, D, j0, TK, kpos, ks, ldq);
@@ -346,6 +360,14 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
       if (PIPE) asm volatile("cp.async.wait_group 1;\n" ::);
       else asm volatile("cp.async.wait_group 0;\n" ::);
       __syncthreads();
+      /* every thread is done with the raw bytes: the next tile's start landing */
+      if ((raw_k || raw_v) && j0 + TK < j_hi) {
+        const int64_t nk2 = j_hi - j0 - TK < TK ? j_hi - j0 - TK : TK;
+        if (raw_k) tsr_mma_copy_raw(kbase + (j0 + TK) * a.k_nb1, raw_kb, nk2 * a.k_nb1);
+        if (raw_v) tsr_mma_copy_raw(vbase + (j0 + TK) * a.v_nb1, raw_vb, nk2 * a.v_nb1);
+        asm volatile("cp.async.commit_group;\n" ::);
+        raw_next = true;
+      }
     }
 
     float s[NT][4];
@@ -492,6 +514,7 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
       }
     }
   }
+  if (raw_k || raw_v) asm volatile("cp.async.wait_group 0;\n" ::); /* a dead last tile's bytes */
 
 #pragma unroll
   for (int rr = 0; rr < 2; rr++) {

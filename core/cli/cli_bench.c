@@ -27,7 +27,8 @@
 ** On a backend that replays decode steps as CUDA graphs, each tg test also says how
 ** many of its timed steps replayed (a step that did not ran node by node) and how
 ** many captures they took (--json: graph_replays, graph_captures).
-** Last it prints the memory the run held at its peak: on a device backend
+** Then what each plugin counted over the whole run (fills included), and last the
+** memory the run held at its peak: on a device backend
 ** its own allocations and the device's memory in use, on the cpu the peak
 ** resident set of the process.
 */
@@ -42,6 +43,7 @@
 #include "cli_quality.h"
 #include "error.h"
 #include "kv_cache.h"
+#include "plugin_host.h"
 
 #define MAX_LIST 16
 
@@ -602,6 +604,9 @@ int tsr_cli_bench(int argc, char **argv) {
     print_table(s, backend, &c, r, n_r, a.reps);
     for (int i = 0; i < n_r; i++)
       if (r[i].times) tsr_op_times_sort(r[i].times), print_op_times(&r[i], a.reps);
+    /* what each plugin did (a profile's attention that never engaged says so) */
+    printf("\nplugins over the whole run (fills included):\n");
+    tsr_plugin_host_print_engagement(s->host, stdout);
     struct memory_use mem;
     memory_use(be, &mem);
     print_memory(&mem);

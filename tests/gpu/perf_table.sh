@@ -26,6 +26,12 @@
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
 #            in ubatches of PERF_DCA_UBATCH (2048: a quarter of the expert products' launches);
 #            DCA_ORDER="flash dca flash" (dca_bench.sh) runs flash again after DCA
+#   dca1m    (not in the default list) issue #9's 1M run: the Gemma-4-26B-A4B shape in q4_K_M
+#            with conf/gemma4-26b-a4b-1m-dca.yaml (DCA on the 5 full layers, q8_0 K / q4_0 V):
+#            one fill of PERF_1M_DEPTH (1048544) tokens in ubatches of PERF_1M_UBATCH (2048),
+#            a progress line every PERF_1M_PROGRESS (65536), then PERF_1M_N (32) decode steps
+#            at 1M and the device memory at its peak, into OUT/dca1m.json (PERF_1M_CONTEXT
+#            overrides the profile's context, for the CPU test)
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
 #            prefill at D 128 and 512) into OUT/ncu_*.log
@@ -169,7 +175,21 @@ for part in $parts; do
         { echo "FAIL ncu $f: $(tail -1 "$out/ncu_$(echo "$f" | tr -c 'A-Za-z0-9\n' _).log")"; fails=$((fails + 1)); }
     done
     ;;
-  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels dca ncu)"; fails=$((fails + 1)) ;;
+  dca1m)
+    gen g26_1m --like gemma-4-26b-a4b --type q4_K_M --random-codes ${PERF_CUT_MOE:-} || continue
+    ub=${PERF_1M_UBATCH:-2048}
+    echo "== dca1m ($(date +%T))"
+    if ! "$b/core/cli/tessera" bench --profile conf/gemma4-26b-a4b-1m-dca.yaml \
+         --set model="$(cd "$out" && pwd)/g26_1m.gguf" --set backend="$backend" \
+         --set ubatch="$ub" --set batch="$ub" ${PERF_1M_CONTEXT:+--set context=$PERF_1M_CONTEXT} \
+         -p 0 -n "${PERF_1M_N:-32}" -d "${PERF_1M_DEPTH:-1048544}" -r 1 --warmup 0 \
+         --progress "${PERF_1M_PROGRESS:-65536}" --json "$out/dca1m.json"; then
+      echo "FAIL dca1m"
+      fails=$((fails + 1))
+    fi
+    rm -f "$out/g26_1m.gguf"
+    ;;
+  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels dca dca1m ncu)"; fails=$((fails + 1)) ;;
   esac
 done
 echo "$fails failed" | tee "$out/done"

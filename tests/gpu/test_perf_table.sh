@@ -37,6 +37,13 @@ check the_dca_part_compares_flash_and_dca \
    PERF_DCA_UBATCH=32 PERF_DCA_PP=16 PERF_DCA_N=2 PERF_REPS=1 bash tests/gpu/perf_table.sh "$build" "$tmp/d" dca >"$tmp/dlog" 2>&1 &&
    grep -qx "0 failed" "$tmp/d/done" && [ $(grep -c "^| tg2 @ d64 | " "$tmp/dlog") -eq 2 ] &&
    [ -s "$tmp/d/dca_qwen3/dca.json" ] && [ -s "$tmp/d/dca_gemma/flash.json" ]'
+check the_dca1m_part_fills_and_decodes \
+  'PERF_BACKEND=cpu PERF_CUT="--layers 6 --vocab 512" PERF_CUT_MOE="--experts 4" PERF_1M_CONTEXT=512 \
+   PERF_1M_DEPTH=448 PERF_1M_UBATCH=64 PERF_1M_PROGRESS=128 PERF_1M_N=2 \
+   bash tests/gpu/perf_table.sh "$build" "$tmp/m" dca1m >"$tmp/mlog" 2>&1 &&
+   grep -qx "0 failed" "$tmp/m/done" && grep -q "depth fill: 384 of 448 tokens" "$tmp/mlog" &&
+   grep -q "| tg2 @ d448 " "$tmp/mlog" && grep -q "attn_dca *layers_served=9, tokens_served=450" "$tmp/mlog" &&
+   [ -s "$tmp/m/dca1m.json" ] && [ ! -e "$tmp/m/g26_1m.gguf" ]'
 check the_ncu_part_names_a_missing_ncu \
   '! PERF_BACKEND=cpu PATH=/usr/bin:/bin bash tests/gpu/perf_table.sh "$build" "$tmp/n" ncu >"$tmp/nlog" 2>&1 &&
    grep -qx "5 failed" "$tmp/n/done" && grep -q "^FAIL ncu flash_attn decode f16 kv=32768 D=128: ncu_kernels: no ncu" "$tmp/nlog"'

@@ -34,8 +34,8 @@ struct dca_state {
   int logged;              /* the geometry was logged once */
   int on_cuda; /* some layer was negotiated for cuda: graphs plan the split rows (dca_split_rows;
                ** a cpu graph of a host that also runs cuda only carries them unused) */
-  /* positions ops of the graph being built (host->graph_serial): every layer rotates at
-  ** the same positions, so each op is built once a graph, not once a layer */
+  /* positions ops of the graph being built (host->graph_serial; a host builds one graph at a
+  ** time): every layer rotates at the same positions, so each op is built once a graph */
   struct dca_pos_memo {
     uint64_t serial; /* 0: empty */
     const struct tsr_tensor *pos;

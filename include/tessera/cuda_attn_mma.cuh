@@ -263,9 +263,10 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
   auto key_pos = [&](int64_t j) -> int32_t {
     return j >= j_hi ? -1 : a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j) : 0;
   };
-  /* pipelined: a thread's key position of the next tile, loaded a tile ahead */
+  /* a thread's key position of the next tile, loaded a tile ahead (its latency hidden
+  ** behind a tile's products, where a load at the tile's start stalls every warp) */
   int32_t kp_ahead = -1;
-  if (PIPE && threadIdx.x < TK) kp_ahead = key_pos(j_lo + threadIdx.x);
+  if (threadIdx.x < TK) kp_ahead = key_pos(j_lo + threadIdx.x);
   /* the tile's positions and K/V in shared memory (kv_double: alternating buffers) */
   int32_t *kpt = kpos;
   __half *kt = ks, *vt = vs;
@@ -299,13 +300,11 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
       if (threadIdx.x < TK) kp_ahead = key_pos(j0 + 2 * TK + threadIdx.x);
       asm volatile("cp.async.wait_group 1;\n" ::); /* this tile's copies */
       __syncthreads();
-    } else if (PIPE) { /* tsr_tile_next_pos's barriers and values, the load a tile early */
+    } else { /* tsr_tile_next_pos's barriers and values, the load a tile early */
       __syncthreads();
       if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
       __syncthreads();
       if (threadIdx.x < TK) kp_ahead = key_pos(j0 + TK + threadIdx.x);
-    } else {
-      tsr_tile_next_pos(a, kpos, TK, j0, nk);
     }
     /* every warp classifies the tile alike: dead (no key visible to any row:
     ** empty cells, every row's future, past every window), full (every key

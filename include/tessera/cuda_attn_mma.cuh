@@ -429,7 +429,16 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
       float *mine = sx + (size_t)warp * NT * 4 * 32, *theirs = sx + (size_t)(warp ^ 1) * NT * 4 * 32;
 #pragma unroll
       for (int i = 0; i < NT * 4; i++) mine[i * 32 + lane] = s[i / 4][i % 4];
-      __syncthreads();
+      /* only the partner reads them: a barrier of the pair (named 1 + pair; 0 is the block's),
+      ** so pairs run on apart. The next tile's block barriers come before either warp
+      ** writes its half again. Immediate ids: a register id reserves all 16. */
+      static_assert(W <= 8, "pair barriers 1..4");
+      switch (warp / 2) {
+      case 0: asm volatile("bar.sync 1, 64;\n" ::: "memory"); break;
+      case 1: asm volatile("bar.sync 2, 64;\n" ::: "memory"); break;
+      case 2: asm volatile("bar.sync 3, 64;\n" ::: "memory"); break;
+      default: asm volatile("bar.sync 4, 64;\n" ::: "memory"); break;
+      }
 #pragma unroll
       for (int i = 0; i < NT * 4; i++) s[i / 4][i % 4] += theirs[i * 32 + lane];
     }

@@ -25,7 +25,7 @@
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
 #            in ubatches of PERF_DCA_UBATCH (2048: a quarter of the expert products' launches);
-#            DCA_ORDER="flash dca flash" (dca_bench.sh) runs flash again after DCA
+#            DCA_ORDER="flash dca flash dca" (dca_bench.sh) alternates the profiles
 #   dca1m    (not in the default list) issue #9's 1M run: the Gemma-4-26B-A4B shape in q4_K_M
 #            with conf/gemma4-26b-a4b-1m-dca.yaml (DCA on the 5 full layers, q8_0 K / q4_0 V):
 #            one fill of PERF_1M_DEPTH (1048544) tokens in ubatches of PERF_1M_UBATCH (2048),

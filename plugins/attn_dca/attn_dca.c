@@ -119,8 +119,10 @@ static struct tsr_tensor *positions(struct dca_state *st, struct tsr_graph *g,
   }
   const int64_t n = mode == DCA_POS_QUERY ? 3 * pi.ne[0] : pi.ne[0];
   struct tsr_tensor *out = h->custom_op_typed(g, g_pos_op, DCA_I32, 1, &n, &pos, 1, params, 4);
-  if (out && slot) *slot = (struct dca_pos_memo){.serial = serial, .pos = pos, .out = out};
-  if (out && slot) memcpy(slot->params, params, sizeof params);
+  if (out && slot) {
+    *slot = (struct dca_pos_memo){.serial = serial, .pos = pos, .out = out};
+    memcpy(slot->params, params, sizeof params);
+  }
   return out;
 }
 

@@ -593,12 +593,13 @@ static inline int tsr_mma_blocks_per_sm(size_t smem, int warps) {
 
 /* Whether `extra` bytes of shared memory past `smem` fit a block of kernel K (of `warps`
 ** warps) and keep as many blocks a multiprocessor as without them (at head dim 512 most
-** extras would halve them). */
+** extras would halve them); with keep_blocks false, whether a block still fits at all. */
 template <void (*K)(tsr_tile_args)>
-static inline bool tsr_mma_extra_fits(size_t smem, size_t extra, int warps) {
+static inline bool tsr_mma_extra_fits(size_t smem, size_t extra, int warps,
+                                      bool keep_blocks = true) {
   const int with = tsr_mma_blocks_per_sm<K>(smem + extra, warps);
   return smem + extra <= TSR_MMA_SMEM_MAX && with > 0 &&
-         with >= tsr_mma_blocks_per_sm<K>(smem, warps);
+         (!keep_blocks || with >= tsr_mma_blocks_per_sm<K>(smem, warps));
 }
 
 /* W: warps a block; the wide blocks (TSR_MMA_WIDE_WARPS) run the default loop only. */
@@ -610,7 +611,13 @@ static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaSt
   if (W != TSR_MMA_WARPS || !a->pipelined) {
     constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, false, W>;
     const size_t raw = tsr_mma_raw_bytes(&p, TK);
-    if (raw && !tsr_mma_extra_fits<kernel>(smem, raw, W)) p.raw_kv = 0;
+    /* a decode step's rows (one row tile a KV head) take the raw copies even where they
+    ** halve the blocks a multiprocessor holds: decoding a tile from global memory, a thread
+    ** waits on each block's loads in turn (the D 512 q8_0/q4_0 decode ran at 224 GB/s so),
+    ** where the raw copy has every load of a tile in flight and the next tile's in flight
+    ** during this one's products */
+    const bool one_row_tile = a->Nq * a->group <= rows;
+    if (raw && !tsr_mma_extra_fits<kernel>(smem, raw, W, !one_row_tile)) p.raw_kv = 0;
     if (p.raw_kv) { /* refused (a device granting less shared memory): the decode from
                     ** global memory, the same values */
       if (tsr_attn_run<kernel>(&p, rows, smem + raw, stream, 32 * W) == cudaSuccess)

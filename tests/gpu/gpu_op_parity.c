@@ -567,33 +567,38 @@ struct fa_case {
   int kc, vc, D, Dv, Hq, Hkv, Nq, Nkv, mask, causal, window;
   float softcap;
   int spare; /* K and V: views of the first Nkv cells of Nkv + spare, as the span reads */
+  int gap;   /* cells Nkv / 3 .. Nkv / 3 + gap empty too: whole key tiles that no row sees
+             ** between tiles that rows see (a tile's raw copy started ahead goes unused) */
 };
 static struct fa_case fa_case_of(int var) {
   if (var < N_CODECS) /* every codec on both sides, decode over split keys */
-    return (struct fa_case){var, var, 128, 128, 8, 2, 1, 3000, 0, 1, 0, 0, 0};
+    return (struct fa_case){var, var, 128, 128, 8, 2, 1, 3000, 0, 1, 0, 0, 0, 0};
   static const struct fa_case more[] = {
-      {3, 8, 64, 64, 4, 4, 33, 300, 1, 1, 0, 0, 0},    /* q8_0 K, q4_0 V, prefill, mask */
-      {1, 4, 256, 256, 8, 1, 17, 700, 0, 1, 128, 0, 0}, /* f16 / q6_0, window, GQA 8 */
-      {0, 0, 512, 512, 2, 1, 1, 5000, 0, 1, 0, 0, 0},  /* hd 512 decode */
-      {3, 3, 512, 512, 4, 2, 9, 400, 1, 1, 64, 30, 0}, /* hd 512 prefill, window, softcap */
-      {1, 1, 192, 128, 4, 2, 5, 90, 1, 0, 0, 50, 0},   /* D != Dv, no causal, softcap */
-      {2, 7, 96, 96, 6, 3, 4, 260, 0, 1, 0, 0, 0},     /* bf16 / q4_1 */
-      {1, 1, 192, 128, 4, 2, 40, 90, 1, 0, 0, 50, 0},  /* tiled: D != Dv, no causal, softcap */
-      {1, 5, 128, 128, 8, 2, 100, 1500, 1, 1, 0, 0, 0}, /* tiled: f16 / q5_1, 47 key tiles */
-      {1, 1, 512, 512, 16, 2, 64, 700, 1, 1, 0, 30, 0},   /* tensor cores: D 512, two warps a row */
-      {3, 8, 64, 64, 8, 2, 80, 1000, 0, 1, 0, 0, 0},      /* tensor cores: q8_0 / q4_0, D 64 */
-      {1, 1, 128, 128, 4, 4, 200, 1000, 1, 0, 0, 0, 0},   /* tensor cores: f16 rows, no causal */
-      {2, 3, 256, 256, 8, 2, 70, 2000, 0, 1, 256, 0, 0},  /* tensor cores: bf16 / q8_0, window */
-      {1, 2, 72, 72, 4, 2, 50, 700, 1, 1, 0, 0, 0},       /* head dim 72: the f32 tiled kernel */
-      {0, 1, 72, 72, 4, 2, 1, 3000, 0, 1, 0, 0, 0},       /* head dim 72 decode, split keys */
-      {1, 1, 128, 128, 32, 8, 1, 768, 0, 1, 0, 0, 500}, /* span views: f16 decode */
-      {3, 3, 128, 128, 8, 2, 40, 512, 0, 1, 0, 0, 300}, /* span views: q8_0 prefill */
-      {3, 8, 512, 512, 16, 2, 64, 700, 0, 1, 0, 0, 0},  /* wide blocks: the 1M profile's K/V */
-      {3, 8, 512, 512, 16, 2, 1, 5000, 0, 1, 0, 0, 0},  /* and its decode over split keys */
+      {3, 8, 64, 64, 4, 4, 33, 300, 1, 1, 0, 0, 0, 0},    /* q8_0 K, q4_0 V, prefill, mask */
+      {1, 4, 256, 256, 8, 1, 17, 700, 0, 1, 128, 0, 0, 0}, /* f16 / q6_0, window, GQA 8 */
+      {0, 0, 512, 512, 2, 1, 1, 5000, 0, 1, 0, 0, 0, 0},  /* hd 512 decode */
+      {3, 3, 512, 512, 4, 2, 9, 400, 1, 1, 64, 30, 0, 0}, /* hd 512 prefill, window, softcap */
+      {1, 1, 192, 128, 4, 2, 5, 90, 1, 0, 0, 50, 0, 0},   /* D != Dv, no causal, softcap */
+      {2, 7, 96, 96, 6, 3, 4, 260, 0, 1, 0, 0, 0, 0},     /* bf16 / q4_1 */
+      {1, 1, 192, 128, 4, 2, 40, 90, 1, 0, 0, 50, 0, 0},  /* tiled: D != Dv, no causal, softcap */
+      {1, 5, 128, 128, 8, 2, 100, 1500, 1, 1, 0, 0, 0, 0}, /* tiled: f16 / q5_1, 47 key tiles */
+      {1, 1, 512, 512, 16, 2, 64, 700, 1, 1, 0, 30, 0, 0},   /* tensor cores: D 512, two warps a row */
+      {3, 8, 64, 64, 8, 2, 80, 1000, 0, 1, 0, 0, 0, 0},      /* tensor cores: q8_0 / q4_0, D 64 */
+      {1, 1, 128, 128, 4, 4, 200, 1000, 1, 0, 0, 0, 0, 0},   /* tensor cores: f16 rows, no causal */
+      {2, 3, 256, 256, 8, 2, 70, 2000, 0, 1, 256, 0, 0, 0},  /* tensor cores: bf16 / q8_0, window */
+      {1, 2, 72, 72, 4, 2, 50, 700, 1, 1, 0, 0, 0, 0},       /* head dim 72: the f32 tiled kernel */
+      {0, 1, 72, 72, 4, 2, 1, 3000, 0, 1, 0, 0, 0, 0},       /* head dim 72 decode, split keys */
+      {1, 1, 128, 128, 32, 8, 1, 768, 0, 1, 0, 0, 500, 0}, /* span views: f16 decode */
+      {3, 3, 128, 128, 8, 2, 40, 512, 0, 1, 0, 0, 300, 0}, /* span views: q8_0 prefill */
+      {3, 8, 512, 512, 16, 2, 64, 700, 0, 1, 0, 0, 0, 0},  /* wide blocks: the 1M profile's K/V */
+      {3, 8, 512, 512, 16, 2, 1, 5000, 0, 1, 0, 0, 0, 0},  /* and its decode over split keys */
+      {3, 8, 512, 512, 16, 2, 64, 700, 0, 1, 0, 0, 0, 100},  /* wide blocks over empty tiles */
+      {3, 8, 512, 512, 16, 2, 1, 5000, 0, 1, 0, 0, 0, 700},  /* its decode: empty splits too */
+      {3, 3, 128, 128, 8, 2, 1, 3000, 0, 1, 0, 0, 0, 200},   /* q8_0 raw, 4 warps, decode */
   };
   return more[var - N_CODECS];
 }
-#define N_FA (N_CODECS + 18)
+#define N_FA (N_CODECS + 21)
 
 /* Head dims in steps of 16 go to the tensor-core kernel
 ** (include/tessera/cuda_attn_mma.cuh): f16 operands, so a looser bound. */
@@ -604,10 +609,11 @@ static double fa_tol(const struct fa_case *c) {
 static void c_flash_attn(struct pc *p, int phase) {
   struct fa_case c = fa_case_of(p->var);
   if (phase == 0) {
-    snprintf(p->name, sizeof p->name, "flash_attn K=%s V=%s D=%d/%d H=%d/%d q=%d kv=%d%s%s%s%s",
+    snprintf(p->name, sizeof p->name, "flash_attn K=%s V=%s D=%d/%d H=%d/%d q=%d kv=%d%s%s%s%s%s",
              tsr_dtype_name(k_codecs[c.kc]), tsr_dtype_name(k_codecs[c.vc]), c.D, c.Dv, c.Hq,
              c.Hkv, c.Nq, c.Nkv, c.mask ? " mask" : "", c.window ? " window" : "",
-             c.softcap > 0 ? " softcap" : "", c.spare ? " span views" : "");
+             c.softcap > 0 ? " softcap" : "", c.spare ? " span views" : "",
+             c.gap ? " empty tiles" : "");
     struct tsr_graph *g = p->g;
     p->t[0] = tsr_new_tensor_3d(g, TSR_F32, c.D, c.Nq, c.Hq);
     struct tsr_tensor *k = ext(p, k_codecs[c.kc], c.D, c.Nkv + c.spare, c.Hkv, 1.0f);
@@ -630,7 +636,10 @@ static void c_flash_attn(struct pc *p, int phase) {
     }
     /* queries at the end of the cache; every 7th cell empty */
     for (int i = 0; i < c.Nq; i++) tsr_test_set(p->t[2], i, 0, 0, 0, c.Nkv - c.Nq + i);
-    for (int j = 0; j < c.Nkv; j++) tsr_test_set(p->t[3], j, 0, 0, 0, j % 7 == 3 ? -1 : j);
+    for (int j = 0; j < c.Nkv; j++) {
+      const bool empty = j % 7 == 3 || (j >= c.Nkv / 3 && j < c.Nkv / 3 + c.gap);
+      tsr_test_set(p->t[3], j, 0, 0, 0, empty ? -1 : j);
+    }
     if (c.Nq > 1) tsr_test_set(p->t[2], 0, 0, 0, 0, -100); /* sees no key: a zero row */
   }
 }

@@ -303,6 +303,9 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
     } else { /* tsr_tile_next_pos's barriers and values, the load a tile early */
       __syncthreads();
       if (threadIdx.x < TK) kpos[threadIdx.x] = kp_ahead;
+      /* raw bytes started a tile ahead: this thread's have landed, and the barrier makes
+      ** every thread's visible with the positions */
+      if (raw_here) asm volatile("cp.async.wait_group 0;\n" ::);
       __syncthreads();
       if (threadIdx.x < TK) kp_ahead = key_pos(j0 + TK + threadIdx.x);
     }
@@ -343,9 +346,9 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
           if (raw_k) tsr_mma_copy_raw(kbase + j0 * a.k_nb1, raw_kb, nk * a.k_nb1);
           if (raw_v) tsr_mma_copy_raw(vbase + j0 * a.v_nb1, raw_vb, nk * a.v_nb1);
           asm volatile("cp.async.commit_group;\n" ::);
+          asm volatile("cp.async.wait_group 0;\n" ::);
+          __syncthreads();
         }
-        asm volatile("cp.async.wait_group 0;\n" ::);
-        __syncthreads();
         kr = tsr_mma_raw_at(kbase + j0 * a.k_nb1, raw_kb);
         vr = tsr_mma_raw_at(vbase + j0 * a.v_nb1, raw_vb);
       }

@@ -28,7 +28,8 @@
 #            DCA_ORDER="flash dca flash dca" (dca_bench.sh) alternates the profiles
 #   dca1m    (not in the default list) issue #9's 1M run: the Gemma-4-26B-A4B shape in q4_K_M
 #            with conf/gemma4-26b-a4b-1m-dca.yaml (DCA on the 5 full layers, q8_0 K / q4_0 V):
-#            one fill of PERF_1M_DEPTH (1048544) tokens in ubatches of PERF_1M_UBATCH (2048),
+#            its composition and memory plan (profile check), then one fill of
+#            PERF_1M_DEPTH (1048544) tokens in ubatches of PERF_1M_UBATCH (2048),
 #            a progress line every PERF_1M_PROGRESS (65536), then PERF_1M_N (32) decode steps
 #            at 1M and the device memory at its peak, into OUT/dca1m.json (PERF_1M_CONTEXT
 #            overrides the profile's context, for the CPU test)
@@ -178,10 +179,13 @@ for part in $parts; do
   dca1m)
     gen g26_1m --like gemma-4-26b-a4b --type q4_K_M --random-codes ${PERF_CUT_MOE:-} || continue
     ub=${PERF_1M_UBATCH:-2048}
+    sets=(--set model="$(cd "$out" && pwd)/g26_1m.gguf" --set backend="$backend" --set ubatch="$ub"
+          --set batch="$ub" ${PERF_1M_CONTEXT:+--set context=$PERF_1M_CONTEXT})
+    echo "== dca1m: the composition and memory plan ($(date +%T))"
+    "$b/core/cli/tessera" profile check conf/gemma4-26b-a4b-1m-dca.yaml "${sets[@]}" |
+      sed -n '/^composition/,$p' || fails=$((fails + 1))
     echo "== dca1m ($(date +%T))"
-    if ! "$b/core/cli/tessera" bench --profile conf/gemma4-26b-a4b-1m-dca.yaml \
-         --set model="$(cd "$out" && pwd)/g26_1m.gguf" --set backend="$backend" \
-         --set ubatch="$ub" --set batch="$ub" ${PERF_1M_CONTEXT:+--set context=$PERF_1M_CONTEXT} \
+    if ! "$b/core/cli/tessera" bench --profile conf/gemma4-26b-a4b-1m-dca.yaml "${sets[@]}" \
          -p 0 -n "${PERF_1M_N:-32}" -d "${PERF_1M_DEPTH:-1048544}" -r 1 --warmup 0 \
          --progress "${PERF_1M_PROGRESS:-65536}" --json "$out/dca1m.json"; then
       echo "FAIL dca1m"

@@ -44,7 +44,8 @@ check the_dca1m_part_fills_and_decodes \
   'PERF_BACKEND=cpu PERF_CUT="--layers 6 --vocab 512" PERF_CUT_MOE="--experts 4" PERF_1M_CONTEXT=512 \
    PERF_1M_DEPTH=448 PERF_1M_UBATCH=64 PERF_1M_PROGRESS=128 PERF_1M_N=2 \
    bash tests/gpu/perf_table.sh "$build" "$tmp/m" dca1m >"$tmp/mlog" 2>&1 &&
-   grep -qx "0 failed" "$tmp/m/done" && grep -q "depth fill: 384 of 448 tokens" "$tmp/mlog" &&
+   grep -qx "0 failed" "$tmp/m/done" && grep -q "^  KV full (512 cells)" "$tmp/mlog" &&
+   grep -q "attention dca (attn_dca" "$tmp/mlog" && grep -q "depth fill: 384 of 448 tokens" "$tmp/mlog" &&
    grep -q "| tg2 @ d448 " "$tmp/mlog" && grep -q "attn_dca *layers_served=9, tokens_served=450" "$tmp/mlog" &&
    [ -s "$tmp/m/dca1m.json" ] && [ ! -e "$tmp/m/g26_1m.gguf" ]'
 check the_ncu_part_names_a_missing_ncu \

@@ -281,6 +281,12 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
   /* raw copies: the next tile's bytes were started before this one's products (a dead
   ** tile's land unused and the tile after it drains them) */
   bool raw_next = false;
+  /* starts the raw copy of keys j .. j+n (the split's only: those past it are never decoded) */
+  auto start_raw = [&](int64_t j, int64_t n) {
+    if (raw_k) tsr_mma_copy_raw(kbase + j * a.k_nb1, raw_kb, n * a.k_nb1);
+    if (raw_v) tsr_mma_copy_raw(vbase + j * a.v_nb1, raw_vb, n * a.v_nb1);
+    asm volatile("cp.async.commit_group;\n" ::);
+  };
   for (int64_t j0 = j_lo, it = 0; j0 < j_hi; j0 += TK, it++) {
     const int64_t nk = j_hi - j0 < TK ? j_hi - j0 : TK;
     const bool raw_here = raw_next;
@@ -342,10 +348,7 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
         if (!raw_here) {
           asm volatile("cp.async.wait_group 0;\n" ::); /* a dead tile's bytes still landing */
           __syncthreads();
-          /* the split's keys only (those past it are hidden, never decoded) */
-          if (raw_k) tsr_mma_copy_raw(kbase + j0 * a.k_nb1, raw_kb, nk * a.k_nb1);
-          if (raw_v) tsr_mma_copy_raw(vbase + j0 * a.v_nb1, raw_vb, nk * a.v_nb1);
-          asm volatile("cp.async.commit_group;\n" ::);
+          start_raw(j0, nk);
           asm volatile("cp.async.wait_group 0;\n" ::);
           __syncthreads();
         }
@@ -365,9 +368,7 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
       /* every thread is done with the raw bytes: the next tile's start landing */
       if ((raw_k || raw_v) && j0 + TK < j_hi) {
         const int64_t nk2 = j_hi - j0 - TK < TK ? j_hi - j0 - TK : TK;
-        if (raw_k) tsr_mma_copy_raw(kbase + (j0 + TK) * a.k_nb1, raw_kb, nk2 * a.k_nb1);
-        if (raw_v) tsr_mma_copy_raw(vbase + (j0 + TK) * a.v_nb1, raw_vb, nk2 * a.v_nb1);
-        asm volatile("cp.async.commit_group;\n" ::);
+        start_raw(j0 + TK, nk2);
         raw_next = true;
       }
     }

@@ -269,12 +269,12 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
     h->tensor_info(q3, &q3i);
   }
   for (int b = 0; b < 3; b++) {
-    const int64_t n = qi.ne[1];
-    const size_t nb = sizeof(int32_t);
     if (q3) {
       const int64_t ne1[3] = {q3i.ne[0], q3i.ne[1], 1};
       qb[b] = h->view(g, q3, 3, ne1, q3i.nb, (size_t)b * q3i.nb[2]);
-    } else {
+    } else { /* band b's run of qpos3 */
+      const int64_t n = qi.ne[1];
+      const size_t nb = sizeof(int32_t);
       struct tsr_tensor *pos = h->view(g, qpos3, 1, &n, &nb, (size_t)b * (size_t)n * nb);
       qb[b] = pos ? h->rope_apply(g, call->rope, qv, pos) : NULL;
     }

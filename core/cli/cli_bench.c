@@ -39,6 +39,7 @@
 #include <sys/resource.h>
 
 #include "backend.h"
+#include "bench_eta.h"
 #include "cli.h"
 #include "cli_quality.h"
 #include "error.h"
@@ -314,15 +315,17 @@ static tsr_status prefill(struct tsr_engine *e, const int32_t *tok, int64_t n, f
                           int64_t progress, const char *what) {
   if (progress <= 0 || n <= progress) return tsr_engine_eval(e, 0, tok, (int32_t)n, logits, NULL);
   const double t0 = tsr_now_s();
+  double s_before = 0;
   for (int64_t done = 0; done < n;) {
     const int64_t k = n - done < progress ? n - done : progress;
     const tsr_status st = tsr_engine_eval(e, 0, tok + done, (int32_t)k, logits, NULL);
     if (st != TSR_OK) return st;
     done += k;
-    const double s = tsr_now_s() - t0, rate = (double)done / s;
+    const double s = tsr_now_s() - t0;
     fprintf(stderr, "tessera bench: %s: %lld of %lld tokens, %.0f t/s, %.1f min so far, "
-            "about %.1f min left\n", what, (long long)done, (long long)n, rate, s / 60.0,
-            (double)(n - done) / rate / 60.0);
+            "about %.1f min left\n", what, (long long)done, (long long)n, (double)done / s,
+            s / 60.0, bench_fill_seconds_left(n, done, k, s, s - s_before) / 60.0);
+    s_before = s;
   }
   return TSR_OK;
 }

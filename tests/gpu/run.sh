@@ -157,7 +157,7 @@ check|sanitize)
     # the test looks for plugins in its build tree's path unless told: the run dir's
     if TESSERA_PLUGIN_PATH="$b/plugins" "$b/plugins/attn_dca/tests/test_attn_dca_ops" --backend cuda \
          >"$out/dca.log" 2>&1; then
-      row "attn_dca ops cuda" PASS "$(grep -o '[0-9]* tests, 0 failed' "$out/dca.log"); worst $(grep -m1 -o 'f32 cache: worst .*' "$out/dca.log" | cut -c19-)"
+      row "attn_dca ops cuda" PASS "$(grep -o '[0-9]* tests, 0 failed' "$out/dca.log"); worst $(grep -m1 -o 'f32 cache: worst .*' "$out/dca.log" | sed 's/.*worst //')"
     else
       row "attn_dca ops cuda" FAIL "$(grep -m1 -E '^(FAIL|setup)' "$out/dca.log" | cut -c1-110)"
     fi

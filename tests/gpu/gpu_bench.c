@@ -201,6 +201,8 @@ int main(int argc, char **argv) {
       /* the 1M profile's full layers: K q8_0, V q4_0 (conf/gemma4-26b-a4b-1m-dca.yaml) */
       {TSR_Q8_0, TSR_Q4_0, 1, 32768, 512, 16, 2},
       {TSR_Q8_0, TSR_Q4_0, 2048, 32768, 512, 16, 2},
+      /* one full layer of its decode at 1M (the step is 5 of these and the rest) */
+      {TSR_Q8_0, TSR_Q4_0, 1, 1048576, 512, 16, 2},
   };
   for (size_t i = 0; i < sizeof attn / sizeof *attn; i++)
     bench_attention(be, attn[i].k, attn[i].v, attn[i].nq, attn[i].nkv, attn[i].d, attn[i].hq,

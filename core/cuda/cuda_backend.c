@@ -327,7 +327,7 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
       .mask = cu_of(c, t->src[3]), .q_pos = cu_of(c, t->src[4]), .kv_pos = cu_of(c, t->src[5]),
       .scale = tsr_param_f32(t, 0), .softcap = tsr_param_f32(t, 1),
       .causal = t->op_params[2] != 0, .window = t->op_params[3], .pipelined = c->attn_pipelined,
-      .split_keys = c->attn_split_keys};
+      .gqa_decode = c->attn_gqa_decode, .split_keys = c->attn_split_keys};
   void *scratch = NULL;
   size_t need = cu_flash_attn_scratch(&dst, &a, c->n_sm);
   if (need) {
@@ -767,6 +767,11 @@ static tsr_status open_device(struct cu_ctx *c) {
     return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_PIPELINE=%s: 0 (the default) or "
                          "1", pipe);
   c->attn_pipelined = pipe && strcmp(pipe, "1") == 0;
+  const char *gqa = getenv("TESSERA_CUDA_ATTN_GQA_DECODE");
+  if (gqa && *gqa && strcmp(gqa, "0") != 0 && strcmp(gqa, "1") != 0)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_GQA_DECODE=%s: 0 (the default) "
+                         "or 1", gqa);
+  c->attn_gqa_decode = gqa && strcmp(gqa, "1") == 0;
   /* the fewest keys a decode split of attention takes (a tuning knob, measured by
   ** perf_table): few splits leave most multiprocessors idle at short depths */
   const char *split = getenv("TESSERA_CUDA_ATTN_SPLIT_KEYS");

@@ -189,6 +189,7 @@ static bool tile_args(const cu_t *dst, const cu_attn *a, const fa_shape &s, int 
   t->D = s.D, t->Dv = s.Dv, t->Nq = s.Nq, t->Hq = s.Hq, t->Nkv = s.Nkv, t->group = s.group;
   t->scale = a->scale, t->softcap = a->softcap, t->causal = a->causal, t->window = a->window;
   t->n_bands = 1, t->pipelined = a->pipelined, t->split_keys = a->split_keys;
+  t->gqa_decode = a->gqa_decode;
   *part_bytes = tsr_tile_attn_plan(t, n_sm);
   return true;
 }

@@ -44,6 +44,8 @@ struct tsr_tile_args {
   int32_t kv_double; /* set at launch: the pipelined loop's second buffers fit */
   int32_t raw_kv; /* set at launch (default loop): bit 0 K, bit 1 V copied whole into shared
                   ** memory as bytes, then decoded there (tsr_mma_copy_raw) */
+  int32_t gqa_decode; /* opt-in until measured: one query's decode on the GQA decode kernel
+                      ** (tessera/cuda_attn_gqa.cuh) where tsr_gqa_decode_fits */
   int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
   int32_t max_splits; /* the most splits the caller's part buffer holds; 0: no bound */
   /* set by tsr_tile_attn_plan */
@@ -77,6 +79,22 @@ static inline size_t tsr_mma_raw_bytes(struct tsr_tile_args *a, int tk) {
   const size_t v = span(a->v_type, a->Dv, a->v_nb1, a->v_nb2, a->v);
   a->raw_kv = (k ? 1 : 0) | (v ? 2 : 0);
   return k + v;
+}
+
+/* Whether a launch takes the GQA decode kernel (tessera/cuda_attn_gqa.cuh): asked for,
+** one query, a group of at most 8 q heads (the fragment's 8 columns), head dims in steps
+** of 32, K and V each f16 with contiguous rows 4-byte aligned, or q8_0 or q4_0 2-byte
+** aligned (it loads a pair of values at a time). */
+static inline bool tsr_gqa_decode_fits(const struct tsr_tile_args *a) {
+  auto ok = [](int32_t type, int64_t nb0, int64_t nb1, int64_t nb2, const char *p) {
+    const uintptr_t at = (uintptr_t)p;
+    if (type == T_F16) return nb0 == 2 && nb1 % 4 == 0 && nb2 % 4 == 0 && at % 4 == 0;
+    return (type == T_Q8_0 || type == T_Q4_0) && nb1 % 2 == 0 && nb2 % 2 == 0 && at % 2 == 0;
+  };
+  return a->gqa_decode && a->Nq == 1 && a->group >= 1 && a->group <= 8 && a->D % 32 == 0 &&
+         a->Dv % 32 == 0 && a->D <= TSR_TILE_MAX_D && a->Dv <= TSR_TILE_MAX_D &&
+         ok(a->k_type, a->k_nb0, a->k_nb1, a->k_nb2, a->k) &&
+         ok(a->v_type, a->v_nb0, a->v_nb1, a->v_nb2, a->v);
 }
 
 /* Warps a block of the wide variant of the tensor-core kernel (tsr_mma_wide). */

@@ -301,6 +301,7 @@ static inline cudaError_t tsr_attn_run(const struct tsr_tile_args *a, int64_t ro
 }
 
 #include "tessera/cuda_attn_mma.cuh"
+#include "tessera/cuda_attn_gqa.cuh"
 
 /* Picks the row tile and the key splits for n_sm multiprocessors; returns the
 ** bytes of a->part the launch needs (0: none). */
@@ -338,6 +339,7 @@ static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a,
   if (a->D > TSR_TILE_MAX_D || a->Dv > TSR_TILE_MAX_D || a->Nq <= 0 || a->group <= 0 ||
       a->Hq % a->group || (a->splits > 1 && !a->part))
     return cudaErrorInvalidValue;
+  if (tsr_gqa_decode_fits(a)) return tsr_gqa_decode_launch(a, stream);
   if (a->mma) return tsr_mma_attn_launch(a, stream);
   const int64_t d = a->D > a->Dv ? a->D : a->Dv;
   if (a->qpw == 2) {

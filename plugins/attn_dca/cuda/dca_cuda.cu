@@ -96,13 +96,17 @@ static tsr_tile_args tile_args_of(const struct tsr_tensor_info *dst,
   const ten q = ten_of(&src[DCA_SRC_Q]), k = ten_of(&src[DCA_SRC_K]), v = ten_of(&src[DCA_SRC_V]);
   const ten qp = ten_of(&src[DCA_SRC_Q_POS]), kp = ten_of(&src[DCA_SRC_KV_POS]), out = ten_of(dst);
   tsr_tile_args t = {};
-  /* the backend's opt-in pipelined tile loop (it refuses other values at open); read
-  ** once, as this runs at every launch */
+  /* the backend's opt-in pipelined tile loop and GQA decode kernel (it refuses other values
+  ** at open); read once, as this runs at every launch */
   static const bool pipelined = [] {
     const char *pipe = getenv("TESSERA_CUDA_ATTN_PIPELINE");
     return pipe && !strcmp(pipe, "1");
   }();
-  t.pipelined = pipelined;
+  static const bool gqa_decode = [] {
+    const char *gqa = getenv("TESSERA_CUDA_ATTN_GQA_DECODE");
+    return gqa && !strcmp(gqa, "1");
+  }();
+  t.pipelined = pipelined, t.gqa_decode = gqa_decode;
   t.D = src[DCA_SRC_Q].ne[0], t.Hq = src[DCA_SRC_Q].ne[1], t.Nq = src[DCA_SRC_Q].ne[2];
   t.Dv = src[DCA_SRC_V].ne[0], t.Nkv = src[DCA_SRC_K].ne[1];
   t.group = src[DCA_SRC_K].ne[2] > 0 ? t.Hq / src[DCA_SRC_K].ne[2] : 0;

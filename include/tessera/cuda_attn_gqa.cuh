@@ -1,0 +1,330 @@
+/*
+** The GQA decode kernel of the GPU: one query against one KV head's keys, the
+** query's q heads of that head's group (up to 8) as the 8 columns of an mma
+** fragment and the keys as its 16 rows, S^T = K Q^T and O^T += V^T P^T on
+** mma.sync m16n8k16 (f16 operands, f32 sums). Opt-in until measured
+** (tsr_tile_args.gqa_decode; TESSERA_CUDA_ATTN_GQA_DECODE=1).
+**
+** Why: the tile kernels decode with 16 rows a warp, of which a decode step's
+** group fills at most 8, and stage every K/V tile through shared memory between
+** block barriers. At head dim 512 with q8_0 K and q4_0 V that decode ran at 224
+** GB/s, so the 1M-token step was 39.1 ms of attention in 39.6. Here every warp
+** walks its own keys, 16 a step, with no barrier in the loop: it reads each K and
+** V element once, from global memory straight into mma fragments (a pair of
+** values a load, f16 caches as they are, q8_0 and q4_0 codes turned to f16 as
+** tsr_dq_quarter_h does: the bits of dq's value rounded to f16), and turns the
+** probabilities from S^T's fragment into P^T's by movmatrix. The block's warps
+** merge their softmax states at the end; splits merge as the tile kernels' do
+** (tsr_tile_combine), from the same plan (tsr_tile_attn_plan).
+**
+** Semantics are the tile kernels': bands (Dual Chunk Attention) per key from its
+** position, empty cells, causal, window, mask, softcap, the YaRN gain; a key
+** that is not seen has its logit at -inf and its V values zeroed (a removed
+** cell's bytes are never multiplied in); a row with no key gives zeros.
+**
+** Fragment layouts (PTX ISA, mma.m16n8k16 .f16): lane = 4 g + t; A (16x16,
+** row-major) a[0] = (g, 2t..2t+1), a[1] = (g+8, 2t..), a[2] = (g, 2t+8..),
+** a[3] = (g+8, 2t+8..); B (16x8) b0 = (2t..2t+1, g), b1 = (2t+8.., g); C (16x8)
+** c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1). The sums of Q K^T may take the
+** head dims in any order both operands agree on, and O's dims may sit in any row
+** of the fragment the store knows: a 32-dim block's k steps and rows are chosen
+** so that one load brings a pair of adjacent values (tsr_gqa_k_dim,
+** tsr_gqa_v_dim). The helpers are host and device: core/cuda/tests/
+** test_cuda_attn_gqa.cu runs them on the CPU through an emulated mma.
+*/
+#ifndef TESSERA_CUDA_ATTN_GQA_CUH
+#define TESSERA_CUDA_ATTN_GQA_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "tessera/cuda_attn_args.cuh"
+#include "tessera/cuda_quant.cuh"
+
+/* Keys a warp takes a step (the fragment's rows). */
+#define TSR_GQA_KEYS 16
+
+/* Values e, e + 1 (e even, one block) of a row of f16, q8_0 or q4_0 as a half2's bits,
+** (e, e + 1) in (low, high). */
+CU_HD static inline uint32_t tsr_gqa_pair(int type, const char *row, int64_t e) {
+  if (type == T_F16) return *reinterpret_cast<const uint32_t *>(row + 2 * e);
+  const int i = (int)(e % 32);
+  const uint8_t *b = reinterpret_cast<const uint8_t *>(row) + e / 32 * cu_block_bytes(type);
+  uint32_t u;
+  __half2 bias;
+  if (type == T_Q8_0) { /* int8 codes, made 0..255 by flipping the sign bit */
+    u = (uint32_t)*reinterpret_cast<const uint16_t *>(b + 2 + i) ^ 0x8080u;
+    bias = __float2half2_rn(1024.0f + 128.0f);
+  } else { /* q4_0: value i < 16 the low nibble of code byte i, i + 16 the high */
+    u = (uint32_t)*reinterpret_cast<const uint16_t *>(b + 2 + (i & 15)) >> (i & 16 ? 4 : 0) &
+        0x0f0fu;
+    bias = __float2half2_rn(1024.0f + 8.0f);
+  }
+  /* code byte c under the f16 exponent of 1024 is 1024 + c exactly; one product rounds */
+  const uint32_t x = tsr_byte_perm(u, 0x64646464u, 0x5140);
+  const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(b));
+  const __half2 v = __hmul2(__hsub2(__halves2half2(__ushort_as_half((unsigned short)(x & 0xffff)),
+                                                   __ushort_as_half((unsigned short)(x >> 16))),
+                                    bias),
+                            d2);
+  return (uint32_t)__half_as_ushort(__low2half(v)) | (uint32_t)__half_as_ushort(__high2half(v)) << 16;
+}
+
+/* The head dim that k step s (0, 1) of 32-dim block `blk` puts in column c (0..15) of A
+** (K's row) and row c of B (Q^T's column): columns 2t, 2t+1 take dims 8s + 2t, +1 and
+** columns 2t+8, 2t+9 take 16 + 8s + 2t, +1, so a[0] and a[2] are one q4_0 code pair's
+** low and high nibbles. */
+CU_HD static inline int64_t tsr_gqa_k_dim(int64_t blk, int s, int c) {
+  const int t = (c % 8) / 2;
+  return 32 * blk + (c >= 8 ? 16 : 0) + 8 * s + 2 * t + c % 2;
+}
+
+/* The head dim that row r (0..15) of O^T's m tile 2 blk + h (h 0, 1) holds: rows g and
+** g + 8 take dims 2g and 2g + 1 (+ 16 for h 1), one pair of V values a key. */
+CU_HD static inline int64_t tsr_gqa_v_dim(int64_t blk, int h, int r) {
+  return 32 * blk + 16 * h + 2 * (r % 8) + r / 8;
+}
+
+/* A fragment of K for keys (rows) g and g + 8, k step s of block blk. */
+CU_HD static inline void tsr_gqa_k_frag(uint32_t a[4], int type, const char *row_g,
+                                        const char *row_g8, int64_t blk, int s, int t) {
+  const int64_t lo = tsr_gqa_k_dim(blk, s, 2 * t), hi = tsr_gqa_k_dim(blk, s, 2 * t + 8);
+  a[0] = tsr_gqa_pair(type, row_g, lo), a[1] = tsr_gqa_pair(type, row_g8, lo);
+  a[2] = tsr_gqa_pair(type, row_g, hi), a[3] = tsr_gqa_pair(type, row_g8, hi);
+}
+
+/* B fragment of Q^T for query row g: q holds the group's rows as f16, ldq apart. */
+CU_HD static inline void tsr_gqa_q_frag(uint32_t b[2], const __half *q, int64_t ldq, int64_t blk,
+                                        int s, int g, int t) {
+  const __half *r = q + g * ldq;
+  b[0] = *reinterpret_cast<const uint32_t *>(r + tsr_gqa_k_dim(blk, s, 2 * t));
+  b[1] = *reinterpret_cast<const uint32_t *>(r + tsr_gqa_k_dim(blk, s, 2 * t + 8));
+}
+
+/* A fragments of V^T for block blk's m tiles (h 0 and 1): columns are the keys 2t, 2t+1,
+** 2t+8, 2t+9 (rows[0..3], live[i] false: zeros), rows the dims of tsr_gqa_v_dim. */
+CU_HD static inline void tsr_gqa_v_frag(uint32_t a[2][4], int type, const char *const rows[4],
+                                        const bool live[4], int64_t blk, int g) {
+  for (int h = 0; h < 2; h++) { /* constant trips: unrolled without a pragma the host rejects */
+    uint32_t p[4]; /* key i's values of dims 2g, 2g + 1 (+ 16 h) */
+    for (int i = 0; i < 4; i++) p[i] = live[i] ? tsr_gqa_pair(type, rows[i], tsr_gqa_v_dim(blk, h, g)) : 0u;
+    a[h][0] = tsr_byte_perm(p[0], p[1], 0x5410); /* dim 2g: keys 2t, 2t + 1 */
+    a[h][1] = tsr_byte_perm(p[0], p[1], 0x7632); /* dim 2g + 1 */
+    a[h][2] = tsr_byte_perm(p[2], p[3], 0x5410); /* keys 2t + 8, 2t + 9 */
+    a[h][3] = tsr_byte_perm(p[2], p[3], 0x7632);
+  }
+}
+
+/* The 8x8 f16 matrix whose row l / 4, columns 2 (l % 4), +1 lane l holds, transposed,
+** in the same layout. */
+__device__ static inline uint32_t tsr_movmatrix_t(uint32_t x) {
+  uint32_t r = 0;
+#ifdef __CUDA_ARCH__
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+#else
+  (void)x;
+#endif
+  return r;
+}
+
+/* The kernel: with the tile kernels' helpers (tessera/cuda_attn_tile.cuh includes this
+** header after them; the CPU test of the helpers above includes it alone). */
+#ifdef TESSERA_CUDA_ATTN_TILE_CUH
+
+/* Shared memory of a block: the Q rows of every band as f16, then (reusing it) the
+** warps' softmax states for their merge. */
+static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a) {
+  const size_t q = sizeof(__half) * (size_t)a->n_bands * 8 * (size_t)(a->D + 8);
+  const size_t merge = sizeof(float) * (size_t)TSR_TILE_WARPS * 8 * (size_t)(a->Dv + 2);
+  return q > merge ? q : merge;
+}
+
+/* NV: O^T's m tiles of 16 dims (Dv <= 16 NV). grid (1, KV heads, key splits). */
+template <int NV>
+__global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_tile_args a) {
+  constexpr unsigned ALL = 0xffffffffu;
+  extern __shared__ float tsr_gqa_smem_f[];
+  __half *qs = reinterpret_cast<__half *>(tsr_gqa_smem_f); /* [bands][8][D + 8] */
+  const int64_t D = a.D, Dv = a.Dv, G = a.group, ldq = D + 8, hk = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  /* the group's rows of every band (rows past the group zeros) */
+  for (int e = threadIdx.x; e < a.n_bands * 8 * (int)ldq; e += blockDim.x) {
+    int d, r;
+    const int b = cu_divmod(cu_divmod(e, (int)ldq, &d), 8, &r);
+    qs[e] = __float2half_rn(r < G && d < D ? *reinterpret_cast<const float *>(
+                                                 tsr_tile_q_of(a, b) + (hk * G + r) * a.q_head +
+                                                 d * a.q_nb0)
+                                           : 0.0f);
+  }
+  __syncthreads();
+
+  const int32_t qp = a.q_pos ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, 0) : 0;
+  const int64_t lo_intra = a.n_bands == 3 ? (int64_t)qp / a.c * a.c : 0;
+  const float sg = a.scale * tsr_tile_gain(qp, a.temp_from);
+  const char *kbase = a.k + hk * a.k_nb2, *vbase = a.v + hk * a.v_nb2;
+  int64_t j_lo, j_hi;
+  tsr_tile_split_keys(a, &j_lo, &j_hi);
+
+  /* this thread's rows 2t and 2t + 1: running max (warp-uniform), its keys' share of the
+  ** sum, and O^T's columns 2t, 2t + 1 */
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NV][4];
+#pragma unroll
+  for (int nv = 0; nv < NV; nv++) o[nv][0] = o[nv][1] = o[nv][2] = o[nv][3] = 0.0f;
+
+  for (int64_t j0 = j_lo + (int64_t)warp * TSR_GQA_KEYS; j0 < j_hi;
+       j0 += (int64_t)TSR_GQA_KEYS * TSR_TILE_WARPS) {
+    /* lane i < 16: key j0 + i's band (3: not seen) and mask bias */
+    int band = 3;
+    float bias = 0.0f;
+    if (lane < TSR_GQA_KEYS && j0 + lane < j_hi) {
+      const int32_t kp = a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j0 + lane) : 0;
+      bool seen = kp >= 0;
+      if (seen && a.kv_pos) {
+        if (a.causal && kp > qp) seen = false;
+        if (a.window > 0 && (int64_t)qp - kp >= a.window) seen = false;
+      }
+      if (seen && a.mask) {
+        const char *p = a.mask + (j0 + lane) * a.mask_nb0;
+        bias = a.mask_f16 ? __half2float(*reinterpret_cast<const __half *>(p))
+                          : *reinterpret_cast<const float *>(p);
+        seen = bias != -INFINITY;
+      }
+      if (seen)
+        band = a.n_bands == 1 ? 0 : kp >= lo_intra ? 0 : kp >= lo_intra - a.c ? 1 : 2;
+    }
+    const unsigned bands = __reduce_or_sync(ALL, band < 3 ? 1u << band : 0u);
+    if (!bands) continue;
+    /* rows g, g + 8 of S^T are keys j0 + g, j0 + 8 + g: their bands and biases */
+    const int band_g[2] = {__shfl_sync(ALL, band, g), __shfl_sync(ALL, band, g + 8)};
+    const float bias_g[2] = {__shfl_sync(ALL, bias, g), __shfl_sync(ALL, bias, g + 8)};
+    /* rows past the split read the split's last key (in the cache; never used) */
+    const int64_t last = j_hi - 1;
+    const char *krow[2] = {kbase + (j0 + g < last ? j0 + g : last) * a.k_nb1,
+                           kbase + (j0 + 8 + g < last ? j0 + 8 + g : last) * a.k_nb1};
+
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int b = 0; b < a.n_bands; b++) {
+      if (!(bands >> b & 1)) continue;
+      float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      const __half *qb = qs + (size_t)b * 8 * ldq;
+      for (int64_t blk = 0; blk < D / 32; blk++) {
+#pragma unroll
+        for (int st = 0; st < 2; st++) {
+          uint32_t ka[4], qb2[2];
+          tsr_gqa_k_frag(ka, a.k_type, krow[0], krow[1], blk, st, t);
+          tsr_gqa_q_frag(qb2, qb, ldq, blk, st, g, t);
+          tsr_mma_16816(sb, ka, qb2[0], qb2[1]);
+        }
+      }
+#pragma unroll
+      for (int c = 0; c < 4; c++)
+        if (band_g[c / 2] == b) s[c] = sb[c];
+    }
+
+    /* logits: element c is key g + 8 (c / 2), row 2t + c % 2 */
+    float x[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+      if (band_g[c / 2] == 3) {
+        x[c] = -INFINITY;
+        continue;
+      }
+      float v = s[c] * sg;
+      if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap);
+      x[c] = v + bias_g[c / 2];
+    }
+    float p[4], f[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) { /* row 2t + rr: elements rr and 2 + rr */
+      float tmax = fmaxf(x[rr], x[2 + rr]);
+      for (int off = 4; off < 32; off <<= 1) tmax = fmaxf(tmax, __shfl_xor_sync(ALL, tmax, off));
+      const float m_new = fmaxf(m[rr], tmax);
+      f[rr] = m[rr] == -INFINITY ? (m_new == -INFINITY ? 1.0f : 0.0f) : expf(m[rr] - m_new);
+      p[rr] = x[rr] == -INFINITY ? 0.0f : expf(x[rr] - m_new);
+      p[2 + rr] = x[2 + rr] == -INFINITY ? 0.0f : expf(x[2 + rr] - m_new);
+      l[rr] = l[rr] * f[rr] + p[rr] + p[2 + rr];
+      m[rr] = m_new;
+    }
+#pragma unroll
+    for (int nv = 0; nv < NV; nv++) o[nv][0] *= f[0], o[nv][1] *= f[1], o[nv][2] *= f[0], o[nv][3] *= f[1];
+    /* P^T's B fragment: S^T's halves (keys 0-7, 8-15) transposed */
+    const uint32_t pb0 = tsr_movmatrix_t(cu_half2_bits(p[0], p[1]));
+    const uint32_t pb1 = tsr_movmatrix_t(cu_half2_bits(p[2], p[3]));
+
+    /* V^T's columns: keys 2t, 2t + 1, 2t + 8, 2t + 9 (lanes i < 16 hold key i's band) */
+    const int key_of[4] = {2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9};
+    const char *vrow[4];
+    bool live[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      live[i] = __shfl_sync(ALL, band, key_of[i]) < 3;
+      vrow[i] = vbase + (j0 + key_of[i] < last ? j0 + key_of[i] : last) * a.v_nb1;
+    }
+#pragma unroll
+    for (int nv = 0; nv < NV / 2; nv++) {
+      if (32 * nv >= Dv) break;
+      uint32_t va[2][4];
+      tsr_gqa_v_frag(va, a.v_type, vrow, live, nv, g);
+      tsr_mma_16816(o[2 * nv], va[0], pb0, pb1);
+      tsr_mma_16816(o[2 * nv + 1], va[1], pb0, pb1);
+    }
+  }
+
+  /* the rows' sums over every key of the warp (lanes of one t hold one row pair) */
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++)
+    for (int off = 4; off < 32; off <<= 1) l[rr] += __shfl_xor_sync(ALL, l[rr], off);
+
+  /* the warps' states through shared memory (the Q rows are done with) */
+  __syncthreads();
+  float *st = tsr_gqa_smem_f; /* [warp][row 8][Dv + 2]: max, sum, O */
+  const int64_t ld = Dv + 2;
+#pragma unroll
+  for (int rr = 0; rr < 2; rr++) {
+    float *sr = st + ((size_t)warp * 8 + 2 * t + rr) * ld;
+    if (g == 0) sr[0] = m[rr], sr[1] = l[rr];
+#pragma unroll
+    for (int nv = 0; nv < NV / 2; nv++) {
+      if (32 * nv >= Dv) break;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        sr[2 + tsr_gqa_v_dim(nv, h, g)] = o[2 * nv + h][rr];
+        sr[2 + tsr_gqa_v_dim(nv, h, g + 8)] = o[2 * nv + h][2 + rr];
+      }
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < (int)(G * Dv); e += blockDim.x) {
+    int d;
+    const int r = cu_divmod(e, (int)Dv, &d);
+    float M = -INFINITY;
+    for (int w = 0; w < TSR_TILE_WARPS; w++) M = fmaxf(M, st[((size_t)w * 8 + r) * ld]);
+    float L = 0.0f, O = 0.0f;
+    for (int w = 0; w < TSR_TILE_WARPS; w++) {
+      const float *sr = st + ((size_t)w * 8 + r) * ld;
+      if (sr[0] == -INFINITY) continue; /* a warp that saw no key of this row */
+      const float e_w = expf(sr[0] - M);
+      L += sr[1] * e_w, O += sr[2 + d] * e_w;
+    }
+    const int64_t h = hk * G + r;
+    if (a.splits > 1) { /* the partial state; tsr_tile_combine merges the splits */
+      float *pr = a.part + (h * a.splits + blockIdx.z) * (Dv + 2);
+      if (d == 0) pr[0] = M, pr[1] = L;
+      pr[2 + d] = O;
+    } else {
+      *reinterpret_cast<float *>(a.dst + h * a.dst_head + d * a.dst_nb0) = L > 0.0f ? O / L : 0.0f;
+    }
+  }
+}
+
+/* Launches a planned decode (tsr_gqa_decode_fits). */
+static inline cudaError_t tsr_gqa_decode_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
+  const size_t smem = tsr_gqa_smem(a);
+  if (a->Dv <= 128) return tsr_attn_run<tsr_gqa_decode<8>>(a, 16, smem, stream);
+  if (a->Dv <= 256) return tsr_attn_run<tsr_gqa_decode<16>>(a, 16, smem, stream);
+  return tsr_attn_run<tsr_gqa_decode<32>>(a, 16, smem, stream);
+}
+#endif
+
+#endif

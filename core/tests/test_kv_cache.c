@@ -4,6 +4,7 @@
 ** KV-shared layers.
 */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,6 +90,56 @@ static void test_plan_bytes_equal_allocated_bytes_for_mixed_layers_and_codecs(vo
   CHECK(plan.kind_bytes[TSR_LAYER_LINEAR] == state);
   CHECK(plan.kind_bytes[TSR_LAYER_FULL] + plan.kind_bytes[TSR_LAYER_SLIDING] +
             plan.kind_bytes[TSR_LAYER_LINEAR] == plan.bytes);
+  tsr_kv_cache_free(c);
+}
+
+/* Resident bytes of this process now (/proc/self/statm), 0 where unreadable. */
+static uint64_t resident_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  unsigned long long size = 0, pages = 0;
+  const int got = f ? fscanf(f, "%llu %llu", &size, &pages) : 0;
+  if (f) fclose(f);
+  return got == 2 ? (uint64_t)pages * 4096u : 0;
+}
+
+struct buffer_list {
+  void *p[8];
+  size_t n[8];
+  int count;
+};
+
+static tsr_status collect_buffer(void *ctx, void *p, size_t bytes) {
+  struct buffer_list *l = ctx;
+  if (l->count < 8) l->p[l->count] = p, l->n[l->count] = bytes, l->count++;
+  return TSR_OK;
+}
+
+/* A cache planned for many cells costs the host what has been written: a device backend
+** writes its own copy, and the 1M run's 8.9 GB of host cache were pages never used. */
+static void test_a_large_cache_is_resident_only_where_written(void) {
+  struct tsr_arch_layer layers[1] = {full_layer(8, 128, 128)};
+  struct tsr_kv_layer_codecs codecs[1] = {{&C_F16, &C_F16}};
+  struct tsr_kv_cache_params p = {.n_ctx = 65536, .n_seq = 1, .n_ubatch = 512};
+  const uint64_t before = resident_bytes();
+  CHECK(before > 0);
+  struct tsr_kv_cache *c = NULL;
+  CHECK_OK(tsr_kv_cache_new(layers, 1, codecs, &p, &c));
+  const uint64_t planned = tsr_kv_cache_bytes(c); /* 256 MiB of K and V */
+  CHECK(planned >= 256u << 20);
+  const uint64_t after = resident_bytes();
+  CHECK_MSG(after < before + planned / 16, "%.1f MiB resident after a %.1f MiB cache",
+            (after - before) / 1048576.0, planned / 1048576.0);
+  struct buffer_list l = {{0}, {0}, 0};
+  CHECK_OK(tsr_kv_cache_each_buffer(c, collect_buffer, &l));
+  CHECK(l.count >= 2);
+  int zero = 1;
+  for (int i = 0; i < l.count; i++) { /* zeros, and writable */
+    unsigned char *b = l.p[i];
+    zero &= b[0] == 0 && b[l.n[i] - 1] == 0;
+    b[0] = 1, b[l.n[i] - 1] = 2;
+  }
+  CHECK(zero);
+  CHECK(resident_bytes() < before + planned / 16);
   tsr_kv_cache_free(c);
 }
 
@@ -679,6 +730,7 @@ static void test_shared_layer_allocates_nothing_and_aliases_its_source(void) {
 int main(void) {
   codecs_init();
   TSR_RUN(test_plan_bytes_equal_allocated_bytes_for_mixed_layers_and_codecs);
+  TSR_RUN(test_a_large_cache_is_resident_only_where_written);
   TSR_RUN(test_head_dim_not_whole_codec_blocks_is_refused_naming_layer_and_codec);
   TSR_RUN(test_store_writes_every_ubatch_byte_exact_for_its_codec);
   TSR_RUN(test_sliding_ring_keeps_the_window_and_its_slack_and_never_fills);

@@ -208,13 +208,14 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
       if (!(bands >> b & 1)) continue;
       float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       const __half *qb = qs + (size_t)b * 8 * ldq;
+#pragma unroll 4 /* a few blocks' loads in flight before their products */
       for (int64_t blk = 0; blk < D / 32; blk++) {
 #pragma unroll
-        for (int st = 0; st < 2; st++) {
-          uint32_t ka[4], qb2[2];
-          tsr_gqa_k_frag(ka, a.k_type, krow[0], krow[1], blk, st, t);
-          tsr_gqa_q_frag(qb2, qb, ldq, blk, st, g, t);
-          tsr_mma_16816(sb, ka, qb2[0], qb2[1]);
+        for (int step = 0; step < 2; step++) {
+          uint32_t ka[4], qf[2];
+          tsr_gqa_k_frag(ka, a.k_type, krow[0], krow[1], blk, step, t);
+          tsr_gqa_q_frag(qf, qb, ldq, blk, step, g, t);
+          tsr_mma_16816(sb, ka, qf[0], qf[1]);
         }
       }
 #pragma unroll

@@ -27,7 +27,8 @@
 ** On a backend that replays decode steps as CUDA graphs, each tg test also says how
 ** many of its timed steps replayed (a step that did not ran node by node) and how
 ** many captures they took (--json: graph_replays, graph_captures).
-** Then what each plugin counted over the whole run (fills included), and last the
+** The depth fills are counted and timed too (--json: depth_fills; the longest one's rate
+** is a long-context run's prefill figure), then what each plugin counted over the whole run (fills included), and last the
 ** memory the run held at its peak: on a device backend
 ** its own allocations and the device's memory in use, on the cpu the peak
 ** resident set of the process.
@@ -330,6 +331,26 @@ static tsr_status prefill(struct tsr_engine *e, const int32_t *tok, int64_t n, f
   return TSR_OK;
 }
 
+/* The depth fills of a run (fills are not timed tests, but a 1M-token fill is the figure of a
+** long-context run): how many, their tokens and seconds, and the longest. */
+static struct {
+  int n;
+  int64_t tokens, longest_from, longest_tokens;
+  double seconds, longest_seconds;
+} g_fills;
+
+static tsr_status depth_fill(struct tsr_engine *e, const int32_t *tok, int64_t from, int64_t n,
+                             float *logits, int64_t progress) {
+  const double t0 = tsr_now_s();
+  const tsr_status st = prefill(e, tok, n, logits, progress, "depth fill");
+  const double s = tsr_now_s() - t0;
+  if (st != TSR_OK) return st;
+  g_fills.n++, g_fills.tokens += n, g_fills.seconds += s;
+  if (n > g_fills.longest_tokens)
+    g_fills.longest_from = from, g_fills.longest_tokens = n, g_fills.longest_seconds = s;
+  return st;
+}
+
 /* Sequence 0 holding exactly `depth` random tokens: the tested tail cut off, a
 ** shorter sequence filled on to the depth (so depths in rising order fill once), or
 ** (a tail the model cannot remove: a sliding ring past its slack, recurrent state)
@@ -341,12 +362,12 @@ static tsr_status reset_to(struct tsr_engine *e, int64_t depth, int32_t *tok, fl
   if (len > depth && tsr_engine_seq_rm(e, 0, (int32_t)depth, -1) == TSR_OK) return TSR_OK;
   if (len < depth) {
     random_tokens(tok, depth - len, tsr_engine_n_vocab(e));
-    return prefill(e, tok, depth - len, logits, progress, "depth fill");
+    return depth_fill(e, tok, len, depth - len, logits, progress);
   }
   tsr_status st = tsr_engine_seq_rm(e, 0, 0, -1);
   if (st != TSR_OK || depth == 0) return st;
   random_tokens(tok, depth, tsr_engine_n_vocab(e));
-  return prefill(e, tok, depth, logits, progress, "depth fill");
+  return depth_fill(e, tok, 0, depth, logits, progress);
 }
 
 /* Seconds of one run of a test: pp evaluates n tokens in one call, tg n steps. */
@@ -545,6 +566,17 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
     cJSON_AddItemToArray(tests, t);
   }
   cJSON_AddItemToObject(o, "tests", tests);
+  if (g_fills.n) {
+    cJSON *f = cJSON_AddObjectToObject(o, "depth_fills");
+    cJSON_AddNumberToObject(f, "count", g_fills.n);
+    cJSON_AddNumberToObject(f, "tokens", (double)g_fills.tokens);
+    cJSON_AddNumberToObject(f, "seconds", g_fills.seconds);
+    cJSON *l = cJSON_AddObjectToObject(f, "longest");
+    cJSON_AddNumberToObject(l, "from_depth", (double)g_fills.longest_from);
+    cJSON_AddNumberToObject(l, "tokens", (double)g_fills.longest_tokens);
+    cJSON_AddNumberToObject(l, "seconds", g_fills.longest_seconds);
+    cJSON_AddNumberToObject(l, "tokens_per_second", g_fills.longest_tokens / g_fills.longest_seconds);
+  }
   char *text = cJSON_Print(o);
   cJSON_Delete(o);
   FILE *f = text ? fopen(path, "w") : NULL;
@@ -607,6 +639,12 @@ int tsr_cli_bench(int argc, char **argv) {
     print_table(s, backend, &c, r, n_r, a.reps);
     for (int i = 0; i < n_r; i++)
       if (r[i].times) tsr_op_times_sort(r[i].times), print_op_times(&r[i], a.reps);
+    if (g_fills.n)
+      printf("\ndepth fills: %d, %lld tokens in %.1f s; the longest %lld -> %lld tokens in %.1f s, "
+             "%.0f t/s\n", g_fills.n, (long long)g_fills.tokens, g_fills.seconds,
+             (long long)g_fills.longest_from,
+             (long long)(g_fills.longest_from + g_fills.longest_tokens), g_fills.longest_seconds,
+             g_fills.longest_tokens / g_fills.longest_seconds);
     /* what each plugin did (a profile's attention that never engaged says so) */
     printf("\nplugins over the whole run (fills included):\n");
     tsr_plugin_host_print_engagement(s->host, stdout);

@@ -145,11 +145,19 @@ def test_progress_reports_a_long_prefill_call_by_call():
                     ("prefill", 32, 100), ("prefill", 64, 100), ("prefill", 96, 100),
                     ("prefill", 100, 100)], err
     with open(out) as f:
-        assert [t["test"] for t in json.load(f)["tests"]] == ["pp100 @ d70"]
+        j = json.load(f)
+    assert [t["test"] for t in j["tests"]] == ["pp100 @ d70"]
+    # the fill itself is a figure: one fill of 70 tokens from 0, its time and rate
+    fills = j["depth_fills"]
+    assert fills["count"] == 1 and fills["tokens"] == 70 and fills["seconds"] > 0, fills
+    longest = fills["longest"]
+    assert longest["from_depth"] == 0 and longest["tokens"] == 70, fills
+    assert abs(longest["tokens_per_second"] * longest["seconds"] - 70) < 1e-6, fills
     # without it, or shorter than its calls, nothing is printed
-    code, _, err = tessera("bench", "-m", MODEL, "-p", "16", "-n", "0", "-r", "1",
-                           "--progress", "32")
+    code, text, err = tessera("bench", "-m", MODEL, "-p", "16", "-n", "0", "-r", "1",
+                              "--progress", "32")
     assert code == 0 and "tokens," not in err, err
+    assert "depth fills" not in text, text  # depth 0: nothing filled
 
 
 def depth_fills(model, *args):

@@ -341,19 +341,23 @@ __device__ static inline int32_t idx_at(const cu_t &idx, int64_t i, int64_t b2, 
   return *reinterpret_cast<const int32_t *>(idx.p + i * idx.nb[0] + (per_batch ? b2 : 0) * idx.nb[1]);
 }
 
+/* A block a source row (i, b2, b3): whether a later index repeats its row is found once, by
+** the block's threads over the indexes after it (each element scanning them alone made a
+** ubatch of n rows O(n^2) a unit), then the threads write its units. */
 __global__ void k_set_rows(cu_t dst, cu_t src, cu_t idx, int bs) {
-  const int64_t units = dst.ne[0] / bs, n = src.ne[1], nb2 = dst.ne[2];
+  const int64_t n = src.ne[1], nb2 = dst.ne[2], row = blockIdx.x;
+  const int64_t i = row % n, b = row / n, b2 = b % nb2, b3 = b / nb2;
   const int per_batch = idx.ne[1] > 1;
-  FOR_EACH(f, units * n * nb2 * dst.ne[3]) {
-    const int64_t u = f % units, i = (f / units) % n, b = f / (units * n);
-    const int64_t b2 = b % nb2, b3 = b / nb2;
-    const int32_t r = idx_at(idx, i, b2, per_batch);
-    if (r < 0 || r >= dst.ne[1]) continue;
-    bool later = false;
-    for (int64_t k = i + 1; k < n && !later; k++) later = idx_at(idx, k, b2, per_batch) == r;
-    if (later) continue;
-    const char *s = at(src, 0, i, b2, b3);
-    char *d = at(dst, 0, r, b2, b3) + u * dst.nb[0];
+  const int32_t r = idx_at(idx, i, b2, per_batch);
+  if (r < 0 || r >= dst.ne[1]) return; /* the whole block: one row */
+  int later = 0;
+  for (int64_t k = i + 1 + threadIdx.x; k < n && !later; k += blockDim.x)
+    later = idx_at(idx, k, b2, per_batch) == r;
+  if (__syncthreads_or(later)) return;
+  const char *s = at(src, 0, i, b2, b3);
+  char *d0 = at(dst, 0, r, b2, b3);
+  for (int64_t u = threadIdx.x; u < dst.ne[0] / bs; u += blockDim.x) {
+    char *d = d0 + u * dst.nb[0];
     if (bs == 1) {
       st_plain(dst.type, d, ldf(s + u * src.nb[0]));
     } else {
@@ -365,9 +369,8 @@ __global__ void k_set_rows(cu_t dst, cu_t src, cu_t idx, int bs) {
 }
 
 extern "C" int cu_set_rows(cu_stream s, const cu_t *dst, const cu_t *src, const cu_t *idx) {
-  const int bs = cu_block_size(dst->type);
-  const int64_t n = dst->ne[0] / bs * src->ne[1] * dst->ne[2] * dst->ne[3];
-  k_set_rows<<<grid_for(n), NT, 0, s>>>(*dst, *src, *idx, bs);
+  const int64_t rows = src->ne[1] * dst->ne[2] * dst->ne[3];
+  if (rows > 0) k_set_rows<<<(unsigned)rows, NT, 0, s>>>(*dst, *src, *idx, cu_block_size(dst->type));
   return (int)cudaGetLastError();
 }
 

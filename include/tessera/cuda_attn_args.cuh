@@ -83,18 +83,22 @@ static inline size_t tsr_mma_raw_bytes(struct tsr_tile_args *a, int tk) {
 
 /* Whether a launch takes the GQA decode kernel (tessera/cuda_attn_gqa.cuh): asked for,
 ** one query, a group of at most 8 q heads (the fragment's 8 columns), head dims in steps
-** of 32, K and V each f16 with contiguous rows 4-byte aligned, or q8_0 or q4_0 2-byte
-** aligned (it loads a pair of values at a time). */
+** of 32 and value head dims of 128, 256 or 512 (compiled exactly), K/V f16/f16, q8_0/q8_0,
+** q8_0/q4_0 or q4_0/q4_0 (a kernel each), f16 rows contiguous and 4-byte aligned, q8_0 and
+** q4_0 2-byte aligned (it loads a pair of values at a time). */
 static inline bool tsr_gqa_decode_fits(const struct tsr_tile_args *a) {
-  auto ok = [](int32_t type, int64_t nb0, int64_t nb1, int64_t nb2, const char *p) {
+  auto aligned = [](int32_t type, int64_t nb0, int64_t nb1, int64_t nb2, const char *p) {
     const uintptr_t at = (uintptr_t)p;
     if (type == T_F16) return nb0 == 2 && nb1 % 4 == 0 && nb2 % 4 == 0 && at % 4 == 0;
-    return (type == T_Q8_0 || type == T_Q4_0) && nb1 % 2 == 0 && nb2 % 2 == 0 && at % 2 == 0;
+    return nb1 % 2 == 0 && nb2 % 2 == 0 && at % 2 == 0;
   };
+  const int32_t k = a->k_type, v = a->v_type;
+  const bool pair = (k == T_F16 && v == T_F16) || (k == T_Q8_0 && (v == T_Q8_0 || v == T_Q4_0)) ||
+                    (k == T_Q4_0 && v == T_Q4_0);
   return a->gqa_decode && a->Nq == 1 && a->group >= 1 && a->group <= 8 && a->D % 32 == 0 &&
-         a->Dv % 32 == 0 && a->D <= TSR_TILE_MAX_D && a->Dv <= TSR_TILE_MAX_D &&
-         ok(a->k_type, a->k_nb0, a->k_nb1, a->k_nb2, a->k) &&
-         ok(a->v_type, a->v_nb0, a->v_nb1, a->v_nb2, a->v);
+         a->D <= TSR_TILE_MAX_D && (a->Dv == 128 || a->Dv == 256 || a->Dv == 512) && pair &&
+         aligned(k, a->k_nb0, a->k_nb1, a->k_nb2, a->k) &&
+         aligned(v, a->v_nb0, a->v_nb1, a->v_nb2, a->v);
 }
 
 /* Warps a block of the wide variant of the tensor-core kernel (tsr_mma_wide). */

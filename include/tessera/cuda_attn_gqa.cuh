@@ -44,15 +44,18 @@
 /* Keys a warp takes a step (the fragment's rows). */
 #define TSR_GQA_KEYS 16
 
-/* Values e, e + 1 (e even, one block) of a row of f16, q8_0 or q4_0 as a half2's bits,
-** (e, e + 1) in (low, high). */
-CU_HD static inline uint32_t tsr_gqa_pair(int type, const char *row, int64_t e) {
-  if (type == T_F16) return *reinterpret_cast<const uint32_t *>(row + 2 * e);
+/* Values e, e + 1 (e even, one block) of a row of f16, q8_0 or q4_0 (T) as a half2's bits,
+** (e, e + 1) in (low, high). The type is a template parameter: a branch on it between
+** two pairs would make each pair's loads wait for the last one's use. */
+template <int T>
+CU_HD static inline uint32_t tsr_gqa_pair(const char *row, int64_t e) {
+  static_assert(T == T_F16 || T == T_Q8_0 || T == T_Q4_0, "f16, q8_0 or q4_0");
+  if (T == T_F16) return *reinterpret_cast<const uint32_t *>(row + 2 * e);
   const int i = (int)(e % 32);
-  const uint8_t *b = reinterpret_cast<const uint8_t *>(row) + e / 32 * cu_block_bytes(type);
+  const uint8_t *b = reinterpret_cast<const uint8_t *>(row) + e / 32 * (T == T_Q8_0 ? 34 : 18);
   uint32_t u;
   __half2 bias;
-  if (type == T_Q8_0) { /* int8 codes, made 0..255 by flipping the sign bit */
+  if (T == T_Q8_0) { /* int8 codes, made 0..255 by flipping the sign bit */
     u = (uint32_t)*reinterpret_cast<const uint16_t *>(b + 2 + i) ^ 0x8080u;
     bias = __float2half2_rn(1024.0f + 128.0f);
   } else { /* q4_0: value i < 16 the low nibble of code byte i, i + 16 the high */
@@ -85,12 +88,13 @@ CU_HD static inline int64_t tsr_gqa_v_dim(int64_t blk, int h, int r) {
   return 32 * blk + 16 * h + 2 * (r % 8) + r / 8;
 }
 
-/* A fragment of K for keys (rows) g and g + 8, k step s of block blk. */
-CU_HD static inline void tsr_gqa_k_frag(uint32_t a[4], int type, const char *row_g,
-                                        const char *row_g8, int64_t blk, int s, int t) {
+/* A fragment of K (type T) for keys (rows) g and g + 8, k step s of block blk. */
+template <int T>
+CU_HD static inline void tsr_gqa_k_frag(uint32_t a[4], const char *row_g, const char *row_g8,
+                                        int64_t blk, int s, int t) {
   const int64_t lo = tsr_gqa_k_dim(blk, s, 2 * t), hi = tsr_gqa_k_dim(blk, s, 2 * t + 8);
-  a[0] = tsr_gqa_pair(type, row_g, lo), a[1] = tsr_gqa_pair(type, row_g8, lo);
-  a[2] = tsr_gqa_pair(type, row_g, hi), a[3] = tsr_gqa_pair(type, row_g8, hi);
+  a[0] = tsr_gqa_pair<T>(row_g, lo), a[1] = tsr_gqa_pair<T>(row_g8, lo);
+  a[2] = tsr_gqa_pair<T>(row_g, hi), a[3] = tsr_gqa_pair<T>(row_g8, hi);
 }
 
 /* B fragment of Q^T for query row g: q holds the group's rows as f16, ldq apart. */
@@ -101,13 +105,18 @@ CU_HD static inline void tsr_gqa_q_frag(uint32_t b[2], const __half *q, int64_t 
   b[1] = *reinterpret_cast<const uint32_t *>(r + tsr_gqa_k_dim(blk, s, 2 * t + 8));
 }
 
-/* A fragments of V^T for block blk's m tiles (h 0 and 1): columns are the keys 2t, 2t+1,
-** 2t+8, 2t+9 (rows[0..3], live[i] false: zeros), rows the dims of tsr_gqa_v_dim. */
-CU_HD static inline void tsr_gqa_v_frag(uint32_t a[2][4], int type, const char *const rows[4],
+/* A fragments of V^T (type T) for block blk's m tiles (h 0 and 1): columns are the keys
+** 2t, 2t+1, 2t+8, 2t+9 (rows[0..3], every one readable; live[i] false: zeros, chosen after
+** the load so that no branch orders the loads), rows the dims of tsr_gqa_v_dim. */
+template <int T>
+CU_HD static inline void tsr_gqa_v_frag(uint32_t a[2][4], const char *const rows[4],
                                         const bool live[4], int64_t blk, int g) {
   for (int h = 0; h < 2; h++) { /* constant trips: unrolled without a pragma the host rejects */
     uint32_t p[4]; /* key i's values of dims 2g, 2g + 1 (+ 16 h) */
-    for (int i = 0; i < 4; i++) p[i] = live[i] ? tsr_gqa_pair(type, rows[i], tsr_gqa_v_dim(blk, h, g)) : 0u;
+    for (int i = 0; i < 4; i++) {
+      const uint32_t v = tsr_gqa_pair<T>(rows[i], tsr_gqa_v_dim(blk, h, g));
+      p[i] = live[i] ? v : 0u;
+    }
     a[h][0] = tsr_byte_perm(p[0], p[1], 0x5410); /* dim 2g: keys 2t, 2t + 1 */
     a[h][1] = tsr_byte_perm(p[0], p[1], 0x7632); /* dim 2g + 1 */
     a[h][2] = tsr_byte_perm(p[2], p[3], 0x5410); /* keys 2t + 8, 2t + 9 */
@@ -139,13 +148,15 @@ static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a) {
   return q > merge ? q : merge;
 }
 
-/* NV: O^T's m tiles of 16 dims (Dv <= 16 NV). grid (1, KV heads, key splits). */
-template <int NV>
+/* KT, VT: K and V types; NV: O^T's m tiles of 16 dims (Dv = 16 NV). grid (1, KV heads, key
+** splits). */
+template <int KT, int VT, int NV>
 __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_tile_args a) {
   constexpr unsigned ALL = 0xffffffffu;
   extern __shared__ float tsr_gqa_smem_f[];
   __half *qs = reinterpret_cast<__half *>(tsr_gqa_smem_f); /* [bands][8][D + 8] */
-  const int64_t D = a.D, Dv = a.Dv, G = a.group, ldq = D + 8, hk = blockIdx.y;
+  constexpr int64_t Dv = 16 * NV;
+  const int64_t D = a.D, G = a.group, ldq = D + 8, hk = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   /* the group's rows of every band (rows past the group zeros) */
@@ -208,12 +219,12 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
       if (!(bands >> b & 1)) continue;
       float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       const __half *qb = qs + (size_t)b * 8 * ldq;
-#pragma unroll 4 /* a few blocks' loads in flight before their products */
+#pragma unroll 2 /* a few blocks' loads in flight before their products */
       for (int64_t blk = 0; blk < D / 32; blk++) {
 #pragma unroll
         for (int step = 0; step < 2; step++) {
           uint32_t ka[4], qf[2];
-          tsr_gqa_k_frag(ka, a.k_type, krow[0], krow[1], blk, step, t);
+          tsr_gqa_k_frag<KT>(ka, krow[0], krow[1], blk, step, t);
           tsr_gqa_q_frag(qf, qb, ldq, blk, step, g, t);
           tsr_mma_16816(sb, ka, qf[0], qf[1]);
         }
@@ -264,9 +275,8 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     }
 #pragma unroll
     for (int nv = 0; nv < NV / 2; nv++) {
-      if (32 * nv >= Dv) break;
       uint32_t va[2][4];
-      tsr_gqa_v_frag(va, a.v_type, vrow, live, nv, g);
+      tsr_gqa_v_frag<VT>(va, vrow, live, nv, g);
       tsr_mma_16816(o[2 * nv], va[0], pb0, pb1);
       tsr_mma_16816(o[2 * nv + 1], va[1], pb0, pb1);
     }
@@ -287,7 +297,6 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     if (g == 0) sr[0] = m[rr], sr[1] = l[rr];
 #pragma unroll
     for (int nv = 0; nv < NV / 2; nv++) {
-      if (32 * nv >= Dv) break;
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         sr[2 + tsr_gqa_v_dim(nv, h, g)] = o[2 * nv + h][rr];
@@ -314,17 +323,27 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
       if (d == 0) pr[0] = M, pr[1] = L;
       pr[2 + d] = O;
     } else {
-      *reinterpret_cast<float *>(a.dst + h * a.dst_head + d * a.dst_nb0) = L > 0.0f ? O / L : 0.0f;
+      const float inv = L > 0.0f ? 1.0f / L : 0.0f; /* no key: zeros */
+      *reinterpret_cast<float *>(a.dst + h * a.dst_head + d * a.dst_nb0) = O * inv;
     }
   }
 }
 
-/* Launches a planned decode (tsr_gqa_decode_fits). */
-static inline cudaError_t tsr_gqa_decode_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
+template <int KT, int VT>
+static inline cudaError_t tsr_gqa_decode_run(const struct tsr_tile_args *a, cudaStream_t stream) {
   const size_t smem = tsr_gqa_smem(a);
-  if (a->Dv <= 128) return tsr_attn_run<tsr_gqa_decode<8>>(a, 16, smem, stream);
-  if (a->Dv <= 256) return tsr_attn_run<tsr_gqa_decode<16>>(a, 16, smem, stream);
-  return tsr_attn_run<tsr_gqa_decode<32>>(a, 16, smem, stream);
+  if (a->Dv == 128) return tsr_attn_run<tsr_gqa_decode<KT, VT, 8>>(a, 16, smem, stream);
+  if (a->Dv == 256) return tsr_attn_run<tsr_gqa_decode<KT, VT, 16>>(a, 16, smem, stream);
+  return tsr_attn_run<tsr_gqa_decode<KT, VT, 32>>(a, 16, smem, stream);
+}
+
+/* Launches a planned decode (tsr_gqa_decode_fits: one of the type pairs and value head
+** dims below). */
+static inline cudaError_t tsr_gqa_decode_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
+  if (a->k_type == T_F16) return tsr_gqa_decode_run<T_F16, T_F16>(a, stream);
+  if (a->v_type == T_Q8_0) return tsr_gqa_decode_run<T_Q8_0, T_Q8_0>(a, stream);
+  if (a->k_type == T_Q8_0) return tsr_gqa_decode_run<T_Q8_0, T_Q4_0>(a, stream);
+  return tsr_gqa_decode_run<T_Q4_0, T_Q4_0>(a, stream);
 }
 #endif
 

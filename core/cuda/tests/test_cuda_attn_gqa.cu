@@ -95,6 +95,27 @@ static float value_f16(int type, const unsigned char *row, int64_t e) {
 
 static const int types[] = {T_F16, T_Q8_0, T_Q4_0};
 
+/* the helpers are templates on the type (the kernel is compiled a type pair each) */
+static uint32_t pair_of(int type, const char *row, int64_t e) {
+  return type == T_F16    ? tsr_gqa_pair<T_F16>(row, e)
+         : type == T_Q8_0 ? tsr_gqa_pair<T_Q8_0>(row, e)
+                          : tsr_gqa_pair<T_Q4_0>(row, e);
+}
+
+static void k_frag_of(uint32_t a[4], int type, const char *rg, const char *rg8, int64_t blk, int s,
+                      int t) {
+  if (type == T_F16) tsr_gqa_k_frag<T_F16>(a, rg, rg8, blk, s, t);
+  else if (type == T_Q8_0) tsr_gqa_k_frag<T_Q8_0>(a, rg, rg8, blk, s, t);
+  else tsr_gqa_k_frag<T_Q4_0>(a, rg, rg8, blk, s, t);
+}
+
+static void v_frag_of(uint32_t a[2][4], int type, const char *const rows[4], const bool live[4],
+                      int64_t blk, int g) {
+  if (type == T_F16) tsr_gqa_v_frag<T_F16>(a, rows, live, blk, g);
+  else if (type == T_Q8_0) tsr_gqa_v_frag<T_Q8_0>(a, rows, live, blk, g);
+  else tsr_gqa_v_frag<T_Q4_0>(a, rows, live, blk, g);
+}
+
 static void pairs_are_dq_rounded_to_f16(void) {
   alignas(16) static unsigned char rows[KEYS * MAX_D * 2];
   for (int ti = 0; ti < 3; ti++) {
@@ -103,7 +124,7 @@ static void pairs_are_dq_rounded_to_f16(void) {
     int bad = 0;
     for (int r = 0; r < KEYS; r++)
       for (int64_t e = 0; e < MAX_D; e += 2) {
-        const uint32_t p = tsr_gqa_pair(type, reinterpret_cast<const char *>(rows + r * nb1), e);
+        const uint32_t p = pair_of(type, reinterpret_cast<const char *>(rows + r * nb1), e);
         const float want_lo = value_f16(type, rows + r * nb1, e);
         const float want_hi = value_f16(type, rows + r * nb1, e + 1);
         bad += lo_f(p) != want_lo || hi_f(p) != want_hi;
@@ -128,8 +149,8 @@ static void k_and_q_fragments_make_q_k(void) {
           uint32_t a[32][4], b[32][2];
           for (int lane = 0; lane < 32; lane++) {
             const int g = lane / 4, t = lane % 4;
-            tsr_gqa_k_frag(a[lane], type, reinterpret_cast<const char *>(rows + g * nb1),
-                           reinterpret_cast<const char *>(rows + (g + 8) * nb1), blk, s, t);
+            k_frag_of(a[lane], type, reinterpret_cast<const char *>(rows + g * nb1),
+                      reinterpret_cast<const char *>(rows + (g + 8) * nb1), blk, s, t);
             tsr_gqa_q_frag(b[lane], q, ldq, blk, s, g, t);
           }
           mma_emulated(c, a, b);
@@ -188,7 +209,7 @@ static void v_fragments_and_transposed_p_make_p_v(void) {
           for (int i = 0; i < 4; i++)
             vr[i] = reinterpret_cast<const char *>(rows + keys[i] * nb1), lv[i] = live[keys[i]];
           uint32_t frag[2][4];
-          tsr_gqa_v_frag(frag, type, vr, lv, blk, g);
+          v_frag_of(frag, type, vr, lv, blk, g);
           memcpy(a[0][lane], frag[0], sizeof frag[0]), memcpy(a[1][lane], frag[1], sizeof frag[1]);
           b[lane][0] = pb0[lane], b[lane][1] = pb1[lane];
         }
@@ -239,12 +260,22 @@ static void fits_one_query_of_small_groups_in_three_types(void) {
   CHECK(!tsr_gqa_decode_fits(&b));
   b = a, b.k_type = T_Q5_0;
   CHECK(!tsr_gqa_decode_fits(&b));
+  b = a, b.k_type = T_Q4_0, b.v_type = T_Q8_0; /* a type pair not compiled */
+  CHECK(!tsr_gqa_decode_fits(&b));
+  b = a, b.Dv = 384; /* value head dims are compiled exactly: 128, 256, 512 */
+  CHECK(!tsr_gqa_decode_fits(&b));
+  b = a, b.D = 64, b.Dv = 128; /* D any step of 32 */
+  CHECK(tsr_gqa_decode_fits(&b));
   b = a, b.k_type = b.v_type = T_F16, b.k_nb0 = b.v_nb0 = 2, b.k_nb1 = b.v_nb1 = 1024;
   b.k_nb2 = b.v_nb2 = 4096;
   CHECK(tsr_gqa_decode_fits(&b));
   b.k_nb0 = 4; /* a strided f16 view */
   CHECK(!tsr_gqa_decode_fits(&b));
+  b.k_nb0 = 2, b.v_nb1 = 1026; /* f16 rows off their 4-byte alignment */
+  CHECK(!tsr_gqa_decode_fits(&b));
   b = a, b.k = kv + 1; /* codes off their 2-byte alignment */
+  CHECK(!tsr_gqa_decode_fits(&b));
+  b = a, b.v_nb2 = 289;
   CHECK(!tsr_gqa_decode_fits(&b));
 }
 

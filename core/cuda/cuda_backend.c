@@ -768,10 +768,10 @@ static tsr_status open_device(struct cu_ctx *c) {
                          "1", pipe);
   c->attn_pipelined = pipe && strcmp(pipe, "1") == 0;
   const char *gqa = getenv("TESSERA_CUDA_ATTN_GQA_DECODE");
-  if (gqa && *gqa && strcmp(gqa, "0") != 0 && strcmp(gqa, "1") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_GQA_DECODE=%s: 0 (the default) "
-                         "or 1", gqa);
-  c->attn_gqa_decode = gqa && strcmp(gqa, "1") == 0;
+  if (gqa && *gqa && strcmp(gqa, "0") != 0 && strcmp(gqa, "1") != 0 && strcmp(gqa, "2") != 0)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_GQA_DECODE=%s: 0 (the default), "
+                         "1 (the GQA decode kernel) or 2 (its staged variant)", gqa);
+  c->attn_gqa_decode = gqa && *gqa ? gqa[0] - '0' : 0;
   /* the fewest keys a decode split of attention takes (a tuning knob, measured by
   ** perf_table): few splits leave most multiprocessors idle at short depths */
   const char *split = getenv("TESSERA_CUDA_ATTN_SPLIT_KEYS");

@@ -53,7 +53,7 @@ struct cu_ctx {
   bool gemm_f32;   /* TESSERA_CUDA_GEMM=f32: batched products in f32, not f16 */
   bool gemv_x8;    /* decode products with x coded to 8 bits (TESSERA_CUDA_GEMV=f32: off) */
   bool attn_pipelined; /* TESSERA_CUDA_ATTN_PIPELINE=1: tsr_tile_args.pipelined */
-  bool attn_gqa_decode; /* TESSERA_CUDA_ATTN_GQA_DECODE=1: tsr_tile_args.gqa_decode */
+  int attn_gqa_decode; /* TESSERA_CUDA_ATTN_GQA_DECODE (0, 1, 2): tsr_tile_args.gqa_decode */
   int attn_split_keys;  /* TESSERA_CUDA_ATTN_SPLIT_KEYS; 0: the kernel's default */
   bool sync_nodes; /* TESSERA_CUDA_SYNC=1: wait after every node, so a fault names it */
 

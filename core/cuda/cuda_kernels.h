@@ -96,7 +96,7 @@ struct cu_attn {
   int causal;
   int32_t window;
   int pipelined; /* TESSERA_CUDA_ATTN_PIPELINE=1: tsr_tile_args.pipelined */
-  int gqa_decode; /* TESSERA_CUDA_ATTN_GQA_DECODE=1: tsr_tile_args.gqa_decode */
+  int gqa_decode; /* TESSERA_CUDA_ATTN_GQA_DECODE (0, 1, 2): tsr_tile_args.gqa_decode */
   int split_keys; /* TESSERA_CUDA_ATTN_SPLIT_KEYS: tsr_tile_args.split_keys */
 };
 /* Scratch bytes the launch needs (split-KV partials); 0 if none. */

@@ -45,7 +45,8 @@ struct tsr_tile_args {
   int32_t raw_kv; /* set at launch (default loop): bit 0 K, bit 1 V copied whole into shared
                   ** memory as bytes, then decoded there (tsr_mma_copy_raw) */
   int32_t gqa_decode; /* opt-in until measured: one query's decode on the GQA decode kernel
-                      ** (tessera/cuda_attn_gqa.cuh) where tsr_gqa_decode_fits */
+                      ** (tessera/cuda_attn_gqa.cuh) where tsr_gqa_decode_fits; 2: its
+                      ** staged variant where tsr_gqa_staged */
   int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
   int32_t max_splits; /* the most splits the caller's part buffer holds; 0: no bound */
   /* set by tsr_tile_attn_plan */
@@ -99,6 +100,14 @@ static inline bool tsr_gqa_decode_fits(const struct tsr_tile_args *a) {
          a->D <= TSR_TILE_MAX_D && (a->Dv == 128 || a->Dv == 256 || a->Dv == 512) && pair &&
          aligned(k, a->k_nb0, a->k_nb1, a->k_nb2, a->k) &&
          aligned(v, a->v_nb0, a->v_nb1, a->v_nb2, a->v);
+}
+
+/* Whether a GQA decode launch may take the staged variant: asked for (gqa_decode 2), and K
+** and V start 16-byte aligned, so a step's aligned first chunk lies inside the buffer (as
+** the tile kernels' raw copies ask, tsr_mma_raw_bytes); the launch also needs its two steps
+** a warp to fit a block's shared memory (f16 at head dim 512 does not). */
+static inline bool tsr_gqa_staged(const struct tsr_tile_args *a) {
+  return a->gqa_decode == 2 && !((uintptr_t)a->k & 15) && !((uintptr_t)a->v & 15);
 }
 
 /* Warps a block of the wide variant of the tensor-core kernel (tsr_mma_wide). */

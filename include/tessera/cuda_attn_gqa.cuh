@@ -140,17 +140,26 @@ __device__ static inline uint32_t tsr_movmatrix_t(uint32_t x) {
 ** header after them; the CPU test of the helpers above includes it alone). */
 #ifdef TESSERA_CUDA_ATTN_TILE_CUH
 
-/* Shared memory of a block: the Q rows of every band as f16, then (reusing it) the
-** warps' softmax states for their merge. */
-static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a) {
-  const size_t q = sizeof(__half) * (size_t)a->n_bands * 8 * (size_t)(a->D + 8);
+/* Bytes of one warp's staged step (tsr_gqa_decode STAGED): 16 keys' K and V rows as raw
+** bytes, as tsr_mma_copy_raw lands them. */
+__host__ __device__ static inline size_t tsr_gqa_stage_bytes(const struct tsr_tile_args *a) {
+  return tsr_mma_raw_span(TSR_GQA_KEYS, a->k_nb1) + tsr_mma_raw_span(TSR_GQA_KEYS, a->v_nb1);
+}
+
+/* Shared memory of a block: the Q rows of every band as f16 (and, staged, two steps a
+** warp), then (reusing it) the warps' softmax states for their merge. */
+static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a, bool staged) {
+  const size_t q = sizeof(__half) * (size_t)a->n_bands * 8 * (size_t)(a->D + 8) +
+                   (staged ? 2 * TSR_TILE_WARPS * tsr_gqa_stage_bytes(a) : 0);
   const size_t merge = sizeof(float) * (size_t)TSR_TILE_WARPS * 8 * (size_t)(a->Dv + 2);
   return q > merge ? q : merge;
 }
 
-/* KT, VT: K and V types; NV: O^T's m tiles of 16 dims (Dv = 16 NV). grid (1, KV heads, key
-** splits). */
-template <int KT, int VT, int NV>
+/* KT, VT: K and V types; NV: O^T's m tiles of 16 dims (Dv = 16 NV); STAGED: each warp copies
+** its next step's K and V rows whole into shared memory by cp.async (16-byte chunks, the
+** step's every byte in flight) while it computes this one, where unstaged the fragments
+** load their pairs of values from global memory. grid (1, KV heads, key splits). */
+template <int KT, int VT, int NV, bool STAGED>
 __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_tile_args a) {
   constexpr unsigned ALL = 0xffffffffu;
   extern __shared__ float tsr_gqa_smem_f[];
@@ -177,14 +186,38 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   int64_t j_lo, j_hi;
   tsr_tile_split_keys(a, &j_lo, &j_hi);
 
+  /* staged: this warp's two steps of raw rows, after the Q rows; step j0 .. j0 + 16 (those
+  ** before j_hi) copied into stage s */
+  const int64_t kspan = tsr_mma_raw_span(TSR_GQA_KEYS, a.k_nb1);
+  const int64_t stage = STAGED ? (int64_t)tsr_gqa_stage_bytes(&a) : 0;
+  unsigned char *raw = reinterpret_cast<unsigned char *>(qs + (size_t)a.n_bands * 8 * ldq) +
+                       (size_t)warp * 2 * stage;
+  auto start_step = [&](int64_t j, int s) {
+    const int64_t n = j_hi - j < TSR_GQA_KEYS ? j_hi - j : TSR_GQA_KEYS;
+    tsr_mma_copy_raw(kbase + j * a.k_nb1, raw + s * stage, n * a.k_nb1, lane, 32);
+    tsr_mma_copy_raw(vbase + j * a.v_nb1, raw + s * stage + kspan, n * a.v_nb1, lane, 32);
+  };
+  constexpr int64_t STEP = (int64_t)TSR_GQA_KEYS * TSR_TILE_WARPS;
+  if (STAGED) {
+    if (j_lo + (int64_t)warp * TSR_GQA_KEYS < j_hi) start_step(j_lo + (int64_t)warp * TSR_GQA_KEYS, 0);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+
   /* this thread's rows 2t and 2t + 1: running max (warp-uniform), its keys' share of the
   ** sum, and O^T's columns 2t, 2t + 1 */
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NV][4];
 #pragma unroll
   for (int nv = 0; nv < NV; nv++) o[nv][0] = o[nv][1] = o[nv][2] = o[nv][3] = 0.0f;
 
-  for (int64_t j0 = j_lo + (int64_t)warp * TSR_GQA_KEYS; j0 < j_hi;
-       j0 += (int64_t)TSR_GQA_KEYS * TSR_TILE_WARPS) {
+  int s = 0; /* the stage this step's rows are in */
+  for (int64_t j0 = j_lo + (int64_t)warp * TSR_GQA_KEYS; j0 < j_hi; j0 += STEP, s ^= 1) {
+    if (STAGED) { /* every lane is done with the other stage (the step before): refill it */
+      __syncwarp();
+      if (j0 + STEP < j_hi) start_step(j0 + STEP, s ^ 1);
+      asm volatile("cp.async.commit_group;\n" ::);
+      asm volatile("cp.async.wait_group 1;\n" ::); /* this step's copies, this lane's */
+      __syncwarp();                                  /* and every lane's */
+    }
     /* lane i < 16: key j0 + i's band (3: not seen) and mask bias */
     int band = 3;
     float bias = 0.0f;
@@ -209,10 +242,17 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     /* rows g, g + 8 of S^T are keys j0 + g, j0 + 8 + g: their bands and biases */
     const int band_g[2] = {__shfl_sync(ALL, band, g), __shfl_sync(ALL, band, g + 8)};
     const float bias_g[2] = {__shfl_sync(ALL, bias, g), __shfl_sync(ALL, bias, g + 8)};
-    /* rows past the split read the split's last key (in the cache; never used) */
+    /* key i of the step's row: staged, in the warp's stage (rows past the split never
+    ** copied: whatever bytes are there, never used); else in the cache, rows past the split
+    ** reading its last key */
     const int64_t last = j_hi - 1;
-    const char *krow[2] = {kbase + (j0 + g < last ? j0 + g : last) * a.k_nb1,
-                           kbase + (j0 + 8 + g < last ? j0 + 8 + g : last) * a.k_nb1};
+    const char *kstep = STAGED ? tsr_mma_raw_at(kbase + j0 * a.k_nb1, raw + s * stage) : nullptr;
+    const char *vstep = STAGED ? tsr_mma_raw_at(vbase + j0 * a.v_nb1, raw + s * stage + kspan)
+                               : nullptr;
+    auto key_row = [&](const char *step, const char *base, int64_t nb1, int i) {
+      return STAGED ? step + i * nb1 : base + (j0 + i < last ? j0 + i : last) * nb1;
+    };
+    const char *krow[2] = {key_row(kstep, kbase, a.k_nb1, g), key_row(kstep, kbase, a.k_nb1, g + 8)};
 
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int b = 0; b < a.n_bands; b++) {
@@ -271,7 +311,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       live[i] = __shfl_sync(ALL, band, key_of[i]) < 3;
-      vrow[i] = vbase + (j0 + key_of[i] < last ? j0 + key_of[i] : last) * a.v_nb1;
+      vrow[i] = key_row(vstep, vbase, a.v_nb1, key_of[i]);
     }
 #pragma unroll
     for (int nv = 0; nv < NV / 2; nv++) {
@@ -287,7 +327,8 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   for (int rr = 0; rr < 2; rr++)
     for (int off = 4; off < 32; off <<= 1) l[rr] += __shfl_xor_sync(ALL, l[rr], off);
 
-  /* the warps' states through shared memory (the Q rows are done with) */
+  /* the warps' states through shared memory (the Q rows and stages are done with) */
+  if (STAGED) asm volatile("cp.async.wait_group 0;\n" ::);
   __syncthreads();
   float *st = tsr_gqa_smem_f; /* [warp][row 8][Dv + 2]: max, sum, O */
   const int64_t ld = Dv + 2;
@@ -329,21 +370,28 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   }
 }
 
-template <int KT, int VT>
+template <int KT, int VT, bool STAGED>
 static inline cudaError_t tsr_gqa_decode_run(const struct tsr_tile_args *a, cudaStream_t stream) {
-  const size_t smem = tsr_gqa_smem(a);
-  if (a->Dv == 128) return tsr_attn_run<tsr_gqa_decode<KT, VT, 8>>(a, 16, smem, stream);
-  if (a->Dv == 256) return tsr_attn_run<tsr_gqa_decode<KT, VT, 16>>(a, 16, smem, stream);
-  return tsr_attn_run<tsr_gqa_decode<KT, VT, 32>>(a, 16, smem, stream);
+  const size_t smem = tsr_gqa_smem(a, STAGED);
+  if (a->Dv == 128) return tsr_attn_run<tsr_gqa_decode<KT, VT, 8, STAGED>>(a, 16, smem, stream);
+  if (a->Dv == 256) return tsr_attn_run<tsr_gqa_decode<KT, VT, 16, STAGED>>(a, 16, smem, stream);
+  return tsr_attn_run<tsr_gqa_decode<KT, VT, 32, STAGED>>(a, 16, smem, stream);
+}
+
+template <int KT, int VT>
+static inline cudaError_t tsr_gqa_decode_pick(const struct tsr_tile_args *a, cudaStream_t stream) {
+  if (tsr_gqa_staged(a) && tsr_gqa_smem(a, true) <= TSR_MMA_SMEM_MAX)
+    return tsr_gqa_decode_run<KT, VT, true>(a, stream);
+  return tsr_gqa_decode_run<KT, VT, false>(a, stream);
 }
 
 /* Launches a planned decode (tsr_gqa_decode_fits: one of the type pairs and value head
 ** dims below). */
 static inline cudaError_t tsr_gqa_decode_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
-  if (a->k_type == T_F16) return tsr_gqa_decode_run<T_F16, T_F16>(a, stream);
-  if (a->v_type == T_Q8_0) return tsr_gqa_decode_run<T_Q8_0, T_Q8_0>(a, stream);
-  if (a->k_type == T_Q8_0) return tsr_gqa_decode_run<T_Q8_0, T_Q4_0>(a, stream);
-  return tsr_gqa_decode_run<T_Q4_0, T_Q4_0>(a, stream);
+  if (a->k_type == T_F16) return tsr_gqa_decode_pick<T_F16, T_F16>(a, stream);
+  if (a->v_type == T_Q8_0) return tsr_gqa_decode_pick<T_Q8_0, T_Q8_0>(a, stream);
+  if (a->k_type == T_Q8_0) return tsr_gqa_decode_pick<T_Q8_0, T_Q4_0>(a, stream);
+  return tsr_gqa_decode_pick<T_Q4_0, T_Q4_0>(a, stream);
 }
 #endif
 

@@ -100,12 +100,15 @@ __device__ static inline const char *tsr_mma_raw_at(const char *src, const unsig
 
 /* Starts the copy of `bytes` bytes at src into shared memory at dst (16-byte
 ** aligned) by 16-byte cp.async, all in flight at once (src's first byte lands at
-** tsr_mma_raw_at). The last chunk reads only what is left. */
-__device__ static inline void tsr_mma_copy_raw(const char *src, unsigned char *dst, int64_t bytes) {
+** tsr_mma_raw_at), shared by the block's threads or (tid, nthreads) given, a warp's
+** lanes. The last chunk reads only what is left. */
+__device__ static inline void tsr_mma_copy_raw(const char *src, unsigned char *dst, int64_t bytes,
+                                               int tid = -1, int nthreads = 0) {
+  if (tid < 0) tid = (int)threadIdx.x, nthreads = (int)blockDim.x;
   const int off = (int)((uintptr_t)src & 15);
   const char *start = src - off;
   bytes += off;
-  for (int64_t c = (int64_t)threadIdx.x * 16; c < bytes; c += (int64_t)blockDim.x * 16) {
+  for (int64_t c = (int64_t)tid * 16; c < bytes; c += (int64_t)nthreads * 16) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst + c);
     const int n = bytes - c < 16 ? (int)(bytes - c) : 16;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(start + c), "r"(n));

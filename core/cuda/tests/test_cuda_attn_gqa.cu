@@ -7,7 +7,7 @@
 **   - every pair of values is dq's value rounded to f16, bit for bit (f16, q8_0, q4_0);
 **   - S^T = K Q^T over head dims 128 and 512 within f32 summation;
 **   - O^T = V^T P^T, dead keys' values zeroed even where their bytes are NaN;
-** and which launches take the kernel (tsr_gqa_decode_fits). tests/gpu/gpu_op_parity
+** and which launches take the kernel (tsr_gqa_decode_fits) and its staged variant. tests/gpu/gpu_op_parity
 ** runs the kernel itself on a GPU (TESSERA_CUDA_ATTN_GQA_DECODE=1).
 */
 #include <math.h>
@@ -277,6 +277,12 @@ static void fits_one_query_of_small_groups_in_three_types(void) {
   CHECK(!tsr_gqa_decode_fits(&b));
   b = a, b.v_nb2 = 289;
   CHECK(!tsr_gqa_decode_fits(&b));
+  /* the staged variant: asked for, and K and V 16-byte aligned (the copies' first chunk) */
+  CHECK(!tsr_gqa_staged(&a));
+  b = a, b.gqa_decode = 2;
+  CHECK(tsr_gqa_decode_fits(&b) && tsr_gqa_staged(&b));
+  b.v = kv + 2;
+  CHECK(tsr_gqa_decode_fits(&b) && !tsr_gqa_staged(&b));
 }
 
 int main(void) {

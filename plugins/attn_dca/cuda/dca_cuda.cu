@@ -102,9 +102,9 @@ static tsr_tile_args tile_args_of(const struct tsr_tensor_info *dst,
     const char *pipe = getenv("TESSERA_CUDA_ATTN_PIPELINE");
     return pipe && !strcmp(pipe, "1");
   }();
-  static const bool gqa_decode = [] {
+  static const int gqa_decode = [] {
     const char *gqa = getenv("TESSERA_CUDA_ATTN_GQA_DECODE");
-    return gqa && !strcmp(gqa, "1");
+    return gqa && (!strcmp(gqa, "1") || !strcmp(gqa, "2")) ? gqa[0] - '0' : 0;
   }();
   t.pipelined = pipelined, t.gqa_decode = gqa_decode;
   t.D = src[DCA_SRC_Q].ne[0], t.Hq = src[DCA_SRC_Q].ne[1], t.Nq = src[DCA_SRC_Q].ne[2];

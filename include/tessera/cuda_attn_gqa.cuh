@@ -209,8 +209,17 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
 #pragma unroll
   for (int nv = 0; nv < NV; nv++) o[nv][0] = o[nv][1] = o[nv][2] = o[nv][3] = 0.0f;
 
+  /* lane i < 16: the position of key j + i, -1 past the split (hidden as an empty cell is);
+  ** loaded a step ahead, its latency behind a step's products */
+  auto key_pos = [&](int64_t j) -> int32_t {
+    if (lane >= TSR_GQA_KEYS || j + lane >= j_hi) return -1;
+    return a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j + lane) : 0;
+  };
+  int32_t kp_next = key_pos(j_lo + (int64_t)warp * TSR_GQA_KEYS);
   int s = 0; /* the stage this step's rows are in */
   for (int64_t j0 = j_lo + (int64_t)warp * TSR_GQA_KEYS; j0 < j_hi; j0 += STEP, s ^= 1) {
+    const int32_t kp = kp_next;
+    kp_next = key_pos(j0 + STEP);
     if (STAGED) { /* every lane is done with the other stage (the step before): refill it */
       __syncwarp();
       if (j0 + STEP < j_hi) start_step(j0 + STEP, s ^ 1);
@@ -221,10 +230,9 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     /* lane i < 16: key j0 + i's band (3: not seen) and mask bias */
     int band = 3;
     float bias = 0.0f;
-    if (lane < TSR_GQA_KEYS && j0 + lane < j_hi) {
-      const int32_t kp = a.kv_pos ? tsr_tile_pos(a.kv_pos, a.kv_pos_nb0, j0 + lane) : 0;
-      bool seen = kp >= 0;
-      if (seen && a.kv_pos) {
+    if (kp >= 0) {
+      bool seen = true;
+      if (a.kv_pos) {
         if (a.causal && kp > qp) seen = false;
         if (a.window > 0 && (int64_t)qp - kp >= a.window) seen = false;
       }

@@ -89,7 +89,7 @@ tsr_status tsr_cuda_probe(void *ctx, struct tsr_backend_ceilings *out) {
            c->gemm_f32 ? "; run with f32 GEMMs" : "",
            c->use_graphs ? "" : "; run without CUDA graphs",
            c->attn_pipelined ? "; run with the pipelined attention tile loop" : "",
-           c->attn_gqa_decode == 2 ? "; run with the staged GQA decode kernel"
+           c->attn_gqa_decode == 2 ? "; run with the GQA decode kernel, staged where it fits"
            : c->attn_gqa_decode    ? "; run with the GQA decode kernel"
                                    : "");
   if (c->attn_split_keys) {

@@ -102,12 +102,19 @@ static inline bool tsr_gqa_decode_fits(const struct tsr_tile_args *a) {
          aligned(v, a->v_nb0, a->v_nb1, a->v_nb2, a->v);
 }
 
-/* Whether a GQA decode launch may take the staged variant: asked for (gqa_decode 2), and K
-** and V start 16-byte aligned, so a step's aligned first chunk lies inside the buffer (as
-** the tile kernels' raw copies ask, tsr_mma_raw_bytes); the launch also needs its two steps
-** a warp to fit a block's shared memory (f16 at head dim 512 does not). */
+/* Whether a GQA decode launch may take the staged variant: asked for (gqa_decode 2), K and V
+** in q8_0 or q4_0 with rows end to end (a step's rows are one span of bytes, nothing between
+** them copied) starting 16-byte aligned, so a step's aligned first chunk lies inside the
+** buffer (the tile kernels' raw copies ask the same, tsr_mma_raw_bytes). f16 stays unstaged:
+** rows of a multiple of 128 bytes would put a fragment's 8 rows in one shared-memory bank.
+** The launch also needs two steps a warp to fit a block's shared memory. */
 static inline bool tsr_gqa_staged(const struct tsr_tile_args *a) {
-  return a->gqa_decode == 2 && !((uintptr_t)a->k & 15) && !((uintptr_t)a->v & 15);
+  auto rows = [](int32_t type, int64_t d, int64_t nb1, const char *p) {
+    return (type == T_Q8_0 || type == T_Q4_0) && nb1 == d / 32 * cu_block_bytes(type) &&
+           !((uintptr_t)p & 15);
+  };
+  return a->gqa_decode == 2 && rows(a->k_type, a->D, a->k_nb1, a->k) &&
+         rows(a->v_type, a->Dv, a->v_nb1, a->v);
 }
 
 /* Warps a block of the wide variant of the tensor-core kernel (tsr_mma_wide). */

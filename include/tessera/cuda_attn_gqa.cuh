@@ -3,7 +3,8 @@
 ** query's q heads of that head's group (up to 8) as the 8 columns of an mma
 ** fragment and the keys as its 16 rows, S^T = K Q^T and O^T += V^T P^T on
 ** mma.sync m16n8k16 (f16 operands, f32 sums). Opt-in until measured
-** (tsr_tile_args.gqa_decode; TESSERA_CUDA_ATTN_GQA_DECODE=1).
+** (tsr_tile_args.gqa_decode; TESSERA_CUDA_ATTN_GQA_DECODE=1, or 2 for the staged
+** variant below).
 **
 ** Why: the tile kernels decode with 16 rows a warp, of which a decode step's
 ** group fills at most 8, and stage every K/V tile through shared memory between
@@ -13,7 +14,10 @@
 ** V element once, from global memory straight into mma fragments (a pair of
 ** values a load, f16 caches as they are, q8_0 and q4_0 codes turned to f16 as
 ** tsr_dq_quarter_h does: the bits of dq's value rounded to f16), and turns the
-** probabilities from S^T's fragment into P^T's by movmatrix. The block's warps
+** probabilities from S^T's fragment into P^T's by movmatrix. Staged (q8_0 and q4_0
+** rows end to end), each warp copies its next step's K and V rows whole into shared
+** memory by 16-byte cp.async while it computes the current step, so a step's every
+** byte is in flight at once, and the fragments read their pairs there. The block's warps
 ** merge their softmax states at the end; splits merge as the tile kernels' do
 ** (tsr_tile_combine), from the same plan (tsr_tile_attn_plan).
 **
@@ -168,17 +172,6 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   const int64_t D = a.D, G = a.group, ldq = D + 8, hk = blockIdx.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
-  /* the group's rows of every band (rows past the group zeros) */
-  for (int e = threadIdx.x; e < a.n_bands * 8 * (int)ldq; e += blockDim.x) {
-    int d, r;
-    const int b = cu_divmod(cu_divmod(e, (int)ldq, &d), 8, &r);
-    qs[e] = __float2half_rn(r < G && d < D ? *reinterpret_cast<const float *>(
-                                                 tsr_tile_q_of(a, b) + (hk * G + r) * a.q_head +
-                                                 d * a.q_nb0)
-                                           : 0.0f);
-  }
-  __syncthreads();
-
   const int32_t qp = a.q_pos ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, 0) : 0;
   const int64_t lo_intra = a.n_bands == 3 ? (int64_t)qp / a.c * a.c : 0;
   const float sg = a.scale * tsr_tile_gain(qp, a.temp_from);
@@ -202,6 +195,17 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     if (j_lo + (int64_t)warp * TSR_GQA_KEYS < j_hi) start_step(j_lo + (int64_t)warp * TSR_GQA_KEYS, 0);
     asm volatile("cp.async.commit_group;\n" ::);
   }
+
+  /* the group's rows of every band (rows past the group zeros), the first copies in flight */
+  for (int e = threadIdx.x; e < a.n_bands * 8 * (int)ldq; e += blockDim.x) {
+    int d, r;
+    const int b = cu_divmod(cu_divmod(e, (int)ldq, &d), 8, &r);
+    qs[e] = __float2half_rn(r < G && d < D ? *reinterpret_cast<const float *>(
+                                                 tsr_tile_q_of(a, b) + (hk * G + r) * a.q_head +
+                                                 d * a.q_nb0)
+                                           : 0.0f);
+  }
+  __syncthreads();
 
   /* this thread's rows 2t and 2t + 1: running max (warp-uniform), its keys' share of the
   ** sum, and O^T's columns 2t, 2t + 1 */
@@ -262,7 +266,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     };
     const char *krow[2] = {key_row(kstep, kbase, a.k_nb1, g), key_row(kstep, kbase, a.k_nb1, g + 8)};
 
-    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* S^T of each key's band */
     for (int b = 0; b < a.n_bands; b++) {
       if (!(bands >> b & 1)) continue;
       float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -279,7 +283,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
       }
 #pragma unroll
       for (int c = 0; c < 4; c++)
-        if (band_g[c / 2] == b) s[c] = sb[c];
+        if (band_g[c / 2] == b) sc[c] = sb[c];
     }
 
     /* logits: element c is key g + 8 (c / 2), row 2t + c % 2 */
@@ -290,7 +294,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
         x[c] = -INFINITY;
         continue;
       }
-      float v = s[c] * sg;
+      float v = sc[c] * sg;
       if (a.softcap > 0.0f) v = a.softcap * tanhf(v / a.softcap);
       x[c] = v + bias_g[c / 2];
     }
@@ -386,6 +390,7 @@ static inline cudaError_t tsr_gqa_decode_run(const struct tsr_tile_args *a, cuda
   return tsr_attn_run<tsr_gqa_decode<KT, VT, 32, STAGED>>(a, 16, smem, stream);
 }
 
+/* q8_0 and q4_0 pairs: staged where tsr_gqa_staged and two steps a warp fit */
 template <int KT, int VT>
 static inline cudaError_t tsr_gqa_decode_pick(const struct tsr_tile_args *a, cudaStream_t stream) {
   if (tsr_gqa_staged(a) && tsr_gqa_smem(a, true) <= TSR_MMA_SMEM_MAX)
@@ -396,7 +401,7 @@ static inline cudaError_t tsr_gqa_decode_pick(const struct tsr_tile_args *a, cud
 /* Launches a planned decode (tsr_gqa_decode_fits: one of the type pairs and value head
 ** dims below). */
 static inline cudaError_t tsr_gqa_decode_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
-  if (a->k_type == T_F16) return tsr_gqa_decode_pick<T_F16, T_F16>(a, stream);
+  if (a->k_type == T_F16) return tsr_gqa_decode_run<T_F16, T_F16, false>(a, stream);
   if (a->v_type == T_Q8_0) return tsr_gqa_decode_pick<T_Q8_0, T_Q8_0>(a, stream);
   if (a->k_type == T_Q8_0) return tsr_gqa_decode_pick<T_Q8_0, T_Q4_0>(a, stream);
   return tsr_gqa_decode_pick<T_Q4_0, T_Q4_0>(a, stream);

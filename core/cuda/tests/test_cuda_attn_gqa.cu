@@ -283,6 +283,11 @@ static void fits_one_query_of_small_groups_in_three_types(void) {
   CHECK(tsr_gqa_decode_fits(&b) && tsr_gqa_staged(&b));
   b.v = kv + 2;
   CHECK(tsr_gqa_decode_fits(&b) && !tsr_gqa_staged(&b));
+  b = a, b.gqa_decode = 2, b.k_nb1 = 2 * 16 * 34; /* rows with a gap: not one span */
+  CHECK(tsr_gqa_decode_fits(&b) && !tsr_gqa_staged(&b));
+  b = a, b.gqa_decode = 2, b.k_type = b.v_type = T_F16, b.k_nb0 = b.v_nb0 = 2;
+  b.k_nb1 = b.v_nb1 = 1024, b.k_nb2 = b.v_nb2 = 4096; /* f16: unstaged */
+  CHECK(tsr_gqa_decode_fits(&b) && !tsr_gqa_staged(&b));
 }
 
 int main(void) {

@@ -28,9 +28,10 @@
 ** many of its timed steps replayed (a step that did not ran node by node) and how
 ** many captures they took (--json: graph_replays, graph_captures).
 ** The depth fills are counted and timed too (--json: depth_fills; the longest one's rate
-** is a long-context run's prefill figure), then what each plugin counted over the whole run (fills included), and last the
-** memory the run held at its peak: on a device backend
-** its own allocations and the device's memory in use, on the cpu the peak
+** is a long-context run's prefill figure; --depth-fill positions fills without compute,
+** said in the output and the JSON's depth_fill). Then what each plugin counted over the
+** whole run (fills included), and last the memory the run held at its peak: on a device
+** backend its own allocations and the device's memory in use, on the cpu the peak
 ** resident set of the process.
 */
 #include <math.h>
@@ -61,6 +62,7 @@ struct bench_args {
   int64_t reps, warmup;
   bool op_times;
   int64_t progress; /* --progress: tokens a call of a long prefill; 0: one call */
+  bool fill_positions; /* --depth-fill positions: depths filled without compute */
   char ctx_set[40];
 };
 
@@ -92,7 +94,7 @@ static void bench_usage(FILE *f) {
           "usage: tessera bench (-m MODEL.gguf | --profile P) [--set key=value]...\n"
           "                     [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-r REPS]\n"
           "                     [--warmup N] [--json OUT] [--threads N] [--op-times]\n"
-          "                     [--progress TOKENS]\n"
+          "                     [--progress TOKENS] [--depth-fill compute|positions]\n"
           "Prefill (ppN: N tokens in one call, default 512) and decode (tgN: N one-token\n"
           "steps, default 128) tokens/s on top of a context already holding each depth -d\n"
           "(default 0), REPS times each (default 5) after N warm-ups (default 1; 0 for a\n"
@@ -108,7 +110,14 @@ static void bench_usage(FILE *f) {
           "--progress TOKENS evaluates a prefill or depth fill longer than TOKENS in calls\n"
           "of TOKENS tokens with a line on stderr after each (tokens done, rate, minutes\n"
           "left), for runs such as a 1M-token prefill: the same tokens and computes, plus\n"
-          "the LM head of one token per call.\n");
+          "the LM head of one token per call.\n"
+          "--depth-fill positions fills each depth without computing it: the cells take\n"
+          "their positions and keep the bytes they hold (zeros), so a decode at 1M tokens\n"
+          "is timed in seconds, not the fill's minutes. cuda's tensor-core attention reads\n"
+          "every key whatever the values; the cpu's skips the V rows whose weights\n"
+          "underflow, which over zeros none do, so there it reads more than after a\n"
+          "computed fill. The output says so and the JSON records it (depth_fill).\n"
+          "Refused for models with recurrent layers.\n");
 }
 
 static int usage_error(const char *what, const char *arg) {
@@ -164,6 +173,10 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
     else if (!strcmp(f, "--warmup")) ok = tsr_cli_parse_i64(v, 0, 100, &a->warmup);
     else if (!strcmp(f, "--json")) a->json = v;
     else if (!strcmp(f, "--progress")) ok = tsr_cli_parse_i64(v, 1, 1 << 24, &a->progress);
+    else if (!strcmp(f, "--depth-fill")) {
+      ok = !strcmp(v, "compute") || !strcmp(v, "positions");
+      a->fill_positions = !strcmp(v, "positions");
+    }
     else return usage_error("unknown option ", f);
     if (!ok) return usage_error("not a valid value for ", f);
   }
@@ -334,6 +347,7 @@ static tsr_status prefill(struct tsr_engine *e, const int32_t *tok, int64_t n, f
 /* The depth fills of a run (fills are not timed tests, but a 1M-token fill is the figure of a
 ** long-context run): how many, their tokens and seconds, and the longest. */
 static struct {
+  bool positions; /* --depth-fill positions: tsr_engine_fill_positions, nothing computed */
   int n;
   int64_t tokens, longest_from, longest_tokens;
   double seconds, longest_seconds;
@@ -342,7 +356,8 @@ static struct {
 static tsr_status depth_fill(struct tsr_engine *e, const int32_t *tok, int64_t from, int64_t n,
                              float *logits, int64_t progress) {
   const double t0 = tsr_now_s();
-  const tsr_status st = prefill(e, tok, n, logits, progress, "depth fill");
+  const tsr_status st = g_fills.positions ? tsr_engine_fill_positions(e, 0, (int32_t)n)
+                                          : prefill(e, tok, n, logits, progress, "depth fill");
   const double s = tsr_now_s() - t0;
   if (st != TSR_OK) return st;
   g_fills.n++, g_fills.tokens += n, g_fills.seconds += s;
@@ -566,12 +581,15 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
     cJSON_AddItemToArray(tests, t);
   }
   cJSON_AddItemToObject(o, "tests", tests);
+  cJSON_AddStringToObject(o, "depth_fill", g_fills.positions ? "positions" : "compute");
   if (g_fills.n) {
     cJSON *f = cJSON_AddObjectToObject(o, "depth_fills");
     cJSON_AddNumberToObject(f, "count", g_fills.n);
     cJSON_AddNumberToObject(f, "tokens", (double)g_fills.tokens);
     cJSON_AddNumberToObject(f, "seconds", g_fills.seconds);
-    cJSON *l = cJSON_AddObjectToObject(f, "longest");
+  }
+  if (g_fills.n && !g_fills.positions) { /* a computed fill's rate is a prefill figure */
+    cJSON *l = cJSON_AddObjectToObject(cJSON_GetObjectItem(o, "depth_fills"), "longest");
     cJSON_AddNumberToObject(l, "from_depth", (double)g_fills.longest_from);
     cJSON_AddNumberToObject(l, "tokens", (double)g_fills.longest_tokens);
     cJSON_AddNumberToObject(l, "seconds", g_fills.longest_seconds);
@@ -590,6 +608,7 @@ int tsr_cli_bench(int argc, char **argv) {
   struct bench_args a = {0};
   int code = parse_args(argc, argv, &a);
   if (code >= 0) return code;
+  g_fills.positions = a.fill_positions;
   struct tsr_engine_options eo = {.profile_path = a.eng.profile, .sets = a.eng.sets,
                                   .n_sets = a.eng.n_sets, .model_path = a.eng.model,
                                   .n_threads = a.eng.threads};
@@ -639,7 +658,12 @@ int tsr_cli_bench(int argc, char **argv) {
     print_table(s, backend, &c, r, n_r, a.reps);
     for (int i = 0; i < n_r; i++)
       if (r[i].times) tsr_op_times_sort(r[i].times), print_op_times(&r[i], a.reps);
-    if (g_fills.n)
+    if (g_fills.n && g_fills.positions)
+      printf("\ndepth fills: %d, %lld positions, filled without compute (--depth-fill "
+             "positions): the cache at depth holds zeros, not a computed context; the tests "
+             "read a cache of that size, every V row of it where an attention would skip "
+             "rows whose weights underflow (the cpu's)\n", g_fills.n, (long long)g_fills.tokens);
+    else if (g_fills.n)
       printf("\ndepth fills: %d, %lld tokens in %.1f s; the longest %lld -> %lld tokens in %.1f s, "
              "%.0f t/s\n", g_fills.n, (long long)g_fills.tokens, g_fills.seconds,
              (long long)g_fills.longest_from,

@@ -184,10 +184,28 @@ def test_depths_fill_once_and_repetitions_resume_on_a_sliding_ring():
 
 
 @case
+def test_a_depth_filled_with_positions_only_says_so():
+    text, j = bench(MODEL, "-p", "8", "-n", "2", "-d", "300", "-r", "2", "--depth-fill",
+                    "positions")
+    assert j["depth_fill"] == "positions", j
+    assert j["depth_fills"]["count"] == 1 and j["depth_fills"]["tokens"] == 300, j
+    assert "longest" not in j["depth_fills"], j  # no prefill rate from a fill not computed
+    assert [t["test"] for t in j["tests"]] == ["pp8 @ d300", "tg2 @ d300"], j["tests"]
+    assert "filled without compute" in text, text
+    _, j = bench(MODEL, "-p", "8", "-n", "0", "-d", "40", "-r", "1")
+    assert j["depth_fill"] == "compute" and "longest" in j["depth_fills"], j
+    # recurrent state only a computed fill gives
+    code, _, err = tessera("bench", "-m", fixture("qwen3_5"), "-p", "0", "-n", "2", "-d", "20",
+                           "-r", "1", "--depth-fill", "positions")
+    assert code != 0 and "recurrent" in err, err
+
+
+@case
 def test_bad_flags_are_refused_naming_them():
     for args, needle in ((["-p", "0", "-n", "0"], "nothing to measure"), (["-p", "x"], "-p"),
                          (["-r", "0"], "-r"), (["-d", "-5"], "-d"), (["--warmup", "-1"], "--warmup"),
                          (["--bogus", "1"], "--bogus"), (["--progress", "0"], "--progress"),
+                         (["--depth-fill", "zeros"], "--depth-fill"),
                          (["-n", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"], "-n")):
         code, _, err = tessera("bench", "-m", MODEL, *args)
         assert code == 2 and needle in err, f"{args}: exit {code}: {err}"

@@ -33,7 +33,9 @@
 #            PERF_1M_DEPTH (1048544) tokens in ubatches of PERF_1M_UBATCH (2048),
 #            a progress line every PERF_1M_PROGRESS (65536), then PERF_1M_N (32) decode steps
 #            at 1M and the device memory at its peak, into OUT/dca1m.json (PERF_1M_CONTEXT
-#            overrides the profile's context, for the CPU test)
+#            overrides the profile's context, for the CPU test; PERF_1M_FILL=positions fills
+#            the depth without compute, tessera bench --depth-fill positions: the decode at
+#            1M in minutes, not the fill's 25, said so in the output)
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
 #            prefill at D 128 and 512) into OUT/ncu_*.log
@@ -192,7 +194,8 @@ for part in $parts; do
     echo "== dca1m ($(date +%T))"
     if ! "$b/core/cli/tessera" bench --profile conf/gemma4-26b-a4b-1m-dca.yaml "${sets[@]}" \
          -p 0 -n "${PERF_1M_N:-32}" -d "${PERF_1M_DEPTH:-1048544}" -r 1 --warmup 0 \
-         --progress "${PERF_1M_PROGRESS:-65536}" --json "$out/dca1m.json"; then
+         --progress "${PERF_1M_PROGRESS:-65536}" --depth-fill "${PERF_1M_FILL:-compute}" \
+         --json "$out/dca1m.json"; then
       echo "FAIL dca1m"
       fails=$((fails + 1))
     fi

@@ -48,6 +48,14 @@ check the_dca1m_part_fills_and_decodes \
    grep -q "attention dca (attn_dca" "$tmp/mlog" && grep -q "depth fill: 384 of 448 tokens" "$tmp/mlog" &&
    grep -q "| tg2 @ d448 " "$tmp/mlog" && grep -q "attn_dca *layers_served=9, tokens_served=450" "$tmp/mlog" &&
    [ -s "$tmp/m/dca1m.json" ] && [ ! -e "$tmp/m/g26_1m.gguf" ]'
+# a fill of positions only: no progress lines, the decode at the depth, said so
+check the_dca1m_part_fills_positions_when_asked \
+  'PERF_BACKEND=cpu PERF_CUT="--layers 6 --vocab 512" PERF_CUT_MOE="--experts 4" PERF_1M_CONTEXT=512 \
+   PERF_1M_DEPTH=448 PERF_1M_UBATCH=64 PERF_1M_PROGRESS=128 PERF_1M_N=2 PERF_1M_FILL=positions \
+   bash tests/gpu/perf_table.sh "$build" "$tmp/mp" dca1m >"$tmp/mplog" 2>&1 &&
+   grep -qx "0 failed" "$tmp/mp/done" && ! grep -q "depth fill: 384 of 448 tokens" "$tmp/mplog" &&
+   grep -q "| tg2 @ d448 " "$tmp/mplog" && grep -q "448 positions, filled without compute" "$tmp/mplog" &&
+   grep -q "\"depth_fill\":[[:space:]]*\"positions\"" "$tmp/mp/dca1m.json"'
 check the_ncu_part_names_a_missing_ncu \
   '! PERF_BACKEND=cpu PATH=/usr/bin:/bin bash tests/gpu/perf_table.sh "$build" "$tmp/n" ncu >"$tmp/nlog" 2>&1 &&
    grep -qx "5 failed" "$tmp/n/done" && grep -q "^FAIL ncu flash_attn decode f16 kv=32768 D=128: ncu_kernels: no ncu" "$tmp/nlog"'

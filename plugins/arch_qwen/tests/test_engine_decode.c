@@ -159,6 +159,46 @@ static void test_full_context_is_refused_and_cache_unchanged(void) {
   tsr_engine_free(e);
 }
 
+/* A fill of positions only (bench's --depth-fill positions): the sequence grows by the
+** positions, nothing is remembered for prompt reuse, the next token sees finite values,
+** a fill past the context is refused with the cache unchanged, and removing the filled
+** positions gives back the computed decode exactly. */
+static void test_positions_fill_holds_positions_only(void) {
+  static const char *const sets[] = {"kv.k=f32", "kv.v=f32", "context=64", "ubatch=16"};
+  struct tsr_engine *e = engine(sets, 4);
+  if (!e) return;
+  const struct tsr_setup *su = tsr_engine_setup(e);
+  bool linear = false;
+  for (int32_t i = 0; i < su->n_layers; i++) linear |= su->layers[i].kind == TSR_LAYER_LINEAR;
+  float *out = malloc((size_t)g_vocab * sizeof *out);
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids, 10, out, NULL));
+  if (linear) { /* recurrent state only a computed fill gives */
+    CHECK(tsr_engine_fill_positions(e, 0, 40) == TSR_ERR_UNSUPPORTED);
+    CHECK(strstr(tsr_error_message(), "recurrent") != NULL);
+    CHECK(tsr_engine_seq_len(e, 0) == 10);
+    free(out);
+    tsr_engine_free(e);
+    return;
+  }
+  CHECK_OK(tsr_engine_fill_positions(e, 0, 40)); /* three ubatches' worth */
+  CHECK(tsr_engine_seq_len(e, 0) == 50);
+  CHECK(tsr_engine_common_prefix(e, 0, g_ids, 10) == 10); /* the computed ids stay */
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids + 10, 1, out, NULL));
+  int finite = 1;
+  for (int32_t i = 0; i < g_vocab; i++) finite &= isfinite(out[i]) != 0;
+  CHECK(finite);
+  CHECK(tsr_engine_seq_len(e, 0) == 51);
+  CHECK(tsr_engine_fill_positions(e, 0, 14) == TSR_ERR_NOMEM);
+  CHECK(tsr_engine_seq_len(e, 0) == 51);
+  CHECK(tsr_engine_fill_positions(e, 1, 4) == TSR_ERR_INVALID_ARG); /* one sequence */
+  CHECK_OK(tsr_engine_seq_rm(e, 0, 10, -1));
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids + 10, 1, out, NULL));
+  const double r = tsr_test_row_rel(out, g_whole + (size_t)10 * g_vocab, g_vocab);
+  CHECK_MSG(r <= 1e-4, "position 10 after the filled positions were removed: max rel %g", r);
+  free(out);
+  tsr_engine_free(e);
+}
+
 /* The LM head runs only for the tokens whose logits are read (tsr_arch_forward.output_rows):
 ** a prefill that reads the last token computes one row a ubatch, and a batch reading every
 ** third token gets each of those rows, in order, equal to (a)'s. */
@@ -272,6 +312,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_full_context_is_refused_and_cache_unchanged);
   TSR_RUN(test_several_sequences_in_one_batch_match_each_alone);
   TSR_RUN(test_logits_are_computed_for_read_rows_only);
+  TSR_RUN(test_positions_fill_holds_positions_only);
   free(g_whole);
   tsr_gguf_close(gold);
   return TSR_TEST_EXIT();

@@ -67,14 +67,7 @@ CU_HD static inline uint32_t tsr_gqa_pair(const char *row, int64_t e) {
         0x0f0fu;
     bias = __float2half2_rn(1024.0f + 8.0f);
   }
-  /* code byte c under the f16 exponent of 1024 is 1024 + c exactly; one product rounds */
-  const uint32_t x = tsr_byte_perm(u, 0x64646464u, 0x5140);
-  const __half2 d2 = __half2half2(*reinterpret_cast<const __half *>(b));
-  const __half2 v = __hmul2(__hsub2(__halves2half2(__ushort_as_half((unsigned short)(x & 0xffff)),
-                                                   __ushort_as_half((unsigned short)(x >> 16))),
-                                    bias),
-                            d2);
-  return (uint32_t)__half_as_ushort(__low2half(v)) | (uint32_t)__half_as_ushort(__high2half(v)) << 16;
+  return tsr_codes_to_h2(u, 0x5140, bias, __half2half2(*reinterpret_cast<const __half *>(b)));
 }
 
 /* The head dim that k step s (0, 1) of 32-dim block `blk` puts in column c (0..15) of A

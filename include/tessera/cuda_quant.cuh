@@ -299,6 +299,18 @@ CU_HD static inline uint32_t tsr_byte_perm(uint32_t x, uint32_t y, uint32_t sel)
 #endif
 }
 
+/* Two code bytes of x (bytes 0, 1: sel 0x5140; 2, 3: 0x5342), each placed under the f16
+** exponent of 1024 (0x64uu is exactly 1024 + u), less bias and times d2: two f16 values
+** q * d, each rounded once, as the bits of a half2 (the first in the low half). */
+CU_HD static inline uint32_t tsr_codes_to_h2(uint32_t x, uint32_t sel, __half2 bias, __half2 d2) {
+  const uint32_t u = tsr_byte_perm(x, 0x64646464u, sel);
+  const __half2 v = __hmul2(__hsub2(__halves2half2(__ushort_as_half((unsigned short)(u & 0xffff)),
+                                                   __ushort_as_half((unsigned short)(u >> 16))),
+                                    bias),
+                            d2);
+  return (uint32_t)__half_as_ushort(__low2half(v)) | (uint32_t)__half_as_ushort(__high2half(v)) << 16;
+}
+
 /* Quarter p (values 8p .. 8p+7) of a q8_0 or q4_0 block as eight f16, straight from the
 ** codes: a code byte u placed under the f16 exponent of 1024 (0x64uu) is exactly 1024 + u,
 ** so one subtraction gives the integer q exactly, and one f16 product rounds q * d once, as
@@ -320,16 +332,8 @@ CU_HD static inline uint4 tsr_dq_quarter_h(const uint8_t *b, int p) {
     w[1] = ld_u32_a2(b + 6 + 8 * (p & 1)) >> sh & 0x0f0f0f0fu;
     bias = __float2half2_rn(1024.0f + 8.0f);
   }
-  /* bytes 0, 1 (sel 0x5140) or 2, 3 (0x5342) of x as two f16, q * d */
-  auto pair = [&](uint32_t x, uint32_t sel) -> uint32_t {
-    const uint32_t u = tsr_byte_perm(x, 0x64646464u, sel);
-    const __half2 v = __hmul2(__hsub2(__halves2half2(__ushort_as_half((unsigned short)(u & 0xffff)),
-                                                     __ushort_as_half((unsigned short)(u >> 16))),
-                                      bias),
-                              d2);
-    return (uint32_t)__half_as_ushort(__low2half(v)) | (uint32_t)__half_as_ushort(__high2half(v)) << 16;
-  };
-  return make_uint4(pair(w[0], 0x5140), pair(w[0], 0x5342), pair(w[1], 0x5140), pair(w[1], 0x5342));
+  return make_uint4(tsr_codes_to_h2(w[0], 0x5140, bias, d2), tsr_codes_to_h2(w[0], 0x5342, bias, d2),
+                    tsr_codes_to_h2(w[1], 0x5140, bias, d2), tsr_codes_to_h2(w[1], 0x5342, bias, d2));
 }
 
 /* A block's scale from its largest magnitude, and the multiplier that codes a value.

@@ -553,19 +553,11 @@ tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_b
   return st;
 }
 
-/* Writes a byte a page of a buffer back to itself: a page never written reads as the
-** kernel's one zero page, from the CPU's caches, where a written one is memory. */
-static tsr_status touch_pages(void *ctx, void *p, size_t bytes) {
-  (void)ctx;
-  volatile unsigned char *c = p;
-  for (size_t i = 0; i < bytes; i += 4096) c[i] = c[i];
-  return TSR_OK;
-}
-
 tsr_status tsr_engine_fill_positions(struct tsr_engine *e, int32_t seq, int32_t n) {
-  if (seq < 0 || seq >= e->n_seq || n <= 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "fill: sequence %d (of %d), %d positions", seq,
-                         e->n_seq, n);
+  if (seq < 0 || seq >= e->n_seq)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "fill: sequence %d is not one of the %d the "
+                         "profile holds", seq, e->n_seq);
+  if (n <= 0) return tsr_error_set(TSR_ERR_INVALID_ARG, "fill: %d positions (at least 1)", n);
   if (e->has_linear)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "a fill of positions only: %s has recurrent "
                          "layers, whose state only a computed fill gives", e->setup->model_path);
@@ -573,21 +565,28 @@ tsr_status tsr_engine_fill_positions(struct tsr_engine *e, int32_t seq, int32_t 
   if (n > n_free)
     return tsr_error_set(TSR_ERR_NOMEM, "context full: a fill of %d positions, %d of n_ctx %lld "
                          "cells free", n, n_free, (long long)e->setup->profile->context);
-  const int32_t nu = e->n_ubatch;
+  const int32_t nu = e->n_ubatch, p0 = tsr_engine_seq_len(e, seq);
   int32_t *buf = malloc((size_t)nu * 2 * sizeof *buf);
   if (!buf) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-  int32_t *pos = buf, *seqs = buf + nu, next = tsr_engine_seq_len(e, seq);
+  int32_t *pos = buf, *seqs = buf + nu, next = p0, added = 0;
   tsr_status st = TSR_OK;
   for (int32_t i0 = 0; i0 < n && st == TSR_OK; i0 += nu) {
     const int32_t nb = n - i0 < nu ? n - i0 : nu;
     for (int32_t j = 0; j < nb; j++) pos[j] = next++, seqs[j] = seq;
     struct tsr_kv_slots slots;
     st = tsr_kv_cache_prepare(e->kv, pos, seqs, nb, &slots);
+    /* the cpu reads these rows itself: written, as a store would (a device backend reads
+    ** its own copy, whose cells keep what they held) */
+    if (st == TSR_OK && !e->device) tsr_kv_cache_zero_rows(e->kv, &slots);
+    if (st == TSR_OK) added += nb;
   }
   free(buf);
-  /* the cpu reads the cache itself: its pages made memory, as a computed fill leaves them
-  ** (a device backend reads its own copy, which is memory already) */
-  if (st == TSR_OK && !e->device) st = tsr_kv_cache_each_buffer(e->kv, touch_pages, NULL);
+  if (st != TSR_OK && added) { /* a later ubatch refused: the earlier ones go again */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tsr_error_message());
+    kv_seq_rm(e, seq, p0 > 0 ? p0 : -1, -1);
+    st = tsr_error_set(st, "%s", msg);
+  }
   return st;
 }
 

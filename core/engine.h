@@ -62,12 +62,14 @@ tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_b
                                  float *logits);
 
 /* For benchmarks only: appends n positions to seq as a fill would, computing nothing: the
-** cells take their positions (and the sliding ring its releases) but keep whatever K/V bytes
-** they hold, zeros in a fresh cache, so a decode can be timed at a depth without the fill's
-** minutes (cuda's tensor-core attention reads every key whatever the values; the cpu's skips
-** V rows whose weights underflow, none of which do over zeros). The ids are not
-** remembered (prompt reuse never matches them). Refused for a model with recurrent layers,
-** whose state only a computed fill gives, and past the free cells. */
+** cells take their positions (and the sliding ring its releases); on the cpu their K/V rows
+** are written with zero bytes, on a device backend its copy keeps what the cells held
+** (zeros in a fresh cache, else an earlier computed context). So a decode can be timed at a
+** depth without the fill's minutes (cuda's tensor-core attention reads every key whatever
+** the values; the cpu's skips V rows whose weights underflow, none of which do over
+** zeros). The ids are not remembered (prompt reuse never matches them). Refused for a
+** model with recurrent layers, whose state only a computed fill gives, and past the free
+** cells; a fill refused partway takes back what it added. */
 tsr_status tsr_engine_fill_positions(struct tsr_engine *e, int32_t seq, int32_t n);
 
 /* Next position of seq (= tokens it holds). */

@@ -169,7 +169,8 @@ tsr_status tsr_kv_cache_plan_bytes(const struct tsr_arch_layer *layers, int32_t 
 /* A zeroed, page-aligned block of bytes, counted: the kernel's zero pages, so a cell costs
 ** the host memory once written. A cache planned for 1M tokens then holds what has been
 ** filled, and on a device backend (whose own copy is the one written) next to nothing,
-** where zeroing it up front made every page resident: 8.9 GB of host memory in the 1M run. */
+** where zeroing it up front made every page resident: 8,932 MiB of host memory in the 1M
+** run. */
 static void *alloc_counted(struct tsr_kv_cache *c, uint64_t bytes, bool *fail) {
   if (!bytes) return NULL;
   void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -233,6 +234,20 @@ tsr_status tsr_kv_cache_new(const struct tsr_arch_layer *layers, int32_t n_layer
   }
   *out = c;
   return TSR_OK;
+}
+
+void tsr_kv_cache_zero_rows(struct tsr_kv_cache *c, const struct tsr_kv_slots *s) {
+  for (int32_t i = 0; i < c->n_layers; i++) {
+    const struct tsr_kv__layer *y = &c->layers[i];
+    if (y->pool < 0 || y->owner != i || !y->k) continue;
+    const int64_t cells = c->pools[y->pool].n_cells;
+    for (int32_t h = 0; h < y->desc.n_head_kv; h++) /* rows [head_dim, cells, heads] */
+      for (int32_t j = 0; j < s->n; j++) {
+        const int64_t row = h * cells + s->cells[y->pool][j];
+        memset((char *)y->k + row * (int64_t)y->k_row, 0, y->k_row);
+        memset((char *)y->v + row * (int64_t)y->v_row, 0, y->v_row);
+      }
+  }
 }
 
 void tsr_kv_cache_free(struct tsr_kv_cache *c) {

@@ -146,6 +146,10 @@ struct tsr_kv_slots {
 ** full: ...") and the cache is unchanged. */
 tsr_status tsr_kv_cache_prepare(struct tsr_kv_cache *c, const int32_t *pos, const int32_t *seq,
                                 int32_t n, struct tsr_kv_slots *out);
+/* Writes zero bytes over the host K/V rows of the cells s picked (the last prepare's), in
+** every layer owning K/V: a fill of positions only leaves them so on the cpu, whose
+** attention reads these buffers, as a store would write its rows. */
+void tsr_kv_cache_zero_rows(struct tsr_kv_cache *c, const struct tsr_kv_slots *s);
 /* kv_pos[cell] for the cells [0, n_cells) = the cell's position, -1 if empty
 ** or (seq >= 0) not held by seq (flash hides kv_pos < 0). seq < 0: every
 ** cell's position, for a batch of several sequences, whose mask then says

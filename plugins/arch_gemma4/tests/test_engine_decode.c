@@ -153,6 +153,29 @@ static void test_ubatches_longer_than_the_window_match_one_call(void) {
   whole_in_ubatches("ubatch=48");
 }
 
+/* A fill of positions only past the window and its slack (bench's --depth-fill positions):
+** the ring releases as a computed fill's would, so a rollback into released keys is
+** refused, a one-token tail is not, and the next token sees finite values. */
+static void test_positions_fill_wraps_the_ring(void) {
+  const char *const sets[] = {F32_KV, "ubatch=16"};
+  struct tsr_engine *e = engine(sets, 5);
+  if (!e) return;
+  float *out = malloc((size_t)g_vocab * sizeof *out);
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids, 8, out, NULL));
+  CHECK_OK(tsr_engine_fill_positions(e, 0, 100));
+  CHECK(tsr_engine_seq_len(e, 0) == 108);
+  CHECK(tsr_engine_seq_rm(e, 0, 8, -1) != TSR_OK); /* keys 8 - WINDOW + 1 on: released */
+  CHECK(tsr_engine_seq_len(e, 0) == 108);
+  CHECK_OK(tsr_engine_seq_rm(e, 0, 107, -1));
+  CHECK_OK(tsr_engine_eval(e, 0, g_ids + 8, 1, out, NULL));
+  int finite = 1;
+  for (int32_t i = 0; i < g_vocab; i++) finite &= isfinite(out[i]) != 0;
+  CHECK(finite);
+  CHECK(tsr_engine_seq_len(e, 0) == 108);
+  free(out);
+  tsr_engine_free(e);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3 || argc > 5) {
     fprintf(stderr, "usage: %s MODEL.gguf GOLDEN.gguf [MAX_REL_GOLDEN [MAX_REL_SELF]]\n", argv[0]);
@@ -172,6 +195,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_decode_with_f16_kv_keeps_argmax);
   TSR_RUN(test_ubatches_shorter_than_the_window_match_one_call);
   TSR_RUN(test_ubatches_longer_than_the_window_match_one_call);
+  TSR_RUN(test_positions_fill_wraps_the_ring);
   free(g_whole);
   tsr_gguf_close(gold);
   return TSR_TEST_EXIT();

@@ -15,7 +15,7 @@
 ** line saying how it was measured. */
 struct tsr_backend_ceilings {
   double copy_bytes_per_s, gemm_flops;
-  char copy_how[128], gemm_how[256]; /* gemm_how also names the non-default paths a run took */
+  char copy_how[128], gemm_how[384]; /* gemm_how also names the non-default paths a run took */
 };
 
 /* A device backend's memory: what it allocated itself (kept weights and

@@ -20,8 +20,9 @@
 /* 2: keep / sync_to_device in struct tsr_backend_i; 3: plugin kernels (custom_op_kernel,
 ** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes in struct
 ** tsr_backend_i, times in struct tsr_backend; 6: memory in struct tsr_backend_i,
-** backend_size checked; 7: custom_op_replayable; 8: graph_counts in struct tsr_backend_i */
-#define TSR_CUDA_ABI_VERSION 8
+** backend_size checked; 7: custom_op_replayable; 8: graph_counts in struct tsr_backend_i;
+** 9: gemm_how of struct tsr_backend_ceilings 384 bytes */
+#define TSR_CUDA_ABI_VERSION 9
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "harness.h"
@@ -99,7 +100,7 @@ static uint64_t resident_bytes(void) {
   unsigned long long size = 0, pages = 0;
   const int got = f ? fscanf(f, "%llu %llu", &size, &pages) : 0;
   if (f) fclose(f);
-  return got == 2 ? (uint64_t)pages * 4096u : 0;
+  return got == 2 ? (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
 struct buffer_list {
@@ -115,7 +116,7 @@ static tsr_status collect_buffer(void *ctx, void *p, size_t bytes) {
 }
 
 /* A cache planned for many cells costs the host what has been written: a device backend
-** writes its own copy, and the 1M run's 8.9 GB of host cache were pages never used. */
+** writes its own copy, and the 1M run's 8,932 MiB of host cache were pages never used. */
 static void test_a_large_cache_is_resident_only_where_written(void) {
   struct tsr_arch_layer layers[1] = {full_layer(8, 128, 128)};
   struct tsr_kv_layer_codecs codecs[1] = {{&C_F16, &C_F16}};

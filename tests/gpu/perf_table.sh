@@ -35,7 +35,7 @@
 #            at 1M and the device memory at its peak, into OUT/dca1m.json (PERF_1M_CONTEXT
 #            overrides the profile's context, for the CPU test; PERF_1M_FILL=positions fills
 #            the depth without compute, tessera bench --depth-fill positions: the decode at
-#            1M in minutes, not the fill's 25, said so in the output)
+#            1M without the fill's 25 minutes, said so in the output)
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
 #            prefill at D 128 and 512) into OUT/ncu_*.log

@@ -393,7 +393,10 @@ def raw_exchange(port, data, read_timeout=5.0, close_write=False):
     try:
         s.sendall(data)
         if close_write:
-            s.shutdown(socket.SHUT_WR)
+            try:
+                s.shutdown(socket.SHUT_WR)
+            except OSError:  # the server answered and closed first (ENOTCONN): read its answer
+                pass
         while True:
             chunk = s.recv(65536)
             if not chunk:

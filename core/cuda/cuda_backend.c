@@ -369,7 +369,10 @@ static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t, bool 
                                  .device = c->device, .stream = c->stream, .status = TSR_OK,
                                  .graph = replay        ? TSR_DEVICE_CALL_REPLAY
                                           : c->capturing ? TSR_DEVICE_CALL_CAPTURE
-                                                         : TSR_DEVICE_CALL_EAGER};
+                                                         : TSR_DEVICE_CALL_EAGER,
+                                 .attn_pipelined = c->attn_pipelined,
+                                 .attn_gqa_decode = c->attn_gqa_decode,
+                                 .attn_split_keys = c->attn_split_keys};
   c->host->set_device_call(&call);
   fn(kctx, 0, 1, &dst, src, n_src, &t->op_params[2]);
   c->host->set_device_call(NULL);

@@ -126,7 +126,24 @@ static void a_graph_mode_is_read_only_from_a_call_that_carries_it(void) {
   CHECK(tsr_device_call_graph(NULL) == TSR_DEVICE_CALL_EAGER);
 }
 
+/* The backend's attention choices reach a plugin's kernels; a backend built before the
+** fields (its struct ending at graph) gives the defaults. */
+static void attention_choices_are_read_from_a_call_that_carries_them(void) {
+  struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
+                                 .attn_pipelined = 1, .attn_gqa_decode = 2,
+                                 .attn_split_keys = 64};
+  int32_t pipelined, gqa, split;
+  tsr_device_call_attn(&call, &pipelined, &gqa, &split);
+  CHECK(pipelined == 1 && gqa == 2 && split == 64);
+  call.struct_size = (uint32_t)(offsetof(struct tsr_device_call, graph) + sizeof call.graph);
+  tsr_device_call_attn(&call, &pipelined, &gqa, &split);
+  CHECK(pipelined == 0 && gqa == 0 && split == 0);
+  tsr_device_call_attn(NULL, &pipelined, &gqa, &split);
+  CHECK(pipelined == 0 && gqa == 0 && split == 0);
+}
+
 int main(void) {
+  TSR_RUN(attention_choices_are_read_from_a_call_that_carries_them);
   TSR_RUN(a_library_kernel_resolves_to_its_symbol_on_first_lookup);
   TSR_RUN(a_missing_library_or_symbol_is_named);
   TSR_RUN(the_device_call_is_per_thread);

@@ -448,6 +448,11 @@ struct tsr_device_call {
   ** read the same with graphs on or off. Eight bytes: a 4-byte field would lie in the
   ** padding after status, which the struct_size of a backend built before it counts. */
   int64_t graph;
+  /* Appended later (check struct_size; tsr_device_call_attn reads them): the backend's
+  ** choices for the attention kernels a plugin may launch itself
+  ** (tessera/cuda_attn_tile.cuh), as the backend's own attention takes them:
+  ** TESSERA_CUDA_ATTN_PIPELINE (0, 1), _GQA_DECODE (0, 1, 2), _SPLIT_KEYS (0: default). */
+  int32_t attn_pipelined, attn_gqa_decode, attn_split_keys, attn_reserved;
 };
 
 enum { TSR_DEVICE_CALL_EAGER = 0, TSR_DEVICE_CALL_CAPTURE = 1, TSR_DEVICE_CALL_REPLAY = 2 };
@@ -458,6 +463,18 @@ static inline int64_t tsr_device_call_graph(const struct tsr_device_call *call) 
   if (!call || call->struct_size < offsetof(struct tsr_device_call, graph) + sizeof call->graph)
     return TSR_DEVICE_CALL_EAGER;
   return call->graph;
+}
+
+/* The backend's attention choices of a call (struct tsr_device_call.attn_*); all 0 (the
+** defaults) for a call from a backend built before the fields. */
+static inline void tsr_device_call_attn(const struct tsr_device_call *call, int32_t *pipelined,
+                                        int32_t *gqa_decode, int32_t *split_keys) {
+  *pipelined = *gqa_decode = *split_keys = 0;
+  if (!call || call->struct_size < offsetof(struct tsr_device_call, attn_reserved) +
+                                       sizeof call->attn_reserved)
+    return;
+  *pipelined = call->attn_pipelined, *gqa_decode = call->attn_gqa_decode;
+  *split_keys = call->attn_split_keys;
 }
 
 /* A kernel of a plugin-defined op for one backend. */

@@ -20,7 +20,6 @@
 */
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../dca.h"
@@ -90,23 +89,16 @@ static void count(const int32_t *params, int64_t n_queries) {
 /* The tiled kernel's arguments for the query bands q0, q1, q2 [D, Hq, Nq] (each rotated at
 ** its band's positions, the same strides), k/v [D, Nkv, Hkv], q_pos [Nq], kv_pos [Nkv], mask
 ** [Nkv, Nq] or absent; dst [Dv, Hq, Nq] and rows past it (dca_split_rows). */
-static tsr_tile_args tile_args_of(const struct tsr_tensor_info *dst,
+static tsr_tile_args tile_args_of(const struct tsr_device_call *call,
+                                  const struct tsr_tensor_info *dst,
                                   const struct tsr_tensor_info *src, bool has_mask,
                                   const int32_t *params) {
   const ten q = ten_of(&src[DCA_SRC_Q]), k = ten_of(&src[DCA_SRC_K]), v = ten_of(&src[DCA_SRC_V]);
   const ten qp = ten_of(&src[DCA_SRC_Q_POS]), kp = ten_of(&src[DCA_SRC_KV_POS]), out = ten_of(dst);
   tsr_tile_args t = {};
-  /* the backend's opt-in pipelined tile loop and GQA decode kernel (it refuses other values
-  ** at open); read once, as this runs at every launch */
-  static const bool pipelined = [] {
-    const char *pipe = getenv("TESSERA_CUDA_ATTN_PIPELINE");
-    return pipe && !strcmp(pipe, "1");
-  }();
-  static const int gqa_decode = [] {
-    const char *gqa = getenv("TESSERA_CUDA_ATTN_GQA_DECODE");
-    return gqa && (!strcmp(gqa, "1") || !strcmp(gqa, "2")) ? gqa[0] - '0' : 0;
-  }();
-  t.pipelined = pipelined, t.gqa_decode = gqa_decode;
+  /* the backend's attention choices (its pipelined loop, GQA decode kernel, split keys), as
+  ** flash takes them */
+  tsr_device_call_attn(call, &t.pipelined, &t.gqa_decode, &t.split_keys);
   t.D = src[DCA_SRC_Q].ne[0], t.Hq = src[DCA_SRC_Q].ne[1], t.Nq = src[DCA_SRC_Q].ne[2];
   t.Dv = src[DCA_SRC_V].ne[0], t.Nkv = src[DCA_SRC_K].ne[1];
   t.group = src[DCA_SRC_K].ne[2] > 0 ? t.Hq / src[DCA_SRC_K].ne[2] : 0;
@@ -149,7 +141,7 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   const struct tsr_host *host = (const struct tsr_host *)ctx;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const cudaStream_t stream = tsr_cuda_call_stream(call);
-  tsr_tile_args t = tile_args_of(dst, src, params[DCA_P_MASK] && n_src > DCA_SRC_MASK, params);
+  tsr_tile_args t = tile_args_of(call, dst, src, params[DCA_P_MASK] && n_src > DCA_SRC_MASK, params);
   /* in a CUDA graph: the capture launches, the replay counts (as a call does below) */
   const int64_t graph = tsr_device_call_graph(call);
   if (graph == TSR_DEVICE_CALL_REPLAY) {

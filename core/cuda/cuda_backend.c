@@ -772,9 +772,11 @@ static tsr_status open_device(struct cu_ctx *c) {
   c->attn_pipelined = pipe && strcmp(pipe, "1") == 0;
   const char *gqa = getenv("TESSERA_CUDA_ATTN_GQA_DECODE");
   if (gqa && *gqa && strcmp(gqa, "0") != 0 && strcmp(gqa, "1") != 0 && strcmp(gqa, "2") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_GQA_DECODE=%s: 0 (the default), "
-                         "1 (the GQA decode kernel) or 2 (its staged variant)", gqa);
-  c->attn_gqa_decode = gqa && *gqa ? gqa[0] - '0' : 0;
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_GQA_DECODE=%s: 2 (the default: "
+                         "the GQA decode kernel, staged where its rows allow), 1 (never staged) or "
+                         "0 (the tile kernels)", gqa);
+  /* staged is the fastest on the H200 at every measured decode shape (docs/PERFORMANCE.md) */
+  c->attn_gqa_decode = gqa && *gqa ? gqa[0] - '0' : TSR_ATTN_GQA_DECODE_DEFAULT;
   /* the fewest keys a decode split of attention takes (a tuning knob, measured by
   ** perf_table): few splits leave most multiprocessors idle at short depths */
   const char *split = getenv("TESSERA_CUDA_ATTN_SPLIT_KEYS");

@@ -89,9 +89,9 @@ tsr_status tsr_cuda_probe(void *ctx, struct tsr_backend_ceilings *out) {
            c->gemm_f32 ? "; run with f32 GEMMs" : "",
            c->use_graphs ? "" : "; run without CUDA graphs",
            c->attn_pipelined ? "; run with the pipelined attention tile loop" : "",
-           c->attn_gqa_decode == 2 ? "; run with the GQA decode kernel, staged where it fits"
-           : c->attn_gqa_decode    ? "; run with the GQA decode kernel"
-                                   : "");
+           c->attn_gqa_decode == 0 ? "; run with the tile kernels for decode attention"
+           : c->attn_gqa_decode == 1 ? "; run with the GQA decode kernel never staged"
+                                     : "");
   if (c->attn_split_keys) {
     const size_t n = strlen(out->gemm_how);
     snprintf(out->gemm_how + n, sizeof out->gemm_how - n, "; attention splits of at least %d keys",

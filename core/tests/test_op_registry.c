@@ -130,16 +130,16 @@ static void a_graph_mode_is_read_only_from_a_call_that_carries_it(void) {
 ** fields (its struct ending at graph) gives the defaults. */
 static void attention_choices_are_read_from_a_call_that_carries_them(void) {
   struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
-                                 .attn_pipelined = 1, .attn_gqa_decode = 2,
+                                 .attn_pipelined = 1, .attn_gqa_decode = 1,
                                  .attn_split_keys = 64};
   int32_t pipelined, gqa, split;
   tsr_device_call_attn(&call, &pipelined, &gqa, &split);
-  CHECK(pipelined == 1 && gqa == 2 && split == 64);
+  CHECK(pipelined == 1 && gqa == 1 && split == 64);
   call.struct_size = (uint32_t)(offsetof(struct tsr_device_call, graph) + sizeof call.graph);
   tsr_device_call_attn(&call, &pipelined, &gqa, &split);
-  CHECK(pipelined == 0 && gqa == 0 && split == 0);
+  CHECK(pipelined == 0 && gqa == TSR_ATTN_GQA_DECODE_DEFAULT && split == 0);
   tsr_device_call_attn(NULL, &pipelined, &gqa, &split);
-  CHECK(pipelined == 0 && gqa == 0 && split == 0);
+  CHECK(pipelined == 0 && gqa == TSR_ATTN_GQA_DECODE_DEFAULT && split == 0);
 }
 
 int main(void) {

@@ -44,9 +44,9 @@ struct tsr_tile_args {
   int32_t kv_double; /* set at launch: the pipelined loop's second buffers fit */
   int32_t raw_kv; /* set at launch (default loop): bit 0 K, bit 1 V copied whole into shared
                   ** memory as bytes, then decoded there (tsr_mma_copy_raw) */
-  int32_t gqa_decode; /* opt-in until measured: one query's decode on the GQA decode kernel
-                      ** (tessera/cuda_attn_gqa.cuh) where tsr_gqa_decode_fits; 2: its
-                      ** staged variant where tsr_gqa_staged */
+  int32_t gqa_decode; /* one query's decode on the GQA decode kernel (tessera/cuda_attn_gqa.cuh)
+                      ** where tsr_gqa_decode_fits; 2 (the backend's default): its staged
+                      ** variant where tsr_gqa_staged; 0: the tile kernels */
   int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
   int32_t max_splits; /* the most splits the caller's part buffer holds; 0: no bound */
   /* set by tsr_tile_attn_plan */

@@ -451,9 +451,14 @@ struct tsr_device_call {
   /* Appended later (check struct_size; tsr_device_call_attn reads them): the backend's
   ** choices for the attention kernels a plugin may launch itself
   ** (tessera/cuda_attn_tile.cuh), as the backend's own attention takes them:
-  ** TESSERA_CUDA_ATTN_PIPELINE (0, 1), _GQA_DECODE (0, 1, 2), _SPLIT_KEYS (0: default). */
+  ** TESSERA_CUDA_ATTN_PIPELINE (0, 1), _GQA_DECODE (0, 1, 2; TSR_ATTN_GQA_DECODE_DEFAULT),
+  ** _SPLIT_KEYS (0: default). */
   int32_t attn_pipelined, attn_gqa_decode, attn_split_keys, attn_reserved;
 };
+
+/* Decode attention's default kernel: the GQA decode kernel, staged where its rows allow
+** (TESSERA_CUDA_ATTN_GQA_DECODE=2; tessera/cuda_attn_gqa.cuh). */
+enum { TSR_ATTN_GQA_DECODE_DEFAULT = 2 };
 
 enum { TSR_DEVICE_CALL_EAGER = 0, TSR_DEVICE_CALL_CAPTURE = 1, TSR_DEVICE_CALL_REPLAY = 2 };
 
@@ -465,11 +470,12 @@ static inline int64_t tsr_device_call_graph(const struct tsr_device_call *call) 
   return call->graph;
 }
 
-/* The backend's attention choices of a call (struct tsr_device_call.attn_*); all 0 (the
-** defaults) for a call from a backend built before the fields. */
+/* The backend's attention choices of a call (struct tsr_device_call.attn_*); the defaults
+** for a call from a backend built before the fields. */
 static inline void tsr_device_call_attn(const struct tsr_device_call *call, int32_t *pipelined,
                                         int32_t *gqa_decode, int32_t *split_keys) {
-  *pipelined = *gqa_decode = *split_keys = 0;
+  *pipelined = *split_keys = 0;
+  *gqa_decode = TSR_ATTN_GQA_DECODE_DEFAULT;
   if (!call || call->struct_size < offsetof(struct tsr_device_call, attn_reserved) +
                                        sizeof call->attn_reserved)
     return;

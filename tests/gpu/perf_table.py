@@ -112,7 +112,7 @@ def main():
     if split:
         print("\n" + "\n".join(split))
     for log in ("kernels.log", "kernels_gemvf32.log", "kernels_attnpipe.log",
-                "kernels_split64.log", "kernels_gqa.log", "kernels_gqa_staged.log"):
+                "kernels_split64.log", "kernels_tile_decode.log", "kernels_gqa_unstaged.log"):
         p = os.path.join(out, log)
         if os.path.exists(p):
             print("\n%s:" % log)

@@ -20,8 +20,8 @@
 #            the pipelined attention and with splits of 64 keys
 #   kernels  tests/gpu/gpu_bench: the attention and product kernels alone (node times); the
 #            products with the f32 gemv, the attention with the pipelined tile loop, the
-#            decode attention with splits of 64 keys and on the GQA decode kernel
-#            (TESSERA_CUDA_ATTN_GQA_DECODE=1, and 2: staged)
+#            decode attention with splits of 64 keys, on the tile kernels
+#            (TESSERA_CUDA_ATTN_GQA_DECODE=0) and on the GQA decode kernel never staged (=1)
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
@@ -151,10 +151,10 @@ for part in $parts; do
         tee "$out/kernels_attnpipe.log" || fails=$((fails + 1))
       TESSERA_CUDA_ATTN_SPLIT_KEYS=64 "$b/tests/gpu/gpu_bench" "flash_attn decode" |
         tee "$out/kernels_split64.log" || fails=$((fails + 1))
+      TESSERA_CUDA_ATTN_GQA_DECODE=0 "$b/tests/gpu/gpu_bench" "flash_attn decode" |
+        tee "$out/kernels_tile_decode.log" || fails=$((fails + 1))
       TESSERA_CUDA_ATTN_GQA_DECODE=1 "$b/tests/gpu/gpu_bench" "flash_attn decode" |
-        tee "$out/kernels_gqa.log" || fails=$((fails + 1))
-      TESSERA_CUDA_ATTN_GQA_DECODE=2 "$b/tests/gpu/gpu_bench" "flash_attn decode" |
-        tee "$out/kernels_gqa_staged.log" || fails=$((fails + 1))
+        tee "$out/kernels_gqa_unstaged.log" || fails=$((fails + 1))
     else
       "$b/tests/gpu/gpu_bench" --cpu "decode f16 kv=4096" | tee "$out/kernels.log" || fails=$((fails + 1))
     fi

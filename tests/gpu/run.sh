@@ -24,8 +24,9 @@
 #       TESSERA_CUDA_GEMV=f32 / TESSERA_CUDA_GRAPHS=0 in the environment run every section
 #       without the default q8 gemv / without decode steps replayed as CUDA graphs;
 #       TESSERA_CUDA_ATTN_PIPELINE=1 with attention's opt-in pipelined tile loop;
-#       TESSERA_CUDA_ATTN_GQA_DECODE=1 (or 2, staged) with its opt-in GQA decode kernel
-#       (ops and dca then check it on every one-query case).
+#       TESSERA_CUDA_ATTN_GQA_DECODE=0 with decode on the tile kernels instead of the GQA
+#       decode kernel, =1 with that kernel never staged (ops and dca check whichever runs on
+#       every one-query case).
 #       DCA on against off: tests/gpu/dca_bench.sh.
 #   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
 #       --tool memcheck (every case, or those whose name contains FILTER).

@@ -8,7 +8,7 @@
 **   - S^T = K Q^T over head dims 128 and 512 within f32 summation;
 **   - O^T = V^T P^T, dead keys' values zeroed even where their bytes are NaN;
 ** and which launches take the kernel (tsr_gqa_decode_fits) and its staged variant. tests/gpu/gpu_op_parity
-** runs the kernel itself on a GPU (TESSERA_CUDA_ATTN_GQA_DECODE=1).
+** runs the kernel itself on a GPU (the default; TESSERA_CUDA_ATTN_GQA_DECODE=1 unstaged).
 */
 #include <math.h>
 #include <stdlib.h>

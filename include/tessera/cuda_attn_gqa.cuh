@@ -189,14 +189,29 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     asm volatile("cp.async.commit_group;\n" ::);
   }
 
-  /* the group's rows of every band (rows past the group zeros), the first copies in flight */
-  for (int e = threadIdx.x; e < a.n_bands * 8 * (int)ldq; e += blockDim.x) {
-    int d, r;
-    const int b = cu_divmod(cu_divmod(e, (int)ldq, &d), 8, &r);
-    qs[e] = __float2half_rn(r < G && d < D ? *reinterpret_cast<const float *>(
-                                                 tsr_tile_q_of(a, b) + (hk * G + r) * a.q_head +
-                                                 d * a.q_nb0)
-                                           : 0.0f);
+  /* the group's rows of every band (rows past the group zeros), the first copies in flight:
+  ** four values a thread at a time and several loads in flight, since every block waits for
+  ** this before its first key (three bands' rows are a 3x longer wait than one's) */
+  const int quads = a.n_bands * 8 * (int)(ldq / 4); /* ldq = D + 8, D a multiple of 32 */
+#pragma unroll 4
+  for (int e = threadIdx.x; e < quads; e += blockDim.x) {
+    int d4, r;
+    const int b = cu_divmod(cu_divmod(e, (int)(ldq / 4), &d4), 8, &r);
+    const int64_t d = 4 * (int64_t)d4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < G && d < D) {
+      const char *row = tsr_tile_q_of(a, b) + (hk * G + r) * a.q_head + d * a.q_nb0;
+      if (a.q_nb0 == 4 && (reinterpret_cast<uintptr_t>(row) & 15) == 0)
+        v = *reinterpret_cast<const float4 *>(row);
+      else
+        v = make_float4(*reinterpret_cast<const float *>(row),
+                        *reinterpret_cast<const float *>(row + a.q_nb0),
+                        *reinterpret_cast<const float *>(row + 2 * a.q_nb0),
+                        *reinterpret_cast<const float *>(row + 3 * a.q_nb0));
+    }
+    __half2 *to = reinterpret_cast<__half2 *>(qs + 4 * (size_t)e); /* 8-byte aligned */
+    to[0] = __floats2half2_rn(v.x, v.y);
+    to[1] = __floats2half2_rn(v.z, v.w);
   }
   __syncthreads();
 

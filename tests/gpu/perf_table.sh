@@ -26,7 +26,8 @@
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
 #            in ubatches of PERF_DCA_UBATCH (2048: a quarter of the expert products' launches);
-#            DCA_ORDER="flash dca flash dca" (dca_bench.sh) alternates the profiles
+#            DCA_ORDER="flash dca flash dca" (dca_bench.sh) alternates the profiles;
+#            PERF_DCA_FILL=positions reaches the depths without computing them
 #   dca1m    (not in the default list) issue #9's 1M run: the Gemma-4-26B-A4B shape in q4_K_M
 #            with conf/gemma4-26b-a4b-1m-dca.yaml (DCA on the 5 full layers, q8_0 K / q4_0 V):
 #            its composition and memory plan (profile check), then one fill of
@@ -47,7 +48,7 @@
 # gen-model arguments, e.g. "--layers 1"), PERF_CUT_MOE (more of them for the MoE model,
 # e.g. "--experts 4"), PERF_DEPTHS ("32768 131072"), PERF_PP ("2048,32768"), PERF_N (128),
 # PERF_REPS (3), PERF_DCA_DEPTHS ("32768 131072 262144"), PERF_DCA_PP (512), PERF_DCA_N (32),
-# PERF_DCA_UBATCH (2048).
+# PERF_DCA_UBATCH (2048), PERF_DCA_FILL (compute).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [ $# -ge 2 ] || { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 2; }
@@ -168,7 +169,7 @@ for part in $parts; do
       TESSERA="$b/core/cli/tessera" BACKEND=$backend bash tests/gpu/dca_bench.sh "$out/$m.gguf" \
         "$out/$m" "${PERF_DCA_DEPTHS:-32768 131072 262144}" -p "${PERF_DCA_PP:-512}" \
         -n "${PERF_DCA_N:-32}" -r "$reps" --set ubatch="${PERF_DCA_UBATCH:-2048}" \
-        --set batch="${PERF_DCA_UBATCH:-2048}" ||
+        --set batch="${PERF_DCA_UBATCH:-2048}" --depth-fill "${PERF_DCA_FILL:-compute}" ||
         fails=$((fails + 1))
       rm -f "$out/$m.gguf"
     done

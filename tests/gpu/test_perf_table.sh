@@ -39,7 +39,15 @@ check the_dca_part_compares_flash_and_dca \
    bash tests/gpu/perf_table.sh "$build" "$tmp/d" dca >"$tmp/dlog" 2>&1 &&
    grep -qx "0 failed" "$tmp/d/done" &&
    [ $(grep -cE "^\| tg2 @ d64 (\| [0-9.]+ ){4}\| [0-9]\.[0-9]{3} \|$" "$tmp/dlog") -eq 2 ] &&
-   [ -s "$tmp/d/dca_qwen3/dca.2.json" ] && [ -s "$tmp/d/dca_gemma/flash.2.json" ]'
+   [ -s "$tmp/d/dca_qwen3/dca.2.json" ] && [ -s "$tmp/d/dca_gemma/flash.2.json" ] &&
+   grep -q "\"depth_fill\":[[:space:]]*\"compute\"" "$tmp/d/dca_qwen3/dca.json"'
+# the DCA table's depths reached without compute, both profiles, said so
+check the_dca_part_fills_positions_when_asked \
+  'PERF_BACKEND=cpu PERF_CUT="--layers 1 --vocab 512" PERF_CUT_MOE="--experts 4" \
+   PERF_DCA_DEPTHS="64" PERF_DCA_UBATCH=32 PERF_DCA_PP=16 PERF_DCA_N=2 PERF_REPS=1 PERF_DCA_FILL=positions \
+   bash tests/gpu/perf_table.sh "$build" "$tmp/dp" dca >"$tmp/dplog" 2>&1 &&
+   grep -qx "0 failed" "$tmp/dp/done" && [ $(grep -c "64 positions, filled without compute" "$tmp/dplog") -eq 4 ] &&
+   grep -q "\"depth_fill\":[[:space:]]*\"positions\"" "$tmp/dp/dca_gemma/flash.json"'
 check the_dca1m_part_fills_and_decodes \
   'PERF_BACKEND=cpu PERF_CUT="--layers 6 --vocab 512" PERF_CUT_MOE="--experts 4" PERF_1M_CONTEXT=512 \
    PERF_1M_DEPTH=448 PERF_1M_UBATCH=64 PERF_1M_PROGRESS=128 PERF_1M_N=2 \

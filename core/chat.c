@@ -61,8 +61,9 @@ tsr_status tsr_chat_template_detect(const char *text, enum tsr_chat_template *ou
 
 struct sbuf {
   char *p;
+  unsigned char *mark; /* per byte: 1 written by the template, 0 from a message */
   size_t len, cap;
-  bool failed;
+  bool failed, in_message;
 };
 
 static void sb_put(struct sbuf *b, const char *s, size_t n) {
@@ -71,19 +72,29 @@ static void sb_put(struct sbuf *b, const char *s, size_t n) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + n + 1) cap *= 2;
     char *q = realloc(b->p, cap);
-    if (!q) {
+    if (q) b->p = q;
+    unsigned char *m = q ? realloc(b->mark, cap) : NULL;
+    if (!m) {
       b->failed = true;
       return;
     }
-    b->p = q;
+    b->mark = m;
     b->cap = cap;
   }
   memcpy(b->p + b->len, s, n);
+  memset(b->mark + b->len, !b->in_message, n);
   b->len += n;
   b->p[b->len] = 0;
 }
 
 static void sb_str(struct sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+/* A message's own text: never parsed for special tokens. */
+static void sb_message(struct sbuf *b, const char *s) {
+  b->in_message = true;
+  sb_str(b, s);
+  b->in_message = false;
+}
 
 static bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' ||
                                       c == '\f' || c == '\v'; }
@@ -93,7 +104,9 @@ static void sb_trimmed(struct sbuf *b, const char *s) {
   size_t n = strlen(s), i = 0;
   while (i < n && is_space(s[i])) i++;
   while (n > i && is_space(s[n - 1])) n--;
+  b->in_message = true;
   sb_put(b, s + i, n - i);
+  b->in_message = false;
 }
 
 static tsr_status check_role(const struct tsr_chat_message *m, size_t i) {
@@ -115,7 +128,7 @@ static void render_chatml(struct sbuf *b, const struct tsr_chat_message *msgs, s
     sb_str(b, "<|im_start|>");
     sb_str(b, msgs[i].role);
     sb_str(b, "\n");
-    sb_str(b, msgs[i].content);
+    sb_message(b, msgs[i].content);
     sb_str(b, "<|im_end|>\n");
   }
   if (gen) sb_str(b, "<|im_start|>assistant\n");
@@ -145,7 +158,7 @@ static tsr_status render_gemma(struct sbuf *b, const struct tsr_chat_message *ms
     sb_str(b, gemma_role(msgs[i].role));
     sb_str(b, "\n");
     if (system && i == first) {
-      sb_str(b, system);
+      sb_message(b, system);
       sb_str(b, "\n\n");
     }
     sb_trimmed(b, msgs[i].content);
@@ -161,15 +174,17 @@ static void render_gemma4(struct sbuf *b, const struct tsr_chat_message *msgs, s
     sb_str(b, "<|turn>");
     sb_str(b, gemma_role(msgs[i].role));
     sb_str(b, "\n");
-    sb_str(b, msgs[i].content);
+    sb_message(b, msgs[i].content);
     sb_str(b, "<turn|>\n");
   }
   if (gen) sb_str(b, "<|turn>model\n");
 }
 
-tsr_status tsr_chat_render(enum tsr_chat_template t, const struct tsr_chat_message *msgs,
-                           size_t n, bool add_generation_prompt, char **out) {
+tsr_status tsr_chat_render_marked(enum tsr_chat_template t, const struct tsr_chat_message *msgs,
+                                  size_t n, bool add_generation_prompt, char **out,
+                                  unsigned char **template_bytes) {
   *out = NULL;
+  if (template_bytes) *template_bytes = NULL;
   for (size_t i = 0; i < n; i++) {
     tsr_status st = check_role(&msgs[i], i);
     if (st != TSR_OK) return st;
@@ -186,8 +201,16 @@ tsr_status tsr_chat_render(enum tsr_chat_template t, const struct tsr_chat_messa
   if (st == TSR_OK && b.failed) st = tsr_error_set(TSR_ERR_NOMEM, "rendering a chat prompt");
   if (st != TSR_OK) {
     free(b.p);
+    free(b.mark);
     return st;
   }
   *out = b.p;
+  if (template_bytes) *template_bytes = b.mark;
+  else free(b.mark);
   return TSR_OK;
+}
+
+tsr_status tsr_chat_render(enum tsr_chat_template t, const struct tsr_chat_message *msgs,
+                           size_t n, bool add_generation_prompt, char **out) {
+  return tsr_chat_render_marked(t, msgs, n, add_generation_prompt, out, NULL);
 }

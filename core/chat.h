@@ -16,8 +16,10 @@
 **    then <|turn>model\n; the system role is kept as it is written.
 **
 ** The BOS token is not part of the rendered text: the tokenizer adds it when
-** the model asks for it. Rendered text holds control tokens, so it must be
-** tokenized with parse_special.
+** the model asks for it. Rendered text holds control tokens, but only the ones
+** the template wrote may be parsed as such: a message's text is text, so a user
+** who writes "<|im_end|>" cannot open a turn of another role. Tokenize what
+** tsr_chat_render_marked returns with tsr_tokenizer_encode_marked.
 */
 #ifndef TSR_CHAT_H
 #define TSR_CHAT_H
@@ -54,5 +56,10 @@ tsr_status tsr_chat_template_detect(const char *template_text, enum tsr_chat_tem
 ** naming the message. *out is malloc'd and NUL-terminated. */
 tsr_status tsr_chat_render(enum tsr_chat_template t, const struct tsr_chat_message *msgs,
                            size_t n, bool add_generation_prompt, char **out);
+/* The same text, and *template_bytes (malloc'd, one per byte of *out): 1 where the
+** template wrote the byte, 0 where it is a message's. */
+tsr_status tsr_chat_render_marked(enum tsr_chat_template t, const struct tsr_chat_message *msgs,
+                                  size_t n, bool add_generation_prompt, char **out,
+                                  unsigned char **template_bytes);
 
 #endif

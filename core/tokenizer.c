@@ -495,8 +495,25 @@ static tsr_status encode_segment(const struct tsr_tokenizer *tok, struct tsr__to
   return tsr__spm_encode(tok, w, (const unsigned char *)w->buf, need, out);
 }
 
+/* Whether the special token matched at text[i, i + mlen) may be parsed as one. */
+static bool special_allowed(bool parse_special, const unsigned char *special_ok, size_t i,
+                            size_t mlen) {
+  if (!parse_special) return false;
+  if (!special_ok) return true;
+  for (size_t j = i; j < i + mlen; j++)
+    if (!special_ok[j]) return false;
+  return true;
+}
+
 tsr_status tsr_tokenizer_encode(const struct tsr_tokenizer *tok, const char *text, size_t len,
                                 bool parse_special, bool add_special, int32_t **ids, size_t *n) {
+  return tsr_tokenizer_encode_marked(tok, text, len, parse_special, NULL, add_special, ids, n);
+}
+
+tsr_status tsr_tokenizer_encode_marked(const struct tsr_tokenizer *tok, const char *text,
+                                       size_t len, bool parse_special,
+                                       const unsigned char *special_ok, bool add_special,
+                                       int32_t **ids, size_t *n) {
   *ids = NULL;
   *n = 0;
   if (!text && len)
@@ -515,10 +532,21 @@ tsr_status tsr_tokenizer_encode(const struct tsr_tokenizer *tok, const char *tex
       i++;
       continue;
     }
-    if (!parse_special && tok->type[id] != TSR_TOKEN_USER_DEFINED) {
-      /* Unparsed, a special token is ordinary text of the segment; its bytes
-      ** are still consumed by the match, so no added token starts inside it. */
-      i += mlen;
+    if (tok->type[id] != TSR_TOKEN_USER_DEFINED && parse_special && special_ok &&
+        special_ok[i] && !special_allowed(parse_special, special_ok, i, mlen)) {
+      /* the longest match ran past the parsed bytes: take the longest within them */
+      size_t run = 0, m2 = 0;
+      while (i + run < len && special_ok[i + run]) run++;
+      int32_t id2 = match_added(tok, s + i, run, &m2);
+      if (id2 >= 0) id = id2, mlen = m2;
+    }
+    if (tok->type[id] != TSR_TOKEN_USER_DEFINED &&
+        !special_allowed(parse_special, special_ok, i, mlen)) {
+      /* Unparsed, a special token is ordinary text of the segment. A match
+      ** wholly in unparsed bytes consumes them, so no added token starts
+      ** inside it; one that reaches into parsed bytes gives way to them. */
+      bool reaches_parsed = parse_special && special_ok && special_ok[i + mlen - 1];
+      i += reaches_parsed ? 1 : mlen;
       continue;
     }
     st = encode_segment(tok, &w, text + seg, i - seg, &out);

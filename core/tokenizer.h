@@ -75,6 +75,15 @@ void tsr_tokenizer_free(struct tsr_tokenizer *tok);
 */
 tsr_status tsr_tokenizer_encode(const struct tsr_tokenizer *tok, const char *text, size_t len,
                                 bool parse_special, bool add_special, int32_t **ids, size_t *n);
+/* As tsr_tokenizer_encode with parse_special, but a special token is parsed only
+** where every byte of it has special_ok[byte] set (special_ok: len flags, or NULL
+** for all): a chat prompt's template markers are tokens, the same characters in a
+** message are text (tsr_chat_render_marked). User-defined added tokens are matched
+** everywhere, as with parse_special off. */
+tsr_status tsr_tokenizer_encode_marked(const struct tsr_tokenizer *tok, const char *text,
+                                       size_t len, bool parse_special,
+                                       const unsigned char *special_ok, bool add_special,
+                                       int32_t **ids, size_t *n);
 
 /* The concatenated pieces of n ids, NUL-terminated (the text itself may hold
 ** NULs; *len, if not NULL, gets its length). An id out of range is

@@ -300,8 +300,10 @@ static tsr_status generate(struct gen *g, int64_t max, char **text) {
   return st;
 }
 
-static tsr_status encode(struct gen *g, const char *text, int32_t **ids, size_t *n) {
-  return tsr_tokenizer_encode(g->tok, text, strlen(text), true, true, ids, n);
+/* special_ok: which bytes may hold special tokens (NULL: all). */
+static tsr_status encode(struct gen *g, const char *text, const unsigned char *special_ok,
+                         int32_t **ids, size_t *n) {
+  return tsr_tokenizer_encode_marked(g->tok, text, strlen(text), true, special_ok, true, ids, n);
 }
 
 /* ---- chat ---- */
@@ -344,11 +346,13 @@ static tsr_status chat_turn(struct gen *g, enum tsr_chat_template tmpl, struct c
   char *prompt = NULL;
   int32_t *ids = NULL;
   size_t n = 0;
-  tsr_status st = tsr_chat_render(tmpl, c->m, c->n, true, &prompt);
+  unsigned char *template_bytes = NULL;
+  tsr_status st = tsr_chat_render_marked(tmpl, c->m, c->n, true, &prompt, &template_bytes);
   if (st == TSR_OK && g->verbose) fprintf(stderr, "rendered prompt:\n%s\n", prompt);
-  if (st == TSR_OK) st = encode(g, prompt, &ids, &n);
+  if (st == TSR_OK) st = encode(g, prompt, template_bytes, &ids, &n);
   if (st == TSR_OK) st = feed(g, ids, n);
   free(prompt);
+  free(template_bytes);
   free(ids);
   char *reply = NULL;
   if (st == TSR_OK) st = generate(g, max, &reply);
@@ -470,7 +474,7 @@ static int run(const struct run_args *a, struct tsr_engine *e, const char *promp
   } else {
     int32_t *ids = NULL;
     size_t n = 0;
-    st = encode(&g, prompt_text, &ids, &n);
+    st = encode(&g, prompt_text, NULL, &ids, &n);
     if (st == TSR_OK) st = feed(&g, ids, n);
     free(ids);
     if (st == TSR_OK) st = generate(&g, max, NULL);

@@ -188,11 +188,14 @@ static int stream_options(const cJSON *root, struct srv_params *p, struct perr *
   return st ? st : get_bool(v, "include_usage", &p->include_usage, e);
 }
 
-static int tokenize(const struct srv *s, const char *text, size_t len, struct srv_params *p,
-                    struct perr *e) {
+/* special_ok: which bytes may hold special tokens (NULL: all of them when
+** parse_special, none otherwise). */
+static int tokenize(const struct srv *s, const char *text, size_t len, bool parse_special,
+                    const unsigned char *special_ok, struct srv_params *p, struct perr *e) {
   int32_t *ids = NULL;
   size_t n = 0;
-  if (tsr_tokenizer_encode(s->tok, text, len, true, true, &ids, &n) != TSR_OK)
+  if (tsr_tokenizer_encode_marked(s->tok, text, len, parse_special, special_ok, true, &ids, &n) !=
+      TSR_OK)
     return bad(e, "prompt", "%s", tsr_error_message());
   if (n == 0 || n > INT32_MAX) {
     free(ids);
@@ -251,10 +254,12 @@ static int chat_prompt(const struct srv *s, const cJSON *root, struct srv_params
     }
   }
   char *text = NULL;
-  if (!st && tsr_chat_render(s->tmpl, m, (size_t)n, true, &text) != TSR_OK)
+  unsigned char *template_bytes = NULL;
+  if (!st && tsr_chat_render_marked(s->tmpl, m, (size_t)n, true, &text, &template_bytes) != TSR_OK)
     st = bad(e, "messages", "%s", tsr_error_message());
-  if (!st) st = tokenize(s, text, strlen(text), p, e);
+  if (!st) st = tokenize(s, text, strlen(text), true, template_bytes, p, e);
   free(text);
+  free(template_bytes);
   for (int j = 0; owned && j < n; j++) free(owned[j]);
   free(owned);
   free(m);
@@ -266,7 +271,12 @@ static int text_prompt(const struct srv *s, const cJSON *root, struct srv_params
                        struct perr *e) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "prompt");
   if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child)) v = v->child;
-  if (cJSON_IsString(v)) return tokenize(s, v->valuestring, strlen(v->valuestring), p, e);
+  /* a prompt's text is text unless the request asks for its special tokens */
+  bool parse_special = false;
+  int st = get_bool(root, "parse_special", &parse_special, e);
+  if (st) return st;
+  if (cJSON_IsString(v))
+    return tokenize(s, v->valuestring, strlen(v->valuestring), parse_special, NULL, p, e);
   if (!cJSON_IsArray(v) || !cJSON_GetArraySize(v))
     return bad(e, "prompt", "'prompt' must be a string or a non-empty array of token ids");
   const int n = cJSON_GetArraySize(v);
@@ -289,10 +299,10 @@ static const char *const k_chat_fields[] = {
 static const char *const k_completion_fields[] = {
     "prompt", "model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
     "stream", "stream_options", "n", "echo", "presence_penalty", "frequency_penalty", "logprobs",
-    "user", NULL};
+    "user", "parse_special", NULL};
 static const char *const k_llama_fields[] = {
     "prompt", "n_predict", "cache_prompt", "stop", "stream", "temperature", "top_k", "top_p",
-    "min_p", "seed", NULL};
+    "min_p", "seed", "parse_special", NULL};
 
 static int parse_fields(struct srv *s, enum srv_kind k, const cJSON *root, struct srv_params *p,
                         struct perr *e) {

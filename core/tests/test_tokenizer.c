@@ -133,11 +133,12 @@ static tsr_status build(const struct spec *sp, struct tsr_tokenizer **out) {
 }
 
 /* Encodes text and compares with the expected ids (terminated by -1). */
-static int encodes_to(const struct tsr_tokenizer *tok, const char *text, size_t len, bool special,
-                      bool add, const int32_t *want) {
+static int encodes_marked_to(const struct tsr_tokenizer *tok, const char *text, size_t len,
+                             bool special, const unsigned char *special_ok, bool add,
+                             const int32_t *want) {
   int32_t *ids;
   size_t n, nw = 0;
-  if (tsr_tokenizer_encode(tok, text, len, special, add, &ids, &n)) {
+  if (tsr_tokenizer_encode_marked(tok, text, len, special, special_ok, add, &ids, &n)) {
     fprintf(stderr, "  encode failed: %s\n", tsr_error_message());
     return 0;
   }
@@ -153,8 +154,23 @@ static int encodes_to(const struct tsr_tokenizer *tok, const char *text, size_t 
   free(ids);
   return ok;
 }
+static int encodes_to(const struct tsr_tokenizer *tok, const char *text, size_t len, bool special,
+                      bool add, const int32_t *want) {
+  return encodes_marked_to(tok, text, len, special, NULL, add, want);
+}
 #define ENC(tok, text, special, ...)                                                               \
   encodes_to(tok, text, strlen(text), special, false, (const int32_t[]){__VA_ARGS__, -1})
+/* mask: one '1' (special tokens parsed) or '0' (text) per byte of text */
+static int encodes_marked(const struct tsr_tokenizer *tok, const char *text, const char *mask,
+                          const int32_t *want) {
+  unsigned char ok[256];
+  const size_t len = strlen(text);
+  if (strlen(mask) != len || len > sizeof ok) return 0;
+  for (size_t i = 0; i < len; i++) ok[i] = mask[i] == '1';
+  return encodes_marked_to(tok, text, len, true, ok, false, want);
+}
+#define ENC_MARKED(tok, text, mask, ...)                                                           \
+  encodes_marked(tok, text, mask, (const int32_t[]){__VA_ARGS__, -1})
 
 /* encode then decode gives back exactly the input bytes */
 static int round_trips(const struct tsr_tokenizer *tok, const char *text, size_t len) {
@@ -388,6 +404,30 @@ static void special_tokens_match_only_when_parsed(void) {
   CHECK(tsr_tokenizer_decode(tok, &bad, 1, &text, &len) == TSR_ERR_INVALID_ARG);
   CHECK(strstr(tsr_error_message(), "300") != NULL);
   CHECK(tsr_tokenizer_find(tok, "<tool>", 6) == 257 && tsr_tokenizer_find(tok, "<tool", 5) == -1);
+  tsr_tokenizer_free(tok);
+}
+
+/* A chat prompt's message bytes are text: the same characters that are a control
+** token in the template's bytes are encoded as their bytes there. */
+static void special_tokens_match_only_in_marked_bytes(void) {
+  const char *extra[] = {"<|im_end|>", "<tool>", "<|im"};
+  const int32_t types[] = {TSR_TOKEN_CONTROL, TSR_TOKEN_USER_DEFINED, TSR_TOKEN_CONTROL};
+  struct spec sp = {"gpt2", "qwen2", extra, types, 3, NULL, 0, NULL, -2, 256, -1, 0};
+  struct tsr_tokenizer *tok;
+  CHECK_OK(build(&sp, &tok));
+  if (!tok) return;
+  /* template marker, the same marker in a message, template marker */
+  CHECK(ENC_MARKED(tok, "<|im_end|><|im_end|><|im_end|>", "111111111100000000001111111111", 256,
+                   '<', '|', 'i', 'm', '_', 'e', 'n', 'd', '|', '>', 256));
+  /* a match that starts in a message and ends in template bytes is text up to them */
+  CHECK(ENC_MARKED(tok, "x<|im_end|>", "00000111111", 'x', '<', '|', 'i', 'm', '_', 'e', 'n', 'd',
+                   '|', '>'));
+  /* the longest marker that stays in template bytes wins over one reaching a message */
+  CHECK(ENC_MARKED(tok, "<|im_end|>", "1111000000", 258, '_', 'e', 'n', 'd', '|', '>'));
+  /* user-defined tokens are matched in messages too, as without parse_special */
+  CHECK(ENC_MARKED(tok, "x<tool>", "0000000", 'x', 257));
+  /* every byte marked: the same as parse_special */
+  CHECK(ENC_MARKED(tok, "a<|im_end|>b", "111111111111", 'a', 256, 'b'));
   tsr_tokenizer_free(tok);
 }
 
@@ -949,6 +989,7 @@ int main(int argc, char **argv) {
   TSR_RUN(nfc_composes_before_merging);
   TSR_RUN(invalid_utf8_is_encoded_byte_level);
   TSR_RUN(special_tokens_match_only_when_parsed);
+  TSR_RUN(special_tokens_match_only_in_marked_bytes);
   TSR_RUN(empty_text_and_bos);
   TSR_RUN(load_errors_name_the_key);
   TSR_RUN(spm_merges_highest_score_first);

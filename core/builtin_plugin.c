@@ -17,7 +17,6 @@ static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR
 
 static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
                                   enum tsr_read_path *k_path, enum tsr_read_path *v_path) {
-  (void)ctx;
   const bool cuda = !strcmp(layer->backend, "cuda");
   if (strcmp(layer->backend, "cpu") && !cuda)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash has no kernel for backend '%s' in this "
@@ -32,16 +31,20 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
     ** decoded by the kernel itself, a tile at a time (cpu/ops_attention.c);
     ** a codec that is no core dtype is lifted to f16 first, which the host
     ** allows only for a codec that can decode to f16 */
-    const int dt = tsr_dtype_from_name(codecs[i]);
+    /* what the kernel reads is the codec's storage dtype, whoever registered it */
+    const struct tsr_kv_codec_v1 *codec =
+        tsr_plugin_host_services()->find_kv_codec(ctx, codecs[i], 0);
+    const int dt = codec ? codec->dtype : -1;
     const struct tsr_dtype_traits *tr = dt >= 0 ? tsr_dtype_traits(dt) : NULL;
     /* the cuda kernel (core/cuda/kernels_attn.cu) decodes the core codecs in
     ** registers, head dims up to 512; it cannot lift another codec */
     bool core_codec = false;
     for (size_t c = 0; c < N_CODECS; c++) core_codec |= dt == (int)g_codec_types[c];
     if (cuda && !core_codec)
-      return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash on cuda reads the core codecs only (f32, "
-                           "f16, bf16, q8_0, q6_0, q5_1, q5_0, q4_1, q4_0); %s codec is %s",
-                           i ? "V" : "K", codecs[i]);
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash on cuda reads codecs stored in the core "
+                           "dtypes only (f32, f16, bf16, q8_0, q6_0, q5_1, q5_0, q4_1, q4_0); %s "
+                           "codec %s is stored as %s", i ? "V" : "K", codecs[i],
+                           tr ? tr->name : "none of them");
     if (cuda && dims[i] > 512)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash on cuda holds head dims up to 512; %s "
                            "head dim is %d", i ? "V" : "K", (int)dims[i]);
@@ -124,7 +127,7 @@ static tsr_status core_init(const struct tsr_host *host, struct tsr_plugin *self
 
 static const struct tsr_plugin_iface g_core_provides[] = {
     {TSR_IFACE_ATTENTION, 1},
-    {TSR_IFACE_KV_CODEC, 1},
+    {TSR_IFACE_KV_CODEC, 2},
 };
 
 #define TSR_STR2(x) #x

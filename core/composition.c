@@ -2,7 +2,9 @@
 
 #include <string.h>
 
+#include "dtype.h"
 #include "error.h"
+#include "kv_cache.h"
 
 const char *tsr_layer_kind_name(enum tsr_layer_kind kind) {
   switch (kind) {
@@ -78,6 +80,72 @@ static tsr_status check_codec(const struct tsr_plugin_host *h, const struct tsr_
                          "lifting it to f16, but %s has no f16 decoder", d->layer,
                          tsr_layer_kind_name(d->kind), attn_label, side, name, label);
   return TSR_OK;
+}
+
+/* The codecs' hooks against the attention: each codec stores the layer's head
+** dims (d's dims become the storage dims the kernels see), a codec that widens
+** them has the hook that narrows them back, and an attention that positions q
+** itself applies a K codec's query transform. */
+static tsr_status codec_hooks(const struct tsr_plugin_host *h, struct tsr_layer_desc *d,
+                              const struct tsr_attention_v1 *attn, const char *attn_label) {
+  const char *names[2] = {d->k_codec, d->v_codec};
+  int32_t *dims[2] = {&d->head_dim_k, &d->head_dim_v};
+  for (int i = 0; i < 2; i++) {
+    const struct tsr_plugin *owner;
+    const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(h, names[i], &owner);
+    if (!c) continue; /* check_codec names the missing codec */
+    char label[96];
+    owner_label(owner, label, sizeof label);
+    const int32_t head_dim = *dims[i], stored = tsr_kv_codec_storage_dim(c, head_dim);
+    if (!stored)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): %s codec %s (%s) cannot store "
+                           "head dim %d", d->layer, tsr_layer_kind_name(d->kind), i ? "V" : "K",
+                           names[i], label, head_dim);
+    const bool back = i ? TSR_KV_CODEC_HOOK(c, finish_out) != NULL
+                        : TSR_KV_CODEC_HOOK(c, prepare_q) != NULL;
+    if (stored != head_dim && (!back || !TSR_KV_CODEC_HOOK(c, prepare_rows)))
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): %s codec %s (%s) stores head dim "
+                           "%d at %d but has no prepare_rows and %s hooks to match", d->layer,
+                           tsr_layer_kind_name(d->kind), i ? "V" : "K", names[i], label, head_dim,
+                           stored, i ? "finish_out" : "prepare_q");
+    const bool applies = attn->struct_size >= offsetof(struct tsr_attention_v1, applies_prepare_q) +
+                                                  sizeof attn->applies_prepare_q &&
+                         attn->applies_prepare_q;
+    const bool rotates = attn->struct_size >= offsetof(struct tsr_attention_v1, rotates) +
+                                                  sizeof attn->rotates && attn->rotates;
+    if (!i && TSR_KV_CODEC_HOOK(c, prepare_q) && rotates && !applies)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s positions queries "
+                           "itself and does not apply K codec %s (%s)'s query transform "
+                           "(prepare_q); pick another K codec or attention", d->layer,
+                           tsr_layer_kind_name(d->kind), attn_label, names[i], label);
+    *dims[i] = stored;
+  }
+  return TSR_OK;
+}
+
+/* How a codec is read, for the printout: its read path, and for a codec
+** another plugin registered, that plugin, the dtype it is stored in and its
+** hooks. */
+static void codec_how(const struct tsr_plugin_host *h, const char *name, enum tsr_read_path path,
+                      char *out, size_t cap) {
+  const struct tsr_plugin *owner = NULL;
+  const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(h, name, &owner);
+  if (!c || !owner || !strcmp(tsr_plugin_name(owner), "core")) {
+    snprintf(out, cap, "%s", tsr_read_path_name(path));
+    return;
+  }
+  const struct tsr_dtype_traits *tr = tsr_dtype_traits(c->dtype);
+  int n = snprintf(out, cap, "%s %s; %s as %s", tsr_plugin_name(owner), tsr_plugin_version(owner),
+                   tsr_read_path_name(path), tr ? tr->name : "?");
+  const char *hooks[3] = {TSR_KV_CODEC_HOOK(c, prepare_rows) ? "prepare_rows" : NULL,
+                          TSR_KV_CODEC_HOOK(c, prepare_q) ? "prepare_q" : NULL,
+                          TSR_KV_CODEC_HOOK(c, finish_out) ? "finish_out" : NULL};
+  const char *sep = "; hooks ";
+  for (int i = 0; i < 3 && n > 0 && (size_t)n < cap; i++)
+    if (hooks[i]) {
+      n += snprintf(out + n, cap - (size_t)n, "%s%s", sep, hooks[i]);
+      sep = ", ";
+    }
 }
 
 /* The implementation called name, and its label "name (plugin version)". */
@@ -186,8 +254,10 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
         .struct_size = sizeof d, .layer = i, .kind = l->kind, .n_head = l->n_head,
         .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
         .window = l->window, .k_codec = kc, .v_codec = vc, .backend = r->backend};
+    tsr_status st = codec_hooks(h, &d, attn, attn_label);
+    if (st != TSR_OK) return st;
     enum tsr_read_path kp = TSR_READ_NONE, vp = TSR_READ_NONE;
-    tsr_status st = attn->negotiate(attn->ctx, &d, &kp, &vp);
+    st = attn->negotiate(attn->ctx, &d, &kp, &vp);
     if (st != TSR_OK) {
       tsr_error_prefix("layer %d (%s, K %s, V %s): attention %s refused", i,
                        tsr_layer_kind_name(l->kind), kc, vc, attn_label);
@@ -200,6 +270,8 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
       snprintf(g->v_codec, sizeof g->v_codec, "%s", vc);
       g->k_path = kp;
       g->v_path = vp;
+      codec_how(h, kc, kp, g->k_how, sizeof g->k_how);
+      codec_how(h, vc, vp, g->v_how, sizeof g->v_how);
       snprintf(g->attention, sizeof g->attention, "%s", attn_label);
     } else if (kp != g->k_path || vp != g->v_path) {
       return tsr_error_set(TSR_ERR_INTERNAL, "layer %d (%s): attention %s chose read paths "
@@ -239,8 +311,7 @@ void tsr_composition_print(const struct tsr_composition *c, FILE *f) {
       continue;
     }
     fprintf(f, "          attention %s\n", g->attention);
-    fprintf(f, "          K %s (%s), V %s (%s)\n", g->k_codec, tsr_read_path_name(g->k_path),
-            g->v_codec, tsr_read_path_name(g->v_path));
+    fprintf(f, "          K %s (%s), V %s (%s)\n", g->k_codec, g->k_how, g->v_codec, g->v_how);
     fprintf(f, "          decode policies: %s\n", c->policies);
   }
   fprintf(f, "  speculator: %s\n", c->speculator);

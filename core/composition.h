@@ -36,6 +36,9 @@ struct tsr_composition_group {
   struct tsr_arch_layer first; /* head shape of the group's first layer */
   char k_codec[32], v_codec[32];
   enum tsr_read_path k_path, v_path;
+  /* how each is read, as printed: "in-register", or for a plugin's codec
+  ** "example_codec 1.0.0; native as f16; hooks prepare_rows, prepare_q" */
+  char k_how[160], v_how[160];
   char attention[160];     /* "dca (attn_dca 1.0.0)"; "" for linear layers */
 };
 

@@ -40,6 +40,23 @@ static tsr_status row_bytes(int32_t layer, const char *side, int32_t head_dim,
   return TSR_OK;
 }
 
+int32_t tsr_kv_codec_storage_dim(const struct tsr_kv_codec_v1 *codec, int32_t head_dim) {
+  int32_t (*fn)(void *, int32_t) = TSR_KV_CODEC_HOOK(codec, storage_dim);
+  if (!fn) return head_dim;
+  const int32_t s = fn(codec->ctx, head_dim);
+  return s >= head_dim && codec->block_size > 0 && s % codec->block_size == 0 ? s : 0;
+}
+
+static tsr_status storage_dim(int32_t layer, const char *side, int32_t head_dim,
+                              const struct tsr_kv_codec_v1 *codec, int32_t *out) {
+  if (!codec) return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: no %s codec", layer, side);
+  *out = tsr_kv_codec_storage_dim(codec, head_dim);
+  if (*out == 0)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d: %s codec %s cannot store head dim %d",
+                         layer, side, codec->name, head_dim);
+  return TSR_OK;
+}
+
 /* Checks one shared layer against its source. */
 static tsr_status check_shared(const struct tsr_arch_layer *layers, int32_t n_layers, int32_t i) {
   const struct tsr_arch_layer *l = &layers[i];
@@ -138,8 +155,11 @@ tsr_status tsr_kv__layout(const struct tsr_arch_layer *layers, int32_t n_layers,
     y->pool = pool;
     y->kc = codecs[i].k;
     y->vc = codecs[i].v;
-    tsr_status st = row_bytes(i, "K", l->head_dim_k, y->kc, &y->k_row);
-    if (st == TSR_OK) st = row_bytes(i, "V", l->head_dim_v, y->vc, &y->v_row);
+    /* rows are stored at the codecs' storage dims: desc holds what the cache holds */
+    tsr_status st = storage_dim(i, "K", l->head_dim_k, y->kc, &y->desc.head_dim_k);
+    if (st == TSR_OK) st = storage_dim(i, "V", l->head_dim_v, y->vc, &y->desc.head_dim_v);
+    if (st == TSR_OK) st = row_bytes(i, "K", y->desc.head_dim_k, y->kc, &y->k_row);
+    if (st == TSR_OK) st = row_bytes(i, "V", y->desc.head_dim_v, y->vc, &y->v_row);
     if (st != TSR_OK) return st;
     size_t cells = (size_t)pools[pool].n_cells, heads = (size_t)l->n_head_kv;
     if (!bytes3(y->k_row, cells, heads, &y->k_bytes) ||
@@ -285,6 +305,15 @@ int32_t tsr_kv_cache_span(struct tsr_kv_cache *c, enum tsr_kv_pool pool) {
 
 int tsr_kv_cache_layer_pool(const struct tsr_kv_cache *c, int32_t layer) {
   return layer >= 0 && layer < c->n_layers ? c->layers[layer].pool : -1;
+}
+
+void tsr_kv_cache_layer_codecs(const struct tsr_kv_cache *c, int32_t layer,
+                               const struct tsr_kv_codec_v1 **k, const struct tsr_kv_codec_v1 **v) {
+  *k = *v = NULL;
+  if (layer < 0 || layer >= c->n_layers || c->layers[layer].pool < 0) return;
+  const struct tsr_kv__layer *y = &c->layers[c->layers[layer].owner];
+  *k = y->kc;
+  *v = y->vc;
 }
 
 /* Cell i of q loses its last sequence. */

@@ -127,6 +127,13 @@ int32_t tsr_kv_cache_n_cells(const struct tsr_kv_cache *c, enum tsr_kv_pool pool
 int32_t tsr_kv_cache_span(struct tsr_kv_cache *c, enum tsr_kv_pool pool);
 /* The pool a layer's K/V live in (a shared layer: its source's), or -1. */
 int tsr_kv_cache_layer_pool(const struct tsr_kv_cache *c, int32_t layer);
+/* The K and V codecs layer reads (its source's when it shares K/V); NULL for a
+** layer without K/V. */
+void tsr_kv_cache_layer_codecs(const struct tsr_kv_cache *c, int32_t layer,
+                               const struct tsr_kv_codec_v1 **k, const struct tsr_kv_codec_v1 **v);
+/* The dim a codec stores rows of head_dim values at: its storage_dim hook's
+** answer, else head_dim; 0 when it cannot store that head dim. */
+int32_t tsr_kv_codec_storage_dim(const struct tsr_kv_codec_v1 *codec, int32_t head_dim);
 /* One cell's position (-1 empty) and sequence bitmask. */
 int32_t tsr_kv_cache_cell_pos(const struct tsr_kv_cache *c, enum tsr_kv_pool pool, int32_t cell);
 uint64_t tsr_kv_cache_cell_seqs(const struct tsr_kv_cache *c, enum tsr_kv_pool pool, int32_t cell);

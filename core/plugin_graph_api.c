@@ -79,6 +79,74 @@ struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int3
   return tsr_top_k(g, a, k);
 }
 
+/* ---- KV codec hooks around attention (struct tsr_kv_codec_v1, ABI 1.1) ---- */
+
+/* The codecs of a layer that reads K/V through fw's cache, else NULL. */
+static void layer_codecs(const struct tsr_arch_forward *fw, int32_t layer,
+                         const struct tsr_kv_codec_v1 **k, const struct tsr_kv_codec_v1 **v) {
+  *k = *v = NULL;
+  if (fw->kv && layer >= 0 && layer < fw->n_layers) tsr_kv_cache_layer_codecs(fw->kv, layer, k, v);
+}
+
+/* A hook's input: contiguous, as the hooks are promised. */
+static struct tsr_tensor *hook_input(struct tsr_graph *g, struct tsr_tensor *x) {
+  return !x || tsr_tensor_is_contiguous(x) ? x : tsr_cont(g, x);
+}
+
+/* Checks a hook's result: f32 [want_dim, ne1, ne2] of x's other dims. */
+static struct tsr_tensor *hook_result(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
+                                      const char *hook, const struct tsr_tensor *x,
+                                      struct tsr_tensor *y, int64_t want_dim) {
+  if (!y) {
+    if (tsr_graph_status(g) == TSR_OK) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "kv codec %s: %s returned nothing", c->name, hook);
+      tsr_graph_fail(g, TSR_ERR_INTERNAL, msg);
+    }
+    return NULL;
+  }
+  if (y->dtype != TSR_F32 || y->ne[0] != want_dim || y->ne[1] != x->ne[1] ||
+      y->ne[2] != x->ne[2] || y->ne[3] != x->ne[3]) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "kv codec %s: %s made [%lld, %lld, %lld] of dtype %d from [%lld, "
+             "%lld, %lld]; wanted f32 with head dim %lld", c->name, hook, (long long)y->ne[0],
+             (long long)y->ne[1], (long long)y->ne[2], (int)y->dtype, (long long)x->ne[0],
+             (long long)x->ne[1], (long long)x->ne[2], (long long)want_dim);
+    tsr_graph_fail(g, TSR_ERR_INVALID_ARG, msg);
+    return NULL;
+  }
+  return y;
+}
+
+/* rows as the codec stores them: prepare_rows, else the rows themselves */
+static struct tsr_tensor *codec_rows(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
+                                     struct tsr_tensor *x) {
+  struct tsr_tensor *(*hook)(void *, const struct tsr_host *, struct tsr_graph *,
+                             struct tsr_tensor *) = TSR_KV_CODEC_HOOK(c, prepare_rows);
+  if (!hook || !x) return x;
+  x = hook_input(g, x);
+  const int32_t dim = tsr_kv_codec_storage_dim(c, (int32_t)x->ne[0]);
+  return x ? hook_result(g, c, "prepare_rows", x,
+                         hook(c->ctx, tsr_plugin_host_services(), g, x), dim) : NULL;
+}
+
+static struct tsr_tensor *codec_q(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
+                                  struct tsr_tensor *q) {
+  struct tsr_tensor *(*hook)(void *, const struct tsr_host *, struct tsr_graph *,
+                             struct tsr_tensor *) = TSR_KV_CODEC_HOOK(c, prepare_q);
+  if (!hook || !q) return q;
+  q = hook_input(g, q);
+  const int32_t dim = tsr_kv_codec_storage_dim(c, (int32_t)q->ne[0]);
+  return q ? hook_result(g, c, "prepare_q", q, hook(c->ctx, tsr_plugin_host_services(), g, q),
+                         dim) : NULL;
+}
+
+/* tsr_attn_call.prepare_q as the host hands it to an attention that positions q itself */
+static struct tsr_tensor *call_prepare_q(const struct tsr_attn_call *call, struct tsr_graph *g,
+                                         struct tsr_tensor *q) {
+  return codec_q(g, call->prepare_q_ctx, q);
+}
+
 tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct tsr_tensor *k,
                              struct tsr_tensor *v, struct tsr_attn_call *call) {
   if (!call)
@@ -94,10 +162,16 @@ tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct 
   if (fw->seq < 0 && !fw->kv_mask[pool])
     return tsr_error_set(TSR_ERR_INVALID_ARG, "kv_attend: a batch of several sequences "
                          "without their mask");
-  if (fw->layers[layer].kv_shared_from)
+  if (fw->layers[layer].kv_shared_from) {
     tsr_kv_cache_layer_views(fw->g, fw->kv, layer, &call->k, &call->v);
-  else
-    tsr_kv_cache_store(fw->g, fw->kv, layer, k, v, fw->kv_cells[pool], &call->k, &call->v);
+  } else {
+    const struct tsr_kv_codec_v1 *kc, *vc;
+    layer_codecs(fw, layer, &kc, &vc);
+    k = codec_rows(fw->g, kc, k);
+    v = codec_rows(fw->g, vc, v);
+    if (k && v)
+      tsr_kv_cache_store(fw->g, fw->kv, layer, k, v, fw->kv_cells[pool], &call->k, &call->v);
+  }
   call->kv_pos = fw->kv_pos[pool];
   call->mask = fw->seq < 0 ? fw->kv_mask[pool] : NULL;
   /* the cells past the span are empty: attention reads the span's only */
@@ -146,6 +220,16 @@ tsr_status tsr_api_kv_shift_k(struct tsr_kv_shift *sh, int32_t layer, struct tsr
   if (pool < 0) return tsr_graph_status(sh->g);
   const int64_t n = sh->n_cells[pool], heads = sh->layers[layer].n_head_kv;
   if (n == 0) return TSR_OK;
+  const struct tsr_kv_codec_v1 *kc, *vc;
+  tsr_kv_cache_layer_codecs(sh->kv, layer, &kc, &vc);
+  if (TSR_KV_CODEC_HOOK(kc, prepare_rows)) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "kv_shift: layer %d's K codec %s stores keys transformed "
+             "(prepare_rows), which RoPE cannot rotate in place: a context shift is refused",
+             layer, kc->name);
+    tsr_graph_fail(sh->g, TSR_ERR_UNSUPPORTED, msg);
+    return TSR_ERR_UNSUPPORTED;
+  }
   /* get_rows pairs one index column with each kv head: cells[] repeats the cells per head */
   struct tsr_tensor *idx = tsr_new_external(sh->g, TSR_I32, 2, (int64_t[]){n, heads},
                                             (void *)(uintptr_t)sh->cells[pool]);
@@ -284,7 +368,35 @@ struct tsr_tensor *tsr_api_attn_build(struct tsr_arch_forward *fw, int32_t layer
       return NULL;
     }
   }
-  return a->build(a->ctx, tsr_plugin_host_services(), fw->g, call);
+  /* the layer's codecs' hooks: q transformed for the K codec (by the attention
+  ** itself when it positions q), the output back from the V codec's storage */
+  const struct tsr_kv_codec_v1 *kc, *vc;
+  layer_codecs(fw, layer, &kc, &vc);
+  struct tsr_attn_call hooked;
+  if (TSR_KV_CODEC_HOOK(kc, prepare_q)) {
+    if (call->struct_size < offsetof(struct tsr_attn_call, prepare_q_ctx) +
+                                sizeof call->prepare_q_ctx) {
+      tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG, "attn_build: the arch's attention call "
+                     "predates codec hooks (ABI 1.1) and this layer's K codec has one");
+      return NULL;
+    }
+    hooked = *call;
+    if (attention_rotates(a)) {
+      hooked.prepare_q = call_prepare_q;
+      hooked.prepare_q_ctx = kc;
+    } else if (!(hooked.q = codec_q(fw->g, kc, call->q))) {
+      return NULL;
+    }
+    call = &hooked;
+  }
+  struct tsr_tensor *out = a->build(a->ctx, tsr_plugin_host_services(), fw->g, call);
+  struct tsr_tensor *(*finish)(void *, const struct tsr_host *, struct tsr_graph *,
+                               struct tsr_tensor *, int32_t) = TSR_KV_CODEC_HOOK(vc, finish_out);
+  if (!out || !finish) return out;
+  const int32_t dv = fw->layers[layer].head_dim_v;
+  struct tsr_tensor *x = hook_input(fw->g, out);
+  return x ? hook_result(fw->g, vc, "finish_out", x,
+                         finish(vc->ctx, tsr_plugin_host_services(), fw->g, x, dv), dv) : NULL;
 }
 
 struct tsr_tensor *tsr_api_kv_shift_rope(struct tsr_kv_shift *sh, int32_t layer,

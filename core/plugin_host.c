@@ -498,6 +498,15 @@ uint64_t tsr_plugin_engaged_total(const struct tsr_plugin *p) {
   return total;
 }
 
+uint64_t tsr_plugin_engaged(const struct tsr_plugin *p, const char *counter) {
+  pthread_mutex_lock(&p->host->counter_lock);
+  uint64_t n = 0;
+  for (int i = 0; i < p->n_counters; i++)
+    if (!strcmp(p->counters[i].name, counter)) n = p->counters[i].value;
+  pthread_mutex_unlock(&p->host->counter_lock);
+  return n;
+}
+
 void tsr_plugin_host_reset_engagement(struct tsr_plugin_host *h) {
   pthread_mutex_lock(&h->counter_lock);
   for (int i = 0; i < h->n_plugins; i++) h->plugins[i]->n_counters = 0;

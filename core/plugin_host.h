@@ -94,6 +94,8 @@ const char *tsr_plugin_library(const struct tsr_plugin *p); /* "" for built-in *
 /* ---- engagement ---- */
 /* Total of all of a plugin's counters. */
 uint64_t tsr_plugin_engaged_total(const struct tsr_plugin *p);
+/* One counter of a plugin; 0 when it never counted it. */
+uint64_t tsr_plugin_engaged(const struct tsr_plugin *p, const char *counter);
 /* Zeroes every counter: setup work (e.g. building a graph only to plan its
 ** memory) is not what a run engaged. */
 void tsr_plugin_host_reset_engagement(struct tsr_plugin_host *h);

@@ -14,14 +14,16 @@
 ** against this header alone (pkg-config: tessera-plugin).
 **
 ** Growth rules (SQLite's and Vulkan's): every struct here starts with or
-** carries a struct_size; later minors only append fields at the end, and a
-** reader checks struct_size before touching an appended field. Nothing is
-** ever removed or reordered within a major.
+** carries a struct_size; later minors only append fields at the end, each
+** group marked with the minor that added it ("ABI 1.1"), and a reader checks
+** struct_size before touching an appended field. Nothing is ever removed or
+** reordered within a major.
 **
 ** Interfaces (each versioned on its own, version 1 here):
 **   arch           hyperparameters and layer plan from GGUF, graph per ubatch
 **   attention      attention over one layer's KV; negotiates codec reads
-**   kv_codec       a KV-cache storage format: encode rows, decode (lift)
+**   kv_codec       a KV-cache storage format: encode rows, decode (lift),
+**                  graph hooks around attention (version 2)
 **   decode_policy  adjusts attention during decode (e.g. V skipping)
 **   speculator     drafts tokens and verifies them in one batch
 ** Built-in pieces (the `flash` attention, the scalar KV codecs) register
@@ -41,7 +43,7 @@ extern "C" {
 #endif
 
 #define TSR_PLUGIN_ABI_MAJOR 1
-#define TSR_PLUGIN_ABI_MINOR 0
+#define TSR_PLUGIN_ABI_MINOR 1
 #define TSR_PLUGIN_ENTRY_SYMBOL "tsr_plugin_entry"
 
 #if defined(__GNUC__)
@@ -137,7 +139,7 @@ struct tsr_layer_desc {
   int32_t layer;             /* index in the model */
   enum tsr_layer_kind kind;
   int32_t n_head, n_head_kv;
-  int32_t head_dim_k, head_dim_v;
+  int32_t head_dim_k, head_dim_v; /* as the kernel sees them: the codecs' storage dims */
   int32_t window;            /* SLIDING: window in tokens; else 0 */
   const char *k_codec, *v_codec;
   const char *backend;       /* "cpu", "cuda" */
@@ -174,6 +176,16 @@ struct tsr_attn_call {
   ** arrives unrotated and k holds what its prepare_k stored; for any other,
   ** both are already rotated at their positions. */
   const struct tsr_attn_rope *rope;
+  /* ABI 1.1. For an implementation that rotates: the K codec's query
+  ** transform (tsr_kv_codec_v1.prepare_q), which it applies to every q it
+  ** positions, before reading keys: q = call->prepare_q(call, g, q) (f32,
+  ** head dim first, any layout; the result is contiguous with head dim
+  ** head_dim_k of the layer desc). NULL: the K codec has none, or the host
+  ** applied it already (an implementation that does not rotate gets q
+  ** transformed). */
+  struct tsr_tensor *(*prepare_q)(const struct tsr_attn_call *call, struct tsr_graph *g,
+                                  struct tsr_tensor *q);
+  const void *prepare_q_ctx; /* the host's */
 };
 
 /* How an arch rotates one attention layer's q and k by position, so that an
@@ -235,14 +247,31 @@ struct tsr_attention_v1 {
   struct tsr_tensor *(*shift_k)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                 const struct tsr_attn_rope *rope, struct tsr_tensor *k,
                                 struct tsr_tensor *pos, int32_t delta);
+  /* ABI 1.1. An implementation that rotates applies tsr_attn_call.prepare_q
+  ** to the queries it positions; without this the host refuses a K codec
+  ** with a query transform under it, naming both. */
+  bool applies_prepare_q;
 };
 
-/* ---- kv_codec, version 1 ----------------------------------------------- */
+/* ---- kv_codec, version 2 ----------------------------------------------- */
 
+/* A KV-cache storage format. Its rows are stored in dtype (a type the
+** backends' kernels read), optionally after graph hooks that change what
+** attention sees: prepare_rows transforms the rows a layer stores (e.g. a
+** rotation, zero padding to storage_dim), prepare_q the queries that score
+** keys stored in it (as K codec), finish_out the attention output that
+** summed values stored in it (as V codec). The host inserts the hooks around
+** whatever attention the layer uses, so a codec composes with every attention
+** implementation without either knowing the other:
+**   k_stored = K.prepare_rows(k)      v_stored = V.prepare_rows(v)
+**   out = V.finish_out(attention(K.prepare_q(q), k_stored, v_stored))
+** A rotation R (orthogonal) needs all three: (Rq).(Rk) = q.k, and the output
+** sum of p_j R v_j is R o, so finish_out applies R^T.
+** Version 2 is version 1 with the hooks appended (ABI 1.1). */
 struct tsr_kv_codec_v1 {
   uint32_t struct_size;
   const char *name;      /* "q8_0", "turbo3" */
-  int32_t dtype;         /* GGUF type id, or -1: the host assigns a new id */
+  int32_t dtype;         /* the type id its rows are stored in (GGUF or tessera's) */
   int64_t block_size;    /* values per block */
   size_t block_bytes;    /* bytes per block */
   const char *backends;  /* comma-separated backends that can encode/lift it */
@@ -253,7 +282,29 @@ struct tsr_kv_codec_v1 {
   /* Appended. CPU: decode n values (whole blocks) to f32, as an attention
   ** kernel reads them in register; NULL: the codec decodes to f16 only. */
   void (*decode_f32)(void *ctx, const void *src, float *dst, int64_t n);
+  /* ABI 1.1: graph hooks, each NULL for none. Every hook appends ops to g and
+  ** returns their f32 result, or NULL with the graph's error set; its input is
+  ** contiguous f32 with the head dim first. */
+  /* The head dim rows of head_dim values are stored (and q and the output
+  ** are seen by attention) at: >= head_dim, a multiple of block_size; 0 when
+  ** the codec cannot store that head dim. NULL: head_dim. */
+  int32_t (*storage_dim)(void *ctx, int32_t head_dim);
+  /* rows f32 [head_dim, n, heads] -> f32 [storage_dim, n, heads], stored then */
+  struct tsr_tensor *(*prepare_rows)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                     struct tsr_tensor *rows);
+  /* as K codec: queries f32 [head_dim, a, b] (positioned) -> f32 [storage_dim, a, b] */
+  struct tsr_tensor *(*prepare_q)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                  struct tsr_tensor *q);
+  /* as V codec: attention output f32 [storage_dim, a, b] -> f32 [head_dim, a, b] */
+  struct tsr_tensor *(*finish_out)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                   struct tsr_tensor *out, int32_t head_dim);
 };
+
+/* A codec's hooks, NULL where the codec has none or was built before them. */
+#define TSR_KV_CODEC_HOOK(c, field)                                                               \
+  ((c) && (c)->struct_size >= offsetof(struct tsr_kv_codec_v1, field) + sizeof (c)->field        \
+       ? (c)->field                                                                               \
+       : NULL)
 
 /* ---- arch, version 1 ----------------------------------------------------- */
 

@@ -223,11 +223,18 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
                   "and key positions", layer);
     return NULL;
   }
+  /* the K codec's query transform, applied to each query band once it is positioned */
+  struct tsr_tensor *(*prepare_q)(const struct tsr_attn_call *, struct tsr_graph *,
+                                  struct tsr_tensor *) =
+      call->struct_size >= offsetof(struct tsr_attn_call, prepare_q_ctx) + sizeof(void *)
+          ? call->prepare_q
+          : NULL;
   struct tsr_tensor_info qi, ki, vi;
   h->tensor_info(call->q, &qi);
   h->tensor_info(call->k, &ki);
   h->tensor_info(call->v, &vi);
-  if (qi.dtype != DCA_F32 || qi.ne[0] != ki.ne[0] || ki.ne[2] <= 0 || qi.ne[2] % ki.ne[2] ||
+  if (qi.dtype != DCA_F32 || (!prepare_q && qi.ne[0] != ki.ne[0]) || ki.ne[2] <= 0 ||
+      qi.ne[2] % ki.ne[2] ||
       vi.ne[1] != ki.ne[1] || vi.ne[2] != ki.ne[2]) {
     h->graph_fail(g, TSR_ERR_INVALID_ARG, "dca (layer %d): q [%lld,%lld,%lld] k [%lld,%lld,%lld] "
                   "v [%lld,%lld,%lld] do not fit", layer, (long long)qi.ne[0],
@@ -266,6 +273,7 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
     const size_t nb3[3] = {qvi.nb[0], qvi.nb[1], 0};
     struct tsr_tensor *x3 = h->view(g, qv, 3, ne3, nb3, 0);
     if (!x3 || !(q3 = h->rope_apply(g, call->rope, x3, qpos3))) return NULL;
+    if (prepare_q && !(q3 = prepare_q(call, g, q3))) return NULL;
     h->tensor_info(q3, &q3i);
   }
   for (int b = 0; b < 3; b++) {
@@ -277,9 +285,15 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
       const size_t nb = sizeof(int32_t);
       struct tsr_tensor *pos = h->view(g, qpos3, 1, &n, &nb, (size_t)b * (size_t)n * nb);
       qb[b] = pos ? h->rope_apply(g, call->rope, qv, pos) : NULL;
+      if (qb[b] && prepare_q) qb[b] = prepare_q(call, g, qb[b]);
     }
     if (!qb[b]) return NULL;
     h->tensor_info(qb[b], &qbi[b]);
+    if (qbi[b].ne[0] != ki.ne[0]) {
+      h->graph_fail(g, TSR_ERR_INVALID_ARG, "dca (layer %d): queries of head dim %lld against "
+                    "keys stored at %lld", layer, (long long)qbi[b].ne[0], (long long)ki.ne[0]);
+      return NULL;
+    }
     if (b && memcmp(qbi[b].nb, qbi[0].nb, sizeof qbi[0].nb)) {
       h->graph_fail(g, TSR_ERR_INTERNAL, "dca (layer %d): the rotated query bands differ in "
                     "layout", layer);
@@ -321,6 +335,7 @@ static const struct tsr_attention_v1 g_dca = {
     .rotates = true,
     .prepare_k = dca_prepare_k,
     .shift_k = dca_shift_k,
+    .applies_prepare_q = true,
 };
 
 /* ---- plugin ------------------------------------------------------------------ */

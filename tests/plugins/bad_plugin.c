@@ -17,8 +17,19 @@ static struct tsr_tensor *build(void *ctx, const struct tsr_host *host, struct t
   (void)ctx;
   return host->flash_attn(g, call);
 }
+__attribute__((unused)) static struct tsr_tensor *
+prepare_k(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+          const struct tsr_attn_rope *rope, struct tsr_tensor *k, struct tsr_tensor *pos) {
+  (void)ctx;
+  return host->rope_apply(g, rope, k, pos);
+}
 static const struct tsr_attention_v1 g_attention = {
     .struct_size = sizeof(struct tsr_attention_v1),
+#if defined(BAD_ROTATES)
+    /* positions q itself, and never applies a K codec's query transform */
+    .rotates = true,
+    .prepare_k = prepare_k,
+#endif
 #if defined(BAD_DUPLICATE)
     .name = "flash", /* the core's name: refused */
 #else
@@ -32,8 +43,8 @@ __attribute__((unused)) static void encode(void *ctx, const float *src, void *ds
 }
 /* well-formed, but the descriptor does not provide kv_codec */
 __attribute__((unused)) static const struct tsr_kv_codec_v1 g_codec = {
-    .struct_size = sizeof(struct tsr_kv_codec_v1), .name = "bad_codec", .dtype = -1,
-    .block_size = 32, .block_bytes = 8, .backends = "cpu", .encode_rows = encode,
+    .struct_size = sizeof(struct tsr_kv_codec_v1), .name = "bad_codec", .dtype = 1,
+    .block_size = 1, .block_bytes = 2, .backends = "cpu", .encode_rows = encode,
 };
 
 static tsr_status init(const struct tsr_host *host, struct tsr_plugin *self) {

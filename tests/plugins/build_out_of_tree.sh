@@ -16,7 +16,7 @@ pc=$(find "$out/root" -name tessera-plugin.pc | head -1)
 export PKG_CONFIG_PATH=$(dirname "$pc")
 export PKG_CONFIG_SYSROOT_DIR="$out/root"
 cflags=$(pkg-config --cflags tessera-plugin)
-for variant in good:0:0:1.0 next_major:1:0:2.0 newer_minor:0:1:1.1; do
+for variant in good:0:0:1.1 next_major:1:0:2.1 newer_minor:0:1:1.2; do
   IFS=: read -r name major minor abi <<<"$variant"
   dir="$out/$name/example_attention"
   mkdir -p "$dir"
@@ -34,4 +34,25 @@ library = libexample_attention.so
 description = flash, wrapped by a third party, counting the layers it builds
 INI
 done
-echo "built example_attention against $(pkg-config --variable=includedir tessera-plugin)"
+# the example codec (kv_codec version 2 hooks), and its cuda kernels where
+# nvcc is on the machine: the same installed headers, nothing else
+dir="$out/good/example_codec"
+mkdir -p "$dir"
+cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
+  "$here/example_codec/example_codec.c" -o "$dir/libexample_codec.so" -lm
+nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
+if [ -n "$nvcc" ] && [ -z "${TSR_NO_CUDA_PLUGINS:-}" ]; then
+  "$nvcc" $cflags -std=c++17 -O2 -arch=sm_90 -Xcompiler -fPIC,-fvisibility=hidden -shared \
+    "$here/example_codec/example_codec_cuda.cu" -o "$dir/example_codec_cuda.so"
+fi
+cat >"$dir/plugin.ini" <<INI
+[plugin]
+name = example_codec
+version = 1.0.0
+abi = 1.1
+provides = kv_codec:2
+requires =
+library = libexample_codec.so
+description = rot_f16: K and V rotated by a fixed Walsh-Hadamard rotation, stored in f16
+INI
+echo "built example_attention and example_codec against $(pkg-config --variable=includedir tessera-plugin)"

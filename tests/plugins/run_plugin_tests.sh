@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the out-of-tree example plugin, then runs the plugin host tests.
-# usage: run_plugin_tests.sh BUILD_ROOT TEST_BINARY BAD_PLUGIN_DIR OUT_DIR
+# usage: run_plugin_tests.sh BUILD_ROOT TEST_BINARY BAD_PLUGIN_DIR OUT_DIR CODEC_TEST_BINARY
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/build_out_of_tree.sh" "$1" "$4"
@@ -28,4 +28,34 @@ check require_engaged_fails_when_the_plugin_did_nothing 1 "$tessera" parity "$mo
   --require-engaged core
 check require_engaged_names_a_plugin_that_is_not_loaded 2 "$tessera" parity "$model" \
   "$fixture/golden.gguf" --require-engaged example_attention
+
+# a composition the codec's hooks cannot make is refused at profile check,
+# naming the attention, the codec and both plugins
+codec_dir="$4/good/example_codec"
+codec_profile() { # attention plugin-entry
+  printf 'model: %s\ncontext: 64\nkv: {k: rot_f16, v: f16}\nattention: %s\nplugins:\n  - arch_qwen\n  - %s\n  - name: example_codec\n    path: %s\n' \
+    "$model" "$1" "$2" "$codec_dir"
+}
+codec_profile bad_attention "{name: bad_rotates, path: $3/bad_rotates.ini}" >"$4/rotating.yaml"
+out=$("$tessera" profile check "$4/rotating.yaml" 2>&1) && rc=0 || rc=$?
+if [ "$rc" -eq 2 ] && grep -q "attention bad_attention (bad_rotates 1.0.0) positions queries" <<<"$out" &&
+   grep -q "K codec rot_f16 (example_codec 1.0.0)'s query transform" <<<"$out"; then
+  echo "ok   codec_hook_an_attention_cannot_apply_is_refused_naming_both"
+else
+  echo "FAIL codec_hook_an_attention_cannot_apply_is_refused_naming_both (exit $rc): $out"; status=1
+fi
+codec_profile flash arch_gemma4 >"$4/flash_codec.yaml"
+out=$("$tessera" profile check "$4/flash_codec.yaml" 2>&1) && rc=0 || rc=$?
+if [ "$rc" -eq 0 ] && grep -q "K rot_f16 (example_codec 1.0.0; native as f16; hooks prepare_rows, prepare_q, finish_out)" <<<"$out"; then
+  echo "ok   codec_hooks_show_in_the_composition"
+else
+  echo "FAIL codec_hooks_show_in_the_composition (exit $rc): $out"; status=1
+fi
+
+# kv_codec hooks: the out-of-tree rot_f16 against f16 KV through flash and dca
+gemma_fixture="$here/../reference/fixtures/gemma4_dense"
+gemma="$4/gemma4_dense.f32.gguf"
+"$tessera" convert "$gemma_fixture" "$gemma" --outtype f32 >/dev/null
+"$5" "$4" "$4/good/example_codec" "$model" "$fixture/golden.gguf" \
+  "$gemma" "$gemma_fixture/golden.gguf" || status=1
 exit $status

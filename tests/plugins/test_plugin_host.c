@@ -55,8 +55,8 @@ static void test_abi_major_mismatch_names_both_versions(void) {
   struct tsr_plugin_host *h;
   CHECK_OK(tsr_plugin_host_new(&h));
   const char *dir = example_dir("next_major");
-  CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "ABI 2.0");
-  CHECK(strstr(tsr_error_message(), "ABI 1.0") != NULL);
+  CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "ABI 2.1");
+  CHECK(strstr(tsr_error_message(), "ABI 1.1") != NULL);
   CHECK(tsr_plugin_host_attention(h, "example_attention", NULL) == NULL);
   tsr_plugin_host_free(h);
 }
@@ -66,7 +66,7 @@ static void test_newer_abi_minor_is_refused(void) {
   CHECK_OK(tsr_plugin_host_new(&h));
   const char *dir = example_dir("newer_minor");
   CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "newer");
-  CHECK(strstr(tsr_error_message(), "1.1") != NULL);
+  CHECK(strstr(tsr_error_message(), "1.2") != NULL);
   tsr_plugin_host_free(h);
 }
 

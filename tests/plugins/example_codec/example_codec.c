@@ -1,0 +1,208 @@
+/*
+** A KV codec written the way a third party would, against the installed
+** <tessera/plugin.h> alone: rot_f16 stores each K and V row rotated
+** (example_codec.h) in f16. Its hooks (kv_codec version 2) do the rotation in the
+** graph: prepare_rows rotates the rows a layer stores, prepare_q rotates the
+** queries, finish_out rotates the attention output back. A rotation keeps dot
+** products, so the logits equal plain f16 KV's within f16 rounding, through
+** any attention: proof that the hooks compose. Head dims that are not whole
+** groups of 128 are stored padded with zeros to the next whole group
+** (storage_dim); the setting extra_groups pads further, so a test can run the
+** padded path on any model.
+**
+** Kernels: cpu here; cuda in example_codec_cuda.cu, built into
+** example_codec_cuda.so beside this library when nvcc is found.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "example_codec.h"
+
+/* In place: the normalised Walsh-Hadamard transform of 128 values. */
+static void wht(float *x) {
+  for (int len = 1; len < ROT_GROUP; len <<= 1)
+    for (int i = 0; i < ROT_GROUP; i += len << 1)
+      for (int j = i; j < i + len; j++) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+  for (int i = 0; i < ROT_GROUP; i++) x[i] *= ROT_INV_SQRT_GROUP;
+}
+
+/* One row: forward, in_dim values (zero-padded) to out_dim rotated ones; inverse,
+** out_dim of the in_dim rotated values' preimage. */
+static void rotate_row(const float *in, int64_t in_dim, float *out, int64_t out_dim,
+                       bool inverse) {
+  const int64_t n = inverse ? in_dim : out_dim; /* the rotated side, whole groups */
+  float g[ROT_GROUP];
+  for (int64_t g0 = 0; g0 < n; g0 += ROT_GROUP) {
+    for (int i = 0; i < ROT_GROUP; i++) {
+      const float x = g0 + i < in_dim ? in[g0 + i] : 0.0f;
+      g[i] = x * rot_sign((uint32_t)i, inverse ? 2 : 1);
+    }
+    wht(g);
+    for (int i = 0; i < ROT_GROUP && g0 + i < out_dim; i++)
+      out[g0 + i] = g[i] * rot_sign((uint32_t)i, inverse ? 1 : 2);
+  }
+}
+
+/* example_codec.rotate: registered once a process (its ops are the process's) */
+static int32_t g_op = -1;
+
+static void rotate_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                       const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  const struct codec_state *st = rot_state(params);
+  (void)ctx, (void)n_src;
+  const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
+  const bool inverse = params[ROT_P_INVERSE] != 0;
+  int64_t done = 0;
+  /* the host hands hooks contiguous rows and the op's output is contiguous */
+  for (int64_t r = ith; r < rows; r += nth, done++)
+    rotate_row((const float *)src[0].data + r * src[0].ne[0], src[0].ne[0],
+               (float *)dst->data + r * dst->ne[0], dst->ne[0], inverse);
+  if (done) st->host->engaged(st->self, inverse ? "rows_unrotated" : "rows_rotated",
+                              (uint64_t)done);
+}
+
+static struct tsr_tensor *rotate(struct codec_state *st, const struct tsr_host *h,
+                                 struct tsr_graph *g, struct tsr_tensor *x, int64_t out_dim,
+                                 bool inverse) {
+  struct tsr_tensor_info xi;
+  h->tensor_info(x, &xi);
+  const int64_t ne[4] = {out_dim, xi.ne[1], xi.ne[2], xi.ne[3]};
+  int32_t params[ROT_P_COUNT] = {inverse, (int32_t)out_dim};
+  memcpy(&params[ROT_P_STATE], &st, sizeof st);
+  return h->custom_op(g, g_op, xi.n_dims > 3 ? xi.n_dims : 3, ne, &x, 1, params, ROT_P_COUNT);
+}
+
+static int32_t codec_storage_dim(void *ctx, int32_t head_dim) {
+  const struct codec_state *st = ctx;
+  return head_dim > 0 ? rot_storage_dim(head_dim, st->extra_groups) : 0;
+}
+
+static struct tsr_tensor *codec_prepare(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                        struct tsr_tensor *x) {
+  struct tsr_tensor_info xi;
+  h->tensor_info(x, &xi);
+  return rotate(ctx, h, g, x, codec_storage_dim(ctx, (int32_t)xi.ne[0]), false);
+}
+
+static struct tsr_tensor *codec_finish_out(void *ctx, const struct tsr_host *h,
+                                           struct tsr_graph *g, struct tsr_tensor *out,
+                                           int32_t head_dim) {
+  return rotate(ctx, h, g, out, head_dim, true);
+}
+
+/* The CPU reference of the stored values: f16, IEEE round to nearest even. */
+static uint16_t to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu;
+  uint32_t man = x & 0x7fffffu;
+  if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (man ? 0x200u : 0));
+  const int32_t e = (int32_t)exp - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return (uint16_t)sign;
+    man |= 0x800000u;
+    const uint32_t shift = (uint32_t)(14 - e), half = man >> shift;
+    const uint32_t rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    return (uint16_t)(sign | (half + (rem > mid || (rem == mid && (half & 1)))));
+  }
+  const uint32_t half = ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fffu;
+  return (uint16_t)(sign | (half + (rem > 0x1000u || (rem == 0x1000u && (half & 1)))));
+}
+
+static float from_f16(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  float f;
+  if (exp == 0) f = ldexpf((float)man, -24);
+  else if (exp == 31) f = man ? NAN : INFINITY;
+  else f = ldexpf((float)(man | 0x400u), (int)exp - 25);
+  return sign ? -f : f;
+}
+
+static void encode_rows(void *ctx, const float *src, void *dst, int64_t n) {
+  (void)ctx;
+  for (int64_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = to_f16(src[i]);
+}
+
+static void decode_f16(void *ctx, const void *src, uint16_t *dst, int64_t n) {
+  (void)ctx;
+  memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+static void decode_f32(void *ctx, const void *src, float *dst, int64_t n) {
+  (void)ctx;
+  for (int64_t i = 0; i < n; i++) dst[i] = from_f16(((const uint16_t *)src)[i]);
+}
+
+static const struct tsr_plugin_setting g_settings[] = {
+    {"extra_groups", TSR_SETTING_INT, 0, 4, "0", NULL,
+     "groups of 128 zeros stored past each row's own (tests the padded path)"},
+};
+
+static tsr_status codec_init(const struct tsr_host *h, struct tsr_plugin *self) {
+  int64_t extra = 0;
+  tsr_status st = h->setting_i64(self, "extra_groups", &extra);
+  if (st != TSR_OK) return st;
+  struct codec_state *cs = calloc(1, sizeof *cs);
+  if (!cs) return h->set_error(TSR_ERR_NOMEM, "example_codec: out of memory");
+  cs->host = h, cs->self = self, cs->extra_groups = (int32_t)extra;
+  h->set_state(self, cs);
+  if (g_op < 0) {
+    int32_t op;
+    st = h->register_op(self, "rotate", &op);
+    if (st == TSR_OK) st = h->register_kernel(self, op, "cpu", rotate_cpu, NULL);
+    if (st == TSR_OK)
+      st = h->register_kernel_lib(self, op, "cuda", "example_codec_cuda.so",
+                                  "example_codec_rotate_cuda", NULL);
+    /* its launches depend on the node alone, and it counts on replay */
+    if (st == TSR_OK) st = h->declare_replayable(self, op, "cuda");
+    if (st == TSR_OK) g_op = op;
+  }
+  const struct tsr_kv_codec_v1 codec = {
+      .struct_size = sizeof codec,
+      .name = "rot_f16",
+      .dtype = 1, /* f16: every attention kernel reads it as it reads f16 */
+      .block_size = 1,
+      .block_bytes = 2,
+      .backends = "cpu,cuda",
+      .ctx = cs,
+      .encode_rows = encode_rows,
+      .decode_f16 = decode_f16,
+      .decode_f32 = decode_f32,
+      .storage_dim = codec_storage_dim,
+      .prepare_rows = codec_prepare,
+      .prepare_q = codec_prepare,
+      .finish_out = codec_finish_out,
+  };
+  if (st == TSR_OK) st = h->register_kv_codec(self, &codec);
+  return st;
+}
+
+static void codec_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
+  free(h->get_state(self));
+}
+
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_KV_CODEC, 2}};
+
+static const struct tsr_plugin_descriptor g_descriptor = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_plugin_descriptor),
+    .name = "example_codec",
+    .version = "1.0.0",
+    .description = "rot_f16: K and V rotated by a fixed Walsh-Hadamard rotation, stored in f16",
+    .provides = g_provides,
+    .n_provides = 1,
+    .settings = g_settings,
+    .n_settings = 1,
+    .init = codec_init,
+    .destroy = codec_destroy,
+};
+
+TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *tsr_plugin_entry(void) {
+  return &g_descriptor;
+}

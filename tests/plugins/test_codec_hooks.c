@@ -1,0 +1,142 @@
+/*
+** kv_codec version 2 hooks, proven with the out-of-tree example codec
+** (example_codec/, rot_f16: K and V rotated, stored in f16). Per model and
+** attention (flash; dca on the full layers, with a chunk small enough that
+** its three bands act), the golden sequence runs in ubatches of 16, so every
+** position past the first ubatch reads K/V back from the cache:
+**   - rot_f16's logits equal f16 KV's within f16 rounding: rot_f16 is at most
+**     ROUNDING times as far from f32 KV as f16 KV is, and at most 2 ROUNDING
+**     times f16's distance from f16 KV itself;
+**   - they are not f16's bit for bit, and the codec counted rows rotated and
+**     outputs rotated back, so the hooks really ran;
+**   - the padded path (extra_groups 1: every row stored with 128 zeros more)
+**     gives what the unpadded one gives, within f32 summation order.
+** usage: test_codec_hooks OUT_DIR CODEC_DIR MODEL.gguf GOLDEN.gguf [MODEL GOLDEN]...
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "error.h"
+#include "gguf.h"
+#include "plugin_host.h"
+#include "setup.h"
+#include "tests/harness.h"
+#include "tests/logits_test_util.h"
+
+/* rot_f16 against f32 KV, as a multiple of f16 KV against f32 KV: the same
+** rounding of other values (1.34 at most on the fixtures); and rot_f16 against
+** f16 KV: two such roundings */
+#define ROUNDING 2.0
+
+static const char *g_out, *g_codec_dir;
+
+struct run_out {
+  float *logits; /* [n][vocab] */
+  uint64_t rotated, unrotated;
+};
+
+static const char *profile(const char *model, const char *kv, const char *attention, int extra) {
+  static char path[1024];
+  static int serial;
+  snprintf(path, sizeof path, "%s/codec_%d.yaml", g_out, serial++);
+  FILE *f = fopen(path, "w");
+  if (!f) return NULL;
+  fprintf(f, "model: %s\ncontext: 256\nbatch: 256\nubatch: 16\nkv: {k: %s, v: %s}\n"
+          "attention: %s\nplugins:\n  - arch_qwen\n  - arch_gemma4\n  - name: attn_dca\n"
+          "    settings: {chunk_size: 16, local_size: 4}\n  - name: example_codec\n"
+          "    path: %s\n    settings: {extra_groups: %d}\n", model, kv, kv, attention,
+          g_codec_dir, extra);
+  fclose(f);
+  return path;
+}
+
+static bool run(const char *model, const struct tsr_test_golden *gs, const char *kv,
+                const char *attention, int extra, struct run_out *out) {
+  memset(out, 0, sizeof *out);
+  struct tsr_engine_options opt = {.profile_path = profile(model, kv, attention, extra),
+                                   .n_threads = 2};
+  struct tsr_engine *e = NULL;
+  tsr_status st = tsr_engine_new(&opt, &e);
+  CHECK_MSG(st == TSR_OK, "%s, kv %s, attention %s: %s", model, kv, attention,
+            tsr_error_message());
+  if (st != TSR_OK) return false;
+  out->logits = malloc(sizeof(float) * (size_t)gs->n * (size_t)gs->vocab);
+  st = tsr_engine_eval(e, 0, gs->ids, gs->n, NULL, out->logits);
+  CHECK_MSG(st == TSR_OK, "%s, kv %s: %s", model, kv, tsr_error_message());
+  const struct tsr_plugin *p =
+      tsr_plugin_host_find_plugin(tsr_engine_setup(e)->host, "example_codec");
+  if (p) {
+    out->rotated = tsr_plugin_engaged(p, "rows_rotated");
+    out->unrotated = tsr_plugin_engaged(p, "rows_unrotated");
+  }
+  tsr_engine_free(e);
+  return st == TSR_OK;
+}
+
+static double max_abs_diff(const float *a, const float *b, size_t n) {
+  double m = 0;
+  for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - (double)b[i]));
+  return m;
+}
+
+static const char *g_model, *g_golden;
+
+static void test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca(void) {
+  const char *model = g_model, *golden = g_golden;
+  struct tsr_gguf *gold = NULL;
+  struct tsr_test_golden gs;
+  if (!tsr_test_golden_seq0(golden, 32, &gold, &gs)) {
+    CHECK_MSG(false, "%s: no golden sequence", golden);
+    return;
+  }
+  const size_t n = (size_t)gs.n * (size_t)gs.vocab;
+  const char *attentions[] = {"flash", "{full: dca, sliding: flash}"};
+  for (int a = 0; a < 2; a++) {
+    struct run_out f32, f16, rot, pad;
+    if (!run(model, &gs, "f32", attentions[a], 0, &f32) ||
+        !run(model, &gs, "f16", attentions[a], 0, &f16) ||
+        !run(model, &gs, "rot_f16", attentions[a], 0, &rot) ||
+        !run(model, &gs, "rot_f16", attentions[a], 1, &pad)) {
+      free(f32.logits), free(f16.logits), free(rot.logits), free(pad.logits);
+      continue;
+    }
+    const double d16 = max_abs_diff(f16.logits, f32.logits, n);
+    const double drot = max_abs_diff(rot.logits, f16.logits, n);
+    const double drot32 = max_abs_diff(rot.logits, f32.logits, n);
+    const double dpad = max_abs_diff(pad.logits, rot.logits, n);
+    printf("  %s, attention %s: max |logit diff| f16-f32 %.3e, rot_f16-f16 %.3e, rot_f16-f32 "
+           "%.3e, padded-unpadded %.3e; rows rotated %llu, unrotated %llu\n", model,
+           attentions[a], d16, drot, drot32, dpad, (unsigned long long)rot.rotated,
+           (unsigned long long)rot.unrotated);
+    CHECK_MSG(d16 > 0, "f16 KV equals f32 KV bit for bit: the cache was never read back");
+    CHECK_MSG(drot32 <= ROUNDING * d16, "rot_f16 is %.3e from f32 KV, more than %.1f x f16's "
+              "%.3e", drot32, ROUNDING, d16);
+    CHECK_MSG(drot <= 2 * ROUNDING * d16, "rot_f16 is %.3e from f16 KV, more than %.1f x f16's "
+              "%.3e from f32", drot, 2 * ROUNDING, d16);
+    CHECK_MSG(drot > 0, "rot_f16 equals f16 KV bit for bit: the hooks did not run");
+    CHECK(rot.rotated > 0 && rot.unrotated > 0);
+    CHECK(pad.rotated > 0 && pad.unrotated > 0);
+    CHECK_MSG(dpad <= 1e-3 * (d16 + 1e-3), "padding changed logits by %.3e", dpad);
+    free(f32.logits), free(f16.logits), free(rot.logits), free(pad.logits);
+  }
+  tsr_gguf_close(gold);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 5 || (argc - 3) % 2) {
+    fprintf(stderr, "usage: %s OUT_DIR CODEC_DIR MODEL.gguf GOLDEN.gguf [MODEL GOLDEN]...\n",
+            argv[0]);
+    return 2;
+  }
+  g_out = argv[1];
+  g_codec_dir = argv[2];
+  for (int i = 3; i + 1 < argc; i += 2) {
+    g_model = argv[i], g_golden = argv[i + 1];
+    printf("%s\n", g_model);
+    TSR_RUN(test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca);
+  }
+  return TSR_TEST_EXIT();
+}

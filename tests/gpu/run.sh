@@ -15,7 +15,9 @@
 #       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
 #       with DCA: cpu against cuda), and the benchmarks; prints a summary table last.
 #       Exit status 0 iff nothing failed. Sections (all by default; name some after
-#       RUN_DIR to run only those): loader ops models dca run serve bench tbench.
+#       RUN_DIR to run only those): loader ops models dca codec run serve bench tbench.
+#       codec: the out-of-tree example codec (tests/plugins/example_codec) through flash and
+#       dca on cuda, against f16 KV (tests/plugins/test_codec_hooks).
 #       tbench: `tessera bench` on a model gen-model makes (env TBENCH_LIKE, default
 #       qwen3-8b; TBENCH_TYPE, default q4_0; TBENCH_ARGS, default -p 512 -n 64 -r 3;
 #       TBENCH_BACKEND, default cuda; TBENCH_GEN_ARGS, default --random-codes (codes drawn,
@@ -64,6 +66,11 @@ build)
       -o -type f -perm -u+x \) -type f 2>/dev/null) | while read -r f; do
     mkdir -p "$run/$(dirname "$f")" && cp "$b/$f" "$run/$f"
   done
+  # the out-of-tree example codec, built against the installed headers (codec section)
+  cp "$b/tests/plugins/test_codec_hooks" "$run/" &&
+    bash tests/plugins/build_out_of_tree.sh "$b" "$run/oot" >/dev/null &&
+    rm -rf "$run/oot/root" "$run/oot/next_major" "$run/oot/newer_minor" ||
+    { echo "building the example codec failed"; exit 1; }
   echo "built $b; the GPU machine needs $run ($(du -sh "$run" | cut -f1)):"
   echo "  carry [\"$run\"], run: bash tests/gpu/run.sh check $run"
   ;;
@@ -242,6 +249,25 @@ check|sanitize)
         if cmp -s "$out/cpu.txt" "$out/cuda1.txt"; then row "run $f cuda" PASS "deterministic, $replays graph replays; same text as cpu"
         else row "run $f cuda" PASS "deterministic, $replays graph replays; agrees with cpu for $same (differs after)"; fi
       fi
+      rm -f "$m"
+    done
+  fi
+
+  if want codec; then
+    # kv_codec hooks on cuda: the out-of-tree rot_f16 (its rotation kernel in
+    # example_codec_cuda.so) against f16 KV, through flash and dca
+    echo "== kv_codec hooks on backend cuda (example_codec rot_f16)"
+    for f in qwen3_tied gemma4_dense; do
+      m="$out/$f.codec.gguf"
+      pad=1; [ "$f" = gemma4_dense ] && pad=0 # its head dim 512 cannot widen on cuda
+      if "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1 &&
+         TESSERA_PLUGIN_PATH="$b/plugins" "$b/test_codec_hooks" --backend cuda --pad $pad "$out" \
+           "$b/oot/good/example_codec" "$m" "$fixtures/$f/golden.gguf" >"$out/codec.log" 2>&1; then
+        row "codec rot_f16 $f cuda" PASS "$(grep -o 'rot_f16-f32 [0-9.e+-]*' "$out/codec.log" | tr '\n' ' ')"
+      else
+        row "codec rot_f16 $f cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$out/codec.log" | cut -c1-120)"
+      fi
+      grep -vE '^\[attn_dca\] info' "$out/codec.log" | tail -12
       rm -f "$m"
     done
   fi

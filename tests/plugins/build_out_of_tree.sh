@@ -6,10 +6,10 @@
 # usage: build_out_of_tree.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 build=$1
-out=$2
 here=$(cd "$(dirname "$0")" && pwd)
-rm -rf "$out"
-mkdir -p "$out"
+rm -rf "$2"
+mkdir -p "$2"
+out=$(cd "$2" && pwd) # DESTDIR below is taken relative to the build dir otherwise
 DESTDIR="$out/root" meson install -C "$build" --no-rebuild --quiet >/dev/null
 pc=$(find "$out/root" -name tessera-plugin.pc | head -1)
 [ -n "$pc" ] || { echo "tessera-plugin.pc was not installed" >&2; exit 1; }

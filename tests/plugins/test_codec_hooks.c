@@ -4,9 +4,11 @@
 ** attention (flash; dca on the full layers, with a chunk small enough that
 ** its three bands act), the golden sequence runs in ubatches of 16, so every
 ** position past the first ubatch reads K/V back from the cache:
-**   - rot_f16's logits equal f16 KV's within f16 rounding: rot_f16 is at most
-**     ROUNDING times as far from f32 KV as f16 KV is, and at most 2 ROUNDING
-**     times f16's distance from f16 KV itself;
+**   - rot_f16's logits equal f16 KV's within f16 rounding: on the backend under
+**     test, rot_f16 is at most ROUNDING times as far from the exact answer (f32
+**     KV on the cpu) as f16 KV is, and at most 2 ROUNDING times that from f16 KV
+**     itself (on cuda, attention rounds q and the weights to f16 too, so f32 KV
+**     there is no exact answer);
 **   - they are not f16's bit for bit, and the codec counted rows rotated and
 **     outputs rotated back, so the hooks really ran;
 **   - the padded path (extra_groups 1: every row stored with 128 zeros more)
@@ -42,7 +44,8 @@ struct run_out {
   uint64_t rotated, unrotated;
 };
 
-static const char *profile(const char *model, const char *kv, const char *attention, int extra) {
+static const char *profile(const char *model, const char *backend, const char *kv,
+                           const char *attention, int extra) {
   static char path[1024];
   static int serial;
   snprintf(path, sizeof path, "%s/codec_%d.yaml", g_out, serial++);
@@ -51,16 +54,16 @@ static const char *profile(const char *model, const char *kv, const char *attent
   fprintf(f, "model: %s\nbackend: %s\ncontext: 256\nbatch: 256\nubatch: 16\n"
           "kv: {k: %s, v: %s}\nattention: %s\nplugins:\n  - arch_qwen\n  - arch_gemma4\n  - name: attn_dca\n"
           "    settings: {chunk_size: 16, local_size: 4}\n  - name: example_codec\n"
-          "    path: %s\n    settings: {extra_groups: %d}\n", model, g_backend, kv, kv, attention,
+          "    path: %s\n    settings: {extra_groups: %d}\n", model, backend, kv, kv, attention,
           g_codec_dir, extra);
   fclose(f);
   return path;
 }
 
-static bool run(const char *model, const struct tsr_test_golden *gs, const char *kv,
-                const char *attention, int extra, struct run_out *out) {
+static bool run(const char *model, const struct tsr_test_golden *gs, const char *backend,
+                const char *kv, const char *attention, int extra, struct run_out *out) {
   memset(out, 0, sizeof *out);
-  struct tsr_engine_options opt = {.profile_path = profile(model, kv, attention, extra),
+  struct tsr_engine_options opt = {.profile_path = profile(model, backend, kv, attention, extra),
                                    .n_threads = 2};
   struct tsr_engine *e = NULL;
   tsr_status st = tsr_engine_new(&opt, &e);
@@ -101,10 +104,10 @@ static void test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca(voi
   for (int a = 0; a < 2; a++) {
     struct run_out f32, f16, rot, pad;
     memset(&pad, 0, sizeof pad);
-    if (!run(model, &gs, "f32", attentions[a], 0, &f32) ||
-        !run(model, &gs, "f16", attentions[a], 0, &f16) ||
-        !run(model, &gs, "rot_f16", attentions[a], 0, &rot) ||
-        (g_pad && !run(model, &gs, "rot_f16", attentions[a], g_pad, &pad))) {
+    if (!run(model, &gs, "cpu", "f32", attentions[a], 0, &f32) ||
+        !run(model, &gs, g_backend, "f16", attentions[a], 0, &f16) ||
+        !run(model, &gs, g_backend, "rot_f16", attentions[a], 0, &rot) ||
+        (g_pad && !run(model, &gs, g_backend, "rot_f16", attentions[a], g_pad, &pad))) {
       free(f32.logits), free(f16.logits), free(rot.logits), free(pad.logits);
       continue;
     }
@@ -112,8 +115,8 @@ static void test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca(voi
     const double drot = max_abs_diff(rot.logits, f16.logits, n);
     const double drot32 = max_abs_diff(rot.logits, f32.logits, n);
     const double dpad = g_pad ? max_abs_diff(pad.logits, rot.logits, n) : 0;
-    printf("  %s, %s, attention %s: max |logit diff| f16-f32 %.3e, rot_f16-f16 %.3e, rot_f16-f32 "
-           "%.3e, padded-unpadded %.3e; rows rotated %llu, unrotated %llu\n", model, g_backend,
+    printf("  %s, %s, attention %s: max |logit diff| f16-f32(cpu) %.3e, rot_f16-f16 %.3e, "
+           "rot_f16-f32(cpu) %.3e, padded-unpadded %.3e; rows rotated %llu, unrotated %llu\n", model, g_backend,
            attentions[a], d16, drot, drot32, dpad, (unsigned long long)rot.rotated,
            (unsigned long long)rot.unrotated);
     CHECK_MSG(d16 > 0, "f16 KV equals f32 KV bit for bit: the cache was never read back");
@@ -125,7 +128,11 @@ static void test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca(voi
     CHECK(rot.rotated > 0 && rot.unrotated > 0);
     if (g_pad) {
       CHECK(pad.rotated > 0 && pad.unrotated > 0);
-      CHECK_MSG(dpad <= 1e-3 * (d16 + 1e-3), "padding changed logits by %.3e", dpad);
+      /* the cpu sums the padded zeros exactly, in a fixed order; cuda picks its
+      ** attention kernel by head dim and rounds the weights to f16 in its tiles */
+      const double pad_bound = strcmp(g_backend, "cpu") ? d16 : 1e-3 * (d16 + 1e-3);
+      CHECK_MSG(dpad <= pad_bound, "padding changed logits by %.3e (bound %.3e)", dpad,
+                pad_bound);
     } else {
       printf("  padded path not run (--pad 0)\n");
     }

@@ -52,10 +52,10 @@ static void list_add(char *list, size_t cap, int *run_start, int *run_end, int i
   *run_start = *run_end = i;
 }
 
-/* The codec must exist, run on the backend and, when lifted, decode to f16. */
-static tsr_status check_codec(const struct tsr_plugin_host *h, const struct tsr_layer_desc *d,
-                              const char *side, const char *name, enum tsr_read_path path,
-                              const char *attn_label) {
+/* The codec must exist and run on the backend: before any attention is asked. */
+static tsr_status check_codec_runs(const struct tsr_plugin_host *h,
+                                   const struct tsr_layer_desc *d, const char *side,
+                                   const char *name) {
   const struct tsr_plugin *owner;
   const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(h, name, &owner);
   if (!c) {
@@ -71,6 +71,17 @@ static tsr_status check_codec(const struct tsr_plugin_host *h, const struct tsr_
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): %s codec %s (%s) has no %s encoder "
                          "(it runs on: %s)", d->layer, tsr_layer_kind_name(d->kind), side, name,
                          label, d->backend, c->backends);
+  return TSR_OK;
+}
+
+/* The attention's read path of the codec: some path, and a lift needs f16. */
+static tsr_status check_codec(const struct tsr_plugin_host *h, const struct tsr_layer_desc *d,
+                              const char *side, const char *name, enum tsr_read_path path,
+                              const char *attn_label) {
+  const struct tsr_plugin *owner;
+  const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(h, name, &owner);
+  char label[96];
+  owner_label(owner, label, sizeof label);
   if (path == TSR_READ_NONE)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s cannot read %s codec "
                          "%s (%s) on %s", d->layer, tsr_layer_kind_name(d->kind), attn_label,
@@ -135,8 +146,11 @@ static void codec_how(const struct tsr_plugin_host *h, const char *name, enum ts
     return;
   }
   const struct tsr_dtype_traits *tr = tsr_dtype_traits(c->dtype);
-  int n = snprintf(out, cap, "%s %s; %s as %s", tsr_plugin_name(owner), tsr_plugin_version(owner),
-                   tsr_read_path_name(path), tr ? tr->name : "?");
+  int n = c->dtype >= TSR_DTYPE_CODEC_BASE
+              ? snprintf(out, cap, "%s %s; %s, its own layout", tsr_plugin_name(owner),
+                         tsr_plugin_version(owner), tsr_read_path_name(path))
+              : snprintf(out, cap, "%s %s; %s as %s", tsr_plugin_name(owner),
+                         tsr_plugin_version(owner), tsr_read_path_name(path), tr ? tr->name : "?");
   const char *hooks[3] = {TSR_KV_CODEC_HOOK(c, prepare_rows) ? "prepare_rows" : NULL,
                           TSR_KV_CODEC_HOOK(c, prepare_q) ? "prepare_q" : NULL,
                           TSR_KV_CODEC_HOOK(c, finish_out) ? "finish_out" : NULL};
@@ -254,7 +268,9 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
         .struct_size = sizeof d, .layer = i, .kind = l->kind, .n_head = l->n_head,
         .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
         .window = l->window, .k_codec = kc, .v_codec = vc, .backend = r->backend};
-    tsr_status st = codec_hooks(h, &d, attn, attn_label);
+    tsr_status st = check_codec_runs(h, &d, "K", kc);
+    if (st == TSR_OK) st = check_codec_runs(h, &d, "V", vc);
+    if (st == TSR_OK) st = codec_hooks(h, &d, attn, attn_label);
     if (st != TSR_OK) return st;
     enum tsr_read_path kp = TSR_READ_NONE, vp = TSR_READ_NONE;
     st = attn->negotiate(attn->ctx, &d, &kp, &vp);

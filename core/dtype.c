@@ -1,5 +1,7 @@
 #include "dtype.h"
 
+#include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -152,12 +154,92 @@ static const struct tsr_dtype_traits g_own_traits[TSR_DTYPE_OWN_END - TSR_DTYPE_
 };
 #define N_OWN (TSR_DTYPE_OWN_END - TSR_DTYPE_OWN_BASE)
 
+/* ---- codec-registered dtypes ---------------------------------------------- */
+
+/* Each slot's traits call the codec's functions through a trampoline of their
+** own, since tsr_to_f32_fn carries no context. A slot is written whole before
+** g_n_codecs publishes it, and never changes after. */
+struct codec_slot {
+  struct tsr_dtype_traits tr;
+  char name[32], owner[64];
+  tsr_codec_encode_fn encode;
+  tsr_codec_decode_fn decode;
+  void *ctx;
+};
+static struct codec_slot g_codecs[TSR_DTYPE_CODEC_MAX];
+static _Atomic int g_n_codecs;
+static pthread_mutex_t g_codec_lock = PTHREAD_MUTEX_INITIALIZER;
+static const struct tsr_dtype_traits *(*g_codec_source)(int);
+
+#define TRAMPOLINES(i)                                                                            \
+  static void codec_to_f32_##i(const void *src, float *dst, int64_t n) {                          \
+    g_codecs[i].decode(g_codecs[i].ctx, src, dst, n);                                             \
+  }                                                                                               \
+  static void codec_from_f32_##i(const float *src, void *dst, int64_t n) {                        \
+    g_codecs[i].encode(g_codecs[i].ctx, src, dst, n);                                             \
+  }
+#define EACH_SLOT(X) \
+  X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) \
+  X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23) X(24) X(25) X(26) X(27) X(28) X(29) X(30) X(31)
+EACH_SLOT(TRAMPOLINES)
+#define TO_F32(i) codec_to_f32_##i,
+#define FROM_F32(i) codec_from_f32_##i,
+static const tsr_to_f32_fn g_codec_to[TSR_DTYPE_CODEC_MAX] = {EACH_SLOT(TO_F32)};
+static const tsr_from_f32_fn g_codec_from[TSR_DTYPE_CODEC_MAX] = {EACH_SLOT(FROM_F32)};
+
+tsr_status tsr_dtype_register_codec(const char *owner, const char *name, int64_t block_size,
+                                    size_t type_size, tsr_codec_encode_fn encode,
+                                    tsr_codec_decode_fn decode, void *ctx, int *id) {
+  if (!owner || !name || !*name || strlen(name) >= sizeof g_codecs[0].name ||
+      strlen(owner) >= sizeof g_codecs[0].owner || block_size < 1 || block_size > 4096 ||
+      type_size < 1 || type_size > 65536 || !encode || !decode)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "codec dtype '%s' of %s: a name under 32 bytes, "
+                         "blocks of 1..4096 values in 1..65536 bytes, an encoder and a decoder "
+                         "are needed", name ? name : "?", owner ? owner : "?");
+  pthread_mutex_lock(&g_codec_lock);
+  tsr_status st = TSR_OK;
+  const int n = g_n_codecs;
+  int at = -1;
+  for (int i = 0; i < n && at < 0; i++)
+    if (!strcmp(g_codecs[i].name, name) && !strcmp(g_codecs[i].owner, owner)) at = i;
+  if (at >= 0) {
+    if (g_codecs[at].tr.block_size != block_size || g_codecs[at].tr.type_size != type_size)
+      st = tsr_error_set(TSR_ERR_INVALID_ARG, "codec dtype '%s' of %s was registered with blocks "
+                         "of %lld values in %zu bytes, now %lld in %zu", name, owner,
+                         (long long)g_codecs[at].tr.block_size, g_codecs[at].tr.type_size,
+                         (long long)block_size, type_size);
+  } else if (n == TSR_DTYPE_CODEC_MAX) {
+    st = tsr_error_set(TSR_ERR_NOMEM, "more than %d codec dtypes in one process",
+                       TSR_DTYPE_CODEC_MAX);
+  } else {
+    struct codec_slot *c = &g_codecs[n];
+    snprintf(c->name, sizeof c->name, "%s", name);
+    snprintf(c->owner, sizeof c->owner, "%s", owner);
+    c->encode = encode, c->decode = decode, c->ctx = ctx;
+    c->tr = (struct tsr_dtype_traits){c->name, block_size, type_size, 1, g_codec_to[n],
+                                      g_codec_from[n]};
+    at = n;
+    g_n_codecs = n + 1;
+  }
+  pthread_mutex_unlock(&g_codec_lock);
+  if (st == TSR_OK) *id = TSR_DTYPE_CODEC_BASE + at;
+  return st;
+}
+
+void tsr_dtype_set_codec_source(const struct tsr_dtype_traits *(*traits)(int)) {
+  g_codec_source = traits;
+}
+
 const struct tsr_dtype_traits *tsr_dtype_traits(int type_id) {
   const struct tsr_dtype_traits *tr = NULL;
   if (type_id >= 0 && type_id < TSR_DTYPE_COUNT)
     tr = &g_traits[type_id];
   else if (type_id >= TSR_DTYPE_OWN_BASE && type_id < TSR_DTYPE_OWN_END)
     tr = &g_own_traits[type_id - TSR_DTYPE_OWN_BASE];
+  else if (type_id >= TSR_DTYPE_CODEC_BASE && type_id < TSR_DTYPE_CODEC_BASE + TSR_DTYPE_CODEC_MAX)
+    return g_codec_source ? g_codec_source(type_id)
+           : type_id - TSR_DTYPE_CODEC_BASE < g_n_codecs ? &g_codecs[type_id - TSR_DTYPE_CODEC_BASE].tr
+                                                         : NULL;
   return tr && tr->name ? tr : NULL;
 }
 

@@ -55,6 +55,12 @@ enum tsr_dtype {
   TSR_DTYPE_OWN_BASE = 1000,
   TSR_Q6_0 = 1000, /* 32 values: f16 d, 6-bit q, x = d * (q - 32); see core/KV_CODECS.md */
   TSR_DTYPE_OWN_END = 1001, /* one past the largest tessera-only id; not a type */
+
+  /* Ids the host assigns to KV codecs of their own block layout, in order of
+  ** registration (tsr_dtype_register_codec). Like tessera's own types they
+  ** never appear in a file. */
+  TSR_DTYPE_CODEC_BASE = 1100,
+  TSR_DTYPE_CODEC_MAX = 32,
 };
 
 /* Block sizes of the k-quants and the classic quants. */
@@ -82,8 +88,25 @@ struct tsr_dtype_traits {
   tsr_from_f32_fn from_f32; /* NULL where no reference quantizer exists */
 };
 
-/* Traits of a type id (GGUF or tessera-only); NULL for ids that are not types. */
+/* Traits of a type id (GGUF, tessera-only or codec-registered); NULL for ids
+** that are not types. */
 const struct tsr_dtype_traits *tsr_dtype_traits(int type_id);
+
+/* A KV codec's own block layout as a dtype of the process: blocks of block_size
+** values in type_size bytes, converted by the codec's CPU reference (encode /
+** decode with ctx, which must live as long as the process: dtypes, like plugin
+** ops, outlive any one host). owner and name identify it: registering the same
+** pair again with the same geometry gives back the same id, so every host of
+** a process agrees, and keeps the first registration's functions. */
+typedef void (*tsr_codec_encode_fn)(void *ctx, const float *src, void *dst, int64_t n);
+typedef void (*tsr_codec_decode_fn)(void *ctx, const void *src, float *dst, int64_t n);
+tsr_status tsr_dtype_register_codec(const char *owner, const char *name, int64_t block_size,
+                                    size_t type_size, tsr_codec_encode_fn encode,
+                                    tsr_codec_decode_fn decode, void *ctx, int *id);
+/* Where a copy of this file linked into another shared object (the cuda
+** backend) finds the codec-registered dtypes of the process: the core's own
+** tsr_dtype_traits. */
+void tsr_dtype_set_codec_source(const struct tsr_dtype_traits *(*traits)(int type_id));
 int tsr_dtype_valid(int type_id);
 const char *tsr_dtype_name(enum tsr_dtype t);
 /* Parses "q4_K", "f16", ... (case-insensitive); -1 if unknown. */

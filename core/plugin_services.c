@@ -145,19 +145,35 @@ static tsr_status host_register_kv_codec(struct tsr_plugin *self, const struct t
     return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: kv codec '%s' needs a block size, "
                          "block bytes, backends and encode_rows", self->desc->name,
                          c->name ? c->name : "?");
-  /* the backends' kernels store and read only the dtypes they know: a codec of
-  ** its own block layout would pass negotiation and fail in the first graph */
-  const struct tsr_dtype_traits *tr = c ? tsr_dtype_traits(c->dtype) : NULL;
+  int dtype = c ? c->dtype : -1;
+  if (c && c->dtype == TSR_KV_CODEC_OWN_DTYPE) {
+    /* its own block layout: a dtype of the process, read and written on the cpu
+    ** through the codec's reference functions */
+    if (!c->decode_f32 || !c->name)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: kv codec '%s' of its own layout "
+                           "needs decode_f32", self->desc->name, c->name ? c->name : "?");
+    tsr_status st = tsr_dtype_register_codec(self->desc->name, c->name, c->block_size,
+                                             c->block_bytes, c->encode_rows, c->decode_f32,
+                                             c->ctx, &dtype);
+    if (st != TSR_OK) {
+      tsr_error_prefix("plugin %s: kv codec '%s'", self->desc->name, c->name);
+      return st;
+    }
+  }
+  /* otherwise the rows are a type the backends know, in that type's blocks */
+  const struct tsr_dtype_traits *tr = c ? tsr_dtype_traits(dtype) : NULL;
   if (c && (!tr || !tr->to_f32 || !tr->from_f32 || tr->block_size != c->block_size ||
             tr->type_size != c->block_bytes))
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "plugin %s: kv codec '%s' stores dtype %d in "
                          "blocks of %lld values / %zu bytes; a codec stores its rows in a dtype "
                          "the backends read and write (f32, f16, bf16, q8_0, q6_0, q5_1, q5_0, "
-                         "q4_1, q4_0) with that dtype's blocks", self->desc->name,
-                         c->name ? c->name : "?", (int)c->dtype, (long long)c->block_size,
-                         c->block_bytes);
-  return add_cap(self, &self->host->codecs, TSR_IFACE_KV_CODEC, c ? c->name : NULL, c,
-                 c ? c->struct_size : 0, sizeof(struct tsr_kv_codec_v1));
+                         "q4_1, q4_0) with that dtype's blocks, or in its own layout "
+                         "(TSR_KV_CODEC_OWN_DTYPE)", self->desc->name, c->name ? c->name : "?",
+                         (int)c->dtype, (long long)c->block_size, c->block_bytes);
+  tsr_status st = add_cap(self, &self->host->codecs, TSR_IFACE_KV_CODEC, c ? c->name : NULL, c,
+                          c ? c->struct_size : 0, sizeof(struct tsr_kv_codec_v1));
+  if (st == TSR_OK) self->host->codecs.items[self->host->codecs.n - 1].u.codec.dtype = dtype;
+  return st;
 }
 
 static tsr_status host_register_arch(struct tsr_plugin *self, const struct tsr_arch_v1 *a) {

@@ -271,7 +271,13 @@ struct tsr_attention_v1 {
 struct tsr_kv_codec_v1 {
   uint32_t struct_size;
   const char *name;      /* "q8_0", "turbo3" */
-  int32_t dtype;         /* the type id its rows are stored in (GGUF or tessera's) */
+  /* the type id its rows are stored in (GGUF or tessera's), or (ABI 1.1)
+  ** TSR_KV_CODEC_OWN_DTYPE: blocks of the codec's own layout, for which the
+  ** host assigns an id (find_kv_codec reads it back). The CPU then writes and
+  ** reads them through encode_rows and decode_f32, both required, and their
+  ** ctx must live as long as the process (its dtype is the process's); a
+  ** device backend through the codec's kernels (kernels, below). */
+  int32_t dtype;
   int64_t block_size;    /* values per block */
   size_t block_bytes;    /* bytes per block */
   const char *backends;  /* comma-separated backends that can encode/lift it */
@@ -299,6 +305,9 @@ struct tsr_kv_codec_v1 {
   struct tsr_tensor *(*finish_out)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                    struct tsr_tensor *out, int32_t head_dim);
 };
+
+/* tsr_kv_codec_v1.dtype of a codec with its own block layout (ABI 1.1). */
+#define TSR_KV_CODEC_OWN_DTYPE (-1)
 
 /* A codec's hooks, NULL where the codec has none or was built before them. */
 #define TSR_KV_CODEC_HOOK(c, field)                                                               \

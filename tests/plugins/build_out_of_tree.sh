@@ -53,6 +53,6 @@ abi = 1.1
 provides = kv_codec:2
 requires =
 library = libexample_codec.so
-description = rot_f16: K and V rotated by a fixed Walsh-Hadamard rotation, stored in f16
+description = rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block layout)
 INI
 echo "built example_attention and example_codec against $(pkg-config --variable=includedir tessera-plugin)"

@@ -12,7 +12,8 @@
 **   - they are not f16's bit for bit, and the codec counted rows rotated and
 **     outputs rotated back, so the hooks really ran;
 **   - the padded path (extra_groups 1: every row stored with 128 zeros more)
-**     gives what the unpadded one gives, within f32 summation order.
+**     gives what the unpadded one gives, within f32 summation order;
+**   - q8_f32, a codec of its own block layout, is as close to f32 KV as q8_0.
 ** usage: test_codec_hooks [--backend cuda] [--pad N] OUT_DIR CODEC_DIR MODEL.gguf GOLDEN.gguf
 **            [MODEL GOLDEN]...   (tests/gpu/run.sh check RUN codec runs it on cuda)
 ** --pad N: the padded run's extra groups (default 1; 0 runs none, for a head dim
@@ -141,6 +142,36 @@ static void test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca(voi
   tsr_gguf_close(gold);
 }
 
+/* q8_f32, a codec of its own block layout (a dtype the host assigned), read and
+** written through its own functions: as close to f32 KV as q8_0 is, give or take
+** the scale's precision (f32 against q8_0's f16), and not q8_0 bit for bit. */
+static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
+  struct tsr_gguf *gold = NULL;
+  struct tsr_test_golden gs;
+  if (!tsr_test_golden_seq0(g_golden, 32, &gold, &gs)) {
+    CHECK_MSG(false, "%s: no golden sequence", g_golden);
+    return;
+  }
+  const size_t n = (size_t)gs.n * (size_t)gs.vocab;
+  const char *attentions[] = {"flash", "{full: dca, sliding: flash}"};
+  for (int a = 0; a < 2; a++) {
+    struct run_out f32, q8, q8f;
+    if (run(g_model, &gs, "cpu", "f32", attentions[a], 0, &f32) &&
+        run(g_model, &gs, g_backend, "q8_0", attentions[a], 0, &q8) &&
+        run(g_model, &gs, g_backend, "q8_f32", attentions[a], 0, &q8f)) {
+      const double d8 = max_abs_diff(q8.logits, f32.logits, n);
+      const double d8f = max_abs_diff(q8f.logits, f32.logits, n);
+      printf("  %s, %s, attention %s: max |logit diff| from f32(cpu): q8_0 %.3e, q8_f32 %.3e\n",
+             g_model, g_backend, attentions[a], d8, d8f);
+      CHECK_MSG(d8f > 0 && max_abs_diff(q8f.logits, q8.logits, n) > 0,
+                "q8_f32 equals f32 or q8_0 KV bit for bit");
+      CHECK_MSG(d8f <= 1.5 * d8, "q8_f32 is %.3e from f32 KV, q8_0 only %.3e", d8f, d8);
+    }
+    free(f32.logits), free(q8.logits), free(q8f.logits);
+  }
+  tsr_gguf_close(gold);
+}
+
 int main(int argc, char **argv) {
   while (argc > 2 && (!strcmp(argv[1], "--backend") || !strcmp(argv[1], "--pad"))) {
     if (!strcmp(argv[1], "--backend")) g_backend = argv[2];
@@ -158,6 +189,7 @@ int main(int argc, char **argv) {
     g_model = argv[i], g_golden = argv[i + 1];
     printf("%s\n", g_model);
     TSR_RUN(test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca);
+    TSR_RUN(test_own_layout_codec_stores_and_reads_like_q8_0);
   }
   return TSR_TEST_EXIT();
 }

@@ -10,6 +10,10 @@
 ** (storage_dim); the setting extra_groups pads further, so a test can run the
 ** padded path on any model.
 **
+** q8_f32 is a codec of its own block layout (TSR_KV_CODEC_OWN_DTYPE): 32
+** int8 values with an f32 scale, a dtype the host assigns, read and written
+** on the cpu through its reference functions.
+**
 ** Kernels: cpu here; cuda in example_codec_cuda.cu, built into
 ** example_codec_cuda.so beside this library when nvcc is found.
 */
@@ -138,6 +142,34 @@ static void decode_f32(void *ctx, const void *src, float *dst, int64_t n) {
   for (int64_t i = 0; i < n; i++) dst[i] = from_f16(((const uint16_t *)src)[i]);
 }
 
+/* ---- q8_f32: a codec of its own block layout --------------------------- */
+
+/* 32 values: an f32 scale d, then 32 int8 q; x = d * q, d = max |x| / 127. */
+enum { Q8F_BLOCK = 32, Q8F_BYTES = 4 + Q8F_BLOCK };
+
+static void q8f_encode(void *ctx, const float *src, void *dst, int64_t n) {
+  (void)ctx;
+  for (int64_t b = 0; b < n / Q8F_BLOCK; b++) {
+    const float *x = src + b * Q8F_BLOCK;
+    uint8_t *o = (uint8_t *)dst + b * Q8F_BYTES;
+    float amax = 0;
+    for (int i = 0; i < Q8F_BLOCK; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+    memcpy(o, &d, 4);
+    for (int i = 0; i < Q8F_BLOCK; i++) o[4 + i] = (uint8_t)(int8_t)lrintf(x[i] * id);
+  }
+}
+
+static void q8f_decode(void *ctx, const void *src, float *dst, int64_t n) {
+  (void)ctx;
+  for (int64_t b = 0; b < n / Q8F_BLOCK; b++) {
+    const uint8_t *o = (const uint8_t *)src + b * Q8F_BYTES;
+    float d;
+    memcpy(&d, o, 4);
+    for (int i = 0; i < Q8F_BLOCK; i++) dst[b * Q8F_BLOCK + i] = d * (float)(int8_t)o[4 + i];
+  }
+}
+
 static const struct tsr_plugin_setting g_settings[] = {
     {"extra_groups", TSR_SETTING_INT, 0, 4, "0", NULL,
      "groups of 128 zeros stored past each row's own (tests the padded path)"},
@@ -179,6 +211,17 @@ static tsr_status codec_init(const struct tsr_host *h, struct tsr_plugin *self) 
       .finish_out = codec_finish_out,
   };
   if (st == TSR_OK) st = h->register_kv_codec(self, &codec);
+  const struct tsr_kv_codec_v1 q8f = {
+      .struct_size = sizeof q8f,
+      .name = "q8_f32",
+      .dtype = TSR_KV_CODEC_OWN_DTYPE,
+      .block_size = Q8F_BLOCK,
+      .block_bytes = Q8F_BYTES,
+      .backends = "cpu",
+      .encode_rows = q8f_encode,
+      .decode_f32 = q8f_decode,
+  };
+  if (st == TSR_OK) st = h->register_kv_codec(self, &q8f);
   return st;
 }
 
@@ -194,7 +237,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .struct_size = sizeof(struct tsr_plugin_descriptor),
     .name = "example_codec",
     .version = "1.0.0",
-    .description = "rot_f16: K and V rotated by a fixed Walsh-Hadamard rotation, stored in f16",
+    .description = "rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block layout)",
     .provides = g_provides,
     .n_provides = 1,
     .settings = g_settings,

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "dtype.h"
 #include "cuda/cuda_abi.h"
 #include "error.h"
 #include "graph_internal.h"
@@ -100,6 +101,8 @@ tsr_status tsr_backend_cuda_new(struct tsr_backend **out) {
       .custom_op_kernel = tsr_op_registry_resolve,
       .set_device_call = tsr_op_registry_set_device_call,
       .custom_op_replayable = tsr_op_registry_replayable,
+      .dtype_traits = tsr_dtype_traits,
+      .codec_ops = tsr_dtype_codec_ops,
   };
   tsr_status st = open_fn(&host, out);
   if (st != TSR_OK) {

@@ -27,10 +27,10 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
   const int32_t dims[2] = {layer->head_dim_k, layer->head_dim_v};
   enum tsr_read_path *paths[2] = {k_path, v_path};
   for (int i = 0; i < 2; i++) {
-    /* f32 and f16 are read as stored; bf16 and the GGUF block types are
-    ** decoded by the kernel itself, a tile at a time (cpu/ops_attention.c);
-    ** a codec that is no core dtype is lifted to f16 first, which the host
-    ** allows only for a codec that can decode to f16 */
+    /* f32 and f16 are read as stored; bf16, the GGUF block types and (on the
+    ** cpu) codecs of their own layout are decoded by the kernel itself, a tile
+    ** at a time (cpu/ops_attention.c); on cuda a codec of its own layout is
+    ** lifted to f16 by its kernel first */
     /* what the kernel reads is the codec's storage dtype, whoever registered it */
     const struct tsr_kv_codec_v1 *codec =
         tsr_plugin_host_services()->find_kv_codec(ctx, codecs[i], 0);
@@ -40,7 +40,9 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
     ** registers, head dims up to 512; it cannot lift another codec */
     bool core_codec = false;
     for (size_t c = 0; c < N_CODECS; c++) core_codec |= dt == (int)g_codec_types[c];
-    if (cuda && !core_codec)
+    /* a codec of its own layout that runs on cuda has a kernel lifting it to f16 */
+    const bool own_layout = dt >= TSR_DTYPE_CODEC_BASE;
+    if (cuda && !core_codec && !own_layout)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash on cuda reads codecs stored in the core "
                            "dtypes only (f32, f16, bf16, q8_0, q6_0, q5_1, q5_0, q4_1, q4_0); %s "
                            "codec %s is stored as %s", i ? "V" : "K", codecs[i],
@@ -54,6 +56,8 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
                            codecs[i], (long long)tr->block_size, (int)dims[i]);
     if (dt == TSR_F32 || dt == TSR_F16)
       *paths[i] = TSR_READ_NATIVE;
+    else if (cuda && own_layout)
+      *paths[i] = TSR_READ_LIFT;
     else if (tr && tr->to_f32 && (tr->is_quantized || dt == TSR_BF16))
       *paths[i] = TSR_READ_IN_REGISTER;
     else

@@ -103,6 +103,11 @@ typedef void (*tsr_codec_decode_fn)(void *ctx, const void *src, float *dst, int6
 tsr_status tsr_dtype_register_codec(const char *owner, const char *name, int64_t block_size,
                                     size_t type_size, tsr_codec_encode_fn encode,
                                     tsr_codec_decode_fn decode, void *ctx, int *id);
+/* The plugin ops holding a codec dtype's device kernels (plugin.h,
+** tsr_kv_codec_kernels): writing rows into it, and lifting it to f16. */
+tsr_status tsr_dtype_codec_set_ops(int type_id, int32_t encode_op, int32_t lift_op);
+/* 1 and the ops when type_id is a codec dtype with device kernels, else 0. */
+int tsr_dtype_codec_ops(int type_id, int32_t *encode_op, int32_t *lift_op);
 /* Where a copy of this file linked into another shared object (the cuda
 ** backend) finds the codec-registered dtypes of the process: the core's own
 ** tsr_dtype_traits. */

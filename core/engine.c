@@ -145,6 +145,13 @@ static tsr_status new_kv_cache(struct tsr_engine *e) {
     if (!codecs[i].k || !codecs[i].v)
       st = tsr_error_set(TSR_ERR_INTERNAL, "layer %d: codec %s vanished after negotiation", i,
                          codecs[i].k ? v : k);
+    /* what the layer kind's attention negotiated to lift to f16 before reading */
+    for (int gi = 0; gi < s->composition.n_groups; gi++) {
+      const struct tsr_composition_group *cg = &s->composition.groups[gi];
+      if (cg->kind != l->kind) continue;
+      codecs[i].k_lift = cg->k_path == TSR_READ_LIFT;
+      codecs[i].v_lift = cg->v_path == TSR_READ_LIFT;
+    }
   }
   /* the memory plan (setup.c) used these same params, so it is what this allocates */
   struct tsr_kv_cache_params params = {

@@ -155,6 +155,8 @@ tsr_status tsr_kv__layout(const struct tsr_arch_layer *layers, int32_t n_layers,
     y->pool = pool;
     y->kc = codecs[i].k;
     y->vc = codecs[i].v;
+    y->k_lift = codecs[i].k_lift;
+    y->v_lift = codecs[i].v_lift;
     /* rows are stored at the codecs' storage dims: desc holds what the cache holds */
     tsr_status st = storage_dim(i, "K", l->head_dim_k, y->kc, &y->desc.head_dim_k);
     if (st == TSR_OK) st = storage_dim(i, "V", l->head_dim_v, y->vc, &y->desc.head_dim_v);
@@ -305,6 +307,14 @@ int32_t tsr_kv_cache_span(struct tsr_kv_cache *c, enum tsr_kv_pool pool) {
 
 int tsr_kv_cache_layer_pool(const struct tsr_kv_cache *c, int32_t layer) {
   return layer >= 0 && layer < c->n_layers ? c->layers[layer].pool : -1;
+}
+
+void tsr_kv_cache_layer_lifts(const struct tsr_kv_cache *c, int32_t layer, bool *k, bool *v) {
+  *k = *v = false;
+  if (layer < 0 || layer >= c->n_layers || c->layers[layer].pool < 0) return;
+  const struct tsr_kv__layer *y = &c->layers[c->layers[layer].owner];
+  *k = y->k_lift;
+  *v = y->v_lift;
 }
 
 void tsr_kv_cache_layer_codecs(const struct tsr_kv_cache *c, int32_t layer,

@@ -88,6 +88,7 @@ struct tsr_kv_cache_params {
 /* K and V codec of one layer; read only for layers that own K/V. */
 struct tsr_kv_layer_codecs {
   const struct tsr_kv_codec_v1 *k, *v;
+  bool k_lift, v_lift; /* attention reads them lifted to f16 (TSR_READ_LIFT) */
 };
 
 struct tsr_kv_plan {
@@ -131,6 +132,8 @@ int tsr_kv_cache_layer_pool(const struct tsr_kv_cache *c, int32_t layer);
 ** layer without K/V. */
 void tsr_kv_cache_layer_codecs(const struct tsr_kv_cache *c, int32_t layer,
                                const struct tsr_kv_codec_v1 **k, const struct tsr_kv_codec_v1 **v);
+/* Whether attention reads layer's K and V lifted to f16. */
+void tsr_kv_cache_layer_lifts(const struct tsr_kv_cache *c, int32_t layer, bool *k, bool *v);
 /* The dim a codec stores rows of head_dim values at: its storage_dim hook's
 ** answer, else head_dim; 0 when it cannot store that head dim. */
 int32_t tsr_kv_codec_storage_dim(const struct tsr_kv_codec_v1 *codec, int32_t head_dim);

@@ -25,6 +25,7 @@ struct tsr_kv__layer {
   int pool;  /* where its K/V live (a shared layer: its source's); -1: none */
   int32_t owner; /* the layer whose buffers it reads (itself when it owns them) */
   const struct tsr_kv_codec_v1 *kc, *vc;
+  bool k_lift, v_lift;
   size_t k_row, v_row;           /* bytes of one head of one cell */
   uint64_t k_bytes, v_bytes, state_bytes; /* allocation sizes (64-byte multiples) */
   void *k, *v;

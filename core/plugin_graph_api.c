@@ -182,6 +182,11 @@ tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct 
     call->v = tsr_view(fw->g, call->v, 3, (int64_t[]){call->v->ne[0], span, call->v->ne[2]},
                        call->v->nb, 0);
   }
+  /* a codec the attention reads lifted: f16 rows of the span, by the codec's kernel */
+  bool k_lift, v_lift;
+  tsr_kv_cache_layer_lifts(fw->kv, layer, &k_lift, &v_lift);
+  if (k_lift && call->k) call->k = tsr_cast(fw->g, call->k, TSR_F16);
+  if (v_lift && call->v) call->v = tsr_cast(fw->g, call->v, TSR_F16);
   tsr_status st = tsr_graph_status(fw->g);
   return st != TSR_OK ? st : (call->k && call->v) ? TSR_OK : TSR_ERR_INTERNAL;
 }

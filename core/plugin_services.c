@@ -140,6 +140,54 @@ static tsr_status host_register_attention(struct tsr_plugin *self, const struct 
                  a ? a->struct_size : 0, sizeof(struct tsr_attention_v1));
 }
 
+static tsr_status host_register_kernel_lib(struct tsr_plugin *self, int32_t op_id,
+                                           const char *backend, const char *file,
+                                           const char *symbol, void *ctx);
+
+/* The op of an own-layout codec's kernel ("PLUGIN.CODEC.encode"): registered
+** by the first host of the process, found by the others. */
+static tsr_status codec_op(struct tsr_plugin *self, const char *codec, const char *role,
+                           int32_t *op) {
+  char name[96];
+  snprintf(name, sizeof name, "%s.%s.%s", self->desc->name, codec, role);
+  if ((*op = tsr_op_registry_find(name)) >= 0) return TSR_OK;
+  return tsr_op_registry_add(name, op);
+}
+
+/* Every device backend an own-layout codec names has its kernels. */
+static tsr_status codec_kernels(struct tsr_plugin *self, const struct tsr_kv_codec_v1 *c,
+                                int dtype) {
+  const struct tsr_kv_codec_kernels *k = TSR_KV_CODEC_HOOK(c, kernels);
+  const uint32_t n = k ? c->n_kernels : 0;
+  if (n > 8) return tsr_error_set(TSR_ERR_INVALID_ARG, "%u kernel sets (at most 8)", n);
+  int32_t enc = -1, lift = -1;
+  tsr_status st = TSR_OK;
+  for (uint32_t i = 0; i < n && st == TSR_OK; i++) {
+    if (!k[i].backend || !k[i].file || !k[i].encode || !k[i].lift || !strcmp(k[i].backend, "cpu"))
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "kernels[%u] needs a device backend, a file, "
+                           "and encode and lift symbols", i);
+    if (enc < 0) st = codec_op(self, c->name, "encode", &enc);
+    if (st == TSR_OK && lift < 0) st = codec_op(self, c->name, "lift", &lift);
+    if (st == TSR_OK && !tsr_op_registry_kernel(enc, k[i].backend, &(void *){NULL}))
+      st = host_register_kernel_lib(self, enc, k[i].backend, k[i].file, k[i].encode, k[i].ctx);
+    if (st == TSR_OK && !tsr_op_registry_kernel(lift, k[i].backend, &(void *){NULL}))
+      st = host_register_kernel_lib(self, lift, k[i].backend, k[i].file, k[i].lift, k[i].ctx);
+  }
+  if (st == TSR_OK && enc >= 0) st = tsr_dtype_codec_set_ops(dtype, enc, lift);
+  /* each backend it names but the cpu needs a kernel set */
+  for (const char *b = c->backends; st == TSR_OK && b && *b;) {
+    const size_t len = strcspn(b, ",");
+    bool found = len == 3 && !strncmp(b, "cpu", 3);
+    for (uint32_t i = 0; i < n && !found; i++)
+      found = strlen(k[i].backend) == len && !strncmp(k[i].backend, b, len);
+    if (!found)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "its backends name %.*s, and it has no kernels "
+                           "there (tsr_kv_codec_v1.kernels)", (int)len, b);
+    b += len + (b[len] == ',');
+  }
+  return st;
+}
+
 static tsr_status host_register_kv_codec(struct tsr_plugin *self, const struct tsr_kv_codec_v1 *c) {
   if (c && (c->block_size <= 0 || c->block_bytes == 0 || !c->encode_rows || !c->backends))
     return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: kv codec '%s' needs a block size, "
@@ -155,6 +203,7 @@ static tsr_status host_register_kv_codec(struct tsr_plugin *self, const struct t
     tsr_status st = tsr_dtype_register_codec(self->desc->name, c->name, c->block_size,
                                              c->block_bytes, c->encode_rows, c->decode_f32,
                                              c->ctx, &dtype);
+    if (st == TSR_OK) st = codec_kernels(self, c, dtype);
     if (st != TSR_OK) {
       tsr_error_prefix("plugin %s: kv codec '%s'", self->desc->name, c->name);
       return st;

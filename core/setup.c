@@ -140,7 +140,7 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
       if (!c[j])
         st = tsr_error_set(TSR_ERR_INTERNAL, "codec %s vanished after negotiation", names[j]);
     }
-    if (st == TSR_OK) codecs[i] = (struct tsr_kv_layer_codecs){c[0], c[1]};
+    if (st == TSR_OK) codecs[i] = (struct tsr_kv_layer_codecs){.k = c[0], .v = c[1]};
   }
   if (p->context > INT32_MAX)
     st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: context %lld is more cells than a KV cache "

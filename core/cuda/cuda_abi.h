@@ -17,12 +17,14 @@
 #include "tessera/plugin.h"
 #include "tessera/tessera.h"
 
+struct tsr_dtype_traits;
+
 /* 2: keep / sync_to_device in struct tsr_backend_i; 3: plugin kernels (custom_op_kernel,
 ** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes in struct
 ** tsr_backend_i, times in struct tsr_backend; 6: memory in struct tsr_backend_i,
 ** backend_size checked; 7: custom_op_replayable; 8: graph_counts in struct tsr_backend_i;
-** 9: gemm_how of struct tsr_backend_ceilings 384 bytes */
-#define TSR_CUDA_ABI_VERSION 9
+** 9: gemm_how of struct tsr_backend_ceilings 384 bytes; 10: dtype_traits, codec_ops */
+#define TSR_CUDA_ABI_VERSION 10
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;
@@ -45,6 +47,10 @@ struct tsr_cuda_host {
   void (*set_device_call)(struct tsr_device_call *call);
   /* 1 when a plugin op's kernel for `backend` was declared replayable (plugin.h) */
   int (*custom_op_replayable)(int32_t op_id, const char *backend);
+  /* the core's dtype traits, for the codec dtypes its plugins registered (dtype.h) */
+  const struct tsr_dtype_traits *(*dtype_traits)(int type_id);
+  /* 1 and the plugin ops of a codec dtype's device kernels (dtype.h), else 0 */
+  int (*codec_ops)(int type_id, int32_t *encode_op, int32_t *lift_op);
 };
 
 typedef tsr_status (*tsr_cuda_open_fn)(const struct tsr_cuda_host *host, struct tsr_backend **out);

@@ -384,6 +384,44 @@ static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t, bool 
   return TSR_OK;
 }
 
+/* A codec dtype's device kernel (plugin.h, tsr_kv_codec_kernels) where set_rows
+** (role 0: encode) or a cast to f16 (role 1: lift) would run: launches only, so
+** a capture records them like the core's own (no replay call). */
+static tsr_status run_codec(struct cu_ctx *c, const struct tsr_tensor *t, int role) {
+  const int32_t dtype = role ? (int32_t)t->src[0]->dtype : (int32_t)t->dtype;
+  int32_t op[2];
+  if (!c->host->codec_ops(dtype, &op[0], &op[1]))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: dtype %d has no codec kernels", dtype);
+  tsr_plugin_kernel_fn fn;
+  void *kctx;
+  tsr_status st = c->host->custom_op_kernel(op[role], "cuda", &fn, &kctx);
+  if (st != TSR_OK) return st;
+  struct tsr_tensor_info dst, src[2];
+  info_of(c, t, &dst);
+  const int n_src = role ? 1 : 2;
+  for (int i = 0; i < n_src; i++) info_of(c, t->src[role ? 0 : i + 1], &src[i]);
+  struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
+                                 .device = c->device, .stream = c->stream, .status = TSR_OK,
+                                 .graph = c->capturing ? TSR_DEVICE_CALL_CAPTURE
+                                                       : TSR_DEVICE_CALL_EAGER,
+                                 .attn_pipelined = c->attn_pipelined,
+                                 .attn_gqa_decode = c->attn_gqa_decode,
+                                 .attn_split_keys = c->attn_split_keys};
+  c->host->set_device_call(&call);
+  fn(kctx, 0, 1, &dst, src, n_src, NULL);
+  c->host->set_device_call(NULL);
+  if (call.status != TSR_OK) {
+    const char *name = c->host->custom_op_name(op[role]);
+    tsr_error_prefix("cuda kernel '%s'", name ? name : "?");
+    return (tsr_status)call.status;
+  }
+  return TSR_OK;
+}
+
+static bool codec_dtype(enum tsr_dtype t) {
+  return t >= TSR_DTYPE_CODEC_BASE && t < TSR_DTYPE_CODEC_BASE + TSR_DTYPE_CODEC_MAX;
+}
+
 static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
   struct cu_t d = cu_of(c, t), a = cu_of(c, t->src[0]), b = cu_of(c, t->src[1]);
   struct cu_t s2 = cu_of(c, t->src[2]);
@@ -413,8 +451,14 @@ static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
                       t->op_params[1] == TSR_ROPE_NEOX, tsr_param_f32(t, 2), tsr_param_f32(t, 3)));
     break;
   case TSR_OP_CONCAT: CU_LAUNCH(cu_concat(cs, &d, &a, &b, t->op_params[0])); break;
-  case TSR_OP_CPY: CU_LAUNCH(cu_cpy(cs, &d, &a)); break;
-  case TSR_OP_SET_ROWS: CU_LAUNCH(cu_set_rows(cs, &d, &b, &s2)); break;
+  case TSR_OP_CPY:
+    if (codec_dtype(t->src[0]->dtype)) return run_codec(c, t, 1);
+    CU_LAUNCH(cu_cpy(cs, &d, &a));
+    break;
+  case TSR_OP_SET_ROWS:
+    if (codec_dtype(t->dtype)) return run_codec(c, t, 0);
+    CU_LAUNCH(cu_set_rows(cs, &d, &b, &s2));
+    break;
   case TSR_OP_TOP_K: CU_LAUNCH(cu_top_k(cs, &d, &a, t->op_params[0])); break;
   case TSR_OP_ARGMAX: CU_LAUNCH(cu_argmax(cs, &d, &a)); break;
   case TSR_OP_FLASH_ATTN: return run_attention(c, t);
@@ -805,6 +849,7 @@ tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_ba
     return TSR_ERR_UNSUPPORTED;
   }
   tsr_cuda_host_table = host;
+  tsr_dtype_set_codec_source(host->dtype_traits); /* plugins' codec dtypes are the core's */
   struct cu_ctx *c = calloc(1, sizeof *c);
   struct tsr_backend *b = calloc(1, sizeof *b);
   if (!c || !b) {

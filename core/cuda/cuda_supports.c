@@ -30,6 +30,23 @@ static tsr_status refuse(const struct tsr_tensor *t, const char *what, const str
                        tsr_dtype_name(s->dtype), can);
 }
 
+/* A codec dtype's kernel for role (0 encode, 1 lift), loaded now: a missing one
+** refuses the graph at load, naming the op and file. */
+static tsr_status codec_kernel(struct cu_ctx *c, const struct tsr_tensor *t, int32_t dtype,
+                               int role) {
+  int32_t op[2];
+  if (!c->host->codec_ops(dtype, op, op + 1))
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: op %s, tensor '%s': dtype %s has "
+                         "no cuda kernels", tsr_op_name(t->op), label(t), tsr_dtype_name(dtype));
+  tsr_plugin_kernel_fn fn;
+  void *kctx;
+  return c->host->custom_op_kernel(op[role], "cuda", &fn, &kctx);
+}
+
+static bool codec_dtype(enum tsr_dtype t) {
+  return t >= TSR_DTYPE_CODEC_BASE && t < TSR_DTYPE_CODEC_BASE + TSR_DTYPE_CODEC_MAX;
+}
+
 tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
   const struct tsr_tensor *a = t->src[0], *b = t->src[1];
   switch (t->op) {
@@ -53,6 +70,9 @@ tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
       return TSR_OK;
     return refuse(t, "source", a, "concat of f32, f16, bf16 and i32");
   case TSR_OP_CPY:
+    if (codec_dtype(a->dtype)) /* a codec's lift */
+      return t->dtype == TSR_F16 ? codec_kernel(c, t, (int32_t)a->dtype, 1)
+                                 : refuse(t, "destination", t, "casts of a codec's rows to f16");
     if (a->dtype == t->dtype) {
       if (cu_can_read(t->dtype) || t->dtype == TSR_I32) return TSR_OK;
       return refuse(t, "source", a, "copies of i32 and " READS);
@@ -61,6 +81,7 @@ tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
     if (!cu_can_write(t->dtype)) return refuse(t, "destination", t, "casts to " WRITES);
     return TSR_OK;
   case TSR_OP_SET_ROWS:
+    if (codec_dtype(t->dtype)) return codec_kernel(c, t, (int32_t)t->dtype, 0);
     return cu_can_write(t->dtype) ? TSR_OK : refuse(t, "target", a, "set_rows into " WRITES);
   case TSR_OP_FLASH_ATTN: {
     const struct tsr_tensor *k = t->src[1], *v = t->src[2];

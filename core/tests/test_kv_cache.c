@@ -67,8 +67,8 @@ static void test_plan_bytes_equal_allocated_bytes_for_mixed_layers_and_codecs(vo
       full_layer(2, 64, 64), sliding_layer(2, 64, 32, 5), full_layer(2, 64, 64)};
   layers[3].kv_shared_from = 1; /* reads layer 0's */
   struct tsr_kv_layer_codecs codecs[6] = {
-      {&C_F16, &C_Q4_0}, {&C_Q8_0, &C_F16}, {NULL, NULL}, {NULL, NULL},
-      {&C_Q4_0, &C_Q8_0}, {&C_Q8_0, &C_Q8_0}};
+      {.k = &C_F16, .v = &C_Q4_0}, {.k = &C_Q8_0, .v = &C_F16}, {.k = NULL, .v = NULL}, {.k = NULL, .v = NULL},
+      {.k = &C_Q4_0, .v = &C_Q8_0}, {.k = &C_Q8_0, .v = &C_Q8_0}};
   struct tsr_kv_cache_params p = {.n_ctx = 100, .n_seq = 3, .n_ubatch = 5};
   struct tsr_kv_plan plan;
   CHECK_OK(tsr_kv_cache_plan_bytes(layers, 6, codecs, &p, &plan));
@@ -119,7 +119,7 @@ static tsr_status collect_buffer(void *ctx, void *p, size_t bytes) {
 ** writes its own copy, and the 1M run's 8,932 MiB of host cache were pages never used. */
 static void test_a_large_cache_is_resident_only_where_written(void) {
   struct tsr_arch_layer layers[1] = {full_layer(8, 128, 128)};
-  struct tsr_kv_layer_codecs codecs[1] = {{&C_F16, &C_F16}};
+  struct tsr_kv_layer_codecs codecs[1] = {{.k = &C_F16, .v = &C_F16}};
   struct tsr_kv_cache_params p = {.n_ctx = 65536, .n_seq = 1, .n_ubatch = 512};
   const uint64_t before = resident_bytes();
   CHECK(before > 0);
@@ -146,7 +146,7 @@ static void test_a_large_cache_is_resident_only_where_written(void) {
 
 static void test_head_dim_not_whole_codec_blocks_is_refused_naming_layer_and_codec(void) {
   struct tsr_arch_layer layers[2] = {full_layer(1, 64, 64), full_layer(1, 48, 64)};
-  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_Q8_0, &C_F16}};
+  struct tsr_kv_layer_codecs codecs[2] = {{.k = &C_F16, .v = &C_F16}, {.k = &C_Q8_0, .v = &C_F16}};
   struct tsr_kv_cache_params p = {.n_ctx = 16, .n_seq = 1, .n_ubatch = 4};
   struct tsr_kv_plan plan;
   CHECK(tsr_kv_cache_plan_bytes(layers, 2, codecs, &p, &plan) == TSR_ERR_UNSUPPORTED);
@@ -167,7 +167,7 @@ static void encode_ref(enum tsr_dtype dt, const float *x, int64_t n, uint8_t *ou
 static void test_store_writes_every_ubatch_byte_exact_for_its_codec(void) {
   enum { D = 64, H = 2, NCTX = 16 };
   struct tsr_arch_layer layers[2] = {full_layer(H, D, D), full_layer(H, D, D)};
-  struct tsr_kv_layer_codecs codecs[2] = {{&C_Q8_0, &C_Q4_0}, {&C_F16, &C_Q8_0}};
+  struct tsr_kv_layer_codecs codecs[2] = {{.k = &C_Q8_0, .v = &C_Q4_0}, {.k = &C_F16, .v = &C_Q8_0}};
   struct tsr_kv_cache_params p = {.n_ctx = NCTX, .n_seq = 1, .n_ubatch = 4};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
@@ -265,7 +265,7 @@ static int64_t span(int lo, int hi) { /* positions lo..hi */
 ** n_seq x 6 cells. */
 static struct tsr_kv_cache *ring_cache(int32_t n_ctx, int32_t n_seq) {
   struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 4), full_layer(1, 32, 32)};
-  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
+  struct tsr_kv_layer_codecs codecs[2] = {{.k = &C_F16, .v = &C_F16}, {.k = &C_F16, .v = &C_F16}};
   struct tsr_kv_cache_params p = {.n_ctx = n_ctx, .n_seq = n_seq, .n_ubatch = 2};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
@@ -403,7 +403,7 @@ static void test_ring_refuses_to_resume_below_its_released_keys(void) {
 
 static void test_full_pool_exhaustion_fails_and_leaves_the_cache_unchanged(void) {
   struct tsr_arch_layer layer = full_layer(1, 32, 32);
-  struct tsr_kv_layer_codecs codecs = {&C_F16, &C_F16};
+  struct tsr_kv_layer_codecs codecs = {.k = &C_F16, .v = &C_F16};
   struct tsr_kv_cache_params p = {.n_ctx = 8, .n_seq = 1, .n_ubatch = 4};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(&layer, 1, &codecs, &p, &c));
@@ -454,7 +454,7 @@ static int64_t cells_of(const struct tsr_kv_cache *c, int seq, int lo, int hi) {
 static void test_two_sequences_are_isolated_shared_by_copy_and_removed_alone(void) {
   enum { N = 16 };
   struct tsr_arch_layer layer = full_layer(1, 32, 32);
-  struct tsr_kv_layer_codecs codecs = {&C_Q8_0, &C_Q8_0};
+  struct tsr_kv_layer_codecs codecs = {.k = &C_Q8_0, .v = &C_Q8_0};
   struct tsr_kv_cache_params p = {.n_ctx = N, .n_seq = 2, .n_ubatch = 8};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(&layer, 1, &codecs, &p, &c));
@@ -510,7 +510,7 @@ static void test_two_sequences_are_isolated_shared_by_copy_and_removed_alone(voi
 
 static void test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_empty(void) {
   struct tsr_arch_layer layer = full_layer(1, 32, 32);
-  struct tsr_kv_layer_codecs codecs = {&C_F16, &C_F16};
+  struct tsr_kv_layer_codecs codecs = {.k = &C_F16, .v = &C_F16};
   struct tsr_kv_cache_params p = {.n_ctx = 6, .n_seq = 1, .n_ubatch = 4};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(&layer, 1, &codecs, &p, &c));
@@ -534,7 +534,7 @@ static void test_kv_pos_fill_gives_each_cell_its_position_and_minus_one_when_emp
 static void test_seq_add_moves_positions_and_masks_follow(void) {
   enum { N = 16 };
   struct tsr_arch_layer layer = full_layer(1, 32, 32);
-  struct tsr_kv_layer_codecs codecs = {&C_F16, &C_F16};
+  struct tsr_kv_layer_codecs codecs = {.k = &C_F16, .v = &C_F16};
   struct tsr_kv_cache_params p = {.n_ctx = N, .n_seq = 2, .n_ubatch = 8};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(&layer, 1, &codecs, &p, &c));
@@ -586,7 +586,7 @@ static void test_seq_add_moves_positions_and_masks_follow(void) {
 
 static void test_state_slots_are_per_sequence_zeroed_and_whole_only(void) {
   struct tsr_arch_layer layers[2] = {linear_layer(256), full_layer(1, 32, 32)};
-  struct tsr_kv_layer_codecs codecs[2] = {{NULL, NULL}, {&C_F16, &C_F16}};
+  struct tsr_kv_layer_codecs codecs[2] = {{.k = NULL, .v = NULL}, {.k = &C_F16, .v = &C_F16}};
   struct tsr_kv_cache_params p = {.n_ctx = 16, .n_seq = 3, .n_ubatch = 4};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
@@ -633,7 +633,7 @@ static void test_state_slots_are_per_sequence_zeroed_and_whole_only(void) {
 ** prepare takes exactly the lowest free cells. */
 static void test_kept_counts_equal_a_recount_after_random_changes(void) {
   struct tsr_arch_layer layers[2] = {sliding_layer(1, 32, 32, 8), full_layer(1, 32, 32)};
-  struct tsr_kv_layer_codecs codecs[2] = {{&C_F16, &C_F16}, {&C_F16, &C_F16}};
+  struct tsr_kv_layer_codecs codecs[2] = {{.k = &C_F16, .v = &C_F16}, {.k = &C_F16, .v = &C_F16}};
   struct tsr_kv_cache_params p = {.n_ctx = 600, .n_seq = 3, .n_ubatch = 16};
   struct tsr_kv_cache *c = NULL;
   CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
@@ -694,7 +694,7 @@ static void test_kept_counts_equal_a_recount_after_random_changes(void) {
 static void test_shared_layer_allocates_nothing_and_aliases_its_source(void) {
   struct tsr_arch_layer layers[2] = {full_layer(2, 32, 32), full_layer(2, 32, 32)};
   layers[1].kv_shared_from = 1;
-  struct tsr_kv_layer_codecs codecs[2] = {{&C_Q8_0, &C_F16}, {NULL, NULL}};
+  struct tsr_kv_layer_codecs codecs[2] = {{.k = &C_Q8_0, .v = &C_F16}, {.k = NULL, .v = NULL}};
   struct tsr_kv_cache_params p = {.n_ctx = 8, .n_seq = 1, .n_ubatch = 2};
   struct tsr_kv_plan one, two;
   CHECK_OK(tsr_kv_cache_plan_bytes(layers, 1, codecs, &p, &one));

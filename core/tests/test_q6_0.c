@@ -237,7 +237,7 @@ static void test_kv_cache_plans_q6_0_at_26_bytes_per_block(void) {
   struct tsr_arch_layer layer = {.kind = TSR_LAYER_FULL, .n_head = 4, .n_head_kv = 2,
                                  .head_dim_k = 128, .head_dim_v = 128};
   struct tsr_kv_codec_v1 q6 = codec_of(TSR_Q6_0), f16 = codec_of(TSR_F16);
-  struct tsr_kv_layer_codecs cq = {&q6, &q6}, cf = {&f16, &f16};
+  struct tsr_kv_layer_codecs cq = {.k = &q6, .v = &q6}, cf = {.k = &f16, .v = &f16};
   struct tsr_kv_cache_params p = {.n_ctx = 64, .n_seq = 1, .n_ubatch = 8};
   struct tsr_kv_plan plan_q, plan_f;
   CHECK_OK(tsr_kv_cache_plan_bytes(&layer, 1, &cq, &p, &plan_q));

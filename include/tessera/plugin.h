@@ -255,6 +255,25 @@ struct tsr_attention_v1 {
 
 /* ---- kv_codec, version 2 ----------------------------------------------- */
 
+/* One device backend's kernels for a codec of its own block layout (ABI 1.1):
+** entry points (tsr_plugin_kernel_fn) in a shared object of the plugin's, as
+** register_kernel_lib takes them (file beside the plugin's .so). The backend
+** calls them where its own set_rows and cast would run, with device addresses,
+** ctx, and host->device_call() as for a plugin op; they enqueue launches only
+** (no host-side work, no synchronization), so a CUDA graph may capture them. */
+struct tsr_kv_codec_kernels {
+  const char *backend; /* "cuda" */
+  const char *file;    /* "NAME_cuda.so" */
+  /* writes rows into the cache, as set_rows: dst the cache in the codec's dtype
+  ** [S, cells, H] (strided as dst->nb says), src[0] the rows f32 [S, n, H]
+  ** (contiguous), src[1] their cells i32 [n] (or [n, H]: a cell per head) */
+  const char *encode;
+  /* decodes to f16, as a cast: dst f16 [S, n, H] contiguous, src[0] rows in the
+  ** codec's dtype (a view of the cache, strided as src->nb says) */
+  const char *lift;
+  void *ctx;
+};
+
 /* A KV-cache storage format. Its rows are stored in dtype (a type the
 ** backends' kernels read), optionally after graph hooks that change what
 ** attention sees: prepare_rows transforms the rows a layer stores (e.g. a
@@ -304,6 +323,12 @@ struct tsr_kv_codec_v1 {
   /* as V codec: attention output f32 [storage_dim, a, b] -> f32 [head_dim, a, b] */
   struct tsr_tensor *(*finish_out)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                    struct tsr_tensor *out, int32_t head_dim);
+  /* ABI 1.1, a codec of its own layout: its kernels on each device backend its
+  ** `backends` names (the cpu uses encode_rows and decode_f32). Attention reads
+  ** it there by lifting (TSR_READ_LIFT): the host casts the layer's K or V to
+  ** f16 before the attention call. */
+  const struct tsr_kv_codec_kernels *kernels;
+  uint32_t n_kernels;
 };
 
 /* tsr_kv_codec_v1.dtype of a codec with its own block layout (ABI 1.1). */

@@ -163,11 +163,14 @@ static tsr_status dca_negotiate(void *ctx, const struct tsr_layer_desc *layer,
                           "values; head dim %d is not a multiple", i ? "V" : "K", codecs[i],
                           (long long)c->block_size, (int)dims[i]);
     if (cuda) {
-      if (!cuda_reads(c->dtype))
+      /* a codec of its own layout that runs on cuda is lifted to f16 by its kernel */
+      const bool own_layout = c->dtype >= DCA_CODEC_DTYPE_BASE;
+      if (!cuda_reads(c->dtype) && !own_layout)
         return h->set_error(TSR_ERR_UNSUPPORTED, "dca on cuda reads the scalar KV dtypes in its "
                             "kernel; %s codec %s is not one of them", i ? "V" : "K", codecs[i]);
-      *paths[i] = c->dtype == DCA_F32 || c->dtype == DCA_F16 ? TSR_READ_NATIVE
-                                                             : TSR_READ_IN_REGISTER;
+      *paths[i] = own_layout                                    ? TSR_READ_LIFT
+                  : c->dtype == DCA_F32 || c->dtype == DCA_F16 ? TSR_READ_NATIVE
+                                                                : TSR_READ_IN_REGISTER;
     } else if (c->dtype == DCA_F32 || c->dtype == DCA_F16)
       *paths[i] = TSR_READ_NATIVE;
     else if (c->decode_f32 || c->decode_f16)

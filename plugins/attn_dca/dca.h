@@ -22,6 +22,8 @@
 #define DCA_F32 0
 #define DCA_F16 1
 #define DCA_I32 26
+/* the first dtype id the host assigns to a codec of its own layout (kv_codec, ABI 1.1) */
+#define DCA_CODEC_DTYPE_BASE 1100
 
 /* Per host: the plugin's settings and where it counts what it did. */
 struct dca_state {

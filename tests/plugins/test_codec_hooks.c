@@ -55,8 +55,9 @@ static const char *profile(const char *model, const char *backend, const char *k
   fprintf(f, "model: %s\nbackend: %s\ncontext: 256\nbatch: 256\nubatch: 16\n"
           "kv: {k: %s, v: %s}\nattention: %s\nplugins:\n  - arch_qwen\n  - arch_gemma4\n  - name: attn_dca\n"
           "    settings: {chunk_size: 16, local_size: 4}\n  - name: example_codec\n"
-          "    path: %s\n    settings: {extra_groups: %d}\n", model, backend, kv, kv, attention,
-          g_codec_dir, extra);
+          "    path: %s\n    settings: {extra_groups: %d}\n  - name: example_attention\n"
+          "    path: %s/../example_attention\n", model, backend, kv, kv, attention, g_codec_dir,
+          extra, g_codec_dir);
   fclose(f);
   return path;
 }
@@ -168,6 +169,26 @@ static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
       CHECK_MSG(d8f <= 1.5 * d8, "q8_f32 is %.3e from f32 KV, q8_0 only %.3e", d8f, d8);
     }
     free(f32.logits), free(q8.logits), free(q8f.logits);
+  }
+  /* the lift path: example_attention reads every codec but f32 and f16 lifted to
+  ** f16, which the host builds as a cast (on the cpu through the codec's decoder).
+  ** Lifted against in-register (flash) differs by f16 rounding of the decoded
+  ** values, as much for q8_f32 as for the core's q8_0 */
+  if (!strcmp(g_backend, "cpu")) {
+    struct run_out in8, lift8, inf, liftf;
+    if (run(g_model, &gs, "cpu", "q8_0", "flash", 0, &in8) &&
+        run(g_model, &gs, "cpu", "q8_0", "example_attention", 0, &lift8) &&
+        run(g_model, &gs, "cpu", "q8_f32", "flash", 0, &inf) &&
+        run(g_model, &gs, "cpu", "q8_f32", "example_attention", 0, &liftf)) {
+      const double d8 = max_abs_diff(lift8.logits, in8.logits, n);
+      const double df = max_abs_diff(liftf.logits, inf.logits, n);
+      printf("  %s, cpu, lifted (example_attention) against in-register (flash): q8_0 %.3e, "
+             "q8_f32 %.3e\n", g_model, d8, df);
+      CHECK_MSG(d8 > 0 && df > 0, "a lifted read equals the in-register one bit for bit");
+      CHECK_MSG(df <= 2 * d8, "q8_f32's lift is %.3e from its in-register read, q8_0's %.3e",
+                df, d8);
+    }
+    free(in8.logits), free(lift8.logits), free(inf.logits), free(liftf.logits);
   }
   tsr_gguf_close(gold);
 }

@@ -12,7 +12,8 @@
 **
 ** q8_f32 is a codec of its own block layout (TSR_KV_CODEC_OWN_DTYPE): 32
 ** int8 values with an f32 scale, a dtype the host assigns, read and written
-** on the cpu through its reference functions.
+** on the cpu through its reference functions and on cuda through its encode
+** and lift kernels (attention reads it lifted to f16 there).
 **
 ** Kernels: cpu here; cuda in example_codec_cuda.cu, built into
 ** example_codec_cuda.so beside this library when nvcc is found.
@@ -144,9 +145,6 @@ static void decode_f32(void *ctx, const void *src, float *dst, int64_t n) {
 
 /* ---- q8_f32: a codec of its own block layout --------------------------- */
 
-/* 32 values: an f32 scale d, then 32 int8 q; x = d * q, d = max |x| / 127. */
-enum { Q8F_BLOCK = 32, Q8F_BYTES = 4 + Q8F_BLOCK };
-
 static void q8f_encode(void *ctx, const float *src, void *dst, int64_t n) {
   (void)ctx;
   for (int64_t b = 0; b < n / Q8F_BLOCK; b++) {
@@ -211,15 +209,25 @@ static tsr_status codec_init(const struct tsr_host *h, struct tsr_plugin *self) 
       .finish_out = codec_finish_out,
   };
   if (st == TSR_OK) st = h->register_kv_codec(self, &codec);
+  /* its kernels' ctx is the services table, which lives as long as the process */
+  const struct tsr_kv_codec_kernels q8f_cuda = {
+      .backend = "cuda",
+      .file = "example_codec_cuda.so",
+      .encode = "example_codec_q8f_encode_cuda",
+      .lift = "example_codec_q8f_lift_cuda",
+      .ctx = (void *)h,
+  };
   const struct tsr_kv_codec_v1 q8f = {
       .struct_size = sizeof q8f,
       .name = "q8_f32",
       .dtype = TSR_KV_CODEC_OWN_DTYPE,
       .block_size = Q8F_BLOCK,
       .block_bytes = Q8F_BYTES,
-      .backends = "cpu",
+      .backends = "cpu,cuda",
       .encode_rows = q8f_encode,
       .decode_f32 = q8f_decode,
+      .kernels = &q8f_cuda,
+      .n_kernels = 1,
   };
   if (st == TSR_OK) st = h->register_kv_codec(self, &q8f);
   return st;

@@ -40,6 +40,10 @@ ROT_FN int32_t rot_storage_dim(int32_t head_dim, int32_t extra_groups) {
 
 #define ROT_INV_SQRT_GROUP 0.08838834764831845f /* 1/sqrt(128) */
 
+/* q8_f32, a codec of its own layout: 32 values, an f32 scale d, then 32 int8 q;
+** x = d * q, d = max |x| / 127. */
+enum { Q8F_BLOCK = 32, Q8F_BYTES = 4 + Q8F_BLOCK };
+
 /* The plugin's state for one host, which its kernels count for. */
 struct codec_state {
   const struct tsr_host *host;

@@ -1,9 +1,13 @@
 /*
-** example_codec's rotation on the cuda backend (example_codec_cuda.so, opened
-** by the host only on a cuda run). One block of 128 threads a group of a row:
-** each thread holds one value through the seven butterfly stages of the
-** Walsh-Hadamard transform in shared memory. Semantics are example_codec.c's.
+** example_codec's kernels on the cuda backend (example_codec_cuda.so, opened
+** by the host only on a cuda run); semantics are example_codec.c's.
+**   rotate: one block of 128 threads a group of a row, each thread holding one
+**           value through the seven butterfly stages of the Walsh-Hadamard
+**           transform in shared memory;
+**   q8_f32 encode / lift: one warp a block of 32 values (a lane a value), the
+**           scale from a warp max.
 */
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -50,4 +54,74 @@ example_codec_rotate_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_i
   /* counted once a call: on a capture the replays count */
   if (graph != TSR_DEVICE_CALL_CAPTURE && rows > 0)
     st->host->engaged(st->self, inverse ? "rows_unrotated" : "rows_rotated", (uint64_t)rows);
+}
+
+/* ---- q8_f32 ------------------------------------------------------------- */
+
+/* rows [S, n, H] f32 contiguous -> the cache's cells (a cell per row, or per
+** row and head when cells is [n, H]) */
+__global__ void k_q8f_encode(const float *rows, const int32_t *cells, int64_t cells_per_head,
+                             uint8_t *cache, size_t nb1, size_t nb2, int64_t S, int64_t n,
+                             int64_t H) {
+  const int64_t block = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = S / Q8F_BLOCK, total = per_row * n * H;
+  if (block >= total) return;
+  const int64_t b = block % per_row, i = block / per_row % n, h = block / per_row / n;
+  const float x = rows[(h * n + i) * S + b * Q8F_BLOCK + lane];
+  float amax = fabsf(x);
+  for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
+  const int32_t cell = cells[cells_per_head ? h * n + i : i];
+  uint8_t *o = cache + (size_t)cell * nb1 + (size_t)h * nb2 + (size_t)b * Q8F_BYTES;
+  if (lane == 0) memcpy(o, &d, 4);
+  o[4 + lane] = (uint8_t)(int8_t)__float2int_rn(x * id);
+}
+
+/* a view of the cache [S, n, H] (strided) -> f16 [S, n, H] contiguous */
+__global__ void k_q8f_lift(const uint8_t *src, size_t nb1, size_t nb2, __half *dst, int64_t S,
+                           int64_t n, int64_t H) {
+  const int64_t block = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = S / Q8F_BLOCK, total = per_row * n * H;
+  if (block >= total) return;
+  const int64_t b = block % per_row, i = block / per_row % n, h = block / per_row / n;
+  const uint8_t *o = src + (size_t)i * nb1 + (size_t)h * nb2 + (size_t)b * Q8F_BYTES;
+  float d;
+  memcpy(&d, o, 4);
+  dst[(h * n + i) * S + b * Q8F_BLOCK + lane] = __float2half_rn(d * (float)(int8_t)o[4 + lane]);
+}
+
+/* ctx: the host's services table (example_codec.c registers it with the kernels) */
+static void launch_q8f(void *ctx, const struct tsr_tensor_info *dst,
+                       const struct tsr_tensor_info *src, bool encode, const char *what) {
+  const struct tsr_host *host = (const struct tsr_host *)ctx;
+  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
+  const struct tsr_tensor_info *rows = encode ? &src[0] : dst;
+  const int64_t S = rows->ne[0], n = rows->ne[1], H = rows->ne[2];
+  const int64_t blocks = S / Q8F_BLOCK * n * H;
+  if (blocks <= 0) return;
+  const unsigned grid = (unsigned)((blocks + 7) / 8);
+  if (encode)
+    k_q8f_encode<<<grid, 256, 0, tsr_cuda_call_stream(call)>>>(
+        (const float *)src[0].data, (const int32_t *)src[1].data, src[1].ne[1] > 1,
+        (uint8_t *)dst->data, dst->nb[1], dst->nb[2], S, n, H);
+  else
+    k_q8f_lift<<<grid, 256, 0, tsr_cuda_call_stream(call)>>>(
+        (const uint8_t *)src[0].data, src[0].nb[1], src[0].nb[2], (__half *)dst->data, S, n, H);
+  tsr_cuda_call_finish((void *)host, call, what);
+}
+
+extern "C" TSR_PLUGIN_EXPORT void
+example_codec_q8f_encode_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                              const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ith, (void)nth, (void)n_src, (void)params;
+  launch_q8f(ctx, dst, src, true, "example_codec q8_f32 encode");
+}
+
+extern "C" TSR_PLUGIN_EXPORT void
+example_codec_q8f_lift_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                            const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ith, (void)nth, (void)n_src, (void)params;
+  launch_q8f(ctx, dst, src, false, "example_codec q8_f32 lift");
 }

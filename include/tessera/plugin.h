@@ -265,8 +265,9 @@ struct tsr_kv_codec_kernels {
   const char *backend; /* "cuda" */
   const char *file;    /* "NAME_cuda.so" */
   /* writes rows into the cache, as set_rows: dst the cache in the codec's dtype
-  ** [S, cells, H] (strided as dst->nb says), src[0] the rows f32 [S, n, H]
-  ** (contiguous), src[1] their cells i32 [n] (or [n, H]: a cell per head) */
+  ** [S, cells, H], src[0] the rows f32 [S, n, H] (a view: any strides), src[1]
+  ** their cells i32 [n] (or [n, H]: a cell per head); each strided as its nb
+  ** says */
   const char *encode;
   /* decodes to f16, as a cast: dst f16 [S, n, H] contiguous, src[0] rows in the
   ** codec's dtype (a view of the cache, strided as src->nb says) */

@@ -58,21 +58,22 @@ example_codec_rotate_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_i
 
 /* ---- q8_f32 ------------------------------------------------------------- */
 
-/* rows [S, n, H] f32 contiguous -> the cache's cells (a cell per row, or per
-** row and head when cells is [n, H]) */
-__global__ void k_q8f_encode(const float *rows, const int32_t *cells, int64_t cells_per_head,
-                             uint8_t *cache, size_t nb1, size_t nb2, int64_t S, int64_t n,
-                             int64_t H) {
+/* rows [S, n, H] f32 (strided: rb0, rb1, rb2 bytes) -> the cache's cells (a cell per
+** row, or per row and head when cells is [n, H]; cb0, cb1 bytes) */
+__global__ void k_q8f_encode(const char *rows, size_t rb0, size_t rb1, size_t rb2,
+                             const char *cells,
+                             size_t cb0, size_t cb1, bool cell_per_head, uint8_t *cache,
+                             size_t nb1, size_t nb2, int64_t S, int64_t n, int64_t H) {
   const int64_t block = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int64_t per_row = S / Q8F_BLOCK, total = per_row * n * H;
   if (block >= total) return;
   const int64_t b = block % per_row, i = block / per_row % n, h = block / per_row / n;
-  const float x = rows[(h * n + i) * S + b * Q8F_BLOCK + lane];
+  const float x = *(const float *)(rows + (b * Q8F_BLOCK + lane) * rb0 + i * rb1 + h * rb2);
   float amax = fabsf(x);
   for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
   const float d = amax / 127.0f, id = d > 0 ? 1.0f / d : 0.0f;
-  const int32_t cell = cells[cells_per_head ? h * n + i : i];
+  const int32_t cell = *(const int32_t *)(cells + i * cb0 + (cell_per_head ? h * cb1 : 0));
   uint8_t *o = cache + (size_t)cell * nb1 + (size_t)h * nb2 + (size_t)b * Q8F_BYTES;
   if (lane == 0) memcpy(o, &d, 4);
   o[4 + lane] = (uint8_t)(int8_t)__float2int_rn(x * id);
@@ -104,8 +105,10 @@ static void launch_q8f(void *ctx, const struct tsr_tensor_info *dst,
   const unsigned grid = (unsigned)((blocks + 7) / 8);
   if (encode)
     k_q8f_encode<<<grid, 256, 0, tsr_cuda_call_stream(call)>>>(
-        (const float *)src[0].data, (const int32_t *)src[1].data, src[1].ne[1] > 1,
-        (uint8_t *)dst->data, dst->nb[1], dst->nb[2], S, n, H);
+        (const char *)src[0].data, src[0].nb[0], src[0].nb[1], src[0].nb[2],
+        (const char *)src[1].data,
+        src[1].nb[0], src[1].nb[1], src[1].ne[1] > 1, (uint8_t *)dst->data, dst->nb[1],
+        dst->nb[2], S, n, H);
   else
     k_q8f_lift<<<grid, 256, 0, tsr_cuda_call_stream(call)>>>(
         (const uint8_t *)src[0].data, src[0].nb[1], src[0].nb[2], (__half *)dst->data, S, n, H);

@@ -118,27 +118,31 @@ static struct tsr_tensor *hook_result(struct tsr_graph *g, const struct tsr_kv_c
   return y;
 }
 
-/* rows as the codec stores them: prepare_rows, else the rows themselves */
-static struct tsr_tensor *codec_rows(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
-                                     struct tsr_tensor *x) {
-  struct tsr_tensor *(*hook)(void *, const struct tsr_host *, struct tsr_graph *,
-                             struct tsr_tensor *) = TSR_KV_CODEC_HOOK(c, prepare_rows);
+typedef struct tsr_tensor *(*codec_hook_fn)(void *, const struct tsr_host *, struct tsr_graph *,
+                                            struct tsr_tensor *);
+
+/* x through one of the codec's storage-dim hooks (prepare_rows, prepare_q), or x
+** itself when the codec has none */
+static struct tsr_tensor *codec_apply(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
+                                      codec_hook_fn hook, const char *name,
+                                      struct tsr_tensor *x) {
   if (!hook || !x) return x;
   x = hook_input(g, x);
   const int32_t dim = tsr_kv_codec_storage_dim(c, (int32_t)x->ne[0]);
-  return x ? hook_result(g, c, "prepare_rows", x,
-                         hook(c->ctx, tsr_plugin_host_services(), g, x), dim) : NULL;
+  return x ? hook_result(g, c, name, x, hook(c->ctx, tsr_plugin_host_services(), g, x), dim)
+           : NULL;
 }
 
+/* rows as the codec stores them */
+static struct tsr_tensor *codec_rows(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
+                                     struct tsr_tensor *x) {
+  return codec_apply(g, c, TSR_KV_CODEC_HOOK(c, prepare_rows), "prepare_rows", x);
+}
+
+/* queries as keys stored in the codec are scored against */
 static struct tsr_tensor *codec_q(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
                                   struct tsr_tensor *q) {
-  struct tsr_tensor *(*hook)(void *, const struct tsr_host *, struct tsr_graph *,
-                             struct tsr_tensor *) = TSR_KV_CODEC_HOOK(c, prepare_q);
-  if (!hook || !q) return q;
-  q = hook_input(g, q);
-  const int32_t dim = tsr_kv_codec_storage_dim(c, (int32_t)q->ne[0]);
-  return q ? hook_result(g, c, "prepare_q", q, hook(c->ctx, tsr_plugin_host_services(), g, q),
-                         dim) : NULL;
+  return codec_apply(g, c, TSR_KV_CODEC_HOOK(c, prepare_q), "prepare_q", q);
 }
 
 /* tsr_attn_call.prepare_q as the host hands it to an attention that positions q itself */

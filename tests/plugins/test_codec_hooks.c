@@ -93,16 +93,16 @@ static double max_abs_diff(const float *a, const float *b, size_t n) {
 
 static const char *g_model, *g_golden;
 
+/* The model's golden sequence (main loads it), its logits' size, and the two
+** attentions every codec runs through */
+static struct tsr_test_golden g_gs;
+static size_t g_n_logits;
+static const char *const g_attentions[2] = {"flash", "{full: dca, sliding: flash}"};
+
 static void test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca(void) {
-  const char *model = g_model, *golden = g_golden;
-  struct tsr_gguf *gold = NULL;
-  struct tsr_test_golden gs;
-  if (!tsr_test_golden_seq0(golden, 32, &gold, &gs)) {
-    CHECK_MSG(false, "%s: no golden sequence", golden);
-    return;
-  }
-  const size_t n = (size_t)gs.n * (size_t)gs.vocab;
-  const char *attentions[] = {"flash", "{full: dca, sliding: flash}"};
+  const char *model = g_model, *const *attentions = g_attentions;
+  const struct tsr_test_golden gs = g_gs;
+  const size_t n = g_n_logits;
   for (int a = 0; a < 2; a++) {
     struct run_out f32, f16, rot, pad;
     memset(&pad, 0, sizeof pad);
@@ -140,21 +140,15 @@ static void test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca(voi
     }
     free(f32.logits), free(f16.logits), free(rot.logits), free(pad.logits);
   }
-  tsr_gguf_close(gold);
 }
 
 /* q8_f32, a codec of its own block layout (a dtype the host assigned), read and
 ** written through its own functions: as close to f32 KV as q8_0 is, give or take
 ** the scale's precision (f32 against q8_0's f16), and not q8_0 bit for bit. */
 static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
-  struct tsr_gguf *gold = NULL;
-  struct tsr_test_golden gs;
-  if (!tsr_test_golden_seq0(g_golden, 32, &gold, &gs)) {
-    CHECK_MSG(false, "%s: no golden sequence", g_golden);
-    return;
-  }
-  const size_t n = (size_t)gs.n * (size_t)gs.vocab;
-  const char *attentions[] = {"flash", "{full: dca, sliding: flash}"};
+  const char *const *attentions = g_attentions;
+  const struct tsr_test_golden gs = g_gs;
+  const size_t n = g_n_logits;
   for (int a = 0; a < 2; a++) {
     struct run_out f32, q8, q8f;
     if (run(g_model, &gs, "cpu", "f32", attentions[a], 0, &f32) &&
@@ -190,7 +184,6 @@ static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
     }
     free(in8.logits), free(lift8.logits), free(inf.logits), free(liftf.logits);
   }
-  tsr_gguf_close(gold);
 }
 
 int main(int argc, char **argv) {
@@ -209,8 +202,12 @@ int main(int argc, char **argv) {
   for (int i = 3; i + 1 < argc; i += 2) {
     g_model = argv[i], g_golden = argv[i + 1];
     printf("%s\n", g_model);
+    struct tsr_gguf *gold = NULL;
+    if (!tsr_test_golden_seq0(g_golden, 32, &gold, &g_gs)) return 2;
+    g_n_logits = (size_t)g_gs.n * (size_t)g_gs.vocab;
     TSR_RUN(test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca);
     TSR_RUN(test_own_layout_codec_stores_and_reads_like_q8_0);
+    tsr_gguf_close(gold);
   }
   return TSR_TEST_EXIT();
 }

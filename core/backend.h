@@ -75,10 +75,15 @@ tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out);
 int tsr_backend_cpu_n_threads(const struct tsr_backend *b);
 void tsr_backend_free(struct tsr_backend *b);
 /* Opens libtessera-cuda.so (env TESSERA_CUDA_BACKEND, else beside the
-** executable or in its build tree, else the install libdir) and its first GPU.
+** executable or in its build tree, else the install libdir) and its GPU.
 ** Every failure is an error naming it: the .so not built or not loadable, no
 ** CUDA driver, no GPU, a driver older than the runtime (core/backend_cuda_loader.c). */
 tsr_status tsr_backend_cuda_new(struct tsr_backend **out);
+/* The same with the profile's settings (core/cuda_settings.h; overrides applied):
+** tsr_backend_cuda_new takes the defaults and the TESSERA_CUDA_* variables. */
+struct tsr_cuda_settings;
+tsr_status tsr_backend_cuda_open(const struct tsr_cuda_settings *settings,
+                                 struct tsr_backend **out);
 /* Device copies of external memory (see struct tsr_backend_i); no-ops on
 ** backends without them (cpu). keep registers a range as persistent (weights,
 ** KV cache, state): it may not overlap another kept range partly (an error

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cuda_settings.h"
 #include "dtype.h"
 #include "cuda/cuda_abi.h"
 #include "error.h"
@@ -72,6 +73,15 @@ static bool find_library(char *path, size_t cap, char *tried, size_t tried_cap) 
 
 tsr_status tsr_backend_cuda_new(struct tsr_backend **out) {
   *out = NULL;
+  struct tsr_cuda_settings set;
+  tsr_cuda_settings_default(&set);
+  tsr_status st = tsr_cuda_settings_from_env(&set, NULL);
+  return st == TSR_OK ? tsr_backend_cuda_open(&set, out) : st;
+}
+
+tsr_status tsr_backend_cuda_open(const struct tsr_cuda_settings *settings,
+                                 struct tsr_backend **out) {
+  *out = NULL;
   char path[PATH_MAX], tried[4096];
   if (!find_library(path, sizeof path, tried, sizeof tried))
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: %s not found (looked at %s); "
@@ -104,7 +114,7 @@ tsr_status tsr_backend_cuda_new(struct tsr_backend **out) {
       .dtype_traits = tsr_dtype_traits,
       .codec_ops = tsr_dtype_codec_ops,
   };
-  tsr_status st = open_fn(&host, out);
+  tsr_status st = open_fn(&host, settings, out);
   if (st != TSR_OK) {
     *out = NULL;
     tsr_error_prefix("cuda backend (%s)", path);

@@ -193,7 +193,7 @@ static tsr_status open_backend(struct tsr_engine *e, const struct tsr_engine_opt
   const struct tsr_profile *p = e->setup->profile;
   tsr_status st;
   if (!strcmp(p->backend, "cuda")) {
-    st = tsr_backend_cuda_new(&e->backend);
+    st = tsr_backend_cuda_open(&p->cuda, &e->backend);
     if (st != TSR_OK) tsr_error_prefix("%s", tsr_profile_where(p, "backend"));
   } else {
     st = tsr_backend_cpu_new(opt->n_threads > 0 ? opt->n_threads : p->threads, &e->backend);

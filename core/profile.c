@@ -246,11 +246,15 @@ static tsr_status f_plugins(struct vctx *c, const char *key, const struct tsr_pn
 static tsr_status f_policies(struct vctx *c, const char *key, const struct tsr_pnode *v);
 static tsr_status f_speculator(struct vctx *c, const char *key, const struct tsr_pnode *v);
 static tsr_status f_attention(struct vctx *c, const char *key, const struct tsr_pnode *v);
+static tsr_status f_backend(struct vctx *c, const char *key, const struct tsr_pnode *v);
+
+static const struct field backend_name = {.name = "backend", .type = F_CHOICE,
+                                          .off = offsetof(P, backend), .choices = backends};
 
 static const struct field top_fields[] = {
     FN("extends", f_extends),
     FN("model", f_model),
-    {.name = "backend", .type = F_CHOICE, .off = offsetof(P, backend), .choices = backends},
+    FN("backend", f_backend),
     INT("threads", P, threads, 0, INT32_MAX),
     INT("context", P, context, 1, 16777216),
     INT("batch", P, batch, 1, INT32_MAX),
@@ -510,6 +514,57 @@ static tsr_status f_attention(struct vctx *c, const char *key, const struct tsr_
   return st;
 }
 
+/* `backend: NAME`, or a map: {name: NAME} and, for cuda, its settings
+** (core/cuda_settings.h). A cuda setting under another backend cannot take effect:
+** refused, naming it. */
+static tsr_status f_backend(struct vctx *c, const char *key, const struct tsr_pnode *v) {
+  struct tsr_profile *p = c->p;
+  tsr_cuda_settings_default(&p->cuda);
+  if (v->kind == TSR_PNODE_SCALAR) return check_field(c, key, &backend_name, v, (char *)p);
+  if (v->kind != TSR_PNODE_MAP)
+    return type_error(v, key, "a backend name (cpu, cuda), or a map {name: cuda, gemm: f16, ...}",
+                      NULL);
+  const struct tsr_pnode *name = tsr_pnode_get(v, "name");
+  if (!name)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: key '%s' needs its name (cpu or cuda)",
+                         v->where, key);
+  char sub[96];
+  snprintf(sub, sizeof sub, "%s.name", key);
+  tsr_status st = check_field(c, sub, &backend_name, name, (char *)p);
+  /* the map's keys: name, the settings' top keys, and `attention` holding the rest */
+  const char *names[TSR_CUDA_N_SETTINGS + 2] = {"name", "attention"};
+  const char *attn_names[TSR_CUDA_N_SETTINGS];
+  size_t n = 2, n_attn = 0;
+  for (int i = 0; i < TSR_CUDA_N_SETTINGS; i++) {
+    const char *k = tsr_cuda_setting_key(i)->key;
+    if (!strncmp(k, "attention.", 10)) attn_names[n_attn++] = k + 10;
+    else names[n++] = k;
+  }
+  if (!st) st = check_map_keys(v, key, names, n);
+  const struct tsr_pnode *attn = tsr_pnode_get(v, "attention");
+  if (!st && attn) {
+    snprintf(sub, sizeof sub, "%s.attention", key);
+    st = attn->kind == TSR_PNODE_MAP ? check_map_keys(attn, sub, attn_names, n_attn)
+                                     : type_error(attn, sub, "a map of attention kernel choices",
+                                                  NULL);
+  }
+  for (int i = 0; i < TSR_CUDA_N_SETTINGS && !st; i++) {
+    const char *k = tsr_cuda_setting_key(i)->key;
+    const struct tsr_pnode *x = !strncmp(k, "attention.", 10)
+                                    ? (attn ? tsr_pnode_get(attn, k + 10) : NULL)
+                                    : tsr_pnode_get(v, k);
+    if (!x) continue;
+    if (strcmp(p->backend, "cuda"))
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: key '%s.%s' is a cuda setting, and the "
+                           "backend is %s: it would take no effect", x->where, key, k,
+                           p->backend);
+    if (x->kind != TSR_PNODE_SCALAR)
+      return type_error(x, k, tsr_cuda_setting_key(i)->values, NULL);
+    st = tsr_cuda_setting_parse(&p->cuda, i, x->str, false, x->where);
+  }
+  return st;
+}
+
 static tsr_status f_speculator(struct vctx *c, const char *key, const struct tsr_pnode *v) {
   c->p->has_speculator = 0;
   if (tsr_pnode_is_null(v)) return TSR_OK;
@@ -520,6 +575,7 @@ static tsr_status f_speculator(struct vctx *c, const char *key, const struct tsr
 
 static void set_defaults(struct tsr_profile *p) {
   p->backend = "cpu";
+  tsr_cuda_settings_default(&p->cuda);
   p->context = 4096;
   p->batch = 2048;
   p->ubatch = 512;
@@ -534,6 +590,9 @@ static tsr_status check_profile(struct vctx *c) {
   struct tsr_profile *p = c->p;
   tsr_status st = check_section(c, "", p->root, &top, (char *)p);
   if (st) return st;
+  /* the environment's overrides of the cuda settings, which profile check shows */
+  if (!strcmp(p->backend, "cuda") && (st = tsr_cuda_settings_from_env(&p->cuda, p->cuda_env)))
+    return st;
   if (!p->model)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: key 'model' is required: a GGUF file, or "
                          "'default' for the model this build ships", p->path);

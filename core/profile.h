@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "cuda_settings.h"
 #include "error.h"
 #include "tessera/tessera.h"
 
@@ -109,7 +110,11 @@ struct tsr_profile {
   const char *model;          /* as written; "default" means the model the build ships */
   const char *model_path;     /* relative paths resolved against the file that wrote
                                  them (the cwd for --set); NULL for "default" */
-  const char *backend;        /* "cpu" or "cuda" */
+  const char *backend;        /* "cpu" or "cuda" (`backend: NAME` or `backend: {name: NAME}`) */
+  /* backend cuda: its settings (the map's other keys), each TESSERA_CUDA_* variable that is
+  ** set already applied over them; cuda_env[i] names the variable that set setting i */
+  struct tsr_cuda_settings cuda;
+  const char *cuda_env[TSR_CUDA_N_SETTINGS];
   int32_t threads;            /* 0: all cores */
   int64_t context;
   int32_t batch, ubatch;

@@ -3,6 +3,7 @@
 ** value in force after extends, --set and defaults, and a comment saying where
 ** that value came from. The output loads back to the same profile.
 */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -137,6 +138,42 @@ static void print_plugin(struct printer *pr, const struct tsr_profile_plugin *pl
   }
 }
 
+/* `backend: cpu`, or cuda's map with every setting in force and where it came from:
+** the profile, the default, or the environment variable that overrides it. */
+static void print_backend(struct printer *pr) {
+  const struct tsr_profile *p = pr->p;
+  const struct tsr_pnode *b = tsr_pnode_get(p->root, "backend");
+  const bool map = b && b->kind == TSR_PNODE_MAP;
+  if (strcmp(p->backend, "cuda")) {
+    kv_line(pr, 0, "backend", p->backend, map ? "backend.name" : "backend");
+    for (int i = 0; i < TSR_CUDA_N_SETTINGS; i++) {
+      const char *env = getenv(tsr_cuda_setting_key(i)->env);
+      if (env && *env) {
+        snprintf(pr->text, sizeof pr->text, "# %s=%s is set and takes no effect on backend %s",
+                 tsr_cuda_setting_key(i)->env, env, p->backend);
+        line(pr->f, 0, pr->text, NULL);
+      }
+    }
+    return;
+  }
+  line(pr->f, 0, "backend:", NULL);
+  kv_line(pr, 2, "name", p->backend, map ? "backend.name" : "backend");
+  bool attention_open = false;
+  for (int i = 0; i < TSR_CUDA_N_SETTINGS; i++) {
+    const struct tsr_cuda_setting_key *k = tsr_cuda_setting_key(i);
+    const bool in_attention = !strncmp(k->key, "attention.", 10);
+    if (in_attention && !attention_open) line(pr->f, 2, "attention:", NULL);
+    attention_open |= in_attention;
+    char val[32], path[64], where[96];
+    tsr_cuda_setting_text(&p->cuda, i, val, sizeof val);
+    snprintf(pr->text, sizeof pr->text, "%s: %s", in_attention ? k->key + 10 : k->key, val);
+    snprintf(path, sizeof path, "backend.%s", k->key);
+    if (p->cuda_env[i]) snprintf(where, sizeof where, "%s (environment, over the profile)",
+                                 p->cuda_env[i]);
+    line(pr->f, in_attention ? 4 : 2, pr->text, p->cuda_env[i] ? where : origin(p, path));
+  }
+}
+
 void tsr_profile_print(const struct tsr_profile *p, FILE *f) {
   struct printer pr = {.f = f, .p = p};
   char v[768];
@@ -144,7 +181,7 @@ void tsr_profile_print(const struct tsr_profile *p, FILE *f) {
   /* paths as resolved (relative to the cwd), since the file that wrote them is not this one */
   kv_line(&pr, 0, "model", str(pr.val, sizeof pr.val, p->model_path ? p->model_path : p->model),
           "model");
-  kv_line(&pr, 0, "backend", p->backend, "backend");
+  print_backend(&pr);
   snprintf(v, sizeof v, "%d", p->threads);
   kv_line(&pr, 0, "threads", v, "threads");
   snprintf(v, sizeof v, "%lld", (long long)p->context);

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "../cuda_settings.h"
 #include "tessera/plugin.h"
 #include "tessera/tessera.h"
 
@@ -23,8 +24,9 @@ struct tsr_dtype_traits;
 ** set_device_call); 4: probe in struct tsr_backend_i; 5: time_nodes in struct
 ** tsr_backend_i, times in struct tsr_backend; 6: memory in struct tsr_backend_i,
 ** backend_size checked; 7: custom_op_replayable; 8: graph_counts in struct tsr_backend_i;
-** 9: gemm_how of struct tsr_backend_ceilings 384 bytes; 10: dtype_traits, codec_ops */
-#define TSR_CUDA_ABI_VERSION 10
+** 9: gemm_how of struct tsr_backend_ceilings 384 bytes; 10: dtype_traits, codec_ops;
+** 11: the open function takes the settings (core/cuda_settings.h) */
+#define TSR_CUDA_ABI_VERSION 11
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;
@@ -53,6 +55,10 @@ struct tsr_cuda_host {
   int (*codec_ops)(int type_id, int32_t *encode_op, int32_t *lift_op);
 };
 
-typedef tsr_status (*tsr_cuda_open_fn)(const struct tsr_cuda_host *host, struct tsr_backend **out);
+/* settings: the profile's, with the environment's overrides applied (the .so reads no
+** variable itself) */
+typedef tsr_status (*tsr_cuda_open_fn)(const struct tsr_cuda_host *host,
+                                       const struct tsr_cuda_settings *settings,
+                                       struct tsr_backend **out);
 
 #endif

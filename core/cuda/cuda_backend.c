@@ -39,7 +39,7 @@ tsr_status tsr_cuda_rt_fail(int err, const char *call, const char *file, int lin
   return tsr_error_set(st, "cuda backend: %s failed: %s (%s) at %s:%d%s", call, cudaGetErrorName(e),
                        cudaGetErrorString(e), file, line,
                        poisons_context(e) ? " [a kernel fault: the CUDA context is unusable from "
-                       "now on; the first failing op is the culprit, TESSERA_CUDA_SYNC=1 names it]"
+                       "now on; the first failing op is the culprit, backend.sync: true names it]"
                        : "");
 }
 
@@ -755,7 +755,7 @@ static tsr_status check_host(const struct tsr_cuda_host *h) {
 }
 
 /* Driver and device, each failure named for the person at the machine. */
-static tsr_status open_device(struct cu_ctx *c) {
+static tsr_status open_device(struct cu_ctx *c, const struct tsr_cuda_settings *set) {
   int rt = 0, drv = 0;
   cudaRuntimeGetVersion(&rt);
   cudaDriverGetVersion(&drv);
@@ -775,11 +775,10 @@ static tsr_status open_device(struct cu_ctx *c) {
   if (e != cudaSuccess)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cannot list CUDA devices: %s (%s)",
                          cudaGetErrorName(e), cudaGetErrorString(e));
-  const char *env = getenv("TESSERA_CUDA_DEVICE");
-  c->device = env && *env ? atoi(env) : 0;
-  if (c->device < 0 || c->device >= n)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_DEVICE=%s: there are %d GPUs (0..%d)",
-                         env, n, n - 1);
+  c->device = set->device;
+  if (c->device >= n)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "backend.device %d: there are %d GPUs (0..%d)",
+                         c->device, n, n - 1);
   struct cudaDeviceProp prop;
   CU_RT(cudaGetDeviceProperties(&prop, c->device));
   const int cc = prop.major * 10 + prop.minor;
@@ -794,51 +793,24 @@ static tsr_status open_device(struct cu_ctx *c) {
   CU_RT(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   CU_BLAS(cublasCreate(&c->blas));
   CU_BLAS(cublasSetStream(c->blas, c->stream));
-  const char *gemm = getenv("TESSERA_CUDA_GEMM"), *gemv = getenv("TESSERA_CUDA_GEMV");
-  if (gemm && *gemm && strcmp(gemm, "f32") != 0 && strcmp(gemm, "f16") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GEMM=%s: f16 (the default) or f32",
-                         gemm);
-  if (gemv && *gemv && strcmp(gemv, "f32") != 0 && strcmp(gemv, "q8") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GEMV=%s: q8 (the default) or f32",
-                         gemv);
-  c->gemm_f32 = gemm && strcmp(gemm, "f32") == 0;
-  c->gemv_x8 = !(gemv && strcmp(gemv, "f32") == 0);
-  const char *sync = getenv("TESSERA_CUDA_SYNC"), *graphs = getenv("TESSERA_CUDA_GRAPHS");
-  c->sync_nodes = sync && strcmp(sync, "1") == 0;
-  if (graphs && *graphs && strcmp(graphs, "0") != 0 && strcmp(graphs, "1") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_GRAPHS=%s: 1 (the default) or 0",
-                         graphs);
-  c->use_graphs = !(graphs && strcmp(graphs, "0") == 0);
-  const char *pipe = getenv("TESSERA_CUDA_ATTN_PIPELINE");
-  if (pipe && *pipe && strcmp(pipe, "0") != 0 && strcmp(pipe, "1") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_PIPELINE=%s: 0 (the default) or "
-                         "1", pipe);
-  c->attn_pipelined = pipe && strcmp(pipe, "1") == 0;
-  const char *gqa = getenv("TESSERA_CUDA_ATTN_GQA_DECODE");
-  if (gqa && *gqa && strcmp(gqa, "0") != 0 && strcmp(gqa, "1") != 0 && strcmp(gqa, "2") != 0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_GQA_DECODE=%s: 2 (the default: "
-                         "the GQA decode kernel, staged where its rows allow), 1 (never staged) or "
-                         "0 (the tile kernels)", gqa);
-  /* staged is the fastest on the H200 at every measured decode shape (docs/PERFORMANCE.md) */
-  c->attn_gqa_decode = gqa && *gqa ? gqa[0] - '0' : TSR_ATTN_GQA_DECODE_DEFAULT;
-  /* the fewest keys a decode split of attention takes (a tuning knob, measured by
-  ** perf_table): few splits leave most multiprocessors idle at short depths */
-  const char *split = getenv("TESSERA_CUDA_ATTN_SPLIT_KEYS");
-  if (split && *split) {
-    char *end;
-    const long v = strtol(split, &end, 10);
-    if (*end || v < 16 || v > (1 << 20))
-      return tsr_error_set(TSR_ERR_INVALID_ARG, "TESSERA_CUDA_ATTN_SPLIT_KEYS=%s: a number of "
-                           "keys from 16 to 1048576 (the default is 256)", split);
-    c->attn_split_keys = (int)v;
-  }
+  /* the profile's choices, overrides applied (core/cuda_settings.h) */
+  c->gemm_f32 = set->gemm_f32;
+  c->gemv_x8 = !set->gemv_f32;
+  c->sync_nodes = set->sync;
+  c->use_graphs = set->graphs;
+  c->attn_pipelined = set->attn_pipelined;
+  c->attn_gqa_decode = set->attn_decode;
+  c->attn_split_keys = set->attn_split_keys;
   return TSR_OK;
 }
 
 __attribute__((visibility("default"))) tsr_status
-tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_backend **out);
+tsr_cuda_backend_open(const struct tsr_cuda_host *host, const struct tsr_cuda_settings *settings,
+                      struct tsr_backend **out);
 
-tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_backend **out) {
+tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host,
+                                 const struct tsr_cuda_settings *settings,
+                                 struct tsr_backend **out) {
   *out = NULL;
   if (check_host(host) != TSR_OK) {
     if (host && host->abi_version == TSR_CUDA_ABI_VERSION && host->set_error)
@@ -858,7 +830,7 @@ tsr_status tsr_cuda_backend_open(const struct tsr_cuda_host *host, struct tsr_ba
     return tsr_error_set(TSR_ERR_NOMEM, "out of host memory");
   }
   c->host = host;
-  tsr_status st = open_device(c);
+  tsr_status st = open_device(c, settings);
   if (st != TSR_OK) {
     cu_free(c);
     free(b);

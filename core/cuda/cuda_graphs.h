@@ -6,7 +6,7 @@
 ** A decode step's graph is the same for 256 steps (the cache's span of used cells
 ** grows in steps of 256, positions and tokens are uploaded inputs), so its kernel
 ** launches are too: the backend captures them once and replays the capture, one
-** launch instead of one per node (unless TESSERA_CUDA_GRAPHS=0). The signature
+** launch instead of one per node (unless backend.graphs is false). The signature
 ** holds everything a launch is made from: per computing node its op, parameters,
 ** type, shape and strides and the device addresses of it and its sources, then the
 ** backend's own (arena, scratch).

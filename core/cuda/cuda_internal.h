@@ -50,12 +50,12 @@ struct cu_ctx {
   char name[300];
   cudaStream_t stream;
   cublasHandle_t blas;
-  bool gemm_f32;   /* TESSERA_CUDA_GEMM=f32: batched products in f32, not f16 */
-  bool gemv_x8;    /* decode products with x coded to 8 bits (TESSERA_CUDA_GEMV=f32: off) */
-  bool attn_pipelined; /* TESSERA_CUDA_ATTN_PIPELINE=1: tsr_tile_args.pipelined */
-  int attn_gqa_decode; /* TESSERA_CUDA_ATTN_GQA_DECODE (0, 1, 2): tsr_tile_args.gqa_decode */
-  int attn_split_keys;  /* TESSERA_CUDA_ATTN_SPLIT_KEYS; 0: the kernel's default */
-  bool sync_nodes; /* TESSERA_CUDA_SYNC=1: wait after every node, so a fault names it */
+  bool gemm_f32;   /* backend.gemm f32: batched products in f32, not f16 */
+  bool gemv_x8;    /* decode products with x coded to 8 bits (backend.gemv f32: off) */
+  bool attn_pipelined; /* backend.attention.pipeline: tsr_tile_args.pipelined */
+  int attn_gqa_decode; /* backend.attention.decode (TSR_CUDA_DECODE_*): tsr_tile_args.gqa_decode */
+  int attn_split_keys;  /* backend.attention.split_keys; 0: the kernel's default */
+  bool sync_nodes; /* backend.sync: wait after every node, so a fault names it */
 
   char *arena; /* mirrors the host arena: same size, same offsets */
   size_t arena_cap;
@@ -77,7 +77,7 @@ struct cu_ctx {
   size_t held_sampled;            /* held_bytes when the device was last sampled */
   size_t used_peak, device_total; /* cudaMemGetInfo: see cu_compute */
 
-  /* CUDA graphs (on unless TESSERA_CUDA_GRAPHS=0; cuda_graphs.h): a decode compute whose
+  /* CUDA graphs (on unless backend.graphs is false; cuda_graphs.h): a decode compute whose
   ** signature is the last one's replays its capture */
   bool use_graphs;
   bool capturing;            /* the node loop is being captured: scratch must not grow */

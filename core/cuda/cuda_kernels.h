@@ -95,9 +95,9 @@ struct cu_attn {
   float scale, softcap;
   int causal;
   int32_t window;
-  int pipelined; /* TESSERA_CUDA_ATTN_PIPELINE=1: tsr_tile_args.pipelined */
-  int gqa_decode; /* TESSERA_CUDA_ATTN_GQA_DECODE (0, 1, 2): tsr_tile_args.gqa_decode */
-  int split_keys; /* TESSERA_CUDA_ATTN_SPLIT_KEYS: tsr_tile_args.split_keys */
+  int pipelined; /* backend.attention.pipeline: tsr_tile_args.pipelined */
+  int gqa_decode; /* backend.attention.decode (0, 1, 2): tsr_tile_args.gqa_decode */
+  int split_keys; /* backend.attention.split_keys: tsr_tile_args.split_keys */
 };
 /* Scratch bytes the launch needs (split-KV partials); 0 if none. */
 size_t cu_flash_attn_scratch(const struct cu_t *dst, const struct cu_attn *a, int n_sm);

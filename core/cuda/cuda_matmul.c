@@ -8,13 +8,13 @@
 **   larger N: cuBLAS with f32 accumulation. f32 weights: SGEMM on f32 x.
 **     f16 / bf16 weights: read in place, x rounded to f16 / bf16. Block types:
 **     dequantized to f16 a tile of rows at a time (TILE_ELEMS values), x
-**     rounded to f16. TESSERA_CUDA_GEMM=f32 makes every batched product f32
+**     rounded to f16. backend.gemm f32 makes every batched product f32
 **     (dequantized f32 tiles, SGEMM): slower, for telling rounding from bugs.
 ** Weight batches broadcast over x's dims 2 and 3 as on the CPU.
 **
 ** mat_mul_id with few (slot, token) pairs runs one kernel that reads each
 ** pair's expert id on the device (with x's slots packed, the q8 gemv's kernel
-** per pair for the types it takes, unless TESSERA_CUDA_GEMV=f32). With more
+** per pair for the types it takes, unless backend.gemv is f32). With more
 ** pairs the ids come to the host (one synchronisation), pairs are grouped by
 ** expert, and runs of whole experts up to GROUP_COLUMNS columns are gathered at
 ** once in expert order (and packed for cuBLAS once, when an expert has more columns
@@ -70,7 +70,7 @@ static tsr_status gemm(struct cu_ctx *c, int64_t M, int64_t N, int64_t K, const 
 }
 
 /* Whether a batched product (more than CU_GEMV_MAX_N columns) reads the weight in
-** place: f32, and f16 / bf16 unless TESSERA_CUDA_GEMM=f32; block types are
+** place: f32, and f16 / bf16 unless backend.gemm is f32; block types are
 ** dequantized to tiles. */
 static bool reads_in_place(const struct cu_ctx *c, int32_t type, int64_t wnb1) {
   return (type == TSR_F32 && wnb1 % 4 == 0) ||
@@ -78,7 +78,7 @@ static bool reads_in_place(const struct cu_ctx *c, int32_t type, int64_t wnb1) {
 }
 
 /* How a batched product takes x: 0 f32, 1 f16, 2 bf16 (cu_pack_x's kinds): a weight
-** read in place against x of its own type, tiles in f16 (f32 with TESSERA_CUDA_GEMM=f32). */
+** read in place against x of its own type, tiles in f16 (f32 with backend.gemm f32). */
 static int x_kind(const struct cu_ctx *c, int32_t type, int64_t wnb1) {
   if (reads_in_place(c, type, wnb1)) return type == TSR_F32 ? 0 : type == TSR_F16 ? 1 : 2;
   return c->gemm_f32 ? 0 : 1;

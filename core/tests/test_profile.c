@@ -118,7 +118,7 @@ static void test_example_extends_default_and_overrides(void) {
   CHECK(p->server.port == 8081 && p->server.api_key_env && p->batch == 2048);
   CHECK(p->sampling.top_k == 40); /* inherited */
   CHECK(strstr(tsr_profile_where(p, "context"), "example-deployment.yaml:") != NULL);
-  CHECK(strstr(tsr_profile_where(p, "batch"), "default.yaml:34:8") != NULL);
+  CHECK(strstr(tsr_profile_where(p, "batch"), "default.yaml:52:8") != NULL);
   tsr_profile_free(p);
 }
 
@@ -269,7 +269,7 @@ static void test_set_overrides_nested_and_new_keys(void) {
 static void test_set_errors_name_the_flag(void) {
   const char *through[] = {"context.x=1"};
   expect_error_sets(conf("default.yaml"), through, 1, "--set context.x: 'context' is a single value",
-                    "default.yaml:30:10", (const char *)NULL);
+                    "default.yaml:48:10", (const char *)NULL);
   const char *bad_value[] = {"sampling.top_k=abc"};
   expect_error_sets(conf("default.yaml"), bad_value, 1,
                     "--set sampling.top_k: key 'sampling.top_k': expected an integer, got 'abc'",
@@ -400,6 +400,58 @@ static void test_print_round_trips(void) {
   tsr_profile_free(b);
 }
 
+/* The cuda backend's settings: a map under `backend`, each key checked; a cuda setting
+** under another backend is refused; a TESSERA_CUDA_* variable overrides its key and the
+** printout says so; the printout loads back to the same settings. */
+static void test_backend_settings_are_checked_overridden_and_printed(void) {
+  const char *text = "model: m.gguf\nbackend:\n  name: cuda\n  gemm: f32\n  graphs: false\n"
+                     "  attention: {decode: tile, split_keys: 512}\n";
+  struct tsr_profile *p = NULL, *back = NULL;
+  unsetenv("TESSERA_CUDA_GEMV");
+  CHECK_OK(tsr_profile_load_mem("cuda.yaml", text, strlen(text), NULL, 0, &p));
+  if (p) {
+    CHECK(!strcmp(p->backend, "cuda") && p->cuda.gemm_f32 == 1 && p->cuda.graphs == 0);
+    CHECK(p->cuda.attn_decode == TSR_CUDA_DECODE_TILE && p->cuda.attn_split_keys == 512);
+    CHECK(p->cuda.gemv_f32 == 0 && p->cuda.device == 0 && p->cuda_env[2] == NULL);
+  }
+  tsr_profile_free(p);
+  expect_mem_error("cpu.yaml", "model: m.gguf\nbackend: {name: cpu, graphs: false}\n",
+                   "cpu.yaml:2:", "key 'backend.graphs' is a cuda setting, and the backend is cpu");
+  expect_mem_error("bad.yaml", "model: m.gguf\nbackend: {name: cuda, gemm: f8}\n",
+                   "bad.yaml:2:", "backend.gemm is 'f8'; it takes f16 or f32");
+  expect_mem_error("key.yaml", "model: m.gguf\nbackend: {name: cuda, attention: {splitkeys: 1}}\n",
+                   "unknown key 'backend.attention.splitkeys'", "split_keys");
+  expect_mem_error("noname.yaml", "model: m.gguf\nbackend: {gemm: f32}\n", "noname.yaml:2:",
+                   "needs its name");
+  /* the environment over the profile, shown as such */
+  setenv("TESSERA_CUDA_GEMV", "f32", 1);
+  CHECK_OK(tsr_profile_load_mem("cuda.yaml", text, strlen(text), NULL, 0, &p));
+  char *out = NULL;
+  size_t len = 0;
+  if (p) {
+    CHECK(p->cuda.gemv_f32 == 1 && p->cuda_env[2] && !strcmp(p->cuda_env[2], "TESSERA_CUDA_GEMV"));
+    FILE *f = open_memstream(&out, &len);
+    tsr_profile_print(p, f);
+    fclose(f);
+    CHECK(strstr(out, "gemv: f32") && strstr(out, "TESSERA_CUDA_GEMV (environment, over the "
+                                                  "profile)"));
+    CHECK(strstr(out, "decode: tile") && strstr(out, "cuda.yaml:6:"));
+  }
+  unsetenv("TESSERA_CUDA_GEMV");
+  CHECK_OK(tsr_profile_load_mem("printed.yaml", out, len, NULL, 0, &back));
+  if (p && back) CHECK(!memcmp(&p->cuda, &back->cuda, sizeof p->cuda));
+  tsr_profile_free(p);
+  tsr_profile_free(back);
+  free(out);
+  /* a bad variable is named; on the cpu the variables are not applied */
+  setenv("TESSERA_CUDA_ATTN_GQA_DECODE", "3", 1);
+  expect_mem_error("cuda.yaml", text, "TESSERA_CUDA_ATTN_GQA_DECODE is '3'", "2, 1 or 0");
+  CHECK_OK(tsr_profile_load_mem("cpu.yaml", "model: m.gguf\n", 14, NULL, 0, &p));
+  if (p) CHECK(p->cuda.attn_decode == TSR_CUDA_DECODE_GQA_STAGED && !p->cuda_env[6]);
+  tsr_profile_free(p);
+  unsetenv("TESSERA_CUDA_ATTN_GQA_DECODE");
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) g_fixtures = argv[1];
   if (argc > 2) g_conf = argv[2];
@@ -423,5 +475,6 @@ int main(int argc, char **argv) {
   TSR_RUN(test_memory_limit_units);
   TSR_RUN(test_plugin_settings_keep_their_positions);
   TSR_RUN(test_print_round_trips);
+  TSR_RUN(test_backend_settings_are_checked_overridden_and_printed);
   return TSR_TEST_EXIT();
 }

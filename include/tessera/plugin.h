@@ -536,14 +536,14 @@ struct tsr_device_call {
   int64_t graph;
   /* Appended later (check struct_size; tsr_device_call_attn reads them): the backend's
   ** choices for the attention kernels a plugin may launch itself
-  ** (tessera/cuda_attn_tile.cuh), as the backend's own attention takes them:
-  ** TESSERA_CUDA_ATTN_PIPELINE (0, 1), _GQA_DECODE (0, 1, 2; TSR_ATTN_GQA_DECODE_DEFAULT),
-  ** _SPLIT_KEYS (0: default). */
+  ** (tessera/cuda_attn_tile.cuh), as the backend's own attention takes them: the
+  ** profile's backend.attention.pipeline (0, 1), .decode (0 tile, 1 gqa, 2 gqa_staged;
+  ** TSR_ATTN_GQA_DECODE_DEFAULT), .split_keys (0: default). */
   int32_t attn_pipelined, attn_gqa_decode, attn_split_keys, attn_reserved;
 };
 
 /* Decode attention's default kernel: the GQA decode kernel, staged where its rows allow
-** (TESSERA_CUDA_ATTN_GQA_DECODE=2; tessera/cuda_attn_gqa.cuh). */
+** (backend.attention.decode gqa_staged; tessera/cuda_attn_gqa.cuh). */
 enum { TSR_ATTN_GQA_DECODE_DEFAULT = 2 };
 
 enum { TSR_DEVICE_CALL_EAGER = 0, TSR_DEVICE_CALL_CAPTURE = 1, TSR_DEVICE_CALL_REPLAY = 2 };

@@ -249,6 +249,20 @@ check|sanitize)
         if cmp -s "$out/cpu.txt" "$out/cuda1.txt"; then row "run $f cuda" PASS "deterministic, $replays graph replays; same text as cpu"
         else row "run $f cuda" PASS "deterministic, $replays graph replays; agrees with cpu for $same (differs after)"; fi
       fi
+      if [ "$f" = qwen3_tied ]; then
+        # the profile's backend settings reach the backend, and a variable overrides them:
+        # graphs off by the profile, then by TESSERA_CUDA_GRAPHS over a profile that says on
+        run --set backend.name=cuda --set backend.graphs=false -v >"$out/ng.txt" 2>"$out/ng.err"; rn=$?
+        TESSERA_CUDA_GRAPHS=0 run --set backend.name=cuda --set backend.graphs=true -v \
+          >"$out/ne.txt" 2>"$out/ne.err"; re=$?
+        rp=$(graph_replays "$out/ng.err"); rv=$(graph_replays "$out/ne.err")
+        if [ $rn -eq 0 ] && [ $re -eq 0 ] && [ "${rp:-0}" -eq 0 ] && [ "${rv:-0}" -eq 0 ] &&
+           cmp -s "$out/ng.txt" "$out/cuda1.txt" && cmp -s "$out/ne.txt" "$out/cuda1.txt"; then
+          row "run $f backend.graphs" PASS "false (profile) and TESSERA_CUDA_GRAPHS=0 (over true): no replay, same text"
+        else
+          row "run $f backend.graphs" FAIL "exits $rn/$re, replays ${rp:-?}/${rv:-?}: $(tail -1 "$out/ng.err" | cut -c1-80)"
+        fi
+      fi
       rm -f "$m"
     done
   fi

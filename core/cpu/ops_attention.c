@@ -24,10 +24,12 @@
 #include <string.h>
 
 #include "../dtype.h"
+#include "../plugin_host.h"
 #include "cpu_ops.h"
+#include "tessera/cpu_attn_tile.h"
 #include "vec.h"
 
-#define FA_TILE 64
+#define FA_TILE TSR_CPU_ATTN_TILE
 
 /* How a K or V row becomes f32 values the dot and axpy can use. */
 enum fa_read {
@@ -158,15 +160,6 @@ static float row_dot(const struct fa_rows *r, const char *row, const float *deco
   }
 }
 
-static void row_axpy(const struct fa_rows *r, float *acc, float p, const char *row,
-                     const float *decoded, int64_t n) {
-  switch (r->read) {
-  case FA_IN_PLACE_F32: tsr_vec_axpy_f32(acc, p, (const float *)row, n); break;
-  case FA_IN_PLACE_F16: tsr_vec_axpy_f16(acc, p, (const uint16_t *)row, n); break;
-  default: tsr_vec_axpy_f32(acc, p, decoded, n); break;
-  }
-}
-
 static bool key_hidden(const struct fa_node *a, int32_t qp, int64_t j) {
   int32_t kp = pos_at(a->kv_pos, a->kvpos_stride, j);
   if (kp < 0) return true;
@@ -211,50 +204,32 @@ static void tile_logits(const struct fa_node *a, const struct fa_scratch *s, int
   }
 }
 
-/* Moves head g's running max to cover the tile, rescaling what it has
-** summed so far, and turns the tile's logits into weights exp(x - m). */
-static void tile_weights(const struct fa_node *a, const struct fa_scratch *s, int64_t g,
-                         int64_t n) {
-  float *x = s->s + g * FA_TILE, *acc = s->acc + (size_t)g * s->Dvp;
-  float tmax = -INFINITY;
-  for (int64_t t = 0; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
-  if (tmax > s->m[g]) {
-    if (s->m[g] != -INFINITY) {
-      const float f = expf(s->m[g] - tmax);
-      s->l[g] *= f;
-      tsr_vec_scale_f32(acc, f, a->Dv);
-    }
-    s->m[g] = tmax;
+/* The V rows of one tile, for tsr_cpu_attn_values. */
+struct fa_tile_rows {
+  const struct fa_node *a;
+  const struct fa_scratch *s;
+  const char *vbase;
+  int64_t j0;
+};
+
+static const void *tile_row(void *ctx, int64_t t, enum tsr_cpu_row_read *how) {
+  const struct fa_tile_rows *r = ctx;
+  const char *vrow = r->vbase + (size_t)(r->j0 + t) * r->a->v->nb[1];
+  switch (r->a->v_rows.read) {
+  case FA_IN_PLACE_F32: *how = TSR_CPU_ROW_F32; return vrow;
+  case FA_IN_PLACE_F16: *how = TSR_CPU_ROW_F16; return vrow;
+  default:
+    row_to_f32(&r->a->v_rows, vrow, r->s->v, r->a->Dv);
+    *how = TSR_CPU_ROW_DECODED;
+    return r->s->v;
   }
-  /* hidden keys weigh exactly 0; while m is still -inf every key is hidden,
-  ** so exp(-inf - -inf) is never taken */
-  const float m = s->m[g];
-  float sum = 0.0f;
-  for (int64_t t = 0; t < n; t++) {
-    x[t] = x[t] == -INFINITY ? 0.0f : expf(x[t] - m);
-    sum += x[t];
-  }
-  s->l[g] += sum;
 }
 
 static void tile_values(const struct fa_node *a, const struct fa_scratch *s, int64_t hk,
                         int64_t nh, int64_t j0, int64_t n) {
-  const char *vbase = (const char *)a->v->data + (size_t)hk * a->v->nb[2];
-  for (int64_t t = 0; t < n; t++) {
-    if (s->bias[t] == -INFINITY) continue;
-    const char *vrow = vbase + (size_t)(j0 + t) * a->v->nb[1];
-    if (a->v_rows.read >= FA_DECODE) {
-      bool used = false; /* a row whose weights all underflowed is not decoded */
-      for (int64_t g = 0; g < nh && !used; g++) used = s->s[g * FA_TILE + t] != 0.0f;
-      if (!used) continue;
-      row_to_f32(&a->v_rows, vrow, s->v, a->Dv);
-    }
-    for (int64_t g = 0; g < nh; g++) {
-      const float p = s->s[g * FA_TILE + t];
-      if (p == 0.0f) continue; /* underflowed: skip the row (and any inf it holds) */
-      row_axpy(&a->v_rows, s->acc + (size_t)g * s->Dvp, p, vrow, s->v, a->Dv);
-    }
-  }
+  struct fa_tile_rows rows = {a, s, (const char *)a->v->data + (size_t)hk * a->v->nb[2], j0};
+  tsr_cpu_attn_values(tsr_plugin_host_services(), s->s, FA_TILE, s->bias, nh, n, s->acc, s->Dvp,
+                      a->Dv, tile_row, &rows);
 }
 
 /* Query iq against KV head hk for q heads h0 .. h0+nh-1. */
@@ -264,26 +239,24 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
     const char *qrow =
         (const char *)a->q->data + (size_t)iq * a->q->nb[1] + (size_t)(h0 + g) * a->q->nb[2];
     gather_row(qrow, a->q->nb[0], false, s->q + (size_t)g * s->Dp, a->D);
-    memset(s->acc + (size_t)g * s->Dvp, 0, (size_t)a->Dv * sizeof(float));
-    s->m[g] = -INFINITY;
-    s->l[g] = 0.0f;
+    tsr_cpu_attn_start(&s->m[g], &s->l[g], s->acc + (size_t)g * s->Dvp, a->Dv);
   }
+  const struct tsr_host *h = tsr_plugin_host_services();
   const int32_t qp = a->q_pos ? pos_at(a->q_pos, a->qpos_stride, iq) : 0;
   for (int64_t j0 = 0; j0 < a->Nkv; j0 += FA_TILE) {
     const int64_t n = a->Nkv - j0 < FA_TILE ? a->Nkv - j0 : FA_TILE;
     if (!tile_bias(a, s->bias, iq, qp, j0, n)) continue; /* m, l and acc stay put */
     tile_logits(a, s, hk, nh, j0, n);
-    for (int64_t g = 0; g < nh; g++) tile_weights(a, s, g, n);
+    for (int64_t g = 0; g < nh; g++)
+      tsr_cpu_attn_weights(h, s->s + g * FA_TILE, n, &s->m[g], &s->l[g],
+                           s->acc + (size_t)g * s->Dvp, a->Dv);
     tile_values(a, s, hk, nh, j0, n);
   }
-  for (int64_t g = 0; g < nh; g++) {
-    float *out = (float *)((char *)dst->data + (size_t)(h0 + g) * dst->nb[1] +
-                           (size_t)iq * dst->nb[2]);
-    const float *acc = s->acc + (size_t)g * s->Dvp;
-    /* l is 0 only when no key was visible; acc is then 0 too: a zero row */
-    const float inv = s->l[g] > 0.0f ? 1.0f / s->l[g] : 0.0f;
-    for (int64_t d = 0; d < a->Dv; d++) out[d] = acc[d] * inv;
-  }
+  for (int64_t g = 0; g < nh; g++)
+    tsr_cpu_attn_finish(s->acc + (size_t)g * s->Dvp, s->l[g],
+                        (float *)((char *)dst->data + (size_t)(h0 + g) * dst->nb[1] +
+                                  (size_t)iq * dst->nb[2]),
+                        a->Dv);
 }
 
 TSR_CPU_KERNEL(flash_attn) {

@@ -25,8 +25,9 @@
 #include <string.h>
 
 #include "dca.h"
+#include "tessera/cpu_attn_tile.h"
 
-#define DCA_TILE 64 /* flash's tile: the same tiles give the same rounding */
+#define DCA_TILE TSR_CPU_ATTN_TILE /* flash's tile: the same tiles give the same rounding */
 
 float dca_logit_gain(int32_t p, int32_t from) {
   if (from <= 0 || (int64_t)p + 1 <= from) return 1.0f;
@@ -194,51 +195,24 @@ static void tile_logits(const struct node *a, const struct scratch *s, int64_t h
   }
 }
 
-/* Moves head g's running max over the tile and turns its logits into
-** weights; while m is -inf every key so far was hidden, so exp(-inf - -inf)
-** is never taken. */
-static void tile_weights(const struct node *a, const struct scratch *s, int64_t g, int64_t n) {
-  float *x = s->s + g * DCA_TILE, *acc = s->acc + (size_t)g * s->Dvp;
-  float tmax = -INFINITY;
-  for (int64_t t = 0; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
-  if (tmax > s->m[g]) {
-    if (s->m[g] != -INFINITY) {
-      const float f = expf(s->m[g] - tmax);
-      s->l[g] *= f;
-      a->h->vec_scale_f32(acc, f, a->Dv);
-    }
-    s->m[g] = tmax;
-  }
-  const float m = s->m[g];
-  float sum = 0.0f;
-  for (int64_t t = 0; t < n; t++) {
-    x[t] = x[t] == -INFINITY ? 0.0f : expf(x[t] - m);
-    sum += x[t];
-  }
-  s->l[g] += sum;
-}
+/* The V rows of one tile, for tsr_cpu_attn_values. */
+struct tile_rows {
+  const struct node *a;
+  const struct scratch *s;
+  const char *vbase;
+  int64_t j0;
+};
 
-static void tile_values(const struct node *a, const struct scratch *s, int64_t hk, int64_t nh,
-                        int64_t j0, int64_t n) {
-  const struct tsr_host *h = a->h;
-  const char *vbase = (const char *)a->v->data + (size_t)hk * a->v->nb[2];
-  for (int64_t t = 0; t < n; t++) {
-    if (s->bias[t] == -INFINITY) continue;
-    const char *vrow = vbase + (size_t)(j0 + t) * a->v->nb[1];
-    if (a->v_rows.read >= READ_CODEC) {
-      bool used = false; /* a row whose weights all underflowed is not decoded */
-      for (int64_t g = 0; g < nh && !used; g++) used = s->s[g * DCA_TILE + t] != 0.0f;
-      if (!used) continue;
-      row_to_f32(&a->v_rows, s, vrow, s->v, a->Dv);
-    }
-    for (int64_t g = 0; g < nh; g++) {
-      const float p = s->s[g * DCA_TILE + t];
-      if (p == 0.0f) continue;
-      float *acc = s->acc + (size_t)g * s->Dvp;
-      if (a->v_rows.read == READ_F32) h->vec_axpy_f32(acc, p, (const float *)vrow, a->Dv);
-      else if (a->v_rows.read == READ_F16) h->vec_axpy_f16(acc, p, (const uint16_t *)vrow, a->Dv);
-      else h->vec_axpy_f32(acc, p, s->v, a->Dv);
-    }
+static const void *tile_row(void *ctx, int64_t t, enum tsr_cpu_row_read *how) {
+  const struct tile_rows *r = ctx;
+  const char *vrow = r->vbase + (size_t)(r->j0 + t) * r->a->v->nb[1];
+  switch (r->a->v_rows.read) {
+  case READ_F32: *how = TSR_CPU_ROW_F32; return vrow;
+  case READ_F16: *how = TSR_CPU_ROW_F16; return vrow;
+  default:
+    row_to_f32(&r->a->v_rows, r->s, vrow, r->s->v, r->a->Dv);
+    *how = TSR_CPU_ROW_DECODED;
+    return r->s->v;
   }
 }
 
@@ -252,27 +226,26 @@ static void attend_unit(const struct node *a, const struct scratch *s,
                          (size_t)(h0 + g) * a->q[b]->nb[1];
       memcpy(s->q + ((size_t)b * a->group + g) * s->Dp, qrow, (size_t)a->D * sizeof(float));
     }
-  for (int64_t g = 0; g < nh; g++) {
-    memset(s->acc + (size_t)g * s->Dvp, 0, (size_t)a->Dv * sizeof(float));
-    s->m[g] = -INFINITY;
-    s->l[g] = 0.0f;
-  }
+  for (int64_t g = 0; g < nh; g++)
+    tsr_cpu_attn_start(&s->m[g], &s->l[g], s->acc + (size_t)g * s->Dvp, a->Dv);
   const int32_t qp = pos_at(a->q_pos, iq);
   const float gain = dca_logit_gain(qp, a->temp_from);
   for (int64_t j0 = 0; j0 < a->Nkv; j0 += DCA_TILE) {
     const int64_t n = a->Nkv - j0 < DCA_TILE ? a->Nkv - j0 : DCA_TILE;
     if (!tile_bias(a, s, iq, qp, j0, n)) continue;
     tile_logits(a, s, hk, nh, j0, n, gain);
-    for (int64_t g = 0; g < nh; g++) tile_weights(a, s, g, n);
-    tile_values(a, s, hk, nh, j0, n);
+    for (int64_t g = 0; g < nh; g++)
+      tsr_cpu_attn_weights(a->h, s->s + g * DCA_TILE, n, &s->m[g], &s->l[g],
+                           s->acc + (size_t)g * s->Dvp, a->Dv);
+    struct tile_rows rows = {a, s, (const char *)a->v->data + (size_t)hk * a->v->nb[2], j0};
+    tsr_cpu_attn_values(a->h, s->s, DCA_TILE, s->bias, nh, n, s->acc, s->Dvp, a->Dv, tile_row,
+                        &rows);
   }
-  for (int64_t g = 0; g < nh; g++) {
-    float *out = (float *)((char *)dst->data + (size_t)(h0 + g) * dst->nb[1] +
-                           (size_t)iq * dst->nb[2]);
-    const float *acc = s->acc + (size_t)g * s->Dvp;
-    const float inv = s->l[g] > 0.0f ? 1.0f / s->l[g] : 0.0f; /* no key: zeros */
-    for (int64_t d = 0; d < a->Dv; d++) out[d] = acc[d] * inv;
-  }
+  for (int64_t g = 0; g < nh; g++)
+    tsr_cpu_attn_finish(s->acc + (size_t)g * s->Dvp, s->l[g],
+                        (float *)((char *)dst->data + (size_t)(h0 + g) * dst->nb[1] +
+                                  (size_t)iq * dst->nb[2]),
+                        a->Dv);
 }
 
 static void *scratch_new(const struct node *a, struct scratch *s) {

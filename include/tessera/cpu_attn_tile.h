@@ -1,0 +1,92 @@
+/*
+** The CPU online-softmax tile that the core's flash kernel and attention plugins
+** share (core/cpu/ops_attention.c, plugins/attn_dca/dca_cpu.c): per query head a
+** running max m, a running sum l and a weighted sum of V rows acc over tiles of
+** TSR_CPU_ATTN_TILE keys. Two implementations that hand it the same logits in the
+** same tiles compute the same output bit for bit; the vector primitives are the
+** host's (struct tsr_host vec_*), so a plugin rounds as the core does.
+**
+**   tsr_cpu_attn_start(&m, &l, acc, dv);
+**   per tile: logits x[t] (-INFINITY for a hidden key), then
+**     tsr_cpu_attn_weights(h, x, n, &m, &l, acc, dv);   // x becomes the weights
+**     tsr_cpu_attn_values(h, ...);                       // acc += weight * V row
+**   tsr_cpu_attn_finish(acc, l, out, dv);
+*/
+#ifndef TESSERA_CPU_ATTN_TILE_H
+#define TESSERA_CPU_ATTN_TILE_H
+
+#include <math.h>
+#include <string.h>
+
+#include "tessera/plugin.h"
+
+#define TSR_CPU_ATTN_TILE 64
+
+static inline void tsr_cpu_attn_start(float *m, float *l, float *acc, int64_t dv) {
+  *m = -INFINITY;
+  *l = 0.0f;
+  memset(acc, 0, (size_t)dv * sizeof(float));
+}
+
+/* Moves the running max over the tile's n logits x, rescaling l and acc, and turns
+** the logits into weights exp(x - m). A hidden key (-inf) weighs exactly 0; while m
+** is still -inf every key so far was hidden, so exp(-inf - -inf) is never taken. */
+static inline void tsr_cpu_attn_weights(const struct tsr_host *h, float *x, int64_t n, float *m,
+                                        float *l, float *acc, int64_t dv) {
+  float tmax = -INFINITY;
+  for (int64_t t = 0; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
+  if (tmax > *m) {
+    if (*m != -INFINITY) {
+      const float f = expf(*m - tmax);
+      *l *= f;
+      h->vec_scale_f32(acc, f, dv);
+    }
+    *m = tmax;
+  }
+  const float mm = *m;
+  float sum = 0.0f;
+  for (int64_t t = 0; t < n; t++) {
+    x[t] = x[t] == -INFINITY ? 0.0f : expf(x[t] - mm);
+    sum += x[t];
+  }
+  *l += sum;
+}
+
+/* How a V row is read: where it lies as f32 or f16, or decoded into f32 first. */
+enum tsr_cpu_row_read { TSR_CPU_ROW_F32 = 0, TSR_CPU_ROW_F16 = 1, TSR_CPU_ROW_DECODED = 2 };
+
+/* V row t of the tile, as `how` says (a decoded row into the caller's scratch). */
+typedef const void *(*tsr_cpu_attn_row_fn)(void *ctx, int64_t t, enum tsr_cpu_row_read *how);
+
+/* For nh heads g: acc[g] += w[g][t] * V row t over the tile's n keys. w[g] is at
+** w + g * w_stride, acc[g] at acc + g * acc_stride. A key that is hidden (bias
+** -inf) or whose weights all underflowed is never read, so its row is not decoded
+** and any inf it holds cannot reach acc. */
+static inline void tsr_cpu_attn_values(const struct tsr_host *h, const float *w, size_t w_stride,
+                                       const float *bias, int64_t nh, int64_t n, float *acc,
+                                       size_t acc_stride, int64_t dv, tsr_cpu_attn_row_fn row,
+                                       void *ctx) {
+  for (int64_t t = 0; t < n; t++) {
+    if (bias[t] == -INFINITY) continue;
+    bool used = false;
+    for (int64_t g = 0; g < nh && !used; g++) used = w[(size_t)g * w_stride + t] != 0.0f;
+    if (!used) continue;
+    enum tsr_cpu_row_read how;
+    const void *r = row(ctx, t, &how);
+    for (int64_t g = 0; g < nh; g++) {
+      const float p = w[(size_t)g * w_stride + t];
+      if (p == 0.0f) continue;
+      float *a = acc + (size_t)g * acc_stride;
+      if (how == TSR_CPU_ROW_F16) h->vec_axpy_f16(a, p, (const uint16_t *)r, dv);
+      else h->vec_axpy_f32(a, p, (const float *)r, dv);
+    }
+  }
+}
+
+/* out = acc / l; l is 0 only when no key was visible, and acc is then 0: zeros. */
+static inline void tsr_cpu_attn_finish(const float *acc, float l, float *out, int64_t dv) {
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (int64_t d = 0; d < dv; d++) out[d] = acc[d] * inv;
+}
+
+#endif

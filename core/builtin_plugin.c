@@ -74,12 +74,20 @@ static struct tsr_tensor *flash_build(void *ctx, const struct tsr_host *host, st
   return out;
 }
 
+/* the cpu kernel skips V rows as decode parameters ask (cpu/ops_attention.c); the
+** cuda kernels do not yet */
+static bool flash_honours_decode(void *ctx, const struct tsr_layer_desc *layer) {
+  (void)ctx;
+  return !strcmp(layer->backend, "cpu");
+}
+
 static const struct tsr_attention_v1 g_flash = {
     .struct_size = sizeof(struct tsr_attention_v1),
     .name = "flash",
     .negotiate = flash_negotiate,
     .build = flash_build,
-    .v_skip = false,
+    .v_skip = true,
+    .honours_decode = flash_honours_decode,
 };
 
 /* ---- scalar codecs, straight from the dtype traits ---------------------- */

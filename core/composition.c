@@ -294,6 +294,17 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
                            tsr_read_path_name(g->v_path));
     }
     for (int p = 0; p < r->n_policies; p++) {
+      /* a policy acts through the attention's kernels: they must honour it here */
+      bool (*honours)(void *, const struct tsr_layer_desc *) =
+          attn->struct_size >= offsetof(struct tsr_attention_v1, honours_decode) +
+                                   sizeof attn->honours_decode
+              ? attn->honours_decode
+              : NULL;
+      if (!honours || !honours(attn->ctx, &d))
+        return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): decode policy %s cannot act: "
+                             "attention %s does not act on decode parameters on backend %s",
+                             i, tsr_layer_kind_name(l->kind), r->policies[p], attn_label,
+                             r->backend);
       if (!policies[p]->negotiate) continue;
       st = policies[p]->negotiate(policies[p]->ctx, &d, attn);
       if (st != TSR_OK) {

@@ -75,6 +75,15 @@ struct tsr_engine {
     int32_t *ids;
     int32_t n, cap;
   } *seq_ids;
+  /* the decode policies' parameters per layer (plugin.h), NULL where a layer has
+  ** none; the counters its attention adds to, what of them was reported, and the
+  ** policy plugin they are reported to */
+  struct layer_decode {
+    struct tsr_decode_params params;
+    struct tsr_decode_counters counters, reported;
+    struct tsr_plugin *owner;
+  } *decode;
+  const struct tsr_decode_params **decode_of; /* [n_layers] */
 };
 
 static enum tsr_profile_layer_kind profile_kind(enum tsr_layer_kind k) {
@@ -163,6 +172,69 @@ static tsr_status new_kv_cache(struct tsr_engine *e) {
   if (st != TSR_OK) tsr_error_prefix("%s: KV cache", p->path);
   free(codecs);
   return st;
+}
+
+/* Each layer's decode parameters from the profile's decode policies (their params
+** hooks); two policies setting a layer's threshold are refused. */
+static tsr_status setup_decode(struct tsr_engine *e) {
+  const struct tsr_setup *s = e->setup;
+  const struct tsr_profile *p = s->profile;
+  if (!p->n_decode_policies) return TSR_OK;
+  const size_t n = s->n_layers > 0 ? (size_t)s->n_layers : 1;
+  if (!(e->decode = calloc(n, sizeof *e->decode)) || !(e->decode_of = calloc(n, sizeof *e->decode_of)))
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; i < s->n_layers; i++) {
+    const struct tsr_arch_layer *l = &s->layers[i];
+    if (l->kind == TSR_LAYER_LINEAR) continue;
+    struct layer_decode *d = &e->decode[i];
+    const struct tsr_layer_desc desc = {
+        .struct_size = sizeof desc, .layer = i, .kind = l->kind, .n_head = l->n_head,
+        .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
+        .window = l->window, .k_codec = tsr_profile_k_codec(p, profile_kind(l->kind)),
+        .v_codec = tsr_profile_v_codec(p, profile_kind(l->kind)), .backend = p->backend};
+    for (size_t k = 0; k < p->n_decode_policies; k++) {
+      const struct tsr_plugin *owner = NULL;
+      const struct tsr_decode_policy_v1 *pol =
+          tsr_plugin_host_decode_policy(s->host, p->decode_policies[k], &owner);
+      const bool has_params = pol && pol->struct_size >= offsetof(struct tsr_decode_policy_v1,
+                                                                  params) + sizeof pol->params;
+      if (!has_params || !pol->params) continue;
+      struct tsr_decode_params q = {.struct_size = sizeof q, .counters = &d->counters};
+      tsr_status st = pol->params(pol->ctx, &desc, &q);
+      if (st != TSR_OK) {
+        tsr_error_prefix("layer %d: decode policy %s", i, pol->name);
+        return st;
+      }
+      if (!(q.v_skip_threshold > 0.0f)) continue;
+      if (d->owner)
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policies %s and %s both set "
+                             "its V-skip threshold", i, tsr_plugin_name(d->owner), pol->name);
+      if (q.v_skip_threshold >= 1.0f || q.sink < 0 || q.recent < 0)
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policy %s asks a V-skip "
+                             "threshold %g (0 < t < 1) with guards %d, %d (>= 0)", i, pol->name,
+                             (double)q.v_skip_threshold, q.sink, q.recent);
+      q.counters = &d->counters;
+      d->params = q;
+      d->owner = (struct tsr_plugin *)owner;
+      e->decode_of[i] = &d->params;
+    }
+  }
+  return TSR_OK;
+}
+
+/* What the layers' attention did under their decode parameters since the last
+** report, counted as each owning policy's engagement. */
+static void report_decode(struct tsr_engine *e) {
+  for (int32_t i = 0; e->decode && i < e->setup->n_layers; i++) {
+    struct layer_decode *d = &e->decode[i];
+    if (!d->owner) continue;
+    const struct tsr_host *h = tsr_plugin_host_services();
+    const uint64_t read = d->counters.v_rows_read - d->reported.v_rows_read;
+    const uint64_t skipped = d->counters.v_rows_skipped - d->reported.v_rows_skipped;
+    if (read) h->engaged(d->owner, "v_rows_read", read);
+    if (skipped) h->engaged(d->owner, "v_rows_skipped", skipped);
+    d->reported = d->counters;
+  }
 }
 
 /* n_vocab from the logits of a one-token graph that is built, never run. */
@@ -264,6 +336,7 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
     if (!(e->seq_ids = calloc((size_t)e->n_seq, sizeof *e->seq_ids)))
       st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   }
+  if (st == TSR_OK) st = setup_decode(e);
   if (st == TSR_OK) st = open_backend(e, opt);
   if (st == TSR_OK) st = new_kv_cache(e);
   if (st == TSR_OK && e->device) st = keep_on_device(e);
@@ -285,6 +358,8 @@ void tsr_engine_free(struct tsr_engine *e) {
   free(e->arena);
   for (int32_t i = 0; e->seq_ids && i < e->n_seq; i++) free(e->seq_ids[i].ids);
   free(e->seq_ids);
+  free(e->decode);
+  free(e->decode_of);
   free(e);
 }
 
@@ -374,7 +449,8 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
       .tokens = tsr_new_tensor_1d(g, TSR_I32, n), .positions = tsr_new_tensor_1d(g, TSR_I32, n),
       .attention = e->attention, .layers = s->layers, .n_layers = s->n_layers,
       .kv = e->kv, .seq = seq,
-      .output_rows = n_out < n ? tsr_new_tensor_1d(g, TSR_I32, n_out ? n_out : 1) : NULL};
+      .output_rows = n_out < n ? tsr_new_tensor_1d(g, TSR_I32, n_out ? n_out : 1) : NULL,
+      .decode = e->decode_of};
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     if (!slots->cells[pl]) continue;
     const int32_t cells = tsr_kv_cache_span(e->kv, pl); /* attention reads these only */
@@ -424,6 +500,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
         tsr_kv_cache_fill_mask(e->kv, pl, pos, seqs, n, false, 0, span, fw.kv_mask[pl]->data);
     }
     st = tsr_backend_compute(e->backend, g);
+    report_decode(e);
   }
   if (st == TSR_OK) {
     e->logits_rows += fw.logits->ne[1];

@@ -586,6 +586,13 @@ struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q, str
   tsr_param_set_f32(t, 1, p->softcap);
   t->op_params[2] = p->causal;
   t->op_params[3] = p->window;
+  /* decode parameters: the threshold, the guards and where the counters are */
+  if (p->decode && p->decode->v_skip_threshold > 0.0f && p->decode->counters) {
+    tsr_param_set_f32(t, TSR_FA_P_SKIP, p->decode->v_skip_threshold);
+    t->op_params[TSR_FA_P_SINK] = p->decode->sink;
+    t->op_params[TSR_FA_P_RECENT] = p->decode->recent;
+    memcpy(&t->op_params[TSR_FA_P_COUNTERS], &p->decode->counters, sizeof p->decode->counters);
+  }
   return t;
 }
 

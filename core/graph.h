@@ -117,7 +117,13 @@ struct tsr_attn_params {
   float softcap;   /* 0 = none; else logits = softcap * tanh(logits / softcap) */
   bool causal;     /* needs positions */
   int32_t window;  /* >0: key visible iff q_pos - k_pos < window (needs positions) */
+  /* decode policies' parameters (plugin.h), or NULL; the cpu kernel honours them */
+  const struct tsr_decode_params *decode;
 };
+/* flash_attn's op params past scale (0), softcap (1), causal (2), window (3): the
+** decode parameters (0 threshold: none) and the counters' address in two words */
+enum { TSR_FA_P_SKIP = 4, TSR_FA_P_SINK = 5, TSR_FA_P_RECENT = 6, TSR_FA_P_COUNTERS = 7 };
+
 /* Built-in attention `flash`: q f32[D,Nq,Hq]; k [D,Nkv,Hkv] and v [Dv,Nkv,Hkv]
 ** (Hq a multiple of Hkv), each of its own dtype: f32, f16, bf16 or any block
 ** type with a dequantizer (q8_0, q4_0, k-quants...), whose head dim must then

@@ -382,6 +382,24 @@ struct tsr_tensor *tsr_api_attn_build(struct tsr_arch_forward *fw, int32_t layer
   const struct tsr_kv_codec_v1 *kc, *vc;
   layer_codecs(fw, layer, &kc, &vc);
   struct tsr_attn_call hooked;
+  const size_t call_decode = offsetof(struct tsr_attn_call, decode) + sizeof call->decode;
+  /* the layer's decode parameters, on a decode step (one token of one sequence) */
+  const struct tsr_decode_params *decode =
+      fw->struct_size >= offsetof(struct tsr_arch_forward, decode) + sizeof fw->decode &&
+              fw->decode && layer >= 0 && layer < fw->n_layers && fw->n_tokens == 1 &&
+              fw->seq >= 0
+          ? fw->decode[layer]
+          : NULL;
+  if (decode) {
+    if (call->struct_size < call_decode) {
+      tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG, "attn_build: the arch's attention call "
+                     "predates decode parameters (ABI 1.1) and this layer has a decode policy");
+      return NULL;
+    }
+    hooked = *call;
+    hooked.decode = decode;
+    call = &hooked;
+  }
   if (TSR_KV_CODEC_HOOK(kc, prepare_q)) {
     if (call->struct_size < offsetof(struct tsr_attn_call, prepare_q_ctx) +
                                 sizeof call->prepare_q_ctx) {
@@ -389,7 +407,7 @@ struct tsr_tensor *tsr_api_attn_build(struct tsr_arch_forward *fw, int32_t layer
                      "predates codec hooks (ABI 1.1) and this layer's K codec has one");
       return NULL;
     }
-    hooked = *call;
+    if (call != &hooked) hooked = *call;
     if (attention_rotates(a)) {
       hooked.prepare_q = call_prepare_q;
       hooked.prepare_q_ctx = kc;

@@ -362,8 +362,10 @@ static int host_gguf_has(const struct tsr_gguf *m, const char *key) {
 }
 
 static struct tsr_tensor *host_flash_attn(struct tsr_graph *g, const struct tsr_attn_call *c) {
+  const bool has_decode =
+      c->struct_size >= offsetof(struct tsr_attn_call, decode) + sizeof c->decode;
   struct tsr_attn_params p = {.scale = c->scale, .softcap = c->softcap, .causal = c->causal,
-                              .window = c->window};
+                              .window = c->window, .decode = has_decode ? c->decode : NULL};
   return tsr_flash_attn(g, c->q, c->k, c->v, c->mask, c->q_pos, c->kv_pos, &p);
 }
 static struct tsr_tensor *host_cast(struct tsr_graph *g, struct tsr_tensor *a, int32_t dtype) {

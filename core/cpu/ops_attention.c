@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "../dtype.h"
+#include "../graph.h"
 #include "../plugin_host.h"
 #include "cpu_ops.h"
 #include "tessera/cpu_attn_tile.h"
@@ -69,6 +70,10 @@ struct fa_node {
   int64_t D, Dv, Nq, Nkv, Hq, Hkv, group;
   struct fa_rows k_rows, v_rows;
   size_t qpos_stride, kvpos_stride; /* 0: positions need the general lookup */
+  /* decode parameters (plugin.h, struct tsr_decode_params): skip_below 0 is none */
+  float skip_below;
+  int32_t sink, recent;
+  struct tsr_decode_counters *counters;
 };
 
 /* Per-thread scratch, carved from c->work. A unit is one query against one
@@ -82,6 +87,7 @@ struct fa_scratch {
   float *m, *l; /* [group] running max and running sum */
   float *k;    /* [D] a K row decoded or gathered, when it cannot be read in place */
   float *v;    /* [Dv] likewise for V */
+  uint8_t *keep; /* [FA_TILE] keys the decode guards keep from skipping */
   size_t Dp, Dvp;
 };
 
@@ -92,7 +98,8 @@ size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst) {
   const int64_t group = dst->src[0]->ne[2] / dst->src[1]->ne[2];
   const size_t per_head = pad16(D) + pad16(Dv) + FA_TILE;
   return ((size_t)group * per_head + FA_TILE + 2 * pad16(group) + pad16(D) + pad16(Dv)) *
-         sizeof(float);
+             sizeof(float) +
+         FA_TILE;
 }
 
 static struct fa_scratch scratch_carve(const struct tsr_cpu_compute *c, const struct fa_node *a) {
@@ -106,7 +113,8 @@ static struct fa_scratch scratch_carve(const struct tsr_cpu_compute *c, const st
   s.m = w, w += pad16(a->group);
   s.l = w, w += pad16(a->group);
   s.k = w, w += s.Dp;
-  s.v = w;
+  s.v = w, w += s.Dvp;
+  s.keep = (uint8_t *)w;
   return s;
 }
 
@@ -226,10 +234,16 @@ static const void *tile_row(void *ctx, int64_t t, enum tsr_cpu_row_read *how) {
 }
 
 static void tile_values(const struct fa_node *a, const struct fa_scratch *s, int64_t hk,
-                        int64_t nh, int64_t j0, int64_t n) {
+                        int64_t nh, int64_t j0, int64_t n, int32_t qp,
+                        struct tsr_cpu_attn_skip *skip) {
   struct fa_tile_rows rows = {a, s, (const char *)a->v->data + (size_t)hk * a->v->nb[2], j0};
+  if (skip) /* the sink and recent guards */
+    for (int64_t t = 0; t < n; t++) {
+      const int32_t kp = pos_at(a->kv_pos, a->kvpos_stride, j0 + t);
+      s->keep[t] = kp < a->sink || (int64_t)qp - kp < a->recent;
+    }
   tsr_cpu_attn_values(tsr_plugin_host_services(), s->s, FA_TILE, s->bias, nh, n, s->acc, s->Dvp,
-                      a->Dv, tile_row, &rows);
+                      a->Dv, tile_row, &rows, skip);
 }
 
 /* Query iq against KV head hk for q heads h0 .. h0+nh-1. */
@@ -243,6 +257,7 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
   }
   const struct tsr_host *h = tsr_plugin_host_services();
   const int32_t qp = a->q_pos ? pos_at(a->q_pos, a->qpos_stride, iq) : 0;
+  struct tsr_cpu_attn_skip skip = {.below = a->skip_below, .keep = s->keep};
   for (int64_t j0 = 0; j0 < a->Nkv; j0 += FA_TILE) {
     const int64_t n = a->Nkv - j0 < FA_TILE ? a->Nkv - j0 : FA_TILE;
     if (!tile_bias(a, s->bias, iq, qp, j0, n)) continue; /* m, l and acc stay put */
@@ -250,7 +265,11 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
     for (int64_t g = 0; g < nh; g++)
       tsr_cpu_attn_weights(h, s->s + g * FA_TILE, n, &s->m[g], &s->l[g],
                            s->acc + (size_t)g * s->Dvp, a->Dv);
-    tile_values(a, s, hk, nh, j0, n);
+    tile_values(a, s, hk, nh, j0, n, qp, a->counters ? &skip : NULL);
+  }
+  if (a->counters) {
+    __atomic_fetch_add(&a->counters->v_rows_read, skip.read, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&a->counters->v_rows_skipped, skip.skipped, __ATOMIC_RELAXED);
   }
   for (int64_t g = 0; g < nh; g++)
     tsr_cpu_attn_finish(s->acc + (size_t)g * s->Dvp, s->l[g],
@@ -271,7 +290,13 @@ TSR_CPU_KERNEL(flash_attn) {
       .softcap = tsr_param_f32(dst, 1),
       .causal = dst->op_params[2] != 0,
       .window = dst->op_params[3],
+      .skip_below = tsr_param_f32(dst, TSR_FA_P_SKIP),
+      .sink = dst->op_params[TSR_FA_P_SINK],
+      .recent = dst->op_params[TSR_FA_P_RECENT],
   };
+  /* V skipping needs the keys' positions for its guards */
+  if (a.skip_below > 0.0f && a.kv_pos)
+    memcpy(&a.counters, &dst->op_params[TSR_FA_P_COUNTERS], sizeof a.counters);
   a.D = a.q->ne[0];
   a.Dv = a.v->ne[0];
   a.Nq = a.q->ne[1];

@@ -248,7 +248,8 @@ static tsr_status run_flash(const struct attn_case *c, const struct attn_data *d
     qp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){c->Nq}, d->qpos);
     kp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){c->Nkv}, d->kvpos);
   }
-  const struct tsr_attn_params p = {c->scale, c->softcap, c->causal, c->window};
+  const struct tsr_attn_params p = {.scale = c->scale, .softcap = c->softcap,
+                                    .causal = c->causal, .window = c->window};
   struct tsr_tensor *o = tsr_flash_attn(g, q, k, v, mask, qp, kp, &p);
   tsr_graph_mark_output(o);
   struct tsr_graph_plan plan;
@@ -581,7 +582,7 @@ static bool builder_refuses(int Hq, int Hkv, enum tsr_dtype kdt, enum tsr_dtype 
   struct tsr_tensor *m = mask_nq ? tsr_new_tensor_2d(g, TSR_F32, 32, mask_nq) : NULL;
   struct tsr_tensor *qp = positions ? tsr_new_tensor_1d(g, TSR_I32, 4) : NULL;
   struct tsr_tensor *kp = positions ? tsr_new_tensor_1d(g, TSR_I32, 32) : NULL;
-  const struct tsr_attn_params p = {0.125f, 0.0f, causal, window};
+  const struct tsr_attn_params p = {.scale = 0.125f, .causal = causal, .window = window};
   struct tsr_tensor *o = tsr_flash_attn(g, q, k, v, m, qp, kp, &p);
   bool refused = o == NULL && tsr_graph_status(g) == TSR_ERR_INVALID_ARG &&
                  strstr(tsr_error_message(), msg) != NULL;
@@ -604,7 +605,8 @@ static void test_builder_rejects_impossible_attention(void) {
   struct tsr_tensor *v = tsr_new_tensor_3d(g, TSR_F16, 48, 32, 2);
   struct tsr_tensor *qp = tsr_new_tensor_1d(g, TSR_I32, 4);
   struct tsr_tensor *kp = tsr_new_tensor_1d(g, TSR_I32, 32);
-  const struct tsr_attn_params p = {0.125f, 50.0f, true, 16};
+  const struct tsr_attn_params p = {.scale = 0.125f, .softcap = 50.0f, .causal = true,
+                                    .window = 16};
   struct tsr_tensor *o = tsr_flash_attn(g, q, k, v, NULL, qp, kp, &p);
   CHECK(o && o->ne[0] == 48 && o->ne[1] == 4 && o->ne[2] == 4);
   tsr_graph_free(g);
@@ -637,7 +639,7 @@ static void test_builder_refuses_head_dim_not_a_multiple_of_the_block(void) {
     k->ne[0] = v->ne[0] = 80;
     tsr_tensor_set_name(k, "w_k");
     tsr_tensor_set_name(v, "w_v");
-    const struct tsr_attn_params p = {0.125f, 0.0f, false, 0};
+    const struct tsr_attn_params p = {.scale = 0.125f};
     CHECK(tsr_flash_attn(g, q, k, v, NULL, NULL, NULL, &p) == NULL);
     CHECK(tsr_graph_status(g) == TSR_ERR_INVALID_ARG);
     CHECK_MSG(strstr(tsr_error_message(), cases[i].msg), "got: %s", tsr_error_message());
@@ -648,7 +650,7 @@ static void test_builder_refuses_head_dim_not_a_multiple_of_the_block(void) {
   struct tsr_tensor *q = tsr_new_tensor_3d(g, TSR_F32, 256, 1, 4);
   struct tsr_tensor *k = tsr_new_tensor_3d(g, TSR_Q4_K, 256, 64, 2);
   struct tsr_tensor *v = tsr_new_tensor_3d(g, TSR_Q8_0, 256, 64, 2);
-  const struct tsr_attn_params p = {0.125f, 0.0f, false, 0};
+  const struct tsr_attn_params p = {.scale = 0.125f};
   CHECK(tsr_flash_attn(g, q, k, v, NULL, NULL, NULL, &p) != NULL);
   tsr_graph_free(g);
 }

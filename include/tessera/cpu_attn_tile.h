@@ -16,6 +16,7 @@
 #define TESSERA_CPU_ATTN_TILE_H
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "tessera/plugin.h"
@@ -58,18 +59,37 @@ enum tsr_cpu_row_read { TSR_CPU_ROW_F32 = 0, TSR_CPU_ROW_F16 = 1, TSR_CPU_ROW_DE
 /* V row t of the tile, as `how` says (a decoded row into the caller's scratch). */
 typedef const void *(*tsr_cpu_attn_row_fn)(void *ctx, int64_t t, enum tsr_cpu_row_read *how);
 
+/* V skipping on a decode step (struct tsr_decode_params): a visible key whose
+** weights are all below `below` is not read unless keep[t] (the sink and recent
+** guards; NULL: none kept); read and skipped count the visible keys. */
+struct tsr_cpu_attn_skip {
+  float below;
+  const uint8_t *keep;
+  uint64_t read, skipped;
+};
+
 /* For nh heads g: acc[g] += w[g][t] * V row t over the tile's n keys. w[g] is at
 ** w + g * w_stride, acc[g] at acc + g * acc_stride. A key that is hidden (bias
 ** -inf) or whose weights all underflowed is never read, so its row is not decoded
-** and any inf it holds cannot reach acc. */
+** and any inf it holds cannot reach acc; with skip, neither is a key all of whose
+** weights are below its threshold. */
 static inline void tsr_cpu_attn_values(const struct tsr_host *h, const float *w, size_t w_stride,
                                        const float *bias, int64_t nh, int64_t n, float *acc,
                                        size_t acc_stride, int64_t dv, tsr_cpu_attn_row_fn row,
-                                       void *ctx) {
+                                       void *ctx, struct tsr_cpu_attn_skip *skip) {
   for (int64_t t = 0; t < n; t++) {
     if (bias[t] == -INFINITY) continue;
     bool used = false;
     for (int64_t g = 0; g < nh && !used; g++) used = w[(size_t)g * w_stride + t] != 0.0f;
+    if (skip) {
+      skip->read++;
+      bool above = false;
+      for (int64_t g = 0; g < nh && !above; g++) above = w[(size_t)g * w_stride + t] >= skip->below;
+      if (used && !above && !(skip->keep && skip->keep[t])) {
+        skip->skipped++;
+        continue;
+      }
+    }
     if (!used) continue;
     enum tsr_cpu_row_read how;
     const void *r = row(ctx, t, &how);

@@ -158,6 +158,30 @@ struct tsr_tensor_info {
   const char *name;
 };
 
+/* ---- decode policies' parameters (ABI 1.1) --------------------------------- */
+
+/* What an attention kernel did under a layer's decode parameters; the kernel adds
+** to it (atomically: threads share it), the host reports it to the policy. */
+struct tsr_decode_counters {
+  uint64_t v_rows_read;    /* V rows of visible keys a decode step weighed */
+  uint64_t v_rows_skipped; /* of them, skipped for a weight below the threshold */
+};
+
+/* What the decode policies of one layer ask of its attention on a decode step (one
+** token of one sequence). The host fills one per layer from the policies' params
+** hooks and hands it to an attention that honours them (tsr_attention_v1.
+** honours_decode) in tsr_attn_call.decode. */
+struct tsr_decode_params {
+  uint32_t struct_size;
+  /* > 0: a V row is skipped when every query head reading it weighs it below this
+  ** against the running max, exp(s - m_run): conservative, the final weight can
+  ** only be smaller. The running max and sum stay exact. 0: every row is read. */
+  float v_skip_threshold;
+  int32_t sink;   /* keys at positions below sink are never skipped */
+  int32_t recent; /* nor keys within recent positions of the query */
+  struct tsr_decode_counters *counters; /* the layer's (host memory) */
+};
+
 /* ---- attention, version 1 ---------------------------------------------- */
 
 /* The inputs of one layer's attention, for build(). Shapes as the core's
@@ -186,6 +210,9 @@ struct tsr_attn_call {
   struct tsr_tensor *(*prepare_q)(const struct tsr_attn_call *call, struct tsr_graph *g,
                                   struct tsr_tensor *q);
   const void *prepare_q_ctx; /* the host's */
+  /* ABI 1.1: the layer's decode parameters on a decode step, for an attention that
+  ** honours them; NULL otherwise */
+  const struct tsr_decode_params *decode;
 };
 
 /* How an arch rotates one attention layer's q and k by position, so that an
@@ -251,6 +278,10 @@ struct tsr_attention_v1 {
   ** to the queries it positions; without this the host refuses a K codec
   ** with a query transform under it, naming both. */
   bool applies_prepare_q;
+  /* ABI 1.1. Whether its kernels for this layer (its backend, its codecs) act on
+  ** tsr_attn_call.decode; NULL or false: the host refuses a decode policy on the
+  ** layer, naming both. */
+  bool (*honours_decode)(void *ctx, const struct tsr_layer_desc *layer);
 };
 
 /* ---- kv_codec, version 2 ----------------------------------------------- */
@@ -417,6 +448,10 @@ struct tsr_arch_forward {
   ** (tsr_arch_output_rows), so logits (and hidden_final) are [.., n_out] in
   ** this order; an arch that ignores it returns every token's row. */
   struct tsr_tensor *output_rows;
+  /* ABI 1.1, filled by the host: each layer's decode parameters (n_layers
+  ** entries; NULL where none), which host->attn_build hands to the layer's
+  ** attention on a decode step. */
+  const struct tsr_decode_params *const *decode;
 };
 
 /* One context shift (host->kv_shift_k / kv_shift_store): every cell of one
@@ -497,6 +532,11 @@ struct tsr_decode_policy_v1 {
   ** implementation (e.g. needs v_skip). */
   tsr_status (*negotiate)(void *ctx, const struct tsr_layer_desc *layer,
                           const struct tsr_attention_v1 *attention);
+  /* ABI 1.1: its parameters for the layer (p arrives zeroed but for struct_size
+  ** and counters; leaving it so keeps the policy off the layer). Two policies
+  ** setting the same parameter of a layer are refused. */
+  tsr_status (*params)(void *ctx, const struct tsr_layer_desc *layer,
+                       struct tsr_decode_params *p);
 };
 
 /* ---- speculator, version 1 --------------------------------------------- */

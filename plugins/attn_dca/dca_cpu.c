@@ -239,7 +239,7 @@ static void attend_unit(const struct node *a, const struct scratch *s,
                            s->acc + (size_t)g * s->Dvp, a->Dv);
     struct tile_rows rows = {a, s, (const char *)a->v->data + (size_t)hk * a->v->nb[2], j0};
     tsr_cpu_attn_values(a->h, s->s, DCA_TILE, s->bias, nh, n, s->acc, s->Dvp, a->Dv, tile_row,
-                        &rows);
+                        &rows, NULL);
   }
   for (int64_t g = 0; g < nh; g++)
     tsr_cpu_attn_finish(s->acc + (size_t)g * s->Dvp, s->l[g],

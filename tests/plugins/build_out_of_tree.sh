@@ -55,4 +55,19 @@ requires =
 library = libexample_codec.so
 description = rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block layout)
 INI
-echo "built example_attention and example_codec against $(pkg-config --variable=includedir tessera-plugin)"
+# the example decode policy
+dir="$out/good/example_policy"
+mkdir -p "$dir"
+cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
+  "$here/example_policy/example_policy.c" -o "$dir/libexample_policy.so"
+cat >"$dir/plugin.ini" <<INI
+[plugin]
+name = example_policy
+version = 1.0.0
+abi = 1.1
+provides = decode_policy:2
+requires =
+library = libexample_policy.so
+description = V rows below a threshold skipped on decode steps, with sink and recent guards
+INI
+echo "built example_attention, example_codec and example_policy against $(pkg-config --variable=includedir tessera-plugin)"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the out-of-tree example plugin, then runs the plugin host tests.
 # usage: run_plugin_tests.sh BUILD_ROOT TEST_BINARY BAD_PLUGIN_DIR OUT_DIR CODEC_TEST_BINARY
+#                             POLICY_TEST_BINARY
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/build_out_of_tree.sh" "$1" "$4"
@@ -58,4 +59,7 @@ gemma="$4/gemma4_dense.f32.gguf"
 "$tessera" convert "$gemma_fixture" "$gemma" --outtype f32 >/dev/null
 "$5" "$4" "$4/good/example_codec" "$model" "$fixture/golden.gguf" \
   "$gemma" "$gemma_fixture/golden.gguf" || status=1
+
+# decode_policy parameters: the out-of-tree example policy through the cpu's flash
+"$6" "$4" "$4/good" "$model" "$fixture/golden.gguf" || status=1
 exit $status

@@ -12,6 +12,7 @@
 #include "convert_safetensors.h"
 #include "dtype.h"
 #include "error.h"
+#include "file.h"
 #include "json.h"
 
 struct st_file {
@@ -163,10 +164,11 @@ static tsr_status open_file(struct tsr_st_set *s, const char *path) {
   memset(f, 0, sizeof *f);
   if (!(f->path = strdup(path))) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
 
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return tsr_error_set(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fd;
+  tsr_status fst = tsr_file_open(path, &fd);
+  if (fst != TSR_OK) return fst;
   struct stat sb;
-  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+  if (fstat(fd, &sb) != 0) {
     close(fd);
     return tsr_error_set(TSR_ERR_IO, "%s: not a regular file", path);
   }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "file.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader assumes a little-endian host"
@@ -599,17 +600,14 @@ tsr_status tsr_gguf_open_memory(const void *data, size_t size, const char *name,
 
 tsr_status tsr_gguf_open(const char *path, struct tsr_gguf **out) {
   *out = NULL;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return tsr_error_set(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  int fd;
+  tsr_status fst = tsr_file_open(path, &fd);
+  if (fst != TSR_OK) return fst;
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
     int e = errno;
     close(fd);
     return tsr_error_set(TSR_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-  }
-  if (!S_ISREG(sb.st_mode)) {
-    close(fd);
-    return tsr_error_set(TSR_ERR_IO, "%s: not a regular file", path);
   }
   if ((uint64_t)sb.st_size > SIZE_MAX) {
     close(fd);

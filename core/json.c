@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "file.h"
 #include "json.h"
 
 #define MAX_JSON_FILE (1ull << 31) /* tokenizer.json of a 256k vocab is ~30 MB */
@@ -45,8 +46,9 @@ bool tsr_json_file_exists(const char *path) {
 
 tsr_status tsr_json_load(const char *path, cJSON **out) {
   *out = NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return tsr_error_set(TSR_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+  FILE *f;
+  tsr_status fst = tsr_file_fopen(path, &f);
+  if (fst != TSR_OK) return fst;
   struct stat sb;
   if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || (uint64_t)sb.st_size > MAX_JSON_FILE) {
     fclose(f);

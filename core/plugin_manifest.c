@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "file.h"
 
 struct parse_state {
   struct tsr_manifest *m;
@@ -115,8 +116,11 @@ tsr_status tsr_manifest_read(const char *path, struct tsr_manifest *out) {
   if (slash) *slash = '\0';
   else strcpy(out->dir, ".");
 
-  FILE *f = fopen(path, "r");
-  if (!f) return tsr_error_set(TSR_ERR_IO, "%s: cannot open plugin manifest", path);
+  FILE *f;
+  if (tsr_file_fopen(path, &f) != TSR_OK) {
+    tsr_error_prefix("plugin manifest");
+    return TSR_ERR_IO;
+  }
   struct parse_state ps = {.m = out};
   int rc = ini_parse_file(f, on_entry, &ps);
   fclose(f);
@@ -184,6 +188,12 @@ tsr_status tsr_manifest_check(const struct tsr_manifest *m, const struct tsr_plu
   for (int provides = 1; provides >= 0; provides--) {
     const struct tsr_plugin_iface *di = provides ? d->provides : d->requires;
     uint32_t dn = provides ? d->n_provides : d->n_requires;
+    /* a count that disagrees is not trusted: the array behind it is never read */
+    const int mn = provides ? m->n_provides : m->n_requires;
+    if ((uint32_t)mn != dn)
+      return tsr_error_set(TSR_ERR_FORMAT, "%s lists %d interfaces it %s, the library %s "
+                           "counts %u", m->path, mn, provides ? "provides" : "requires", d->name,
+                           dn);
     if (!same_ifaces(m, provides, di, dn)) {
       char a[256], b[256];
       tsr_manifest_format_ifaces(m, provides, a, sizeof a);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "file.h"
 #include "profile.h"
 
 /* Deeper than any profile needs; it bounds the recursion of merge and print. */
@@ -363,10 +364,11 @@ struct loader {
 static tsr_status read_file(const char *path, const struct tsr_pnode *from, char **out,
                             size_t *len) {
   const char *ctx = from ? from->where : path;
-  const char *what = from ? "extends: cannot open " : "cannot open ";
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return tsr_error_set(TSR_ERR_IO, "%s: %s'%s': %s", ctx, what, path, strerror(errno));
+  FILE *f;
+  if (tsr_file_fopen(path, &f) != TSR_OK) {
+    if (from) tsr_error_prefix("%s: extends", from->where);
+    return TSR_ERR_IO;
+  }
   char *buf = malloc(MAX_FILE_BYTES + 1);
   if (!buf) {
     fclose(f);

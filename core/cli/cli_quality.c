@@ -6,12 +6,14 @@
 #include <string.h>
 
 #include "error.h"
+#include "file.h"
 #include "logprobs.h"
 #include "op_times.h"
 
+/* NULL with the error set when the file cannot be read */
 static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
+  FILE *f;
+  if (tsr_file_fopen(path, &f) != TSR_OK) return NULL;
   size_t cap = 1 << 16, n = 0;
   char *buf = malloc(cap);
   while (buf) {
@@ -36,8 +38,11 @@ static char *slurp(const char *path, size_t *len) {
 
 tsr_status tsr_qtext_load(const char *path, const struct tsr_tokenizer *tok, struct tsr_qtext *t) {
   memset(t, 0, sizeof *t);
-  if (!(t->bytes = slurp(path, &t->len)))
+  tsr_error_clear();
+  if (!(t->bytes = slurp(path, &t->len))) {
+    if (tsr_error_message()[0]) return TSR_ERR_IO;
     return tsr_error_set(TSR_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+  }
   t->hash = tsr_fnv1a64(TSR_FNV1A64_INIT, t->bytes, t->len);
   /* the file is text, not a prompt: special-token names in it stay text */
   tsr_status st = tsr_tokenizer_encode(tok, t->bytes, t->len, false, false, &t->ids, &t->n_ids);

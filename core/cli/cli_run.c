@@ -12,6 +12,7 @@
 #include "chat.h"
 #include "cli.h"
 #include "engine.h"
+#include "file.h"
 #include "error.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -139,9 +140,11 @@ static uint64_t random_seed(void) {
   return s;
 }
 
+/* NULL with the error set when the file cannot be opened */
 static char *read_file(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
+  FILE *f;
+  tsr_error_clear();
+  if (tsr_file_fopen(path, &f) != TSR_OK) return NULL;
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap);
   while (buf) {
@@ -512,8 +515,8 @@ int tsr_cli_run(int argc, char **argv) {
   if (code >= 0) return code;
   char *file_text = NULL;
   if (a.prompt_file && !(file_text = read_file(a.prompt_file))) {
-    fprintf(stderr, "tessera run: %s: cannot read the prompt: %s\n", a.prompt_file,
-            strerror(errno));
+    fprintf(stderr, "tessera run: cannot read the prompt: %s\n",
+            tsr_error_message()[0] ? tsr_error_message() : strerror(errno));
     return TSR_EXIT_USAGE;
   }
   struct tsr_engine_options opt = {

@@ -144,4 +144,21 @@ def test_gen_model_rejects_bad_options():
     assert not os.path.exists(os.path.join(TMP, "x.gguf")), "a failed gen-model left a file"
 
 
+@case
+def test_fifos_and_devices_are_refused_not_waited_on():
+    # a FIFO without a writer would block an open() forever: every reader refuses it
+    fifo = os.path.join(TMP, "fifo")
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    model = os.path.join(SOURCE, "models", "ref-qwen3-21m.gguf")
+    for args in (("gguf", "info", fifo), ("profile", "check", fifo),
+                 ("run", "-m", fifo, "-p", "x", "-n", "1"),
+                 ("run", "-m", model, "-f", fifo, "-n", "1"),
+                 ("profile", "check", write(TMP, "ext_fifo.yaml", f"extends: {fifo}\n")),
+                 ("gguf", "info", "/dev/zero"), ("gguf", "info", TMP)):
+        code, out, err = run(*args)
+        assert code == 2, f"{args}: exit {code}: {err.strip()}"
+        assert "not a regular file" in err, f"{args}: {err.strip()}"
+
+
 finish("cli")

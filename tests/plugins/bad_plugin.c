@@ -68,7 +68,11 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .version = "1.0.0",
     .description = "misbehaves on purpose",
     .provides = g_provides,
+#if defined(BAD_COUNTS)
+    .n_provides = 1000000, /* one interface behind it: reading them all would crash */
+#else
     .n_provides = 1,
+#endif
 #if defined(BAD_REQUIRES)
     .requires = g_requires,
     .n_requires = 1,

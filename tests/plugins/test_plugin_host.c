@@ -78,6 +78,7 @@ static void test_misbehaving_plugins_are_refused_precisely(void) {
       {"bad_duplicate.ini", "already registered by plugin core"},
       {"bad_init_fails.ini", "refusing to start on purpose"},
       {"bad_undeclared.ini", "does not provide kv_codec"},
+      {"bad_counts.ini", "lists 1 interfaces it provides, the library bad_counts counts 1000000"},
       {"bad_no_entry.ini", "does not export tsr_plugin_entry"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

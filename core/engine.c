@@ -58,6 +58,7 @@
 #include "graph.h"
 #include "kv_cache.h"
 #include "plugin_manifest.h"
+#include "sampler.h"
 
 struct tsr_engine {
   struct tsr_setup *setup;
@@ -84,6 +85,13 @@ struct tsr_engine {
     struct tsr_plugin *owner;
   } *decode;
   const struct tsr_decode_params **decode_of; /* [n_layers] */
+  /* the profile's speculator and its plugin, or NULL; the target's final hidden
+  ** rows of the last compute's read tokens (only with a speculator: they are what a
+  ** NextN or assistant drafter reads) and the row the next draft starts from */
+  const struct tsr_speculator_v1 *spec;
+  struct tsr_plugin *spec_owner;
+  float *hidden;
+  int32_t n_embd, hidden_rows, hidden_last;
 };
 
 static enum tsr_profile_layer_kind profile_kind(enum tsr_layer_kind k) {
@@ -337,6 +345,14 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
       st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   }
   if (st == TSR_OK) st = setup_decode(e);
+  if (st == TSR_OK && p->has_speculator) {
+    const struct tsr_plugin *owner = NULL;
+    e->spec = tsr_plugin_host_speculator(e->setup->host, p->speculator.name, &owner);
+    e->spec_owner = (struct tsr_plugin *)owner;
+    if (!e->spec)
+      st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s vanished after negotiation",
+                         p->speculator.name);
+  }
   if (st == TSR_OK) st = open_backend(e, opt);
   if (st == TSR_OK) st = new_kv_cache(e);
   if (st == TSR_OK && e->device) st = keep_on_device(e);
@@ -360,6 +376,7 @@ void tsr_engine_free(struct tsr_engine *e) {
   free(e->seq_ids);
   free(e->decode);
   free(e->decode_of);
+  free(e->hidden);
   free(e);
 }
 
@@ -416,6 +433,25 @@ int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const 
   ** released keys: then nothing can be reused */
   if (k < held && k < tsr_kv_cache_seq_resume_min(e->kv, seq)) return 0;
   return k;
+}
+
+/* The final hidden rows of the tokens whose logits were read (rows of them, as the
+** logits'), for the speculator's next draft. */
+static tsr_status keep_hidden(struct tsr_engine *e, const struct tsr_tensor *h, int64_t rows) {
+  e->hidden_rows = 0;
+  if (!h || h->dtype != TSR_F32 || h->ne[1] != rows || h->nb[0] != sizeof(float) || !h->data)
+    return TSR_OK; /* an arch that exports none: drafters that need it refuse */
+  const size_t row = (size_t)h->ne[0] * sizeof(float);
+  float *grown = realloc(e->hidden, row * (size_t)rows);
+  if (!grown) return tsr_error_set(TSR_ERR_NOMEM, "out of memory for %lld hidden rows",
+                                   (long long)rows);
+  e->hidden = grown;
+  for (int64_t r = 0; r < rows; r++)
+    memcpy((char *)e->hidden + row * (size_t)r, (const char *)h->data + (size_t)r * h->nb[1], row);
+  e->n_embd = (int32_t)h->ne[0];
+  e->hidden_rows = (int32_t)rows;
+  e->hidden_last = (int32_t)rows - 1;
+  return TSR_OK;
 }
 
 /* Grows the kept compute arena to bytes. */
@@ -476,6 +512,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
                          tsr_plugin_name(s->arch_owner), e->n_vocab, n, e->n_vocab,
                          (long long)n_rows);
     if (st == TSR_OK) tsr_graph_mark_output(fw.logits);
+    if (st == TSR_OK && e->spec && fw.hidden_final) tsr_graph_mark_output(fw.hidden_final);
     if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
   }
   if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
@@ -502,6 +539,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
     st = tsr_backend_compute(e->backend, g);
     report_decode(e);
   }
+  if (st == TSR_OK && e->spec) st = keep_hidden(e, fw.hidden_final, fw.logits->ne[1]);
   if (st == TSR_OK) {
     e->logits_rows += fw.logits->ne[1];
     const size_t row = (size_t)e->n_vocab * sizeof(float);
@@ -694,6 +732,69 @@ tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tok
     memcpy(logits_last, logits_all + (size_t)(n - 1) * e->n_vocab,
            (size_t)e->n_vocab * sizeof *logits_last);
   free(seqs), free(want);
+  return st;
+}
+
+/* ---- speculative decoding --------------------------------------------------- */
+
+tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
+                                struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
+                                int32_t *n_out) {
+  *n_out = 0;
+  if (!e->spec)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: the profile names no speculator");
+  if (seq < 0 || seq >= e->n_seq || max_draft < 0 || max_draft + 1 > e->n_ubatch)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d (of %d), %d drafts (the "
+                         "draft and its token fit one ubatch of %d)", seq, e->n_seq, max_draft,
+                         e->n_ubatch);
+  const struct seq_ids *q = &e->seq_ids[seq];
+  const int32_t held = tsr_engine_seq_len(e, seq);
+  if (q->n != held)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d holds %d positions but "
+                         "%d known tokens (filled by positions?)", seq, held, q->n);
+  int32_t *ctx = malloc(((size_t)q->n + 1 + (size_t)max_draft + 1) * sizeof *ctx);
+  float *logits = malloc((size_t)(max_draft + 1) * (size_t)e->n_vocab * sizeof *logits);
+  if (!ctx || !logits) {
+    free(ctx), free(logits);
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  }
+  memcpy(ctx, q->ids, (size_t)q->n * sizeof *ctx);
+  ctx[q->n] = next;
+  int32_t *batch = ctx + q->n, n_draft = 0;
+  struct tsr_spec_request r = {
+      .struct_size = sizeof r, .seq = seq, .tokens = ctx, .n_tokens = q->n + 1,
+      .hidden = e->hidden_rows ? e->hidden + (size_t)e->hidden_last * (size_t)e->n_embd : NULL,
+      .n_embd = e->hidden_rows ? e->n_embd : 0, .max_draft = max_draft, .draft = batch + 1};
+  tsr_status st = e->spec->draft(e->spec->ctx, tsr_plugin_host_services(), &r, &n_draft);
+  if (st == TSR_OK && (n_draft < 0 || n_draft > max_draft))
+    st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted %d tokens of at most %d",
+                       e->spec->name, n_draft, max_draft);
+  for (int32_t i = 0; st == TSR_OK && i < n_draft; i++)
+    if (batch[1 + i] < 0 || batch[1 + i] >= e->n_vocab)
+      st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted token %d, outside the "
+                         "vocabulary of %d", e->spec->name, batch[1 + i], e->n_vocab);
+  /* next and the drafts in one batch, every row's logits read */
+  if (st == TSR_OK) st = tsr_engine_eval(e, seq, batch, n_draft + 1, NULL, logits);
+  /* the target's own token after each kept one; a draft is kept while it is that token */
+  int32_t kept = 0;
+  while (st == TSR_OK) {
+    int32_t y;
+    st = tsr_sampler_sample(sampler, logits + (size_t)kept * e->n_vocab, &y);
+    if (st != TSR_OK) break;
+    out[(*n_out)++] = y;
+    if (kept == n_draft || y != batch[1 + kept]) break;
+    kept++;
+  }
+  /* forget the cells of the drafts after the kept ones */
+  if (st == TSR_OK && kept < n_draft) st = tsr_engine_seq_rm(e, seq, held + 1 + kept, -1);
+  if (st == TSR_OK) {
+    if (e->hidden_rows) e->hidden_last = kept;
+    if (e->spec->accepted) e->spec->accepted(e->spec->ctx, seq, kept);
+    const struct tsr_host *h = tsr_plugin_host_services();
+    if (n_draft) h->engaged(e->spec_owner, "tokens_drafted", (uint64_t)n_draft);
+    if (kept) h->engaged(e->spec_owner, "tokens_accepted", (uint64_t)kept);
+  }
+  free(ctx), free(logits);
   return st;
 }
 

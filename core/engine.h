@@ -90,6 +90,21 @@ tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int3
 int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const int32_t *tokens,
                                  int32_t n);
 
+/* One speculative step of sequence seq through the profile's speculator:
+** `next` is the token to evaluate next (sampled, not yet in the cache). The
+** speculator proposes up to max_draft tokens after it; next and the proposals
+** are evaluated in one batch (max_draft + 1 must fit a ubatch), and sampler
+** draws the target's token after each: a proposal is kept while it is that
+** token (exact for a deterministic drafter; greedy at temperature 0). The
+** cache is rolled back past what was kept. out (max_draft + 1 entries) gets the
+** kept proposals and then the target's own token, which is the new `next`;
+** *n_out their count (1 at least). The speculator's plugin counts
+** tokens_drafted and tokens_accepted. */
+struct tsr_sampler;
+tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
+                                struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
+                                int32_t *n_out);
+
 /* Context shift: drops positions [n_keep, n_keep + n_discard) of seq and
 ** moves the later ones down by n_discard, re-rotating their cached keys
 ** through the arch's shift_keys (K is cached after RoPE), so the sequence

@@ -174,6 +174,7 @@ struct gen {
   struct tsr_sampler *smp;
   float *logits;
   int32_t ubatch, keep; /* keep: tokens a context shift keeps at the start */
+  int32_t max_draft;    /* > 0: decode through the profile's speculator, drafting this many */
   bool progress, verbose;
   int64_t n_prompt, n_eval, n_sampled;
   double ms_prompt, ms_eval;
@@ -251,9 +252,13 @@ static tsr_status generate(struct gen *g, int64_t max, char **text) {
   const char *why = "limit";
   tsr_status st = TSR_OK;
   char buf[512];
+  /* with a speculator: the tokens of the last speculative step still to emit (the
+  ** kept drafts, in the cache already, then the target's token, not yet evaluated) */
+  int32_t step[64], n_step = 0, at = 0;
   while (max < 0 || produced < max) {
     int32_t t;
-    st = tsr_sampler_sample(g->smp, g->logits, &t);
+    if (at < n_step) t = step[at++];
+    else st = tsr_sampler_sample(g->smp, g->logits, &t);
     if (st != TSR_OK) break;
     if (tsr_tokenizer_is_eog(g->tok, t)) {
       why = "end of generation";
@@ -269,7 +274,16 @@ static tsr_status generate(struct gen *g, int64_t max, char **text) {
       len -= m;
     }
     if (max >= 0 && produced == max) break; /* the last token need not be evaluated */
+    if (at < n_step) continue; /* a kept draft: evaluated in its step */
     double t0 = now_ms();
+    if (g->max_draft > 0) {
+      at = 0;
+      st = tsr_engine_speculate(g->e, 0, t, g->smp, g->max_draft, step, &n_step);
+      g->ms_eval += now_ms() - t0;
+      if (st != TSR_OK) break; /* a full context ends it: shifting under drafts is not built */
+      g->n_eval++;
+      continue;
+    }
     st = tsr_engine_eval(g->e, 0, &t, 1, g->logits, NULL);
     if (st == TSR_ERR_NOMEM) {
       char full[512];
@@ -406,8 +420,13 @@ static tsr_status chat_loop(struct gen *g, enum tsr_chat_template tmpl, const st
 static void print_timing(const struct gen *g) {
   fprintf(stderr, "prompt eval: %lld tokens in %.2f ms (%.2f tok/s)\n", (long long)g->n_prompt,
           g->ms_prompt, g->ms_prompt > 0 ? 1e3 * (double)g->n_prompt / g->ms_prompt : 0.0);
-  fprintf(stderr, "eval: %lld tokens in %.2f ms (%.2f tok/s)\n", (long long)g->n_eval,
-          g->ms_eval, g->ms_eval > 0 ? 1e3 * (double)g->n_eval / g->ms_eval : 0.0);
+  if (g->max_draft > 0) /* a step evaluates its token and the drafts the target kept */
+    fprintf(stderr, "eval: %lld speculative steps for %lld tokens in %.2f ms (%.2f tok/s)\n",
+            (long long)g->n_eval, (long long)g->n_sampled, g->ms_eval,
+            g->ms_eval > 0 ? 1e3 * (double)g->n_sampled / g->ms_eval : 0.0);
+  else
+    fprintf(stderr, "eval: %lld tokens in %.2f ms (%.2f tok/s)\n", (long long)g->n_eval,
+            g->ms_eval, g->ms_eval > 0 ? 1e3 * (double)g->n_eval / g->ms_eval : 0.0);
 }
 
 static tsr_status sampler_params(const struct run_args *a, const struct tsr_profile *p,
@@ -426,6 +445,8 @@ static int run(const struct run_args *a, struct tsr_engine *e, const char *promp
   const struct tsr_setup *s = tsr_engine_setup(e);
   struct gen g = {.e = e, .verbose = a->verbose, .keep = (int32_t)a->keep};
   g.ubatch = s->profile->ubatch > 0 ? s->profile->ubatch : 512;
+  /* a speculator drafts up to 8 tokens a step; a draft and its token fit one ubatch */
+  if (s->profile->has_speculator) g.max_draft = g.ubatch - 1 < 8 ? g.ubatch - 1 : 8;
   g.progress = isatty(STDERR_FILENO);
   const char *where = s->model_path;
   tsr_status st = tsr_tokenizer_load(s->model, &g.tok);

@@ -70,4 +70,19 @@ requires =
 library = libexample_policy.so
 description = V rows below a threshold skipped on decode steps, with sink and recent guards
 INI
-echo "built example_attention, example_codec and example_policy against $(pkg-config --variable=includedir tessera-plugin)"
+# the example speculator
+dir="$out/good/example_speculator"
+mkdir -p "$dir"
+cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
+  "$here/example_speculator/example_speculator.c" -o "$dir/libexample_speculator.so"
+cat >"$dir/plugin.ini" <<INI
+[plugin]
+name = example_speculator
+version = 1.0.0
+abi = 1.1
+provides = speculator:2
+requires =
+library = libexample_speculator.so
+description = prompt lookup: proposes what followed the sequence's last n-gram before
+INI
+echo "built the example attention, codec, policy and speculator against $(pkg-config --variable=includedir tessera-plugin)"

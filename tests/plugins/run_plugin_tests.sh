@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the out-of-tree example plugin, then runs the plugin host tests.
 # usage: run_plugin_tests.sh BUILD_ROOT TEST_BINARY BAD_PLUGIN_DIR OUT_DIR CODEC_TEST_BINARY
-#                             POLICY_TEST_BINARY
+#                             POLICY_TEST_BINARY SPECULATOR_TEST_BINARY
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 "$here/build_out_of_tree.sh" "$1" "$4"
@@ -62,4 +62,19 @@ gemma="$4/gemma4_dense.f32.gguf"
 
 # decode_policy parameters: the out-of-tree example policy through the cpu's flash
 "$6" "$4" "$4/good" "$model" "$fixture/golden.gguf" || status=1
+
+# speculator version 2: the out-of-tree prompt-lookup speculator, lossless greedy
+recurrent="$4/qwen3_5.f32.gguf"
+"$tessera" convert "$here/../reference/fixtures/qwen3_5" "$recurrent" --outtype f32 >/dev/null
+"$7" "$4" "$4/good" "$model" "$fixture/golden.gguf" "$recurrent" || status=1
+# tessera run through it: the same greedy text as without, in fewer steps
+printf 'model: %s\ncontext: 256\nubatch: 32\nplugins:\n  - arch_qwen\n  - name: example_speculator\n    path: %s\nspeculator: {name: example_lookup}\n' \
+  "$model" "$4/good/example_speculator" >"$4/spec.yaml"
+"$tessera" run --profile "$4/spec.yaml" -p "hello world" -n 48 --temp 0 >"$4/spec.txt" 2>"$4/spec.err"
+"$tessera" run -m "$model" --set context=256 -p "hello world" -n 48 --temp 0 >"$4/plain.txt" 2>/dev/null
+if [ -s "$4/spec.txt" ] && cmp -s "$4/spec.txt" "$4/plain.txt" && grep -q "speculative steps for 48 tokens" "$4/spec.err"; then
+  echo "ok   run_with_a_speculator_writes_the_same_greedy_text"
+else
+  echo "FAIL run_with_a_speculator_writes_the_same_greedy_text: $(tail -2 "$4/spec.err")"; status=1
+fi
 exit $status

@@ -262,6 +262,17 @@ check|sanitize)
         else
           row "run $f backend.graphs" FAIL "exits $rn/$re, replays ${rp:-?}/${rv:-?}: $(tail -1 "$out/ng.err" | cut -c1-80)"
         fi
+        # speculative decoding on cuda (the out-of-tree prompt-lookup speculator): the
+        # same greedy text, drafts verified in one batch and rolled back by cell
+        printf 'model: %s\nbackend: cuda\ncontext: 512\nubatch: 32\nplugins:\n  - arch_qwen\n  - name: example_speculator\n    path: %s\nspeculator: {name: example_lookup}\n' \
+          "$m" "$b/oot/good/example_speculator" >"$out/spec.yaml"
+        "$b/core/cli/tessera" run --profile "$out/spec.yaml" -p "$prompt" -n 16 --temp 0 \
+          >"$out/spec.txt" 2>"$out/spec.err"; rs=$?
+        if [ $rs -eq 0 ] && cmp -s "$out/spec.txt" "$out/cuda1.txt" && grep -q "speculative steps" "$out/spec.err"; then
+          row "run $f speculator" PASS "$(grep -o '[0-9]* speculative steps for [0-9]* tokens' "$out/spec.err"); same text as plain greedy"
+        else
+          row "run $f speculator" FAIL "exit $rs: $(tail -1 "$out/spec.err" | cut -c1-90)"
+        fi
       fi
       rm -f "$m"
     done

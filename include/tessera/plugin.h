@@ -19,13 +19,15 @@
 ** struct_size before touching an appended field. Nothing is ever removed or
 ** reordered within a major.
 **
-** Interfaces (each versioned on its own, version 1 here):
-**   arch           hyperparameters and layer plan from GGUF, graph per ubatch
-**   attention      attention over one layer's KV; negotiates codec reads
-**   kv_codec       a KV-cache storage format: encode rows, decode (lift),
-**                  graph hooks around attention (version 2)
-**   decode_policy  adjusts attention during decode (e.g. V skipping)
-**   speculator     drafts tokens and verifies them in one batch
+** Interfaces (each versioned on its own):
+**   arch           1: hyperparameters and layer plan from GGUF, graph per ubatch
+**   attention      1: attention over one layer's KV; negotiates codec reads
+**   kv_codec       2: a KV-cache storage format: encode rows, decode (lift),
+**                  graph hooks around attention, its own block layout
+**   decode_policy  2: parameters that reach the attention kernel on decode
+**                  steps (e.g. V skipping), counters back
+**   speculator     2: drafts tokens; the host verifies them in one batch
+** docs/PLUGINS.md is the author's guide to each.
 ** Built-in pieces (the `flash` attention, the scalar KV codecs) register
 ** through the same calls: the core is the first plugin author.
 */
@@ -307,9 +309,10 @@ struct tsr_kv_codec_kernels {
 };
 
 /* A KV-cache storage format. Its rows are stored in dtype (a type the
-** backends' kernels read), optionally after graph hooks that change what
-** attention sees: prepare_rows transforms the rows a layer stores (e.g. a
-** rotation, zero padding to storage_dim), prepare_q the queries that score
+** backends' kernels read, or its own block layout), optionally after graph
+** hooks that change what attention sees: prepare_rows transforms the rows a
+** layer stores (e.g. a rotation, zero padding to storage_dim), prepare_q the
+** queries that score
 ** keys stored in it (as K codec), finish_out the attention output that
 ** summed values stored in it (as V codec). The host inserts the hooks around
 ** whatever attention the layer uses, so a codec composes with every attention

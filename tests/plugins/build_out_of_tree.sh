@@ -34,55 +34,26 @@ library = libexample_attention.so
 description = flash, wrapped by a third party, counting the layers it builds
 INI
 done
-# the example codec (kv_codec version 2 hooks), and its cuda kernels where
-# nvcc is on the machine: the same installed headers, nothing else
-dir="$out/good/example_codec"
-mkdir -p "$dir"
-cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
-  "$here/example_codec/example_codec.c" -o "$dir/libexample_codec.so" -lm
+# An example plugin of the current ABI: NAME/NAME.c into good/NAME with its manifest.
+# usage: example NAME PROVIDES DESCRIPTION
+example() {
+  local dir="$out/good/$1"
+  mkdir -p "$dir"
+  cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
+    "$here/$1/$1.c" -o "$dir/lib$1.so" -lm
+  printf '[plugin]\nname = %s\nversion = 1.0.0\nabi = 1.1\nprovides = %s\nrequires =\nlibrary = lib%s.so\ndescription = %s\n' \
+    "$1" "$2" "$1" "$3" >"$dir/plugin.ini"
+}
+example example_codec kv_codec:2 \
+  "rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block layout)"
+example example_policy decode_policy:2 \
+  "V rows below a threshold skipped on decode steps, with sink and recent guards"
+example example_speculator speculator:2 \
+  "prompt lookup: proposes what followed the sequence's last n-gram before"
+# the codec's cuda kernels where nvcc is on the machine: the same installed headers
 nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)
-if [ -n "$nvcc" ] && [ -z "${TSR_NO_CUDA_PLUGINS:-}" ]; then
+if [ -n "$nvcc" ]; then
   "$nvcc" $cflags -std=c++17 -O2 -arch=sm_90 -Xcompiler -fPIC,-fvisibility=hidden -shared \
-    "$here/example_codec/example_codec_cuda.cu" -o "$dir/example_codec_cuda.so"
+    "$here/example_codec/example_codec_cuda.cu" -o "$out/good/example_codec/example_codec_cuda.so"
 fi
-cat >"$dir/plugin.ini" <<INI
-[plugin]
-name = example_codec
-version = 1.0.0
-abi = 1.1
-provides = kv_codec:2
-requires =
-library = libexample_codec.so
-description = rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block layout)
-INI
-# the example decode policy
-dir="$out/good/example_policy"
-mkdir -p "$dir"
-cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
-  "$here/example_policy/example_policy.c" -o "$dir/libexample_policy.so"
-cat >"$dir/plugin.ini" <<INI
-[plugin]
-name = example_policy
-version = 1.0.0
-abi = 1.1
-provides = decode_policy:2
-requires =
-library = libexample_policy.so
-description = V rows below a threshold skipped on decode steps, with sink and recent guards
-INI
-# the example speculator
-dir="$out/good/example_speculator"
-mkdir -p "$dir"
-cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
-  "$here/example_speculator/example_speculator.c" -o "$dir/libexample_speculator.so"
-cat >"$dir/plugin.ini" <<INI
-[plugin]
-name = example_speculator
-version = 1.0.0
-abi = 1.1
-provides = speculator:2
-requires =
-library = libexample_speculator.so
-description = prompt lookup: proposes what followed the sequence's last n-gram before
-INI
 echo "built the example attention, codec, policy and speculator against $(pkg-config --variable=includedir tessera-plugin)"

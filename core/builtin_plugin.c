@@ -27,11 +27,11 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
   const int32_t dims[2] = {layer->head_dim_k, layer->head_dim_v};
   enum tsr_read_path *paths[2] = {k_path, v_path};
   for (int i = 0; i < 2; i++) {
-    /* f32 and f16 are read as stored; bf16, the GGUF block types and (on the
+    /* What the kernel reads is the codec's storage dtype, whoever registered it.
+    ** f32 and f16 are read as stored; bf16, the GGUF block types and (on the
     ** cpu) codecs of their own layout are decoded by the kernel itself, a tile
     ** at a time (cpu/ops_attention.c); on cuda a codec of its own layout is
-    ** lifted to f16 by its kernel first */
-    /* what the kernel reads is the codec's storage dtype, whoever registered it */
+    ** lifted to f16 by its kernel first. */
     const struct tsr_kv_codec_v1 *codec =
         tsr_plugin_host_services()->find_kv_codec(ctx, codecs[i], 0);
     const int dt = codec ? codec->dtype : -1;

@@ -101,7 +101,7 @@ static tsr_status codec_hooks(const struct tsr_plugin_host *h, struct tsr_layer_
   for (int i = 0; i < 2; i++) {
     const struct tsr_plugin *owner;
     const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(h, names[i], &owner);
-    if (!c) continue; /* check_codec names the missing codec */
+    if (!c) continue; /* check_codec_runs refused a missing codec already */
     char label[96];
     owner_label(owner, label, sizeof label);
     const int32_t head_dim = *dims[i], stored = tsr_kv_codec_storage_dim(c, head_dim);

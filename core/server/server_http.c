@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -311,6 +312,62 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char
   }
 }
 
+/* ---- request framing --------------------------------------------------------- */
+
+/* What the headers say about where the body ends (RFC 9112 6.1-6.3). */
+struct framing {
+  int n_length, n_coding;
+  bool lengths_differ, unknown_coding;
+  char length[32], coding[64];
+};
+
+static bool same_token(const char *a, const char *b) {
+  while (*a == ' ' || *a == '\t') a++;
+  size_t n = strlen(b);
+  if (strncasecmp(a, b, n)) return false;
+  for (a += n; *a == ' ' || *a == '\t'; a++) {}
+  return !*a;
+}
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      const char *value) {
+  (void)kind;
+  struct framing *f = cls;
+  if (!key || !value) return MHD_YES;
+  if (!strcasecmp(key, "Content-Length")) {
+    if (f->n_length++ && strcmp(f->length, value)) f->lengths_differ = true;
+    snprintf(f->length, sizeof f->length, "%s", value);
+  } else if (!strcasecmp(key, "Transfer-Encoding")) {
+    f->n_coding++;
+    if (!same_token(value, "chunked")) f->unknown_coding = true;
+    snprintf(f->coding, sizeof f->coding, "%s", value);
+  }
+  return MHD_YES;
+}
+
+/* A request whose body boundary the server would have to guess, which is how requests
+** are smuggled past a proxy: 400 for Content-Length headers that disagree or that come
+** with a Transfer-Encoding, 501 for a transfer coding other than chunked; else 0. */
+static int framing_error(struct MHD_Connection *c, char *msg, size_t cap) {
+  struct framing f = {0};
+  MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
+  if (f.lengths_differ)
+    return snprintf(msg, cap, "%d Content-Length headers that differ", f.n_length), 400;
+  if (f.n_coding && f.n_length)
+    return snprintf(msg, cap, "both Transfer-Encoding and Content-Length"), 400;
+  if (f.unknown_coding || f.n_coding > 1)
+    return snprintf(msg, cap, "transfer coding '%s' is not supported (only chunked)", f.coding),
+           501;
+  return 0;
+}
+
+static void count_answering(struct srv *s, struct conn *cn) {
+  pthread_mutex_lock(&s->mu);
+  s->n_answering++;
+  cn->answering = true;
+  pthread_mutex_unlock(&s->mu);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
                                   const char *method, const char *version, const char *data,
                                   size_t *size, void **con_cls) {
@@ -320,7 +377,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (!cn) { /* headers only so far */
     if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
     *con_cls = cn;
-    return MHD_YES;
+    char msg[160];
+    const int status = framing_error(c, msg, sizeof msg);
+    if (!status) return MHD_YES;
+    /* answered before any body is read; the connection closes after it */
+    count_refused(s);
+    count_answering(s, cn);
+    return respond_error(c, status, msg, NULL, status == 501 ? "not_implemented" : NULL);
   }
   if (*size) { /* a piece of the body */
     if (!cn->too_large && cn->len + *size > s->opt.max_body) {
@@ -348,10 +411,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   /* every answer, errors and streams too, is counted until MHD has sent it
   ** (on_completed): a shutdown waits for it, where stopping the daemon first would
   ** close the connection unanswered */
-  pthread_mutex_lock(&s->mu);
-  s->n_answering++;
-  cn->answering = true;
-  pthread_mutex_unlock(&s->mu);
+  count_answering(s, cn);
   return route(s, c, url, method, cn);
 }
 

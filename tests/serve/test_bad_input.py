@@ -295,6 +295,33 @@ with su.Server(TESSERA, MODEL, ["--parallel", "2", "--max-body", str(MAX_BODY)],
         still_serving(s)
 
     @case
+    def test_ambiguous_request_framing_is_refused_not_guessed():
+        # RFC 9112: conflicting lengths are a 400, an unknown transfer coding a 501, and the
+        # connection closes after the answer (a proxy in front could frame it otherwise)
+        body = b'{"prompt": "a", "n_predict": 1}'
+        head = b"POST /completion HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        cases = [
+            (head + b"Content-Length: %d\r\nContent-Length: 5\r\n\r\n" % len(body) + body,
+             b"400", b"Content-Length headers that differ"),
+            (head + b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n" % len(body) +
+             body, b"400", b"both Transfer-Encoding and Content-Length"),
+            (head + b"Transfer-Encoding: xchunked\r\n\r\n" + body, b"501", b"'xchunked'"),
+            (b"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", b"501",
+             b"'gzip' is not supported"),
+        ]
+        for data, status, needle in cases:
+            got = su.raw_exchange(s.port, data, read_timeout=5)
+            assert got.startswith(b"HTTP/1.1 " + status), f"{data[:60]!r}: {got[:120]!r}"
+            assert needle in got and b"Connection: close" in got, got[:300]
+            json.loads(got.split(b"\r\n\r\n", 1)[1])
+        # agreeing duplicates are one length
+        same = head + b"Connection: close\r\nContent-Length: %d\r\nContent-Length: %d\r\n\r\n" % (
+            len(body), len(body))
+        got = su.raw_exchange(s.port, same + body, read_timeout=30)
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
+        still_serving(s)
+
+    @case
     def test_errors_leave_the_server_serving_and_every_slot_idle():
         still_serving(s)
         r = s.post(COMPL, {"prompt": "after all that", "max_tokens": 3, "temperature": 0})

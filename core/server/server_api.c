@@ -404,7 +404,46 @@ static char *print(cJSON *o) {
   return s;
 }
 
+/* The length of the well-formed UTF-8 sequence at s (shortest form, no surrogates,
+** at most U+10FFFF), or 0. */
+static size_t utf8_seq(const unsigned char *s) {
+  const unsigned c = s[0];
+  if (c < 0x80) return 1;
+  size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  for (size_t i = 1; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  if ((c == 0xE0 && s[1] < 0xA0) || (c == 0xED && s[1] > 0x9F) || (c == 0xF0 && s[1] < 0x90) ||
+      (c == 0xF4 && s[1] > 0x8F))
+    return 0;
+  return n;
+}
+
+/* s with every byte that is not part of well-formed UTF-8 replaced by U+FFFD: request
+** text echoed in an error (a field name, a role, a path) must not make the body
+** invalid JSON. malloc'd; NULL when out of memory. */
+static char *utf8_clean(const char *s) {
+  const size_t n = strlen(s);
+  char *out = malloc(3 * n + 1), *o = out;
+  if (!out) return NULL;
+  for (const unsigned char *p = (const unsigned char *)s; *p;) {
+    const size_t k = utf8_seq(p);
+    if (k) {
+      memcpy(o, p, k), o += k, p += k;
+    } else {
+      memcpy(o, "\xEF\xBF\xBD", 3), o += 3, p++;
+    }
+  }
+  *o = 0;
+  return out;
+}
+
 char *srv_render_error(int status, const char *msg, const char *param, const char *code) {
+  char *clean_msg = utf8_clean(msg), *clean_param = param ? utf8_clean(param) : NULL;
+  if (!clean_msg || (param && !clean_param)) {
+    free(clean_msg), free(clean_param);
+    return NULL;
+  }
+  msg = clean_msg, param = clean_param;
   cJSON *o = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(o, "error");
   const char *type = status == 401   ? "authentication_error"
                      : status == 404 ? "not_found_error"
@@ -416,6 +455,7 @@ char *srv_render_error(int status, const char *msg, const char *param, const cha
   else cJSON_AddNullToObject(err, "param");
   if (code) cJSON_AddStringToObject(err, "code", code);
   else cJSON_AddNullToObject(err, "code");
+  free(clean_msg), free(clean_param);
   return print(o);
 }
 

@@ -322,6 +322,22 @@ with su.Server(TESSERA, MODEL, ["--parallel", "2", "--max-body", str(MAX_BODY)],
         still_serving(s)
 
     @case
+    def test_error_bodies_are_valid_json_whatever_bytes_the_request_held():
+        # request text echoed in an error (a field name, a role, a path) that is not
+        # UTF-8 is replaced, so the body stays UTF-8 JSON
+        bad = b"\xff\xfe\xc3"
+        cases = [(b"/v1/completions", b'{"prompt": "a", "' + bad + b'": 1}'),
+                 (b"/v1/chat/completions", b'{"messages": [{"role": "' + bad + b'", "content": "x"}]}'),
+                 (b"/v1/" + bad, b"{}")]
+        for path, body in cases:
+            data = (b"POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: "
+                    b"application/json\r\nContent-Length: %d\r\n\r\n" % (path, len(body)) + body)
+            got = su.raw_exchange(s.port, data, read_timeout=10)
+            assert got.startswith(b"HTTP/1.1 4"), f"{path!r}: {got[:120]!r}"
+            doc = json.loads(got.split(b"\r\n\r\n", 1)[1].decode("utf-8"))
+            assert "\ufffd" in doc["error"]["message"], doc
+
+    @case
     def test_errors_leave_the_server_serving_and_every_slot_idle():
         still_serving(s)
         r = s.post(COMPL, {"prompt": "after all that", "max_tokens": 3, "temperature": 0})

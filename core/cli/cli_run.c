@@ -140,7 +140,8 @@ static uint64_t random_seed(void) {
   return s;
 }
 
-/* NULL with the error set when the file cannot be opened */
+/* NULL with the error set when the file cannot be opened or holds a NUL byte (the
+** prompt is a C string: it would end there) */
 static char *read_file(const char *path) {
   FILE *f;
   tsr_error_clear();
@@ -163,6 +164,13 @@ static char *read_file(const char *path) {
     return NULL;
   }
   buf[len] = 0;
+  const char *nul = memchr(buf, 0, len);
+  if (nul) {
+    tsr_error_set(TSR_ERR_INVALID_ARG, "%s holds a NUL byte at offset %zu; a prompt is text",
+                  path, (size_t)(nul - buf));
+    free(buf);
+    return NULL;
+  }
   return buf;
 }
 

@@ -345,6 +345,28 @@ static int parse_fields(struct srv *s, enum srv_kind k, const cJSON *root, struc
   return st;
 }
 
+/* The offset of a \u0000 escape in the JSON text, or -1. The request's strings
+** are C strings, which would end there: such a request is refused, not cut. */
+static long nul_escape(const char *s, size_t n) {
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (s[i] != '\\') continue;
+    if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return (long)i;
+    i++; /* the escaped character */
+  }
+  return -1;
+}
+
+/* tsr_json_parse of a request body, or 400 naming what is wrong. */
+static int parse_body(const char *body, size_t len, struct perr *e, cJSON **root) {
+  const long nul = nul_escape(body, len);
+  if (nul >= 0)
+    return bad(e, NULL, "a string holds \\u0000 (byte %ld): NUL characters are not "
+               "accepted, since the text would end there", nul);
+  if (tsr_json_parse(body, len, "request body", root) != TSR_OK)
+    return bad(e, NULL, "invalid JSON: %s", tsr_error_message());
+  return 0;
+}
+
 int srv_parse_request(struct srv *s, enum srv_kind k, const char *body, size_t len,
                       struct srv_request **out, char *msg, size_t cap, const char **param,
                       const char **code) {
@@ -352,8 +374,8 @@ int srv_parse_request(struct srv *s, enum srv_kind k, const char *body, size_t l
   *out = NULL;
   *param = *code = NULL;
   cJSON *root = NULL;
-  if (tsr_json_parse(body, len, "request body", &root) != TSR_OK)
-    return bad(&e, NULL, "invalid JSON: %s", tsr_error_message());
+  const int pst = parse_body(body, len, &e, &root);
+  if (pst) return pst;
   struct srv_request *r = calloc(1, sizeof *r);
   int st = r ? 0 : 500;
   if (!st && !cJSON_IsObject(root)) st = bad(&e, NULL, "the body must be a JSON object");
@@ -682,8 +704,8 @@ char *srv_render_metrics(struct srv *s) {
 static int parse_object(const char *body, size_t len, const char *const *known,
                         const char *endpoint, struct perr *e, cJSON **root) {
   *root = NULL;
-  if (tsr_json_parse(body, len, "request body", root) != TSR_OK)
-    return bad(e, NULL, "invalid JSON: %s", tsr_error_message());
+  const int st = parse_body(body, len, e, root);
+  if (st) return st;
   return cJSON_IsObject(*root) ? check_fields(*root, known, endpoint, e)
                                : bad(e, NULL, "the body must be a JSON object");
 }

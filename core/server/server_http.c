@@ -264,7 +264,8 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum sr
 static bool authorized(const struct srv *s, struct MHD_Connection *c) {
   if (!s->api_key) return true;
   const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-  return h && !strncmp(h, "Bearer ", 7) && !strcmp(h + 7, s->api_key);
+  /* the scheme is case-insensitive (RFC 9110 11.1), the key is not */
+  return h && !strncasecmp(h, "Bearer ", 7) && !strcmp(h + 7, s->api_key);
 }
 
 static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char *url,
@@ -281,7 +282,9 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char
     snprintf(msg, sizeof msg, "no endpoint %s %s", method, url);
     return respond_error(c, 404, msg, NULL, NULL);
   }
-  if (strcmp(method, routes[found].method)) {
+  /* HEAD is GET without the body (MHD leaves it out) */
+  const bool head = !strcmp(method, "HEAD") && !strcmp(routes[found].method, "GET");
+  if (!head && strcmp(method, routes[found].method)) {
     snprintf(msg, sizeof msg, "%s takes %s, not %s", url, routes[found].method, method);
     return respond_error(c, 405, msg, NULL, "method_not_allowed");
   }

@@ -161,4 +161,13 @@ def test_fifos_and_devices_are_refused_not_waited_on():
         assert "not a regular file" in err, f"{args}: {err.strip()}"
 
 
+@case
+def test_a_prompt_file_with_a_nul_byte_is_refused_not_cut():
+    path = os.path.join(TMP, "nul.txt")
+    with open(path, "wb") as f:
+        f.write(b"hello\0world")
+    model = os.path.join(SOURCE, "models", "ref-qwen3-21m.gguf")
+    expect(*run("run", "-m", model, "-f", path, "-n", "1"), 2, "NUL byte at offset 5")
+
+
 finish("cli")

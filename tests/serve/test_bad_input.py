@@ -338,6 +338,20 @@ with su.Server(TESSERA, MODEL, ["--parallel", "2", "--max-body", str(MAX_BODY)],
             assert "\ufffd" in doc["error"]["message"], doc
 
     @case
+    def test_nul_characters_are_refused_not_cut():
+        # "stop\u0000x" used to be taken as the known key "stop", a prompt cut at the NUL
+        for path, body in ((COMPL, b'{"prompt": "a", "stop\\u0000x": 1}'),
+                           (COMPL, b'{"prompt": "ab\\u0000cd", "max_tokens": 1}'),
+                           (CHAT, b'{"messages": [{"role": "user", "content": "x\\u0000y"}]}'),
+                           ("/tokenize", b'{"content": "a\\u0000b"}')):
+            status, doc = s.json("POST", path, body, {"Content-Type": "application/json"})
+            check_error(status, doc, 400, INVALID, what=f"{path} {body!r}")
+            assert "\\u0000" in doc["error"]["message"], doc
+        # an escaped backslash before u0000 is text, not a NUL
+        r = s.post("/tokenize", {"content": "a\\u0000b"})
+        assert r["tokens"], r
+
+    @case
     def test_errors_leave_the_server_serving_and_every_slot_idle():
         still_serving(s)
         r = s.post(COMPL, {"prompt": "after all that", "max_tokens": 3, "temperature": 0})

@@ -489,6 +489,17 @@ with su.Server(TESSERA, MODEL, ["--api-key", KEY], label="apikey") as s:
             assert status == 200, f"{method} {path} with the key: {status} {data[:200]!r}"
         status, _, data = s.request("GET", "/health")
         assert status == 200, f"/health without a key: {status} {data[:200]!r}"
+        # the scheme is case-insensitive (RFC 9110), the key is not
+        for scheme in ("bearer", "BEARER"):
+            status, _, data = s.request("POST", "/tokenize", {"content": "k"},
+                                        {"Authorization": f"{scheme} {KEY}"})
+            assert status == 200, f"{scheme}: {status} {data[:200]!r}"
+        status, _, _ = s.request("POST", "/tokenize", {"content": "k"},
+                                 {"Authorization": "Bearer " + KEY.upper() + "_"})
+        assert status == 401, status
+        # HEAD is GET without the body, for health checks
+        status, hdrs, data = s.request("HEAD", "/health")
+        assert status == 200 and data == b"", (status, data)
 
     @case
     def test_openai_client_with_wrong_and_right_key():

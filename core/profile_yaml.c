@@ -339,6 +339,9 @@ tsr_status tsr_profile_parse_yaml(struct tsr_parena *a, const char *file, const 
 /* ---- layering: extends, merge, --set -------------------------------------- */
 
 #define MAX_EXTENDS 16
+/* files read in all: a chain within MAX_EXTENDS can still fan out (each file naming
+** its base many times), which would read 16^depth files */
+#define MAX_LOADS 64
 #define MAX_FILE_BYTES (1u << 20)
 
 char *tsr_profile_dirname(struct tsr_parena *a, const char *path) {
@@ -359,6 +362,7 @@ struct loader {
   const char *canon[MAX_EXTENDS + 1]; /* real paths of the files being loaded, outermost first */
   const char *name[MAX_EXTENDS + 1];  /* the same as written, for messages */
   int depth;
+  int loads; /* files read so far, each time a base is named */
 };
 
 static tsr_status read_file(const char *path, const struct tsr_pnode *from, char **out,
@@ -461,6 +465,10 @@ static tsr_status load_file(struct loader *L, const char *path, const char *data
   if (L->depth == MAX_EXTENDS + 1)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: extends chain deeper than %d files: %s",
                          from->where, MAX_EXTENDS, chain_text(L, 0, path));
+  if (++L->loads > MAX_LOADS)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: extends reads more than %d files in all (a "
+                         "base named more than once is read each time): %s", from->where,
+                         MAX_LOADS, chain_text(L, 0, path));
   const char *name = tsr_parena_strdup(L->a, path);
   if (!name) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   if (!data) {

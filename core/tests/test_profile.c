@@ -225,6 +225,35 @@ static void test_extends_missing_file_is_named(void) {
 }
 
 /* a chain deeper than the limit is refused even though it has no cycle */
+/* Each file naming its base 16 times: 16^4 reads if followed, refused at 64. */
+static void test_extends_fan_out_is_limited(void) {
+  char dir[] = "/tmp/tsr_profile_XXXXXX";
+  if (!mkdtemp(dir)) {
+    CHECK(0);
+    return;
+  }
+  char path[6][128];
+  for (int i = 0; i < 6; i++) {
+    snprintf(path[i], sizeof path[i], "%s/f%d.yaml", dir, i);
+    FILE *f = fopen(path[i], "w");
+    if (!f) continue;
+    if (i < 5) {
+      fprintf(f, "extends: [");
+      for (int k = 0; k < 16; k++) fprintf(f, "%sf%d.yaml", k ? ", " : "", i + 1);
+      fprintf(f, "]\n");
+    } else {
+      fprintf(f, "model: default\n");
+    }
+    fclose(f);
+  }
+  struct tsr_profile *p = NULL;
+  CHECK_OK(tsr_profile_load(path[4], NULL, 0, &p)); /* 16 reads of f5 */
+  tsr_profile_free(p);
+  expect_error(path[0], "extends reads more than 64 files in all", "f0.yaml -> f1.yaml");
+  for (int i = 0; i < 6; i++) unlink(path[i]);
+  rmdir(dir);
+}
+
 static void test_extends_depth_is_limited(void) {
   char dir[] = "/tmp/tsr_profile_XXXXXX";
   if (!mkdtemp(dir)) {
@@ -466,6 +495,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_extends_cycles_are_refused_naming_the_chain);
   TSR_RUN(test_extends_missing_file_is_named);
   TSR_RUN(test_extends_depth_is_limited);
+  TSR_RUN(test_extends_fan_out_is_limited);
   TSR_RUN(test_set_overrides_nested_and_new_keys);
   TSR_RUN(test_set_errors_name_the_flag);
   TSR_RUN(test_duplicate_keys_name_both_lines);

@@ -365,6 +365,9 @@ static void warn_bad_manifest(void *user, const char *message) {
   fprintf(stderr, "tessera: skipping a plugin: %s\n", message);
 }
 
+/* A plugin that does not load is one provider fewer, not a failure of the search:
+** the caller fails only when what it asks for is then missing, and the warning
+** says which plugin it might have been. */
 tsr_status tsr_plugin_host_load_providers(struct tsr_plugin_host *h, const char *iface) {
   struct tsr_manifest *list = NULL;
   int n = 0;
@@ -373,7 +376,8 @@ tsr_status tsr_plugin_host_load_providers(struct tsr_plugin_host *h, const char 
     bool provides = false;
     for (int j = 0; j < list[i].n_provides; j++) provides |= !strcmp(list[i].provides[j].name, iface);
     if (!provides || !list[i].library[0] || tsr_plugin_host_find_plugin(h, list[i].name)) continue;
-    st = tsr_plugin_host_load(h, list[i].name, list[i].dir, NULL, 0, NULL);
+    if (tsr_plugin_host_load(h, list[i].name, list[i].dir, NULL, 0, NULL) != TSR_OK)
+      warn_bad_manifest(NULL, tsr_error_message());
   }
   free(list);
   return st;

@@ -52,8 +52,9 @@ tsr_status tsr_plugin_host_load(struct tsr_plugin_host *h, const char *name, con
 
 /* Loads every plugin on the search path whose manifest provides iface and
 ** names a library (those already loaded are kept), e.g. all arch plugins so
-** a model's architecture can be found by name. A plugin that fails to load
-** is an error naming it. */
+** a model's architecture can be found by name. A plugin that fails to load is
+** skipped with a warning naming it (stderr): only a caller that then lacks what
+** it asked for fails. */
 tsr_status tsr_plugin_host_load_providers(struct tsr_plugin_host *h, const char *iface);
 
 /* Every interface a loaded plugin requires is provided by a loaded one. */

@@ -162,6 +162,24 @@ def test_fifos_and_devices_are_refused_not_waited_on():
 
 
 @case
+def test_a_broken_plugin_elsewhere_on_the_path_is_skipped_with_a_warning():
+    # its manifest provides an arch and names a library that is not one: converting a
+    # model another plugin handles still works, and the warning names the broken one
+    d = os.path.join(TMP, "broken_path", "broken_arch")
+    os.makedirs(d, exist_ok=True)
+    write(d, "plugin.ini", "[plugin]\nname = broken_arch\nversion = 1.0.0\nabi = 1.1\n"
+          "provides = arch:1\nrequires =\nlibrary = libbroken.so\ndescription = broken\n")
+    write(d, "libbroken.so", "not an ELF file\n")
+    env = dict(os.environ)
+    env["TESSERA_PLUGIN_PATH"] = os.path.dirname(d) + ":" + env.get("TESSERA_PLUGIN_PATH", "")
+    out = os.path.join(TMP, "broken_convert.gguf")
+    p = subprocess.run([TESSERA, "convert", os.path.join(SOURCE, "tests", "reference", "fixtures",
+                                                         "qwen3_tied"), out, "--outtype", "f32"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    expect(p.returncode, p.stdout, p.stderr, 0, "skipping a plugin", "broken_arch", "wrote")
+
+
+@case
 def test_a_prompt_file_with_a_nul_byte_is_refused_not_cut():
     path = os.path.join(TMP, "nul.txt")
     with open(path, "wb") as f:

@@ -100,8 +100,10 @@ static int get_num(const cJSON *root, const char *name, double lo, double hi, bo
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, name);
   if (!v || cJSON_IsNull(v)) return 0;
   int64_t i;
-  if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+  if (!cJSON_IsNumber(v))
     return bad(e, name, "'%s' must be a number, not %s", name, tsr_json_type_name(v));
+  if (!isfinite(v->valuedouble)) /* 1e999: a number JSON allows and a double cannot hold */
+    return bad(e, name, "'%s' is too large to be a number here", name);
   if (integral && !tsr_json_as_i64(v, &i))
     return bad(e, name, "'%s' must be an integer, not %g", name, v->valuedouble);
   if (v->valuedouble < lo || v->valuedouble > hi)
@@ -388,10 +390,13 @@ int srv_parse_request(struct srv *s, enum srv_kind k, const char *body, size_t l
   if (!st && (r->p.n_prompt >= s->n_ctx_slot ||
               (r->p.max_tokens > 0 && r->p.n_prompt + r->p.max_tokens > s->n_ctx_slot))) {
     *code = "context_length_exceeded";
+    char asks[96] = ""; /* the limit by the name this endpoint gives it */
+    if (r->p.max_tokens > 0)
+      snprintf(asks, sizeof asks, " and %s asks for %lld more",
+               k == SRV_LLAMA ? "n_predict" : "max_tokens", (long long)r->p.max_tokens);
     st = bad(&e, k == SRV_CHAT ? "messages" : "prompt",
-             "this slot's context is %d tokens; the prompt has %d%s%lld", s->n_ctx_slot,
-             r->p.n_prompt, r->p.max_tokens > 0 ? " and max_tokens asks for " : "",
-             r->p.max_tokens > 0 ? (long long)r->p.max_tokens : 0LL);
+             "this slot's context is %d tokens; the prompt has %d%s", s->n_ctx_slot,
+             r->p.n_prompt, asks);
   }
   struct tsr_sampler *probe = NULL; /* the sampler's own validation, before queueing */
   if (!st && tsr_sampler_new(&r->p.sampling, s->n_vocab, &probe) != TSR_OK)

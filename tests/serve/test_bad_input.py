@@ -352,6 +352,25 @@ with su.Server(TESSERA, MODEL, ["--parallel", "2", "--max-body", str(MAX_BODY)],
         assert r["tokens"], r
 
     @case
+    def test_error_messages_say_what_was_sent():
+        # the prompt's length alone, with no stray digit after it
+        long = "b" * (N_CTX + 1)
+        n = len(s.post("/tokenize", {"content": long, "add_special": True})["tokens"])
+        status, doc = s.json("POST", LLAMA, {"prompt": long, "n_predict": -1})
+        check_error(status, doc, 400, INVALID, "context_length_exceeded")
+        assert doc["error"]["message"].endswith(f"the prompt has {n}"), doc
+        # /completion's limit is n_predict, and it is named so
+        status, doc = s.json("POST", LLAMA, {"prompt": "b" * (N_CTX // 2), "n_predict": N_CTX})
+        check_error(status, doc, 400, INVALID, "context_length_exceeded")
+        msg = doc["error"]["message"]
+        assert f"n_predict asks for {N_CTX} more" in msg and "max_tokens" not in msg, doc
+        # a number a double cannot hold is too large, not "not number"
+        status, doc = s.json("POST", COMPL, b'{"prompt": "a", "temperature": 1e999}',
+                             {"Content-Type": "application/json"})
+        check_error(status, doc, 400, INVALID)
+        assert "too large" in doc["error"]["message"], doc
+
+    @case
     def test_errors_leave_the_server_serving_and_every_slot_idle():
         still_serving(s)
         r = s.post(COMPL, {"prompt": "after all that", "max_tokens": 3, "temperature": 0})

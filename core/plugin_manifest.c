@@ -1,5 +1,8 @@
 #include "plugin_manifest.h"
 
+/* inih's own line buffer (its default INI_MAX_LINE, which the system library keeps) */
+#define INI_LINE_MAX 200
+
 #include <ini.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +124,19 @@ tsr_status tsr_manifest_read(const char *path, struct tsr_manifest *out) {
     tsr_error_prefix("plugin manifest");
     return TSR_ERR_IO;
   }
+  /* inih reads lines of at most INI_LINE_MAX bytes and parses the rest of a longer
+  ** one as a line of its own: name the long line instead of that remainder */
+  char line[4096];
+  for (int n = 1; fgets(line, sizeof line, f); n++) {
+    const size_t len = strcspn(line, "\r\n");
+    if (len >= INI_LINE_MAX) {
+      fclose(f);
+      return tsr_error_set(TSR_ERR_FORMAT, "%s:%d: the line is %s%zu bytes long; a manifest's "
+                           "lines hold at most %d", path, n, len == sizeof line - 1 ? "at least " : "", len,
+                           INI_LINE_MAX - 1);
+    }
+  }
+  rewind(f);
   struct parse_state ps = {.m = out};
   int rc = ini_parse_file(f, on_entry, &ps);
   fclose(f);

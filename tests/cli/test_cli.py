@@ -132,6 +132,19 @@ def test_plugin_without_code_is_refused():
 
 
 @case
+def test_a_manifest_line_too_long_is_named():
+    # inih splits a line past its buffer; the error names the long line, not the remainder
+    d = os.path.join(TMP, "long_desc")
+    os.makedirs(d, exist_ok=True)
+    write(d, "plugin.ini", "[plugin]\nname = long_desc\nversion = 0.0.0\nabi = 1.1\n"
+          "provides = attention:1\nrequires =\ndescription = " + "d" * 250 + "\n")
+    p = write(TMP, "longdesc.yaml", f"extends: {DEFAULT}\nplugins: [arch_qwen, "
+              "{name: long_desc, path: long_desc}]\n")
+    expect(*run("profile", "check", p), 2, "plugin.ini:7: the line is 264 bytes long",
+           "at most 199")
+
+
+@case
 def test_memory_limit_is_enforced():
     expect(*run("profile", "check", DEFAULT, "--set", "memory_limit=1KiB"), 2, "memory_limit")
 

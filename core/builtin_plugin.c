@@ -41,7 +41,7 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
     bool core_codec = false;
     for (size_t c = 0; c < N_CODECS; c++) core_codec |= dt == (int)g_codec_types[c];
     /* a codec of its own layout that runs on cuda has a kernel lifting it to f16 */
-    const bool own_layout = dt >= TSR_DTYPE_CODEC_BASE;
+    const bool own_layout = tsr_dtype_is_codec(dt);
     if (cuda && !core_codec && !own_layout)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "flash on cuda reads codecs stored in the core "
                            "dtypes only (f32, f16, bf16, q8_0, q6_0, q5_1, q5_0, q4_1, q4_0); %s "

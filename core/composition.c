@@ -143,7 +143,7 @@ static void codec_how(const struct tsr_plugin_host *h, const char *name, enum ts
     return;
   }
   const struct tsr_dtype_traits *tr = tsr_dtype_traits(c->dtype);
-  int n = c->dtype >= TSR_DTYPE_CODEC_BASE
+  int n = tsr_dtype_is_codec(c->dtype)
               ? snprintf(out, cap, "%s %s; %s, its own layout", tsr_plugin_name(owner),
                          tsr_plugin_version(owner), tsr_read_path_name(path))
               : snprintf(out, cap, "%s %s; %s as %s", tsr_plugin_name(owner),

@@ -103,6 +103,11 @@ typedef void (*tsr_codec_decode_fn)(void *ctx, const void *src, float *dst, int6
 tsr_status tsr_dtype_register_codec(const char *owner, const char *name, int64_t block_size,
                                     size_t type_size, tsr_codec_encode_fn encode,
                                     tsr_codec_decode_fn decode, void *ctx, int *id);
+/* Whether type_id is in the range the host assigns to codecs of their own layout. */
+static inline int tsr_dtype_is_codec(int type_id) {
+  return type_id >= TSR_DTYPE_CODEC_BASE && type_id < TSR_DTYPE_CODEC_BASE + TSR_DTYPE_CODEC_MAX;
+}
+
 /* The plugin ops holding a codec dtype's device kernels (plugin.h,
 ** tsr_kv_codec_kernels): writing rows into it, and lifting it to f16. */
 tsr_status tsr_dtype_codec_set_ops(int type_id, int32_t encode_op, int32_t lift_op);

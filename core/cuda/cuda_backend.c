@@ -352,74 +352,61 @@ static void info_of(const struct cu_ctx *c, const struct tsr_tensor *t, struct t
   for (int d = 0; d < 4; d++) i->ne[d] = t->ne[d], i->nb[d] = t->nb[d];
 }
 
-/* A plugin op: its cuda kernel with device addresses, enqueuing on our stream
-** (plugin.h, register_kernel_lib); inside a capture it does no bookkeeping, and
-** replay is the bookkeeping call of a compute that replayed (or just captured and
-** launched) the graph, which enqueues nothing (plugin.h, tsr_device_call.graph). */
-static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t, bool replay) {
+/* Calls plugin op op_id's cuda kernel on infos of dst and its n_src sources, with
+** the device call a kernel reads (plugin.h): graph says how a CUDA graph holds it. */
+static tsr_status call_kernel(struct cu_ctx *c, int32_t op_id, const struct tsr_tensor *dst_t,
+                              const struct tsr_tensor *const *src_t, int n_src,
+                              const int32_t *params, int64_t graph) {
   tsr_plugin_kernel_fn fn;
   void *kctx;
-  tsr_status st = c->host->custom_op_kernel(t->op_params[0], "cuda", &fn, &kctx);
+  tsr_status st = c->host->custom_op_kernel(op_id, "cuda", &fn, &kctx);
   if (st != TSR_OK) return st;
   struct tsr_tensor_info dst, src[TSR_MAX_SRC];
-  int n_src = 0;
-  info_of(c, t, &dst);
-  while (n_src < TSR_MAX_SRC && t->src[n_src]) info_of(c, t->src[n_src], &src[n_src]), n_src++;
+  info_of(c, dst_t, &dst);
+  for (int i = 0; i < n_src; i++) info_of(c, src_t[i], &src[i]);
   struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
                                  .device = c->device, .stream = c->stream, .status = TSR_OK,
-                                 .graph = replay        ? TSR_DEVICE_CALL_REPLAY
-                                          : c->capturing ? TSR_DEVICE_CALL_CAPTURE
-                                                         : TSR_DEVICE_CALL_EAGER,
+                                 .graph = graph,
                                  .attn_pipelined = c->attn_pipelined,
                                  .attn_gqa_decode = c->attn_gqa_decode,
                                  .attn_split_keys = c->attn_split_keys};
   c->host->set_device_call(&call);
-  fn(kctx, 0, 1, &dst, src, n_src, &t->op_params[2]);
+  fn(kctx, 0, 1, &dst, src, n_src, params);
   c->host->set_device_call(NULL);
   if (call.status != TSR_OK) {
-    const char *name = c->host->custom_op_name(t->op_params[0]);
+    const char *name = c->host->custom_op_name(op_id);
     tsr_error_prefix("cuda kernel of plugin op '%s'", name ? name : "?");
     return (tsr_status)call.status;
   }
   return TSR_OK;
 }
 
+/* A plugin op: its cuda kernel with device addresses, enqueuing on our stream
+** (plugin.h, register_kernel_lib); inside a capture it does no bookkeeping, and
+** replay is the bookkeeping call of a compute that replayed (or just captured and
+** launched) the graph, which enqueues nothing (plugin.h, tsr_device_call.graph). */
+static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t, bool replay) {
+  int n_src = 0;
+  while (n_src < TSR_MAX_SRC && t->src[n_src]) n_src++;
+  return call_kernel(c, t->op_params[0], t, (const struct tsr_tensor *const *)t->src, n_src,
+                     &t->op_params[2],
+                     replay ? TSR_DEVICE_CALL_REPLAY
+                     : c->capturing ? TSR_DEVICE_CALL_CAPTURE
+                                    : TSR_DEVICE_CALL_EAGER);
+}
+
 /* A codec dtype's device kernel (plugin.h, tsr_kv_codec_kernels) where set_rows
-** (role 0: encode) or a cast to f16 (role 1: lift) would run: launches only, so
-** a capture records them like the core's own (no replay call). */
+** (role 0: encode; sources the rows and cells) or a cast to f16 (role 1: lift;
+** source the codec's rows) would run: launches only, so a capture records them
+** like the core's own (no replay call). */
 static tsr_status run_codec(struct cu_ctx *c, const struct tsr_tensor *t, int role) {
   const int32_t dtype = role ? (int32_t)t->src[0]->dtype : (int32_t)t->dtype;
   int32_t op[2];
   if (!c->host->codec_ops(dtype, &op[0], &op[1]))
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: dtype %d has no codec kernels", dtype);
-  tsr_plugin_kernel_fn fn;
-  void *kctx;
-  tsr_status st = c->host->custom_op_kernel(op[role], "cuda", &fn, &kctx);
-  if (st != TSR_OK) return st;
-  struct tsr_tensor_info dst, src[2];
-  info_of(c, t, &dst);
-  const int n_src = role ? 1 : 2;
-  for (int i = 0; i < n_src; i++) info_of(c, t->src[role ? 0 : i + 1], &src[i]);
-  struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
-                                 .device = c->device, .stream = c->stream, .status = TSR_OK,
-                                 .graph = c->capturing ? TSR_DEVICE_CALL_CAPTURE
-                                                       : TSR_DEVICE_CALL_EAGER,
-                                 .attn_pipelined = c->attn_pipelined,
-                                 .attn_gqa_decode = c->attn_gqa_decode,
-                                 .attn_split_keys = c->attn_split_keys};
-  c->host->set_device_call(&call);
-  fn(kctx, 0, 1, &dst, src, n_src, NULL);
-  c->host->set_device_call(NULL);
-  if (call.status != TSR_OK) {
-    const char *name = c->host->custom_op_name(op[role]);
-    tsr_error_prefix("cuda kernel '%s'", name ? name : "?");
-    return (tsr_status)call.status;
-  }
-  return TSR_OK;
-}
-
-static bool codec_dtype(enum tsr_dtype t) {
-  return t >= TSR_DTYPE_CODEC_BASE && t < TSR_DTYPE_CODEC_BASE + TSR_DTYPE_CODEC_MAX;
+  const struct tsr_tensor *const *src = (const struct tsr_tensor *const *)t->src + (role ? 0 : 1);
+  return call_kernel(c, op[role], t, src, role ? 1 : 2, NULL,
+                     c->capturing ? TSR_DEVICE_CALL_CAPTURE : TSR_DEVICE_CALL_EAGER);
 }
 
 static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
@@ -452,11 +439,11 @@ static tsr_status run_node(struct cu_ctx *c, const struct tsr_tensor *t) {
     break;
   case TSR_OP_CONCAT: CU_LAUNCH(cu_concat(cs, &d, &a, &b, t->op_params[0])); break;
   case TSR_OP_CPY:
-    if (codec_dtype(t->src[0]->dtype)) return run_codec(c, t, 1);
+    if (tsr_dtype_is_codec((int)t->src[0]->dtype)) return run_codec(c, t, 1);
     CU_LAUNCH(cu_cpy(cs, &d, &a));
     break;
   case TSR_OP_SET_ROWS:
-    if (codec_dtype(t->dtype)) return run_codec(c, t, 0);
+    if (tsr_dtype_is_codec((int)t->dtype)) return run_codec(c, t, 0);
     CU_LAUNCH(cu_set_rows(cs, &d, &b, &s2));
     break;
   case TSR_OP_TOP_K: CU_LAUNCH(cu_top_k(cs, &d, &a, t->op_params[0])); break;

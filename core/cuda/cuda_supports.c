@@ -43,10 +43,6 @@ static tsr_status codec_kernel(struct cu_ctx *c, const struct tsr_tensor *t, int
   return c->host->custom_op_kernel(op[role], "cuda", &fn, &kctx);
 }
 
-static bool codec_dtype(enum tsr_dtype t) {
-  return t >= TSR_DTYPE_CODEC_BASE && t < TSR_DTYPE_CODEC_BASE + TSR_DTYPE_CODEC_MAX;
-}
-
 tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
   const struct tsr_tensor *a = t->src[0], *b = t->src[1];
   switch (t->op) {
@@ -70,7 +66,7 @@ tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
       return TSR_OK;
     return refuse(t, "source", a, "concat of f32, f16, bf16 and i32");
   case TSR_OP_CPY:
-    if (codec_dtype(a->dtype)) /* a codec's lift */
+    if (tsr_dtype_is_codec((int)a->dtype)) /* a codec's lift */
       return t->dtype == TSR_F16 ? codec_kernel(c, t, (int32_t)a->dtype, 1)
                                  : refuse(t, "destination", t, "casts of a codec's rows to f16");
     if (a->dtype == t->dtype) {
@@ -81,7 +77,7 @@ tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
     if (!cu_can_write(t->dtype)) return refuse(t, "destination", t, "casts to " WRITES);
     return TSR_OK;
   case TSR_OP_SET_ROWS:
-    if (codec_dtype(t->dtype)) return codec_kernel(c, t, (int32_t)t->dtype, 0);
+    if (tsr_dtype_is_codec((int)t->dtype)) return codec_kernel(c, t, (int32_t)t->dtype, 0);
     return cu_can_write(t->dtype) ? TSR_OK : refuse(t, "target", a, "set_rows into " WRITES);
   case TSR_OP_FLASH_ATTN: {
     const struct tsr_tensor *k = t->src[1], *v = t->src[2];

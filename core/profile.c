@@ -235,7 +235,11 @@ static const struct section sampling = SECTION(sampling_fields);
 typedef struct tsr_profile_server SV;
 static const struct field server_fields[] = {
     STR("host", SV, host), INT("port", SV, port, 1, 65535),
-    INT("parallel", SV, parallel, 1, 64), OPT_STR("api_key_env", SV, api_key_env)};
+    INT("parallel", SV, parallel, 1, 64), OPT_STR("api_key_env", SV, api_key_env),
+    INT("header_timeout", SV, header_timeout, 1, 3600),
+    INT("body_timeout", SV, body_timeout, 1, 3600),
+    INT("client_connections", SV, client_connections, 0, 65536),
+    OPT_STR("cors_origins", SV, cors_origins)};
 static const struct section server = SECTION(server_fields);
 
 static const char *const backends[] = {"cpu", "cuda", NULL};
@@ -583,7 +587,8 @@ static void set_defaults(struct tsr_profile *p) {
   p->kv.k = p->kv.v = "f16";
   p->sampling = (struct tsr_profile_sampling){.temperature = 0.8, .top_k = 40, .top_p = 0.95,
                                               .min_p = 0.05, .seed = -1, .max_tokens = 256};
-  p->server = (struct tsr_profile_server){.host = "127.0.0.1", .port = 8080, .parallel = 1};
+  p->server = (struct tsr_profile_server){.host = "127.0.0.1", .port = 8080, .parallel = 1,
+                                          .header_timeout = 30, .body_timeout = 60};
 }
 
 static tsr_status check_profile(struct vctx *c) {

@@ -100,7 +100,11 @@ struct tsr_profile_sampling {
 struct tsr_profile_server {
   const char *host;
   int32_t port, parallel;
-  const char *api_key_env; /* name of the environment variable, or NULL */
+  const char *api_key_env;  /* name of the environment variable, or NULL */
+  int32_t header_timeout;   /* seconds for a request's headers, and for an idle kept-alive wait */
+  int32_t body_timeout;     /* seconds for a request's body once its headers are in */
+  int32_t client_connections; /* connections one client address may hold; 0: half the limit */
+  const char *cors_origins; /* comma-separated origins (or "*") allowed cross-origin; NULL: none */
 };
 
 struct tsr_profile {

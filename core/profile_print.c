@@ -262,4 +262,12 @@ void tsr_profile_print(const struct tsr_profile *p, FILE *f) {
   kv_line(&pr, 2, "parallel", v, "server.parallel");
   kv_line(&pr, 2, "api_key_env", sv->api_key_env ? str(v, sizeof v, sv->api_key_env) : "null",
           "server.api_key_env");
+  snprintf(v, sizeof v, "%d", sv->header_timeout);
+  kv_line(&pr, 2, "header_timeout", v, "server.header_timeout");
+  snprintf(v, sizeof v, "%d", sv->body_timeout);
+  kv_line(&pr, 2, "body_timeout", v, "server.body_timeout");
+  snprintf(v, sizeof v, "%d", sv->client_connections);
+  kv_line(&pr, 2, "client_connections", v, "server.client_connections");
+  kv_line(&pr, 2, "cors_origins", sv->cors_origins ? str(v, sizeof v, sv->cors_origins) : "null",
+          "server.cors_origins");
 }

@@ -11,6 +11,8 @@ static void serve_usage(FILE *f) {
           "usage: tessera serve [--profile P | -m MODEL.gguf] [--host H] [--port N]\n"
           "                     [--parallel N] [--queue N] [--api-key KEY] [--alias NAME]\n"
           "                     [--max-body BYTES] [--chat-template chatml|gemma|gemma4]\n"
+          "                     [--header-timeout S] [--body-timeout S]\n"
+          "                     [--client-connections N] [--cors-origins LIST]\n"
           "                     [--set key=value]... [--threads N]\n"
           "Serves /v1/chat/completions, /v1/completions, /completion, /tokenize,\n"
           "/detokenize, /v1/models, /health, /metrics and /slots (docs/SERVER.md). Host,\n"
@@ -18,6 +20,8 @@ static void serve_usage(FILE *f) {
           "server section; --port 0 takes a free port. --queue N requests may wait for a\n"
           "slot (default 64); --max-body (default 1048576) limits a request body. Once\n"
           "listening it writes 'tessera serve: listening on http://HOST:PORT' to stderr.\n"
+          "--parallel, --header-timeout, --body-timeout, --client-connections and\n"
+          "--cors-origins set the profile's server keys of the same names.\n"
           "SIGINT/SIGTERM cancel what is in flight and stop it (exit 0).\n");
 }
 
@@ -26,9 +30,19 @@ static int usage_error(const char *what, const char *arg) {
   return TSR_EXIT_USAGE;
 }
 
+/* Flags that are the profile's server keys: each becomes a --set. */
+static const struct {
+  const char *flag, *key;
+} server_keys[] = {{"--parallel", "parallel"},
+                   {"--header-timeout", "header_timeout"},
+                   {"--body-timeout", "body_timeout"},
+                   {"--client-connections", "client_connections"},
+                   {"--cors-origins", "cors_origins"}};
+#define N_SERVER_KEYS (sizeof server_keys / sizeof *server_keys)
+
 int tsr_cli_serve(int argc, char **argv) {
-  static const char *sets[MAX_SETS + 1];
-  static char parallel_set[64];
+  static const char *sets[MAX_SETS + N_SERVER_KEYS + 1];
+  static char key_sets[N_SERVER_KEYS][512];
   struct tsr_server_options o = {.port = -1, .queue = 64, .max_body = 1 << 20};
   int n_sets = 0;
   for (int i = 1; i < argc; i++) {
@@ -42,15 +56,20 @@ int tsr_cli_serve(int argc, char **argv) {
     const char *v = argv[++i];
     int64_t n = 0;
     bool ok = true;
+    size_t k = 0;
+    while (k < N_SERVER_KEYS && strcmp(f, server_keys[k].flag)) k++;
+    if (k < N_SERVER_KEYS) { /* the profile checks the value and names the flag's key */
+      const bool again = key_sets[k][0] != 0; /* the set is listed already: the last wins */
+      int w = snprintf(key_sets[k], sizeof key_sets[k], "server.%s=%s", server_keys[k].key, v);
+      if (w < 0 || (size_t)w >= sizeof key_sets[k]) return usage_error("value too long for ", f);
+      if (!again) sets[n_sets++] = key_sets[k];
+      continue;
+    }
     if (!strcmp(f, "-m") || !strcmp(f, "--model")) o.engine.model_path = v;
     else if (!strcmp(f, "--profile")) o.engine.profile_path = v;
     else if (!strcmp(f, "--host")) o.host = v;
     else if (!strcmp(f, "--port")) ok = tsr_cli_parse_i64(v, 0, 65535, &n), o.port = (int)n;
-    else if (!strcmp(f, "--parallel")) {
-      ok = tsr_cli_parse_i64(v, 1, 64, &n);
-      snprintf(parallel_set, sizeof parallel_set, "server.parallel=%lld", (long long)n);
-      if (ok && n_sets < MAX_SETS) sets[n_sets++] = parallel_set;
-    } else if (!strcmp(f, "--queue")) ok = tsr_cli_parse_i64(v, 0, 4096, &n), o.queue = (int)n;
+    else if (!strcmp(f, "--queue")) ok = tsr_cli_parse_i64(v, 0, 4096, &n), o.queue = (int)n;
     else if (!strcmp(f, "--api-key")) ok = *v != 0, o.api_key = v;
     else if (!strcmp(f, "--alias")) ok = *v != 0, o.alias = v;
     else if (!strcmp(f, "--max-body"))

@@ -221,12 +221,20 @@ static int chat_prompt(const struct srv *s, const cJSON *root, struct srv_params
   for (const cJSON *x = msgs->child; x && !st; x = x->next, i++) {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
-    static const char *const known[] = {"role", "content", "name", NULL};
+    static const char *const known[] = {"role", "content", NULL};
+    static const char *const known_part[] = {"type", "text", NULL};
+    char where[48];
+    snprintf(where, sizeof where, "messages[%d]", i);
     if (!cJSON_IsObject(x)) {
       st = bad(e, "messages", "messages[%d] must be an object", i);
       break;
     }
-    if ((st = check_fields(x, known, "a message", e))) break;
+    if (cJSON_GetObjectItemCaseSensitive(x, "name")) { /* no chat template has a place for it */
+      st = bad(e, "messages", "messages[%d].name is not supported: the chat template has no "
+               "place for a participant's name", i);
+      break;
+    }
+    if ((st = check_fields(x, known, where, e))) break;
     if (!cJSON_IsString(role)) {
       st = bad(e, "messages", "messages[%d].role must be a string", i);
       break;
@@ -236,7 +244,14 @@ static int chat_prompt(const struct srv *s, const cJSON *root, struct srv_params
       m[i].content = content->valuestring;
     } else if (cJSON_IsArray(content)) { /* text parts, joined */
       size_t len = 1;
-      for (const cJSON *part = content->child; part && !st; part = part->next) {
+      int j = 0;
+      for (const cJSON *part = content->child; part && !st; part = part->next, j++) {
+        snprintf(where, sizeof where, "messages[%d].content[%d]", i, j);
+        if (!cJSON_IsObject(part)) {
+          st = bad(e, "messages", "%s must be an object", where);
+          break;
+        }
+        if ((st = check_fields(part, known_part, where, e))) break;
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
         const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
         if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
@@ -315,7 +330,8 @@ static int parse_fields(struct srv *s, enum srv_kind k, const cJSON *root, struc
   int st = check_fields(root, known, names[k], e);
   if (st) return st;
   const int32_t profile_max = tsr_engine_setup(s->e)->profile->sampling.max_tokens;
-  double max = k == SRV_COMPLETION ? 16 : profile_max > 0 ? profile_max : -1, n = 1;
+  const double not_asked = -2; /* below every valid value, -1 included */
+  double max = not_asked, n = 1;
   p->cache_prompt = true;
   if (k == SRV_LLAMA) {
     st = get_num(root, "n_predict", -1, 1e9, true, &max, e);
@@ -343,6 +359,8 @@ static int parse_fields(struct srv *s, enum srv_kind k, const cJSON *root, struc
   if (!st && k != SRV_LLAMA) st = stream_options(root, p, e);
   if (!st) st = sampling_fields(s, root, p, e);
   if (!st) st = get_stop(root, "stop", p, e);
+  p->max_tokens_default = max == not_asked;
+  if (p->max_tokens_default) max = k == SRV_COMPLETION ? 16 : profile_max > 0 ? profile_max : -1;
   p->max_tokens = (int64_t)max;
   return st;
 }
@@ -386,7 +404,10 @@ int srv_parse_request(struct srv *s, enum srv_kind k, const char *body, size_t l
     st = parse_fields(s, k, root, &r->p, &e);
   }
   if (!st) st = k == SRV_CHAT ? chat_prompt(s, root, &r->p, &e) : text_prompt(s, root, &r->p, &e);
-  /* the prompt and every token asked for must fit the slot's share of the cache */
+  /* the prompt and every token asked for must fit the slot's share of the cache; a
+  ** default limit (the profile's, or 16) only bounds what the context leaves */
+  if (!st && r->p.max_tokens_default && r->p.max_tokens > s->n_ctx_slot - r->p.n_prompt)
+    r->p.max_tokens = s->n_ctx_slot > r->p.n_prompt ? s->n_ctx_slot - r->p.n_prompt : 1;
   if (!st && (r->p.n_prompt >= s->n_ctx_slot ||
               (r->p.max_tokens > 0 && r->p.n_prompt + r->p.max_tokens > s->n_ctx_slot))) {
     *code = "context_length_exceeded";
@@ -692,8 +713,10 @@ char *srv_render_metrics(struct srv *s) {
       {"requests_waiting", "gauge", "requests queued for a slot", waiting},
       {"kv_cells_used", "gauge", "KV cache positions held by the slots", (double)m.kv_used},
       {"kv_cells_total", "gauge", "KV cache positions", (double)m.kv_total},
+      {"connections_timed_out_total", "counter",
+       "connections closed for sending headers or a body too slowly", (double)m.timeouts},
   };
-  size_t cap = 4096, len = 0;
+  size_t cap = 8192, len = 0; /* a row is under 300 bytes */
   char *out = malloc(cap);
   for (size_t i = 0; out && i < sizeof rows / sizeof *rows; i++)
     len += (size_t)snprintf(out + len, cap - len, "# HELP tessera_%s %s\n# TYPE tessera_%s %s\n"

@@ -46,8 +46,36 @@ struct stream {
 
 /* ---- helpers ---- */
 
-static enum MHD_Result respond(struct MHD_Connection *c, int status, char *body,
-                               const char *type) {
+/* The value for Access-Control-Allow-Origin when the request's Origin is one that
+** server.cors_origins lists ("*": any), else NULL (no Origin, or one not allowed). */
+static const char *allowed_origin(const struct srv *s, struct MHD_Connection *c) {
+  const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+  const char *list = tsr_engine_setup(s->e)->profile->server.cors_origins;
+  if (!origin || !list) return NULL;
+  const size_t n = strlen(origin);
+  for (const char *p = list; *p;) {
+    while (*p == ' ' || *p == ',') p++;
+    const char *end = p;
+    while (*end && *end != ',') end++;
+    const char *last = end;
+    while (last > p && last[-1] == ' ') last--;
+    if (last - p == 1 && *p == '*') return "*";
+    if ((size_t)(last - p) == n && !strncasecmp(p, origin, n)) return origin;
+    p = end;
+  }
+  return NULL;
+}
+
+static void add_cors_headers(const struct srv *s, struct MHD_Connection *c,
+                             struct MHD_Response *r) {
+  const char *allow = allowed_origin(s, c);
+  if (!allow) return;
+  MHD_add_response_header(r, "Access-Control-Allow-Origin", allow);
+  MHD_add_response_header(r, "Vary", "Origin");
+}
+
+static enum MHD_Result respond(const struct srv *s, struct MHD_Connection *c, int status,
+                               char *body, const char *type) {
   if (!body) {
     status = 500;
     body = strdup("{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\"}}");
@@ -61,18 +89,20 @@ static enum MHD_Result respond(struct MHD_Connection *c, int status, char *body,
   }
   MHD_add_response_header(r, "Content-Type", type);
   if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
+  add_cors_headers(s, c, r);
   enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
   MHD_destroy_response(r);
   return ret;
 }
 
-static enum MHD_Result respond_json(struct MHD_Connection *c, int status, char *body) {
-  return respond(c, status, body, "application/json");
+static enum MHD_Result respond_json(const struct srv *s, struct MHD_Connection *c, int status,
+                                    char *body) {
+  return respond(s, c, status, body, "application/json");
 }
 
-static enum MHD_Result respond_error(struct MHD_Connection *c, int status, const char *msg,
-                                     const char *param, const char *code) {
-  return respond_json(c, status, srv_render_error(status, msg, param, code));
+static enum MHD_Result respond_error(const struct srv *s, struct MHD_Connection *c, int status,
+                                     const char *msg, const char *param, const char *code) {
+  return respond_json(s, c, status, srv_render_error(status, msg, param, code));
 }
 
 static void count_refused(struct srv *s) {
@@ -82,15 +112,21 @@ static void count_refused(struct srv *s) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* Whether the client has closed its side (a readable socket with nothing to read). */
-static bool client_gone(MHD_socket fd) {
+/* Whether the client has left. TCP cannot tell a client that closed from one
+** that only shut down its sending side (a half-close) until the server writes:
+** a closed one then answers with a reset. With eof_is_gone an end of the
+** client's data counts as leaving (a request that has written nothing yet);
+** without it only a reset or an error does (a stream, whose headers went out). */
+static bool client_gone(MHD_socket fd, bool eof_is_gone) {
   if (fd == MHD_INVALID_SOCKET) return false;
   struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
   if (poll(&p, 1, 0) <= 0) return false;
-  if (p.revents & (POLLHUP | POLLERR | POLLRDHUP | POLLNVAL)) return true;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+  if (p.revents & POLLRDHUP) return eof_is_gone;
   char b;
   ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  if (n == 0) return eof_is_gone;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 static MHD_socket conn_fd(struct MHD_Connection *c) {
@@ -152,7 +188,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     pthread_mutex_lock(&s->mu);
     while (st->r->state != SRV_DONE && st->r->n_released == st->sent &&
            (st->started || st->r->p.kind != SRV_CHAT)) {
-      if (client_gone(st->fd)) {
+      if (client_gone(st->fd, false)) {
         st->r->cancel = true;
         pthread_cond_signal(&s->work);
         pthread_mutex_unlock(&s->mu);
@@ -191,7 +227,7 @@ static enum MHD_Result respond_stream(struct srv *s, struct MHD_Connection *c,
     r->cancel = true;
     srv_request_unref(s, r);
     pthread_mutex_unlock(&s->mu);
-    return respond_error(c, 500, "out of memory", NULL, NULL);
+    return respond_error(s, c, 500, "out of memory", NULL, NULL);
   }
   *st = (struct stream){.s = s, .r = r, .fd = conn_fd(c)};
   struct MHD_Response *resp =
@@ -202,6 +238,7 @@ static enum MHD_Result respond_stream(struct srv *s, struct MHD_Connection *c,
   }
   MHD_add_response_header(resp, "Content-Type", "text/event-stream");
   MHD_add_response_header(resp, "Cache-Control", "no-cache");
+  add_cors_headers(s, c, resp);
   enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, resp);
   MHD_destroy_response(resp);
   return ret;
@@ -218,7 +255,7 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum sr
                                  &param, &code);
   if (status) {
     count_refused(s);
-    return respond_error(c, status, msg, param, code);
+    return respond_error(s, c, status, msg, param, code);
   }
   pthread_mutex_lock(&s->mu);
   snprintf(r->id, sizeof r->id, "%s-%llx", k == SRV_CHAT ? "chatcmpl" : "cmpl",
@@ -228,15 +265,16 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum sr
   if (status) {
     count_refused(s);
     srv_request_free(r);
-    return respond_error(c, status, msg, NULL, code);
+    return respond_error(s, c, status, msg, NULL, code);
   }
   if (r->p.stream) return respond_stream(s, c, r); /* it takes the connection's reference */
   /* wait here (this connection's own thread), watching the client */
   MHD_socket fd = conn_fd(c);
+  bool left = false;
   pthread_mutex_lock(&s->mu);
   while (r->state != SRV_DONE) {
-    if (!r->cancel && client_gone(fd)) {
-      r->cancel = true;
+    if (!r->cancel && client_gone(fd, true)) {
+      r->cancel = left = true;
       pthread_cond_signal(&s->work);
     }
     wait_progress(s);
@@ -245,18 +283,160 @@ static enum MHD_Result generate(struct srv *s, struct MHD_Connection *c, enum sr
   if (r->err_status) {
     status = r->err_status;
     body = srv_render_error(status, r->err_msg, NULL, NULL);
+  } else if (!strcmp(r->finish, "cancelled") && left) {
+    /* read only by a client that half-closed: it learns why */
+    status = 400;
+    body = srv_render_error(400, "the client shut down its sending side before the answer was "
+                            "ready, which the server takes as leaving (TCP cannot tell it from "
+                            "a close); keep the connection open, or ask for a stream", NULL,
+                            "client_closed");
   } else if (!strcmp(r->finish, "cancelled")) {
     status = 503;
-    body = srv_render_error(503, s->stopping ? "the server is shutting down; the request was "
-                            "cancelled" : "the request was cancelled", NULL,
-                            s->stopping ? "shutting_down" : "cancelled");
+    body = srv_render_error(503, "the server is shutting down; the request was cancelled", NULL,
+                            "shutting_down");
   } else {
     status = 200;
     body = srv_render_result(s, r);
   }
   srv_request_unref(s, r);
   pthread_mutex_unlock(&s->mu);
-  return respond_json(c, status, body);
+  return respond_json(s, c, status, body);
+}
+
+/* ---- connection deadlines ----------------------------------------------------- */
+
+/* A connection's deadline for its current phase: its headers (from the connection's
+** start, or from the end of its previous answer), then its body. The watchdog thread
+** closes a connection past its deadline, so a client trickling bytes holds it for at
+** most server.header_timeout + server.body_timeout. No deadline runs while the
+** server answers. */
+enum watch_phase { WATCH_HEADERS, WATCH_BODY, WATCH_ANSWER, WATCH_CLOSED };
+
+struct srv_watch {
+  MHD_socket fd;
+  enum watch_phase phase;
+  bool kept_alive; /* a request was answered on it before */
+  double deadline;
+  struct srv_watch *prev, *next;
+};
+
+/* Answers 408 where a client is mid-request (the first one on the connection: a
+** kept-alive connection that times out idle is closed without a word, since its
+** client may be about to reuse it), then shuts the socket; the connection's thread
+** sees the end and lets it go. Under watch_mu. */
+static void watch_expire(struct srv_watch *w, int header_timeout, int body_timeout) {
+  if (w->phase == WATCH_BODY || !w->kept_alive) {
+    char body[256], msg[512];
+    const int n_body = snprintf(body, sizeof body, "{\"error\":{\"message\":\"the request's %s did "
+                                "not arrive within %d s (server.%s)\",\"type\":"
+                                "\"invalid_request_error\",\"param\":null,\"code\":"
+                                "\"request_timeout\"}}",
+                                w->phase == WATCH_BODY ? "body" : "headers",
+                                w->phase == WATCH_BODY ? body_timeout : header_timeout,
+                                w->phase == WATCH_BODY ? "body_timeout" : "header_timeout");
+    const int n = snprintf(msg, sizeof msg, "HTTP/1.1 408 Request Timeout\r\nContent-Type: "
+                           "application/json\r\nConnection: close\r\nContent-Length: %d\r\n"
+                           "\r\n%s", n_body, body);
+    if (send(w->fd, msg, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) { /* best effort */ }
+  }
+  shutdown(w->fd, SHUT_RDWR);
+  w->phase = WATCH_CLOSED;
+}
+
+static void *watchdog_main(void *arg) {
+  struct srv *s = arg;
+  const struct tsr_profile_server *sv = &tsr_engine_setup(s->e)->profile->server;
+  pthread_mutex_lock(&s->watch_mu);
+  while (!s->watchdog_stop) {
+    const double now = srv_now();
+    double next = now + 1;
+    uint64_t expired = 0;
+    for (struct srv_watch *w = s->watches; w; w = w->next) {
+      if (w->phase != WATCH_HEADERS && w->phase != WATCH_BODY) continue;
+      if (w->deadline <= now) {
+        watch_expire(w, sv->header_timeout, sv->body_timeout);
+        expired++;
+      } else if (w->deadline < next) {
+        next = w->deadline;
+      }
+    }
+    if (expired) { /* nothing takes watch_mu while it holds s->mu */
+      pthread_mutex_lock(&s->mu);
+      s->m.timeouts += expired;
+      pthread_mutex_unlock(&s->mu);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double wait = next - now;
+    ts.tv_sec += (time_t)wait;
+    ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+    pthread_cond_timedwait(&s->watch_wake, &s->watch_mu, &ts);
+  }
+  pthread_mutex_unlock(&s->watch_mu);
+  return NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+  struct srv *s = cls;
+  struct srv_watch *w = *socket_context;
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    if (!(w = calloc(1, sizeof *w))) return; /* on_request refuses an unwatched connection */
+    const struct tsr_profile_server *sv = &tsr_engine_setup(s->e)->profile->server;
+    *w = (struct srv_watch){.fd = conn_fd(c), .phase = WATCH_HEADERS,
+                            .deadline = srv_now() + sv->header_timeout};
+    pthread_mutex_lock(&s->watch_mu);
+    w->next = s->watches;
+    if (w->next) w->next->prev = w;
+    s->watches = w;
+    pthread_mutex_unlock(&s->watch_mu);
+    *socket_context = w;
+  } else if (w) { /* closed: MHD closes the socket after this returns */
+    pthread_mutex_lock(&s->watch_mu);
+    if (w->prev) w->prev->next = w->next;
+    else s->watches = w->next;
+    if (w->next) w->next->prev = w->prev;
+    pthread_mutex_unlock(&s->watch_mu);
+    free(w);
+    *socket_context = NULL;
+  }
+}
+
+/* Moves c's deadline to phase; false when the watchdog has closed it already (or it
+** has no watch: then nothing bounds it, so it is refused). */
+static bool watch_phase(struct srv *s, struct MHD_Connection *c, enum watch_phase phase) {
+  const union MHD_ConnectionInfo *i =
+      MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+  struct srv_watch *w = i ? i->socket_context : NULL;
+  if (!w) return false;
+  const struct tsr_profile_server *sv = &tsr_engine_setup(s->e)->profile->server;
+  pthread_mutex_lock(&s->watch_mu);
+  const bool open = w->phase != WATCH_CLOSED;
+  if (open) {
+    if (phase == WATCH_HEADERS) w->kept_alive = true;
+    w->phase = phase;
+    w->deadline = srv_now() + (phase == WATCH_BODY ? sv->body_timeout : sv->header_timeout);
+    pthread_cond_signal(&s->watch_wake);
+  }
+  pthread_mutex_unlock(&s->watch_mu);
+  return open;
+}
+
+static tsr_status watchdog_start(struct srv *s) {
+  if (pthread_create(&s->watchdog, NULL, watchdog_main, s))
+    return tsr_error_set(TSR_ERR_INTERNAL, "cannot start the connection watchdog thread");
+  s->watchdog_running = true;
+  return TSR_OK;
+}
+
+static void watchdog_stop(struct srv *s) {
+  pthread_mutex_lock(&s->watch_mu);
+  s->watchdog_stop = true;
+  pthread_cond_signal(&s->watch_wake);
+  pthread_mutex_unlock(&s->watch_mu);
+  pthread_join(s->watchdog, NULL);
+  s->watchdog_running = false;
 }
 
 /* ---- routing ---- */
@@ -266,6 +446,55 @@ static bool authorized(const struct srv *s, struct MHD_Connection *c) {
   const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
   /* the scheme is case-insensitive (RFC 9110 11.1), the key is not */
   return h && !strncasecmp(h, "Bearer ", 7) && !strcmp(h + 7, s->api_key);
+}
+
+/* Whether a POST body is declared JSON. A browser sends text/plain, form encodings
+** or no type at all without asking the server first (a CORS "simple request");
+** requiring application/json makes it ask, and the origin check answers. */
+static bool json_content_type(struct MHD_Connection *c, char *msg, size_t cap) {
+  const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+  const char *v = t ? t : "";
+  while (*v == ' ' || *v == '\t') v++;
+  static const char json[] = "application/json";
+  const size_t n = sizeof json - 1;
+  if (!strncasecmp(v, json, n) && (!v[n] || v[n] == ';' || v[n] == ' ' || v[n] == '\t'))
+    return true;
+  if (t)
+    snprintf(msg, cap, "Content-Type is '%.200s': a request body must be application/json", t);
+  else
+    snprintf(msg, cap, "no Content-Type: a request body must be application/json (curl: -H "
+             "'Content-Type: application/json')");
+  return false;
+}
+
+/* OPTIONS: a browser's preflight, answered for an allowed origin (checked before);
+** for a client that is not a browser, which methods the path takes. */
+static enum MHD_Result preflight(const struct srv *s, struct MHD_Connection *c,
+                                 const char *method) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+  if (!r) return MHD_NO;
+  char methods[32];
+  snprintf(methods, sizeof methods, "%s%s, OPTIONS", method, strcmp(method, "GET") ? "" : ", HEAD");
+  MHD_add_response_header(r, "Allow", methods);
+  if (allowed_origin(s, c)) {
+    add_cors_headers(s, c, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", methods);
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+  }
+  enum MHD_Result ret = MHD_queue_response(c, 204, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* GET /health: ok, or 503 while the server stops. */
+static enum MHD_Result health(struct srv *s, struct MHD_Connection *c) {
+  pthread_mutex_lock(&s->mu);
+  const char *state = s->stopping ? "shutting_down" : "ok";
+  pthread_mutex_unlock(&s->mu);
+  char body[64];
+  snprintf(body, sizeof body, "{\"status\":\"%s\"}", state);
+  return respond_json(s, c, strcmp(state, "ok") ? 503 : 200, strdup(body));
 }
 
 static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char *url,
@@ -280,36 +509,46 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char
   char msg[1024];
   if (found < 0) {
     snprintf(msg, sizeof msg, "no endpoint %s %s", method, url);
-    return respond_error(c, 404, msg, NULL, NULL);
+    return respond_error(s, c, 404, msg, NULL, NULL);
   }
+  const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+  if (origin && !allowed_origin(s, c)) {
+    /* a web page may not drive the server unless the profile names its origin */
+    snprintf(msg, sizeof msg, "requests from origin '%s' are not allowed (server.cors_origins "
+             "lists the origins a browser may call from)", origin);
+    return respond_error(s, c, 403, msg, NULL, "origin_not_allowed");
+  }
+  if (!strcmp(method, "OPTIONS")) return preflight(s, c, routes[found].method);
   /* HEAD is GET without the body (MHD leaves it out) */
   const bool head = !strcmp(method, "HEAD") && !strcmp(routes[found].method, "GET");
   if (!head && strcmp(method, routes[found].method)) {
     snprintf(msg, sizeof msg, "%s takes %s, not %s", url, routes[found].method, method);
-    return respond_error(c, 405, msg, NULL, "method_not_allowed");
+    return respond_error(s, c, 405, msg, NULL, "method_not_allowed");
   }
-  if (found == 0) return respond_json(c, 200, strdup("{\"status\":\"ok\"}"));
+  if (found == 0) return health(s, c);
   if (!authorized(s, c))
-    return respond_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL,
+    return respond_error(s, c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL,
                          "invalid_api_key");
+  if (!strcmp(method, "POST") && !json_content_type(c, msg, sizeof msg))
+    return respond_error(s, c, 415, msg, NULL, "unsupported_media_type");
   if (cn->too_large) {
     snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes",
              s->opt.max_body);
-    return respond_error(c, 413, msg, NULL, "request_too_large");
+    return respond_error(s, c, 413, msg, NULL, "request_too_large");
   }
   const char *param = NULL;
   char *out = NULL;
   int st;
   switch (found) {
-    case 1: return respond_json(c, 200, srv_render_models(s));
-    case 2: return respond(c, 200, srv_render_metrics(s), "text/plain; version=0.0.4");
-    case 3: return respond_json(c, 200, srv_render_slots(s));
+    case 1: return respond_json(s, c, 200, srv_render_models(s));
+    case 2: return respond(s, c, 200, srv_render_metrics(s), "text/plain; version=0.0.4");
+    case 3: return respond_json(s, c, 200, srv_render_slots(s));
     case 4:
     case 5:
       st = (found == 4 ? srv_tokenize : srv_detokenize)(s, cn->body ? cn->body : "", cn->len,
                                                          &out, msg, sizeof msg, &param);
-      return st ? respond_error(c, st, st == 500 ? "out of memory" : msg, param, NULL)
-                : respond_json(c, 200, out);
+      return st ? respond_error(s, c, st, st == 500 ? "out of memory" : msg, param, NULL)
+                : respond_json(s, c, 200, out);
     default:
       return generate(s, c, found == 6 ? SRV_CHAT : found == 7 ? SRV_COMPLETION : SRV_LLAMA, cn);
   }
@@ -380,13 +619,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   if (!cn) { /* headers only so far */
     if (!(cn = calloc(1, sizeof *cn))) return MHD_NO;
     *con_cls = cn;
+    if (!watch_phase(s, c, WATCH_BODY)) return MHD_NO; /* past its header deadline */
     char msg[160];
     const int status = framing_error(c, msg, sizeof msg);
     if (!status) return MHD_YES;
+    watch_phase(s, c, WATCH_ANSWER);
     /* answered before any body is read; the connection closes after it */
     count_refused(s);
     count_answering(s, cn);
-    return respond_error(c, status, msg, NULL, status == 501 ? "not_implemented" : NULL);
+    return respond_error(s, c, status, msg, NULL, status == 501 ? "not_implemented" : NULL);
   }
   if (*size) { /* a piece of the body */
     if (!cn->too_large && cn->len + *size > s->opt.max_body) {
@@ -414,15 +655,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   /* every answer, errors and streams too, is counted until MHD has sent it
   ** (on_completed): a shutdown waits for it, where stopping the daemon first would
   ** close the connection unanswered */
+  if (!watch_phase(s, c, WATCH_ANSWER)) return MHD_NO; /* past its body deadline */
   count_answering(s, cn);
   return route(s, c, url, method, cn);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-  (void)c, (void)toe;
+  (void)toe;
   struct conn *cn = *con_cls;
   if (!cn) return;
+  watch_phase(cls, c, WATCH_HEADERS); /* a next request on this connection, or its idle end */
   if (cn->answering) {
     struct srv *s = cls;
     pthread_mutex_lock(&s->mu);
@@ -501,11 +744,14 @@ static struct MHD_Daemon *listen_on(struct srv *s, struct sockaddr_storage *addr
                    MHD_USE_POLL | MHD_USE_ITC;
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   freeaddrinfo(ai);
+  const unsigned limit = (unsigned)(s->n_slots + s->opt.queue + 32);
+  const int32_t per_client_set = tsr_engine_setup(s->e)->profile->server.client_connections;
+  const unsigned per_client = per_client_set > 0 ? (unsigned)per_client_set : (limit + 1) / 2;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
-      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-      (unsigned)(s->n_slots + s->opt.queue + 32), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-      MHD_OPTION_END);
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+      s, MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_client,
+      MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_END);
   if (!d)
     *st = tsr_error_set(TSR_ERR_IO, "cannot listen on %s port %d: %s", s->opt.host, s->opt.port,
                   errno ? strerror(errno) : "libmicrohttpd refused");
@@ -530,10 +776,17 @@ int tsr_server_run(const struct tsr_server_options *opt) {
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work, NULL);
   pthread_cond_init(&s->progress, NULL);
+  pthread_mutex_init(&s->watch_mu, NULL);
+  pthread_condattr_t monotonic;
+  pthread_condattr_init(&monotonic);
+  pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+  pthread_cond_init(&s->watch_wake, &monotonic);
+  pthread_condattr_destroy(&monotonic);
   int code = TSR_EXIT_OK;
   struct MHD_Daemon *d = NULL;
   tsr_status st = open_engine(s);
   if (st == TSR_OK) st = srv_sched_start(s);
+  if (st == TSR_OK) st = watchdog_start(s);
   struct sockaddr_storage addr;
   if (st == TSR_OK) d = listen_on(s, &addr, &st);
   if (st != TSR_OK) {
@@ -562,9 +815,12 @@ int tsr_server_run(const struct tsr_server_options *opt) {
     d = NULL;
   }
   if (d) MHD_stop_daemon(d);
+  if (s->watchdog_running) watchdog_stop(s);
   if (s->sched_running) srv_sched_stop(s);
   tsr_tokenizer_free(s->tok);
   tsr_engine_free(s->e);
+  pthread_cond_destroy(&s->watch_wake);
+  pthread_mutex_destroy(&s->watch_mu);
   pthread_cond_destroy(&s->progress);
   pthread_cond_destroy(&s->work);
   pthread_mutex_destroy(&s->mu);

@@ -36,6 +36,7 @@ struct srv_params {
   enum srv_kind kind;
   bool stream, include_usage, cache_prompt;
   int64_t max_tokens;                    /* -1: until end of generation or context */
+  bool max_tokens_default;               /* max_tokens is the default, not the request's */
   struct tsr_sampler_params sampling;
   char *stop[SRV_MAX_STOP];
   int n_stop;
@@ -75,6 +76,7 @@ struct srv_slot {
 
 struct srv_metrics {
   uint64_t requests, failed, prompt_tokens, generated_tokens;
+  uint64_t timeouts;         /* connections closed for sending headers or a body too slowly */
   double prompt_seconds, decode_seconds;
   uint64_t kv_used, kv_total;
 };
@@ -99,7 +101,14 @@ struct srv {
   int n_answering;           /* whole answers made but not yet sent (freed before they are) */
   struct srv_metrics m;
   pthread_t sched;
-  float *logits;             /* scheduler scratch */
+  struct srv_step *step;     /* scheduler scratch */
+  float *logits;
+  /* connection deadlines (server_http.c): their own lock, taken without s->mu */
+  pthread_mutex_t watch_mu;
+  pthread_cond_t watch_wake;
+  pthread_t watchdog;
+  bool watchdog_running, watchdog_stop;
+  struct srv_watch *watches;
 };
 
 double srv_now(void);

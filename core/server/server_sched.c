@@ -147,7 +147,7 @@ static void admit(struct srv *s) {
 
 /* ---- one step ---- */
 
-struct step {
+struct srv_step {
   int32_t n;
   int32_t *tok, *seq, *slot_of_row;
   bool *want;
@@ -157,7 +157,7 @@ struct step {
 };
 
 /* Fills the batch; returns false when there is nothing to run. */
-static bool plan_step(struct srv *s, struct step *st) {
+static bool plan_step(struct srv *s, struct srv_step *st) {
   st->n = st->n_rows = st->n_prompt_tokens = 0;
   for (int i = 0; i < s->n_slots; i++) {
     struct srv_slot *sl = &s->slots[i];
@@ -253,7 +253,7 @@ static void apply_token(struct srv *s, int i, int32_t t) {
   pthread_cond_broadcast(&s->progress);
 }
 
-static void run_step(struct srv *s, struct step *st) {
+static void run_step(struct srv *s, struct srv_step *st) {
   struct tsr_engine_batch b = {.n = st->n, .tokens = st->tok, .seq = st->seq, .logits = st->want};
   const double t0 = srv_now();
   tsr_status rc = tsr_engine_eval_batch(s->e, &b, s->logits);
@@ -303,25 +303,18 @@ static void run_step(struct srv *s, struct step *st) {
 
 static void *sched_main(void *arg) {
   struct srv *s = arg;
-  const size_t cap = (size_t)s->n_batch + SRV_MAX_SLOTS;
-  struct step st = {0};
-  st.tok = malloc(cap * sizeof *st.tok);
-  st.seq = malloc(cap * sizeof *st.seq);
-  st.slot_of_row = malloc(cap * sizeof *st.slot_of_row);
-  st.row_token = malloc(cap * sizeof *st.row_token);
-  st.want = malloc(cap * sizeof *st.want);
-  bool ok = st.tok && st.seq && st.slot_of_row && st.row_token && st.want;
+  struct srv_step *st = s->step;
   pthread_mutex_lock(&s->mu);
-  while (ok && !s->sched_exit) {
+  while (!s->sched_exit) {
     for (int i = 0; i < s->n_slots; i++)
       if (s->slots[i].req && s->slots[i].req->cancel) slot_finish(s, &s->slots[i], "cancelled");
     admit(s);
-    if (!plan_step(s, &st)) {
+    if (!plan_step(s, st)) {
       pthread_cond_wait(&s->work, &s->mu);
       continue;
     }
     pthread_mutex_unlock(&s->mu);
-    run_step(s, &st);
+    run_step(s, st);
     pthread_mutex_lock(&s->mu);
   }
   /* leaving: nothing stays in flight */
@@ -329,21 +322,53 @@ static void *sched_main(void *arg) {
     if (s->slots[i].req) slot_finish(s, &s->slots[i], "cancelled");
   while (s->n_queue > 0) request_done(s, s->queue[--s->n_queue], "cancelled");
   pthread_mutex_unlock(&s->mu);
-  free(st.tok), free(st.seq), free(st.slot_of_row), free(st.row_token), free(st.want);
   return NULL;
 }
 
+static void step_free(struct srv_step *st) {
+  if (!st) return;
+  free(st->tok), free(st->seq), free(st->slot_of_row), free(st->row_token), free(st->want);
+  free(st);
+}
+
+static void sched_free(struct srv *s) {
+  step_free(s->step);
+  free(s->logits);
+  free(s->queue);
+  s->step = NULL;
+  s->logits = NULL;
+  s->queue = NULL;
+}
+
+/* Everything the scheduler needs is allocated here, before the server listens: the
+** scheduler thread itself cannot fail, so the server never listens without one. */
 tsr_status srv_sched_start(struct srv *s) {
-  s->logits = malloc(((size_t)s->n_slots + 1) * (size_t)s->n_vocab * sizeof *s->logits);
+  const size_t cap = (size_t)s->n_batch + SRV_MAX_SLOTS;
+  const size_t n_logits = ((size_t)s->n_slots + 1) * (size_t)s->n_vocab;
+  struct srv_step *st = s->step = calloc(1, sizeof *st);
+  if (st) {
+    st->tok = malloc(cap * sizeof *st->tok);
+    st->seq = malloc(cap * sizeof *st->seq);
+    st->slot_of_row = malloc(cap * sizeof *st->slot_of_row);
+    st->row_token = malloc(cap * sizeof *st->row_token);
+    st->want = malloc(cap * sizeof *st->want);
+  }
+  s->logits = malloc(n_logits * sizeof *s->logits);
   s->queue = calloc((size_t)s->opt.queue + SRV_MAX_SLOTS, sizeof *s->queue);
-  if (!s->logits || !s->queue) {
-    free(s->logits), free(s->queue);
-    s->logits = NULL, s->queue = NULL;
-    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  if (!st || !st->tok || !st->seq || !st->slot_of_row || !st->row_token || !st->want ||
+      !s->logits || !s->queue) {
+    sched_free(s);
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory for the scheduler's buffers: a step of "
+                         "up to %zu tokens (the profile's batch %d plus one per slot) and the "
+                         "logits of %d slots, %.1f MiB in all; lower batch", cap, s->n_batch,
+                         s->n_slots, (double)(cap * (4 * sizeof(int32_t) + sizeof(bool)) +
+                                   n_logits * sizeof(float)) / 1048576.0);
   }
   for (int i = 0; i < SRV_MAX_SLOTS; i++) s->slots[i].next_token = -1;
-  if (pthread_create(&s->sched, NULL, sched_main, s))
+  if (pthread_create(&s->sched, NULL, sched_main, s)) {
+    sched_free(s);
     return tsr_error_set(TSR_ERR_INTERNAL, "cannot start the scheduler thread");
+  }
   s->sched_running = true;
   return TSR_OK;
 }
@@ -354,8 +379,5 @@ void srv_sched_stop(struct srv *s) {
   pthread_cond_signal(&s->work);
   pthread_mutex_unlock(&s->mu);
   pthread_join(s->sched, NULL);
-  free(s->logits);
-  free(s->queue);
-  s->logits = NULL;
-  s->queue = NULL;
+  sched_free(s);
 }

@@ -160,6 +160,8 @@ class Server:
                 headers = {"Content-Type": "application/json", **(headers or {})}
             elif isinstance(body, str):
                 body = body.encode()
+            if body is not None and not any(k.lower() == "content-type" for k in headers or {}):
+                headers = {"Content-Type": "application/json", **(headers or {})}
             c.request(method, path, body=body, headers=headers or {})
             r = c.getresponse()
             data = r.read()

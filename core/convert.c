@@ -1,6 +1,7 @@
 /* `tessera convert`: checkpoint access, output, dispatch and the final checks. */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -293,10 +294,19 @@ static tsr_status key_ok(struct tsr_convert *cv, const char *key) {
   }
 OUT_SCALAR(tsr_convert_out_u32, uint32_t, tsr_gguf_writer_add_u32)
 OUT_SCALAR(tsr_convert_out_i32, int32_t, tsr_gguf_writer_add_i32)
-OUT_SCALAR(tsr_convert_out_f32, float, tsr_gguf_writer_add_f32)
 OUT_SCALAR(tsr_convert_out_bool, bool, tsr_gguf_writer_add_bool)
 OUT_SCALAR(tsr_convert_out_str, const char *, tsr_gguf_writer_add_str)
 #undef OUT_SCALAR
+
+/* A config value past float's range arrives here as inf (the plugin's cast):
+** tessera run refuses a non-finite float key, so it is refused here, named. */
+tsr_status tsr_convert_out_f32(struct tsr_convert *cv, const char *key, float v) {
+  tsr_status st = key_ok(cv, key);
+  if (st == TSR_OK && !isfinite(v))
+    st = tsr_error_set(TSR_ERR_FORMAT, "%s would be %g: config.json's value does not fit a "
+                       "32-bit float", key, (double)v);
+  return st != TSR_OK ? st : tsr_gguf_writer_add_f32(cv->w, key, v);
+}
 
 static tsr_status out_arr(struct tsr_convert *cv, const char *key, enum tsr_gguf_type type,
                           const void *v, int64_t n) {
@@ -520,7 +530,9 @@ tsr_status tsr_convert_with(struct tsr_convert *cv, const struct tsr_arch_v1 *ar
   cv->plugin = plugin_name;
   if (!arch->convert)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "plugin %s has no convert()", plugin_name);
-  tsr_status st = arch->convert(arch->ctx, tsr_plugin_host_services(), cv);
+  tsr_status st = tsr_convert_check_config(cv->config, cv->config_path);
+  if (st != TSR_OK) return st;
+  st = arch->convert(arch->ctx, tsr_plugin_host_services(), cv);
   if (st != TSR_OK) {
     clear_progress(cv);
     const char *mt = tsr_convert_model_type(cv);

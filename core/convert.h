@@ -21,7 +21,13 @@
 **    (llama.cpp's LLAMA_FTYPE number for the outtype) and
 **    general.quantization_version are written by the core; a plugin that
 **    sets them is refused;
-**  - the output appears atomically (the GGUF writer's temp + rename);
+**  - config.json is checked before the plugin reads it: every key a
+**    converter reads has its JSON type and range (convert_config.c); the
+**    tokenizer writer refuses what tessera run's tokenizer loader would
+**    (convert_tokenizer.c); a float key that is not finite (a config value
+**    past float's range) is refused; each refusal names file and key;
+**  - the output appears atomically (the GGUF writer's temp + rename), so a
+**    failed conversion leaves a file already at the output path as it was;
 **    converted tensor data waits in an unlinked spill file beside the
 **    output, not in memory, so a model larger than RAM converts.
 */
@@ -78,7 +84,14 @@ void tsr_convert_free(struct tsr_convert *cv);
 const char *tsr_convert_dir(const struct tsr_convert *cv);
 /* config.json's model_type (or NULL when absent). */
 const char *tsr_convert_model_type(const struct tsr_convert *cv);
-/* Runs an arch plugin's convert() with the host's services. */
+/* core/convert_config.c: the type and range of every config.json key a
+** converter reads (label names the file in messages). */
+tsr_status tsr_convert_check_config(const void *config, const char *label);
+/* A JSON value (cJSON) as messages name what they found: "the number 5",
+** "a string \"x\"", "an object", "an array of 3". */
+void tsr_convert_describe(const void *value, char *buf, size_t n);
+/* Runs an arch plugin's convert() with the host's services, after checking
+** config.json (tsr_convert_check_config). */
 tsr_status tsr_convert_with(struct tsr_convert *cv, const struct tsr_arch_v1 *arch,
                             const char *plugin_name);
 /* The unread-tensor check, the core's keys, the write and the summary. */

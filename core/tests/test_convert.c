@@ -21,6 +21,7 @@
 #include "error.h"
 #include "gguf.h"
 #include "harness.h"
+#include "json.h"
 #include "plugin_host.h"
 
 static char g_root[256];
@@ -753,6 +754,52 @@ static void test_byte_level_bpe_tokenizer_metadata(void) {
             "Unigram");
 }
 
+/* config.json's keys that converters read, by type and range, named by path;
+** null is "not set" and passes. */
+static void test_config_keys_of_another_type_or_range_are_refused_by_path(void) {
+  static const struct {
+    const char *config, *needle;
+  } bad[] = {
+      {"{\"rope_scaling\":[1]}", "rope_scaling should be an object (a RoPE dict) (or null), "
+                                 "found an array of 1"},
+      {"{\"num_hidden_layers\":0}", "num_hidden_layers should be an integer of at least 1"},
+      {"{\"hidden_size\":64.5}", "hidden_size should be an integer of at least 1 (or null), "
+                                 "found the number 64.5"},
+      {"{\"tie_word_embeddings\":\"yes\"}", "tie_word_embeddings should be true or false"},
+      {"{\"text_config\":{\"rms_norm_eps\":0}}", "text_config.rms_norm_eps should be a finite "
+                                                 "number above 0"},
+      {"{\"text_config\":7}", "text_config should be an object"},
+      {"{\"rope_parameters\":{\"full_attention\":{\"rope_theta\":-1}}}",
+       "rope_parameters.full_attention.rope_theta should be a finite number above 0"},
+      {"{\"rope_parameters\":{\"mrope_section\":[16,-8]}}",
+       "rope_parameters.mrope_section[1] should be a list of integers of at least 0"},
+      {"{\"rope_scaling\":{\"factor\":\"2\"}}", "rope_scaling.factor should be a finite number "
+                                               "above 0 (or null), found a string \"2\""},
+      {"{\"eos_token_id\":[1,\"x\"]}", "eos_token_id[1] should be a token id"},
+      {"{\"pad_token_id\":-1}", "pad_token_id should be a token id"},
+      {"{\"num_hidden_layers\":2,\"text_config\":{\"layer_types\":[\"a\",\"b\",\"c\"]}}",
+       "text_config.layer_types has 3 entries, but num_hidden_layers is 2"},
+      {"{\"layer_types\":[\"full_attention\",4]}", "layer_types[1] should be a list of strings"},
+  };
+  char label[] = "/x/config.json";
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    cJSON *c = cJSON_Parse(bad[i].config);
+    CHECK_MSG(c != NULL, "case %zu does not parse", i);
+    tsr_status st = tsr_convert_check_config(c, label);
+    CHECK_MSG(st == TSR_ERR_FORMAT && contains(tsr_error_message(), label) &&
+                  contains(tsr_error_message(), bad[i].needle),
+              "%s: status %d, '%s' lacks '%s'", bad[i].config, (int)st, tsr_error_message(),
+              bad[i].needle);
+    cJSON_Delete(c);
+  }
+  cJSON *ok = cJSON_Parse("{\"rope_scaling\":null,\"sliding_window\":null,\"eos_token_id\":[1,106],"
+                          "\"num_experts\":0,\"text_config\":{\"num_hidden_layers\":2,"
+                          "\"layer_types\":[\"a\",\"b\"],\"rope_parameters\":{\"full_attention\":"
+                          "{\"rope_type\":\"proportional\",\"partial_rotary_factor\":0.25}}}}");
+  CHECK_OK(tsr_convert_check_config(ok, label));
+  cJSON_Delete(ok);
+}
+
 /* The committed fixtures' tokenizers, checked against what their README and
 ** llama.cpp's converter say they hold. */
 static void test_fixture_tokenizers(void) {
@@ -818,6 +865,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_plugin_mistakes_are_refused_by_name);
   TSR_RUN(test_unknown_model_type_names_it_and_the_known_ones);
   TSR_RUN(test_byte_level_bpe_tokenizer_metadata);
+  TSR_RUN(test_config_keys_of_another_type_or_range_are_refused_by_path);
   TSR_RUN(test_fixture_tokenizers);
   char cmd[320];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);

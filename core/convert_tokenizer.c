@@ -21,6 +21,17 @@
 ** tokenizer_config entries looked up among added_tokens, then config.json's
 ** *_token_id), add_bos/add_eos/add_sep from the post-processor template and
 ** tokenizer_config's add_*_token, and the chat template.
+**
+** Refused, naming the file and the key, because the written file would be
+** one tessera run cannot load or one that says something else than the
+** tokenizer: an empty model.vocab; a token listed twice; ids with gaps below
+** the highest; an added token on an id that holds another string; a merge
+** whose parts or join are not tokens (as written, after the U+0120 step);
+** no merges; a byte without its token (byte-level: GPT-2's character;
+** SentencePiece-style: <0xXX>, or the unknown token); a vocabulary of the
+** other kind than the model's pre-tokenizer; config.json's *_token_id
+** outside the vocabulary; entries of tokenizer_config.json of another type
+** than the one read.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,13 +53,24 @@ static const char *const g_sp_key[SP_COUNT] = {
     "tokenizer.ggml.padding_token_id", "tokenizer.ggml.cls_token_id",
     "tokenizer.ggml.mask_token_id",    "tokenizer.ggml.eot_token_id"};
 
+/* A set of strings by content, each with the id it was added under. */
+struct strset {
+  const char **str;
+  size_t *len;
+  int64_t *id;
+  uint64_t mask;
+};
+
 struct tok {
   struct tsr_convert *cv;
-  char path[4200];  /* tokenizer.json, for messages */
-  cJSON *tj, *tc;   /* tokenizer.json, tokenizer_config.json (NULL if absent) */
+  char path[4200];    /* tokenizer.json, for messages */
+  char tc_path[4200]; /* tokenizer_config.json */
+  cJSON *tj, *tc;     /* tokenizer.json, tokenizer_config.json (NULL if absent) */
   const cJSON *added;
   bool spm, gemma4;
   int64_t n, n_base; /* ids; entries of model.vocab (HF's vocab_size) */
+  int64_t max_id;    /* the highest id the tokenizer itself gives */
+  struct strset texts; /* model.vocab's strings, then the written tokens */
   const char **text; /* per id */
   int32_t *type;
   char **owned;      /* strings this file made */
@@ -59,6 +81,57 @@ struct tok {
   int64_t id[SP_COUNT];          /* -1: unset */
   int add[SP_COUNT];             /* -1 unset, 0, 1: add_<kind>_token */
 };
+
+/* ---- a string set (vocabulary lookups) ----------------------------------- */
+
+static uint64_t fnv1a(const char *s, size_t n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static void strset_free(struct strset *s) {
+  free(s->str);
+  free(s->len);
+  free(s->id);
+  memset(s, 0, sizeof *s);
+}
+
+static tsr_status strset_init(struct strset *s, int64_t n) {
+  strset_free(s);
+  uint64_t cap = 16;
+  while (cap < 2 * (uint64_t)n) cap *= 2;
+  s->str = calloc(cap, sizeof *s->str);
+  s->len = calloc(cap, sizeof *s->len);
+  s->id = calloc(cap, sizeof *s->id);
+  s->mask = cap - 1;
+  return s->str && s->len && s->id ? TSR_OK : tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+}
+
+/* The slot of (p, n): where it is, or the empty slot it would take. */
+static uint64_t strset_slot(const struct strset *s, const char *p, size_t n) {
+  uint64_t i = fnv1a(p, n) & s->mask;
+  while (s->str[i] && !(s->len[i] == n && !memcmp(s->str[i], p, n))) i = (i + 1) & s->mask;
+  return i;
+}
+
+/* The id of (p, n), or -1. */
+static int64_t strset_find(const struct strset *s, const char *p, size_t n) {
+  uint64_t i = strset_slot(s, p, n);
+  return s->str[i] ? s->id[i] : -1;
+}
+
+/* Adds str under id unless present; returns the id it already had, or -1. The set
+** holds at most half its slots (strset_init's n). */
+static int64_t strset_add(struct strset *s, const char *str, int64_t id) {
+  size_t n = strlen(str);
+  uint64_t i = strset_slot(s, str, n);
+  if (s->str[i]) return s->id[i];
+  s->str[i] = str;
+  s->len[i] = n;
+  s->id[i] = id;
+  return -1;
+}
 
 static char *own(struct tok *t, char *s) {
   if (s) t->owned[t->n_owned++] = s;
@@ -125,28 +198,40 @@ static tsr_status set_token(struct tok *t, int64_t id, const char *text, const c
 static tsr_status build_vocab(struct tok *t, const cJSON *vocab) {
   int64_t max_id = -1;
   t->n_base = cJSON_GetArraySize(vocab);
+  if (!t->n_base)
+    return tsr_error_set(TSR_ERR_FORMAT, "%s: model.vocab is empty; expected the tokens and "
+                         "their ids", t->path);
+  tsr_status st = strset_init(&t->texts, t->n_base);
+  if (st != TSR_OK) return st;
   for (const cJSON *e = vocab->child; e; e = e->next) {
-    int64_t id;
+    int64_t id, other;
     if (!tsr_json_as_i64(e, &id) || id < 0)
       return tsr_error_set(TSR_ERR_FORMAT, "%s: model.vocab['%.40s'] is not a token id", t->path,
                            e->string);
+    /* JSON objects may repeat a key; the parser keeps both */
+    if ((other = strset_add(&t->texts, e->string, id)) >= 0)
+      return tsr_error_set(TSR_ERR_FORMAT, "%s: model.vocab lists '%.40s' twice (ids %lld and "
+                           "%lld); expected each token once", t->path, e->string,
+                           (long long)other, (long long)id);
     if (id > max_id) max_id = id;
   }
-  for (const cJSON *a = t->added ? t->added->child : NULL; a; a = a->next) {
+  int i = 0;
+  for (const cJSON *a = t->added ? t->added->child : NULL; a; a = a->next, i++) {
     int64_t id;
     if (!tsr_json_as_i64(cJSON_GetObjectItemCaseSensitive(a, "id"), &id) || id < 0 ||
         !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(a, "content")))
-      return tsr_error_set(TSR_ERR_FORMAT, "%s: an added_tokens entry lacks an id or content",
-                           t->path);
+      return tsr_error_set(TSR_ERR_FORMAT, "%s: added_tokens[%d] lacks an id (an integer of at "
+                           "least 0) or a string content", t->path, i);
     if (id > max_id) max_id = id;
   }
+  t->max_id = max_id;
   /* the model's vocab_size (text_config's first, as llama.cpp merges it in) */
   const cJSON *cfg = tsr_convert_config(t->cv);
   const char *vs_path = tsr_json_find(cfg, "text_config.vocab_size") ? "text_config.vocab_size"
                                                                      : "vocab_size";
   t->n = max_id + 1;
   if (tsr_json_find(cfg, vs_path)) {
-    tsr_status st = tsr_json_i64(cfg, "config.json", vs_path, &t->n);
+    st = tsr_json_i64(cfg, "config.json", vs_path, &t->n);
     if (st != TSR_OK) return st;
     if (t->n <= max_id)
       return tsr_error_set(TSR_ERR_FORMAT, "%s: token id %lld is not below config.json's %s %lld",
@@ -160,7 +245,6 @@ static tsr_status build_vocab(struct tok *t, const cJSON *vocab) {
   int64_t n_added = t->added ? cJSON_GetArraySize(t->added) : 0;
   t->owned = calloc((size_t)(t->n + n_added + 1), sizeof *t->owned);
   if (!t->text || !t->type || !t->owned) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-  tsr_status st = TSR_OK;
   for (const cJSON *e = vocab->child; e && st == TSR_OK; e = e->next) {
     int64_t id;
     tsr_json_as_i64(e, &id);
@@ -170,6 +254,42 @@ static tsr_status build_vocab(struct tok *t, const cJSON *vocab) {
     st = set_token(t, id, e->string, "vocab");
     if (st == TSR_OK) t->type[id] = (t->spm && is_byte_piece(e->string)) ? TT_BYTE : TT_NORMAL;
   }
+  return st;
+}
+
+/* added_tokens against model.vocab and each other (an id names one string),
+** and no id below the highest left without a token: HF's tokenizer would
+** have no text for it, and the GGUF only a made-up placeholder. Runs before
+** apply_added, while t->text holds model.vocab alone. */
+static tsr_status check_ids(struct tok *t) {
+  const char **given = calloc((size_t)t->n, sizeof *given);
+  if (!given) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  tsr_status st = TSR_OK;
+  int i = 0;
+  for (const cJSON *a = t->added ? t->added->child : NULL; a && st == TSR_OK; a = a->next, i++) {
+    int64_t id;
+    tsr_json_as_i64(cJSON_GetObjectItemCaseSensitive(a, "id"), &id);
+    const char *text = cJSON_GetObjectItemCaseSensitive(a, "content")->valuestring;
+    if (t->text[id] && strcmp(t->text[id], text))
+      st = tsr_error_set(TSR_ERR_FORMAT, "%s: added_tokens[%d] gives id %lld to '%.40s', but "
+                         "model.vocab gives it to '%.40s'; expected one token per id", t->path, i,
+                         (long long)id, text, t->text[id]);
+    else if (given[id] && strcmp(given[id], text))
+      st = tsr_error_set(TSR_ERR_FORMAT, "%s: added_tokens[%d] gives id %lld to '%.40s', an "
+                         "earlier entry to '%.40s'; expected one token per id", t->path, i,
+                         (long long)id, text, given[id]);
+    given[id] = text;
+  }
+  int64_t n_gaps = 0, first = -1;
+  for (int64_t id = 0; id <= t->max_id && st == TSR_OK; id++)
+    if (!t->text[id] && !given[id] && !n_gaps++) first = id;
+  if (st == TSR_OK && n_gaps)
+    st = tsr_error_set(TSR_ERR_FORMAT, "%s: %lld id%s below %lld (the highest the tokenizer "
+                       "gives) belong%s to no token in model.vocab or added_tokens, the first "
+                       "%lld; expected ids without gaps", t->path, (long long)n_gaps,
+                       n_gaps == 1 ? "" : "s", (long long)t->max_id, n_gaps == 1 ? "s" : "",
+                       (long long)first);
+  free(given);
   return st;
 }
 
@@ -225,9 +345,59 @@ static tsr_status apply_added(struct tok *t) {
   return TSR_OK;
 }
 
+/* The written tokens, for the lookups below (a repeated text keeps its first id). */
+static tsr_status index_tokens(struct tok *t) {
+  tsr_status st = strset_init(&t->texts, t->n);
+  for (int64_t id = 0; id < t->n && st == TSR_OK; id++) strset_add(&t->texts, t->text[id], id);
+  return st;
+}
+
+static int64_t find2(const struct strset *s, const char *a, size_t al, const char *b,
+                     size_t bl) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < al + bl; i++)
+    h = (h ^ (unsigned char)(i < al ? a[i] : b[i - al])) * 0x100000001b3ull;
+  for (uint64_t i = h & s->mask; s->str[i]; i = (i + 1) & s->mask)
+    if (s->len[i] == al + bl && !memcmp(s->str[i], a, al) && !memcmp(s->str[i] + al, b, bl))
+      return s->id[i];
+  return -1;
+}
+
+/* A merge as written ("A B", split at the first space past the first byte,
+** as tessera run reads it): both parts and their join must be tokens. */
+static tsr_status check_merge(const struct tok *t, int64_t i, const char *m, bool spaced) {
+  size_t len = strlen(m);
+  const char *sp = len > 1 ? memchr(m + 1, ' ', len - 1) : NULL;
+  if (!sp)
+    return tsr_error_set(TSR_ERR_FORMAT, "%s: model.merges[%lld] is '%.80s'; expected two "
+                         "parts, \"a b\" or [a, b]", t->path, (long long)i, m);
+  size_t al = (size_t)(sp - m), bl = len - al - 1;
+  const char *what = NULL;
+  size_t wl = 0;
+  if (strset_find(&t->texts, m, al) < 0) what = m, wl = al;
+  else if (strset_find(&t->texts, sp + 1, bl) < 0) what = sp + 1, wl = bl;
+  else if (find2(&t->texts, m, al, sp + 1, bl) < 0) what = "their join", wl = strlen(what);
+  if (!what) return TSR_OK;
+  return tsr_error_set(TSR_ERR_FORMAT, "%s: model.merges[%lld] is '%.80s': %s%.*s%s is not in "
+                       "the vocabulary; expected both parts and their join to be tokens%s",
+                       t->path, (long long)i, m, what == sp + 1 || what == m ? "'" : "",
+                       (int)(wl > 80 ? 80 : wl), what, what == sp + 1 || what == m ? "'" : "",
+                       spaced ? " (a space inside a part is written as U+0120, as llama.cpp does)"
+                              : "");
+}
+
 static tsr_status write_merges(struct tok *t, const cJSON *merges) {
-  int64_t n = cJSON_IsArray(merges) ? cJSON_GetArraySize(merges) : 0;
-  if (!n) return TSR_OK;
+  /* tessera run (and llama.cpp) load no BPE vocabulary without its merges */
+  if (!merges || cJSON_IsNull(merges) || (cJSON_IsArray(merges) && !merges->child))
+    return tsr_error_set(TSR_ERR_FORMAT, "%s: model.merges is %s; expected the BPE merges", t->path,
+                         merges && !cJSON_IsNull(merges) ? "empty" : "missing");
+  if (!cJSON_IsArray(merges)) {
+    char what[96];
+    tsr_convert_describe(merges, what, sizeof what);
+    return tsr_error_set(TSR_ERR_FORMAT, "%s: model.merges should be an array, found %s",
+                         t->path, what);
+  }
+  int64_t n = cJSON_GetArraySize(merges);
   const char **list = calloc((size_t)n, sizeof *list);
   char **made = calloc((size_t)n, sizeof *made);
   tsr_status st = (list && made) ? TSR_OK : tsr_error_set(TSR_ERR_NOMEM, "out of memory");
@@ -235,6 +405,7 @@ static tsr_status write_merges(struct tok *t, const cJSON *merges) {
   for (const cJSON *m = merges->child; m && st == TSR_OK; m = m->next, i++) {
     if (cJSON_IsString(m)) {
       list[i] = m->valuestring;
+      st = check_merge(t, i, list[i], false);
       continue;
     }
     const cJSON *a = cJSON_GetArrayItem(m, 0), *b = cJSON_GetArrayItem(m, 1);
@@ -251,21 +422,58 @@ static tsr_status write_merges(struct tok *t, const cJSON *merges) {
       st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
       break;
     }
+    bool spaced = false;
     for (int part = 0; part < 2; part++) {
       if (part) s[o++] = ' ';
       for (const char *c = part ? b->valuestring : a->valuestring; *c; c++) {
-        if (*c == ' ') s[o++] = '\xc4', s[o++] = '\xa0';
+        if (*c == ' ') s[o++] = '\xc4', s[o++] = '\xa0', spaced = true;
         else s[o++] = *c;
       }
     }
     s[o] = '\0';
     list[i] = s;
+    st = check_merge(t, i, s, spaced);
   }
   if (st == TSR_OK) st = tsr_convert_out_arr_str(t->cv, "tokenizer.ggml.merges", list, n);
   for (int64_t k = 0; made && k < n; k++) free(made[k]);
   free(made);
   free(list);
   return st;
+}
+
+/* GPT-2's byte-to-character map (bytes_to_unicode): printable bytes stand for
+** themselves, the others for 256, 257, ... in byte order. */
+static bool byte_printable(int b) {
+  return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+/* Every byte has a token, as tessera run's loader requires: byte-level BPE
+** its GPT-2 character, SentencePiece-style BPE its <0xXX> piece (or, lacking
+** one, the unknown token stands in). */
+static tsr_status check_bytes(const struct tok *t) {
+  int n_unprintable = 0;
+  for (int b = 0; b < 256; b++) {
+    char text[8];
+    size_t len;
+    if (t->spm) {
+      len = (size_t)snprintf(text, sizeof text, "<0x%02X>", b);
+    } else {
+      unsigned cp = byte_printable(b) ? (unsigned)b : 256u + (unsigned)n_unprintable++;
+      if (cp < 0x80) text[0] = (char)cp, len = 1;
+      else text[0] = (char)(0xC0 | (cp >> 6)), text[1] = (char)(0x80 | (cp & 0x3F)), len = 2;
+      text[len] = '\0';
+    }
+    if (strset_find(&t->texts, text, len) >= 0) continue;
+    if (t->spm && t->id[SP_UNK] >= 0) continue;
+    if (t->spm)
+      return tsr_error_set(TSR_ERR_FORMAT, "%s: the vocabulary has no byte token %s and no "
+                           "unknown token to stand in; expected one of them for every byte",
+                           t->path, text);
+    return tsr_error_set(TSR_ERR_FORMAT, "%s: the vocabulary lacks '%s', the byte-level token "
+                         "of byte 0x%02X; expected all 256 of a byte-level BPE vocabulary",
+                         t->path, text, b);
+  }
+  return TSR_OK;
 }
 
 /* ---- special tokens (gguf-py's SpecialVocab) ------------------------------ */
@@ -326,12 +534,27 @@ static void read_template(struct tok *t, const cJSON *proc, bool have_tc) {
 
 static void set_id(struct tok *t, int k, int64_t id) {
   if (t->id[k] >= 0 || id < 0) return; /* the first source to name one wins */
-  if (id >= t->n) {
-    fprintf(stderr, "tessera convert: note: special token %s id %lld is outside the vocabulary "
-            "of %lld; not written\n", g_sp_name[k], (long long)id, (long long)t->n);
-    return;
-  }
   t->id[k] = id;
+}
+
+/* config.json's *_token_id (one id, or a list: several EOS): each a token.
+** llama.cpp skips an id past the vocabulary with a warning; such a config
+** does not describe this tokenizer, so it is refused. */
+static tsr_status check_config_ids(const struct tok *t, const cJSON *v, const char *key) {
+  int i = 0;
+  for (const cJSON *e = cJSON_IsArray(v) ? v->child : v; e;
+       e = cJSON_IsArray(v) ? e->next : NULL, i++) {
+    int64_t id;
+    if (!tsr_json_as_i64(e, &id) || id < 0 || id >= t->n) {
+      char what[96], at[24] = "";
+      tsr_convert_describe(e, what, sizeof what);
+      if (cJSON_IsArray(v)) snprintf(at, sizeof at, "[%d]", i);
+      return tsr_error_set(TSR_ERR_FORMAT, "config.json: %s%s should be a token id from 0 to "
+                           "%lld (the vocabulary's last), found %s", key, at,
+                           (long long)t->n - 1, what);
+    }
+  }
+  return TSR_OK;
 }
 
 static tsr_status read_specials(struct tok *t) {
@@ -393,9 +616,9 @@ static tsr_status read_specials(struct tok *t) {
       v = tsr_json_find(cfg, key);
     }
     int64_t id;
+    tsr_status st = v ? check_config_ids(t, v, key) : TSR_OK;
+    if (st != TSR_OK) return st;
     if (!v || !tsr_json_as_i64(v, &id)) continue; /* a list (several EOS) is not one id */
-    if (id < 0)
-      return tsr_error_set(TSR_ERR_FORMAT, "config.json: %s is %lld", key, (long long)id);
     set_id(t, k, id);
   }
   return TSR_OK;
@@ -496,23 +719,104 @@ static tsr_status emit(struct tok *t, const char *pre, const cJSON *model) {
   return st;
 }
 
+/* "found a number 5" for messages. */
+static tsr_status wrong_type(const char *file, const char *key, const char *want,
+                             const cJSON *v) {
+  char what[96];
+  tsr_convert_describe(v, what, sizeof what);
+  return tsr_error_set(TSR_ERR_FORMAT, "%s: %s should be %s, found %s", file, key, want, what);
+}
+
+static bool absent(const cJSON *v) { return !v || cJSON_IsNull(v); }
+
+/* tokenizer_config.json's entries this file reads, each of the type it reads:
+** another type would otherwise pass as "not set". */
+static tsr_status check_tokenizer_config(const struct tok *t) {
+  const cJSON *tc = t->tc;
+  if (!tc) return TSR_OK;
+  if (!cJSON_IsObject(tc))
+    return tsr_error_set(TSR_ERR_FORMAT, "%s: a JSON %s, not an object", t->tc_path,
+                         tsr_json_type_name(tc));
+  for (int k = 0; k < SP_COUNT; k++) {
+    char key[40];
+    snprintf(key, sizeof key, "%s_token", g_sp_name[k]);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(tc, key);
+    if (k < SP_EOT && !absent(v) && !entry_content(v))
+      return wrong_type(t->tc_path, key, "a string or an object with a string content (or null)",
+                        v);
+    snprintf(key, sizeof key, "add_%s_token", g_sp_name[k]);
+    v = cJSON_GetObjectItemCaseSensitive(tc, key);
+    if (!absent(v) && !cJSON_IsBool(v)) return wrong_type(t->tc_path, key, "true or false", v);
+  }
+  const cJSON *ct = cJSON_GetObjectItemCaseSensitive(tc, "chat_template");
+  if (absent(ct) || cJSON_IsString(ct)) return TSR_OK;
+  if (!cJSON_IsArray(ct))
+    return wrong_type(t->tc_path, "chat_template", "a string or a list of named templates", ct);
+  int i = 0;
+  for (const cJSON *e = ct->child; e; e = e->next, i++) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
+    const cJSON *tpl = cJSON_GetObjectItemCaseSensitive(e, "template");
+    if (!cJSON_IsString(name) || !name->valuestring[0] || !cJSON_IsString(tpl)) {
+      char key[48];
+      snprintf(key, sizeof key, "chat_template[%d]", i);
+      return wrong_type(t->tc_path, key, "an object with a string name and template", e);
+    }
+  }
+  return TSR_OK;
+}
+
+/* tokenizer.json's structure, before anything is read from it. */
+static tsr_status check_tokenizer_json(const struct tok *t, const cJSON *model) {
+  if (!cJSON_IsObject(t->tj))
+    return tsr_error_set(TSR_ERR_FORMAT, "%s: a JSON %s, not an object", t->path,
+                         tsr_json_type_name(t->tj));
+  if (!cJSON_IsObject(model))
+    return absent(model) ? tsr_error_set(TSR_ERR_FORMAT, "%s: no model", t->path)
+                         : wrong_type(t->path, "model", "an object", model);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(t->tj, "added_tokens");
+  if (!absent(v) && !cJSON_IsArray(v)) return wrong_type(t->path, "added_tokens", "an array", v);
+  v = cJSON_GetObjectItemCaseSensitive(model, "byte_fallback");
+  if (!absent(v) && !cJSON_IsBool(v))
+    return wrong_type(t->path, "model.byte_fallback", "true or false", v);
+  return TSR_OK;
+}
+
+/* The two kinds this writer produces and tessera run reads: byte-level BPE
+** with the arch's pre-tokenizer, and Gemma 4's SentencePiece-style BPE
+** (byte_fallback). Another pairing would write a file run refuses. */
+static tsr_status check_kind(const struct tok *t, const char *pre) {
+  bool want_spm = pre && !strcmp(pre, "gemma4");
+  if (t->spm == want_spm) return TSR_OK;
+  if (t->spm)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: model.byte_fallback is true (a "
+                         "SentencePiece-style vocabulary), but this model's tokenizer is "
+                         "byte-level BPE (pre-tokenizer '%s'); expected byte_fallback false",
+                         t->path, pre ? pre : "none");
+  return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: model.byte_fallback is false (a byte-level "
+                       "vocabulary), but this model's tokenizer is Gemma 4's SentencePiece-style "
+                       "BPE; expected byte_fallback true", t->path);
+}
+
 tsr_status tsr_convert_tokenizer(struct tsr_convert *cv, const char *pre) {
   struct tok t = {.cv = cv};
-  char cfg_path[4200];
   snprintf(t.path, sizeof t.path, "%s/tokenizer.json", tsr_convert_dir(cv));
-  snprintf(cfg_path, sizeof cfg_path, "%s/tokenizer_config.json", tsr_convert_dir(cv));
+  snprintf(t.tc_path, sizeof t.tc_path, "%s/tokenizer_config.json", tsr_convert_dir(cv));
   tsr_status st = tsr_json_load(t.path, &t.tj);
-  if (st == TSR_OK && tsr_json_file_exists(cfg_path)) st = tsr_json_load(cfg_path, &t.tc);
+  if (st == TSR_OK && tsr_json_file_exists(t.tc_path)) st = tsr_json_load(t.tc_path, &t.tc);
   const cJSON *model = NULL, *vocab = NULL;
   if (st == TSR_OK) {
     model = cJSON_GetObjectItemCaseSensitive(t.tj, "model");
+    st = check_tokenizer_json(&t, model);
+  }
+  if (st == TSR_OK) st = check_tokenizer_config(&t);
+  if (st == TSR_OK) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
     vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     t.added = cJSON_GetObjectItemCaseSensitive(t.tj, "added_tokens");
     if (!cJSON_IsArray(t.added)) t.added = NULL;
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE"))
-      st = tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: model type %s; tessera convert handles BPE "
-                         "tokenizers", t.path,
+      st = tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: model.type is %s; tessera convert handles "
+                         "BPE tokenizers", t.path,
                          cJSON_IsString(type) ? type->valuestring : "missing");
     else if (!cJSON_IsObject(vocab))
       st = tsr_error_set(TSR_ERR_FORMAT, "%s: model.vocab is not an object", t.path);
@@ -520,16 +824,21 @@ tsr_status tsr_convert_tokenizer(struct tsr_convert *cv, const char *pre) {
   if (st == TSR_OK) {
     t.spm = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"));
     t.gemma4 = t.spm && pre && !strcmp(pre, "gemma4");
-    st = build_vocab(&t, vocab);
+    st = check_kind(&t, pre);
   }
+  if (st == TSR_OK) st = build_vocab(&t, vocab);
+  if (st == TSR_OK) st = check_ids(&t);
   if (st == TSR_OK) st = apply_added(&t);
+  if (st == TSR_OK) st = index_tokens(&t);
   if (st == TSR_OK) st = read_specials(&t);
+  if (st == TSR_OK) st = check_bytes(&t);
   if (st == TSR_OK) st = emit(&t, pre, model);
   if (st != TSR_OK) tsr_error_prefix("convert_tokenizer");
   for (int64_t i = 0; i < t.n_owned; i++) free(t.owned[i]);
   free(t.owned);
   free(t.text);
   free(t.type);
+  strset_free(&t.texts);
   cJSON_Delete(t.tj);
   cJSON_Delete(t.tc);
   return st;

@@ -695,16 +695,38 @@ static const char *str_or(const struct tsr_gguf *g, const char *key) {
   return tsr_gguf_get_str(g, key, &s) == TSR_OK ? s : "";
 }
 
+/* tokenizer.json text of a byte-level BPE: the 256 byte-level characters at
+** ids 0..255 (GPT-2's map: printable bytes stand for themselves, the others
+** for U+0100 on), then extra_vocab's entries, added_tokens and merges. */
+static const char *byte_level_tokenizer(const char *added, const char *extra_vocab,
+                                        const char *merges) {
+  static char text[8192];
+  size_t o = (size_t)snprintf(text, sizeof text, "{\"added_tokens\":[%s],\"post_processor\":null,"
+                              "\"model\":{\"type\":\"BPE\",\"vocab\":{", added);
+  unsigned next = 256;
+  for (unsigned b = 0; b < 256; b++) {
+    bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    unsigned cp = printable ? b : next++;
+    char ch[8];
+    if (cp == '"' || cp == '\\') snprintf(ch, sizeof ch, "\\%c", (char)cp);
+    else if (cp < 0x80) snprintf(ch, sizeof ch, "%c", (char)cp);
+    else snprintf(ch, sizeof ch, "%c%c", (char)(0xC0 | (cp >> 6)), (char)(0x80 | (cp & 0x3F)));
+    o += (size_t)snprintf(text + o, sizeof text - o, "%s\"%s\":%u", b ? "," : "", ch, b);
+  }
+  snprintf(text + o, sizeof text - o, "%s%s},\"merges\":[%s]}}", *extra_vocab ? "," : "",
+           extra_vocab, merges);
+  return text;
+}
+
 static void test_byte_level_bpe_tokenizer_metadata(void) {
-  const char *dir = tiny_model("tok_gpt2", "{\"model_type\":\"toy\",\"vocab_size\":10,"
-                                           "\"bos_token_id\":7}");
+  const char *dir = tiny_model("tok_gpt2", "{\"model_type\":\"toy\",\"vocab_size\":264,"
+                                           "\"bos_token_id\":261}");
   put(dir, "tokenizer.json",
-      "{\"added_tokens\":[{\"id\":6,\"content\":\"<|end|>\",\"special\":true},"
-      "{\"id\":7,\"content\":\"<|im|>\",\"special\":false},"
-      "{\"id\":8,\"content\":\"\xe2\x96\x81hi\",\"special\":false}],"
-      "\"post_processor\":null,\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,"
-      "\"\xc4\xa0\":3,\"c\":4,\"abc\":5},"
-      "\"merges\":[[\"a\",\"b\"],[\"ab\",\"c\"],[\"a b\",\"c\"]]}}");
+      byte_level_tokenizer("{\"id\":260,\"content\":\"<|end|>\",\"special\":true},"
+                           "{\"id\":261,\"content\":\"<|im|>\",\"special\":false},"
+                           "{\"id\":262,\"content\":\"\xe2\x96\x81hi\",\"special\":false}",
+                           "\"ab\":256,\"abc\":257,\"a\xc4\xa0" "b\":258,\"a\xc4\xa0" "bc\":259",
+                           "[\"a\",\"b\"],[\"ab\",\"c\"],[\"a b\",\"c\"]"));
   put(dir, "tokenizer_config.json",
       "{\"eos_token\":\"<|end|>\",\"pad_token\":{\"content\":\"<|end|>\"},"
       "\"add_bos_token\":false,\"chat_template\":\"{{x}}\"}");
@@ -712,14 +734,14 @@ static void test_byte_level_bpe_tokenizer_metadata(void) {
   if (!g) return;
   CHECK(!strcmp(str_or(g, "tokenizer.ggml.model"), "gpt2"));
   CHECK(!strcmp(str_or(g, "tokenizer.ggml.pre"), "qwen2"));
-  CHECK(arr_len(g, "tokenizer.ggml.tokens") == 10);
-  CHECK(!strcmp(token(g, 2), "ab") && !strcmp(token(g, 9), "[PAD9]"));
-  CHECK(!strcmp(token(g, 8), " hi")); /* user-defined ▁ becomes a space */
+  CHECK(arr_len(g, "tokenizer.ggml.tokens") == 264);
+  CHECK(!strcmp(token(g, 256), "ab") && !strcmp(token(g, 263), "[PAD263]"));
+  CHECK(!strcmp(token(g, 262), " hi")); /* user-defined ▁ becomes a space */
   CHECK(arr_i64(g, "tokenizer.ggml.token_type", 0) == 1);
-  CHECK(arr_i64(g, "tokenizer.ggml.token_type", 6) == 3); /* special */
-  CHECK(arr_i64(g, "tokenizer.ggml.token_type", 7) == 3); /* looks special: <|...|> */
-  CHECK(arr_i64(g, "tokenizer.ggml.token_type", 8) == 4);
-  CHECK(arr_i64(g, "tokenizer.ggml.token_type", 9) == 5);
+  CHECK(arr_i64(g, "tokenizer.ggml.token_type", 260) == 3); /* special */
+  CHECK(arr_i64(g, "tokenizer.ggml.token_type", 261) == 3); /* looks special: <|...|> */
+  CHECK(arr_i64(g, "tokenizer.ggml.token_type", 262) == 4);
+  CHECK(arr_i64(g, "tokenizer.ggml.token_type", 263) == 5);
   CHECK(arr_len(g, "tokenizer.ggml.scores") == -1);
   CHECK(arr_len(g, "tokenizer.ggml.merges") == 3);
   const struct tsr_gguf_kv *kv = NULL;
@@ -731,9 +753,9 @@ static void test_byte_level_bpe_tokenizer_metadata(void) {
     CHECK_OK(tsr_gguf_arr_str(g, kv, 2, &m));
     CHECK(m.ptr && !strcmp(m.ptr, "a\xc4\xa0" "b c")); /* space inside a part: U+0120 */
   }
-  CHECK(u32_or(g, "tokenizer.ggml.eos_token_id", -1) == 6);
-  CHECK(u32_or(g, "tokenizer.ggml.padding_token_id", -1) == 6);
-  CHECK(u32_or(g, "tokenizer.ggml.bos_token_id", -1) == 7); /* from config.json */
+  CHECK(u32_or(g, "tokenizer.ggml.eos_token_id", -1) == 260);
+  CHECK(u32_or(g, "tokenizer.ggml.padding_token_id", -1) == 260);
+  CHECK(u32_or(g, "tokenizer.ggml.bos_token_id", -1) == 261); /* from config.json */
   CHECK(u32_or(g, "tokenizer.ggml.unknown_token_id", -1) == -1);
   CHECK(bool_or(g, "tokenizer.ggml.add_bos_token", -1) == 0);
   CHECK(bool_or(g, "tokenizer.ggml.add_eos_token", -1) == -1);
@@ -752,6 +774,38 @@ static void test_byte_level_bpe_tokenizer_metadata(void) {
   put(bad, "tokenizer.json", "{\"model\":{\"type\":\"Unigram\",\"vocab\":[]}}");
   CHECK_ERR(run_fake(bad, out, TSR_F32, convert_tokenizer_only, NULL), TSR_ERR_UNSUPPORTED,
             "Unigram");
+}
+
+/* A SentencePiece-style vocabulary (Gemma 4's kind): every byte needs its
+** <0xXX> piece, or an unknown token that stands in for the missing ones. */
+static void test_sentencepiece_bytes_need_a_piece_or_an_unknown_token(void) {
+  static char vocab[8192];
+  size_t o = (size_t)snprintf(vocab, sizeof vocab, "\"<pad>\":0,\"<eos>\":1,\"<bos>\":2,"
+                                                   "\"<unk>\":3");
+  for (int b = 0; b < 256; b++)
+    o += (size_t)snprintf(vocab + o, sizeof vocab - o, ",\"<0x%02X>\":%d",
+                          b == 0x41 ? 0x141 : b, 4 + b); /* <0x41> is <0x141>: no piece */
+  snprintf(vocab + o, sizeof vocab - o, ",\"\xe2\x96\x81\":260,\"a\":261,\"\xe2\x96\x81" "a\":262");
+  static char tj[9000];
+  snprintf(tj, sizeof tj, "{\"added_tokens\":[],\"model\":{\"type\":\"BPE\",\"byte_fallback\":true,"
+           "\"vocab\":{%s},\"merges\":[[\"\xe2\x96\x81\",\"a\"]]}}", vocab);
+  const char *with_unk = tiny_model("tok_spm_unk", "{\"model_type\":\"toy\",\"vocab_size\":263,"
+                                                   "\"unk_token_id\":3}");
+  put(with_unk, "tokenizer.json", tj);
+  struct tsr_gguf *g = tokenizer_gguf(with_unk, "gemma4");
+  if (g) {
+    CHECK(!strcmp(str_or(g, "tokenizer.ggml.model"), "gemma4"));
+    CHECK(u32_or(g, "tokenizer.ggml.unknown_token_id", -1) == 3);
+    tsr_gguf_close(g);
+  }
+  const char *no_unk = tiny_model("tok_spm_no_unk", "{\"model_type\":\"toy\",\"vocab_size\":263}");
+  put(no_unk, "tokenizer.json", tj);
+  char out[512];
+  snprintf(out, sizeof out, "%s/tok.gguf", no_unk);
+  g_pre = "gemma4";
+  CHECK_ERR(run_fake(no_unk, out, TSR_F32, convert_tokenizer_only, NULL), TSR_ERR_FORMAT,
+            "tokenizer.json", "no byte token <0x41>", "no unknown token");
+  CHECK(access(out, F_OK) != 0);
 }
 
 /* config.json's keys that converters read, by type and range, named by path;
@@ -865,6 +919,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_plugin_mistakes_are_refused_by_name);
   TSR_RUN(test_unknown_model_type_names_it_and_the_known_ones);
   TSR_RUN(test_byte_level_bpe_tokenizer_metadata);
+  TSR_RUN(test_sentencepiece_bytes_need_a_piece_or_an_unknown_token);
   TSR_RUN(test_config_keys_of_another_type_or_range_are_refused_by_path);
   TSR_RUN(test_fixture_tokenizers);
   char cmd[320];

@@ -69,21 +69,12 @@ static const char *cfg_path(const struct qc *q, const char *key, char *path) {
   return qfmt(path, "%s", key);
 }
 
-/* A present key holding none of number, string, bool or array: null (or a
-** dict). llama.cpp reads null as absent, and so does this file. */
-static bool cfg_is_null(const struct qc *q, const char *path) {
-  double d;
-  const char *s;
-  bool b;
-  int64_t n;
-  return q->h->hf_f64(q->cv, path, &d) != TSR_OK && q->h->hf_str(q->cv, path, &s) != TSR_OK &&
-         q->h->hf_bool(q->cv, path, &b) != TSR_OK && q->h->hf_arr_len(q->cv, path, &n) != TSR_OK;
-}
-
-/* Resolves key into path; true when it holds a value (present, not null). */
+/* Resolves key into path; true when it holds a value (present, not null).
+** A value of another type than the reader's (an object where a number
+** belongs) is then the reader's error, never "absent". */
 static bool cfg_where(const struct qc *q, const char *key, char *path) {
   cfg_path(q, key, path);
-  return q->h->hf_has(q->cv, path) && !cfg_is_null(q, path);
+  return q->h->hf_has(q->cv, path) != 0;
 }
 
 /* The optional readers: *found false when absent or null, an error for a
@@ -174,6 +165,18 @@ static tsr_status copy_f32(struct qc *q, const char *const *keys, const char *su
   return st != TSR_OK || !found ? st : put_f32(q, suffix, v);
 }
 
+/* copy_f32 for a key the runtime cannot do without (llama.cpp's converter
+** would leave it out): absent is an error. */
+static tsr_status need_f32(struct qc *q, const char *const *keys, const char *suffix) {
+  bool found;
+  double v;
+  tsr_status st = cfg_first_f64(q, keys, &found, &v);
+  if (st == TSR_OK && !found)
+    st = q->h->set_error(TSR_ERR_FORMAT, "config.json has no %s; %s.%s needs it", keys[0],
+                         q->arch, suffix);
+  return st != TSR_OK ? st : put_f32(q, suffix, v);
+}
+
 /* ---- hyperparameters -------------------------------------------------------- */
 
 static const char *const k_layers[] = {"n_layers", "num_hidden_layers", "n_layer", "num_layers",
@@ -246,7 +249,18 @@ static tsr_status read_layer_kinds(struct qc *q, int64_t *interval, bool *listed
   for (int64_t i = 0; i < n; i++) {
     const char *kind;
     if ((st = q->h->hf_arr_str(q->cv, path, i, &kind)) != TSR_OK) return st;
+    if (strcmp(kind, "linear_attention") && strcmp(kind, "full_attention"))
+      return q->h->set_error(TSR_ERR_UNSUPPORTED, "config.json: %s[%lld] is '%s' (%s has "
+                             "linear_attention and full_attention layers)", path, (long long)i,
+                             kind, q->arch);
     q->linear[i] = !strcmp(kind, "linear_attention");
+    /* the runtime plans the layers from full_attention_interval alone */
+    if (q->linear[i] != ((i + 1) % *interval != 0))
+      return q->h->set_error(TSR_ERR_UNSUPPORTED, "config.json: %s[%lld] is %s, but "
+                             "full_attention_interval %lld makes layer %lld %s; tessera runs "
+                             "the pattern the interval gives", path, (long long)i, kind,
+                             (long long)*interval, (long long)i,
+                             q->linear[i] ? "full_attention" : "linear_attention");
   }
   return TSR_OK;
 }
@@ -257,6 +271,26 @@ static tsr_status put_recurrent_layers(struct qc *q) {
   char key[NAME_LEN];
   qfmt(key, "%s.attention.recurrent_layers", q->arch);
   return q->h->out_arr_bool(q->cv, key, q->linear, q->n_layer + q->n_mtp);
+}
+
+/* What the runtime's attention needs of the head layout: whole GQA groups,
+** and an even head dim (RoPE turns pairs); head_dim, when the config gives
+** none, is hidden_size / num_attention_heads, which must then divide. */
+static tsr_status check_heads(const struct qc *q, bool has_head_dim) {
+  if (q->n_head % q->n_head_kv)
+    return q->h->set_error(TSR_ERR_FORMAT, "config.json: num_attention_heads %lld is not a "
+                           "multiple of num_key_value_heads %lld (each KV head serves a whole "
+                           "group of query heads)", (long long)q->n_head,
+                           (long long)q->n_head_kv);
+  if (!has_head_dim && q->n_embd % q->n_head)
+    return q->h->set_error(TSR_ERR_FORMAT, "config.json has no head_dim, and hidden_size %lld "
+                           "is not a multiple of num_attention_heads %lld", (long long)q->n_embd,
+                           (long long)q->n_head);
+  if (q->head_dim % 2)
+    return q->h->set_error(TSR_ERR_FORMAT, "config.json: head_dim %lld%s is odd; RoPE rotates "
+                           "pairs of dimensions", (long long)q->head_dim,
+                           has_head_dim ? "" : " (hidden_size / num_attention_heads)");
+  return TSR_OK;
 }
 
 static tsr_status read_hparams(struct qc *q) {
@@ -271,12 +305,19 @@ static tsr_status read_hparams(struct qc *q) {
   if (st == TSR_OK) st = cfg_need_i64(q, "num_attention_heads", &q->n_head);
   if (st == TSR_OK) st = cfg_i64(q, "num_key_value_heads", &found, &q->n_head_kv);
   if (st == TSR_OK && !found) q->n_head_kv = q->n_head;
-  if (st == TSR_OK) st = cfg_i64(q, "head_dim", &found, &q->head_dim);
-  if (st == TSR_OK && !found) q->head_dim = q->n_head ? q->n_embd / q->n_head : 0;
+  bool has_head_dim = false, has_experts = false, has_used = false;
+  int64_t n_used = 0;
+  if (st == TSR_OK) st = cfg_i64(q, "head_dim", &has_head_dim, &q->head_dim);
+  if (st == TSR_OK && !has_head_dim) q->head_dim = q->n_head ? q->n_embd / q->n_head : 0;
   if (st == TSR_OK) st = cfg_i64(q, "intermediate_size", &found, &q->n_ff);
   if (st == TSR_OK && !found) q->n_ff = -1; /* only checked where a dense FFN exists */
-  if (st == TSR_OK) st = cfg_first_i64(q, k_expert, &found, &q->n_expert);
-  if (st == TSR_OK && !found) q->n_expert = 0;
+  if (st == TSR_OK) st = cfg_first_i64(q, k_expert, &has_experts, &q->n_expert);
+  if (st == TSR_OK && !has_experts) q->n_expert = 0;
+  if (st == TSR_OK) st = cfg_first_i64(q, k_expert_used, &has_used, &n_used);
+  if (st == TSR_OK) st = cfg_i64(q, "moe_intermediate_size", &found, &q->n_ff_exp);
+  if (st == TSR_OK && !found) q->n_ff_exp = -1;
+  if (st == TSR_OK) st = cfg_i64(q, "shared_expert_intermediate_size", &found, &q->n_ff_shexp);
+  if (st == TSR_OK && !found) q->n_ff_shexp = -1;
   if (st == TSR_OK) st = cfg_bool(q, "attention_bias", &found, &q->attn_bias);
   if (st != TSR_OK) return st;
   if (q->n_embd < 1 || q->n_vocab < 1 || q->n_head < 1 || q->n_head_kv < 1 || q->head_dim < 1)
@@ -284,7 +325,16 @@ static tsr_status read_hparams(struct qc *q) {
                            "heads %lld / %lld, head_dim %lld: all must be positive",
                            (long long)q->n_embd, (long long)q->n_vocab, (long long)q->n_head,
                            (long long)q->n_head_kv, (long long)q->head_dim);
-  if (!q->hybrid) return TSR_OK;
+  if (st == TSR_OK) st = check_heads(q, has_head_dim);
+  /* the runtime reads expert_used_count wherever expert_count is written */
+  if (st == TSR_OK && has_experts && !has_used)
+    st = q->h->set_error(TSR_ERR_FORMAT, "config.json: %lld experts (num_experts) but no "
+                         "num_experts_per_tok (how many of them each token uses)",
+                         (long long)q->n_expert);
+  if (st == TSR_OK && q->n_expert > 0 && (n_used < 1 || n_used > q->n_expert))
+    st = q->h->set_error(TSR_ERR_FORMAT, "config.json: num_experts_per_tok is %lld; expected "
+                         "1 to num_experts (%lld)", (long long)n_used, (long long)q->n_expert);
+  if (st != TSR_OK || !q->hybrid) return st;
 
   st = cfg_need_i64(q, "linear_num_key_heads", &q->hk);
   if (st == TSR_OK) st = cfg_need_i64(q, "linear_num_value_heads", &q->hv);
@@ -363,6 +413,9 @@ static tsr_status write_rope(struct qc *q) {
     /* padded to [time, height, width, extra] */
     int32_t sec[4] = {0, 0, 0, 0};
     st = q->h->hf_arr_len(q->cv, path, &n_sec);
+    if (st == TSR_OK && n_sec > 4)
+      st = q->h->set_error(TSR_ERR_FORMAT, "config.json: %s has %lld sections; at most 4 "
+                           "(time, height, width, extra)", path, (long long)n_sec);
     for (int64_t i = 0; i < n_sec && i < 4 && st == TSR_OK; i++) {
       int64_t s;
       st = q->h->hf_arr_i64(q->cv, path, i, &s);
@@ -379,7 +432,11 @@ static tsr_status write_rope(struct qc *q) {
 
   st = cfg_f64(q, qfmt(key, "%s.rope_theta", rp), &found, &v);
   if (st == TSR_OK && !found) st = cfg_first_f64(q, k_theta, &found, &v);
-  if (st == TSR_OK && found) st = put_f32(q, "rope.freq_base", v);
+  /* llama.cpp leaves the key out (its loader has a default); tessera's runtime needs it */
+  if (st == TSR_OK && !found)
+    st = q->h->set_error(TSR_ERR_FORMAT, "config.json has no rope_theta (neither in %s nor at "
+                         "the top level); %s.rope.freq_base needs it", rp, q->arch);
+  if (st == TSR_OK) st = put_f32(q, "rope.freq_base", v);
   return st;
 }
 
@@ -405,7 +462,12 @@ static tsr_status write_hybrid_keys(struct qc *q) {
   st = cfg_f64(q, qfmt(path, "%s.partial_rotary_factor", rope_dict(q)), &found, &partial);
   if (st == TSR_OK && !found) st = cfg_first_f64(q, k_partial, &found, &partial);
   if (st == TSR_OK && !found) partial = 0.25;
-  if (st == TSR_OK) st = put_u32(q, "rope.dimension_count", (int64_t)(q->head_dim * partial));
+  int64_t n_rot = (int64_t)((double)q->head_dim * partial);
+  if (st == TSR_OK && (n_rot < 2 || n_rot % 2 || n_rot > q->head_dim))
+    st = q->h->set_error(TSR_ERR_FORMAT, "config.json: partial_rotary_factor %g of head_dim "
+                         "%lld rotates %lld dimensions; RoPE needs an even count from 2 to "
+                         "head_dim", partial, (long long)q->head_dim, (long long)n_rot);
+  if (st == TSR_OK) st = put_u32(q, "rope.dimension_count", n_rot);
   return st;
 }
 
@@ -419,7 +481,7 @@ static tsr_status write_keys(struct qc *q) {
   if (st == TSR_OK) st = copy_u32(q, k_head, "attention.head_count");
   if (st == TSR_OK) st = copy_u32(q, k_head_kv, "attention.head_count_kv");
   if (st == TSR_OK) st = write_rope(q);
-  if (st == TSR_OK) st = copy_f32(q, k_rms_eps, "attention.layer_norm_rms_epsilon");
+  if (st == TSR_OK) st = need_f32(q, k_rms_eps, "attention.layer_norm_rms_epsilon");
   if (st == TSR_OK) st = copy_f32(q, k_ln_eps, "attention.layer_norm_epsilon");
   if (st == TSR_OK) st = copy_u32(q, k_expert, "expert_count");
   if (st == TSR_OK) st = copy_u32(q, k_expert_used, "expert_used_count");

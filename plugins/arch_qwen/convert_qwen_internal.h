@@ -23,6 +23,7 @@ struct qc {
   const char *mtp;  /* the MTP block's tensors: "mtp." or "model.mtp." */
   int64_t n_layer, n_mtp, n_embd, n_vocab, n_head, n_head_kv, head_dim, n_ff;
   int64_t n_expert;
+  int64_t n_ff_exp, n_ff_shexp; /* moe_intermediate_size, shared_expert_...; -1: not given */
   bool attn_bias; /* config attention_bias (qwen3 and later) */
   int64_t hk, hv, dk, dv, conv_k; /* Gated DeltaNet: key heads, value heads, dims */
   bool *linear;                   /* per block (trunk, then MTP): Gated DeltaNet */

@@ -276,6 +276,11 @@ static tsr_status experts(struct qc *q, int64_t blk, const char *hp) {
     return st;
   }
   if (I < 1) return q->h->set_error(TSR_ERR_FORMAT, "%s: no expert FFN width", hn);
+  /* expert_feed_forward_length comes from the config: it must be the tensors' width */
+  if (q->n_ff_exp >= 0 && I != q->n_ff_exp)
+    return q->h->set_error(TSR_ERR_FORMAT, "tensor %s has an expert FFN width of %lld; "
+                           "config.json's moe_intermediate_size is %lld", hn, (long long)I,
+                           (long long)q->n_ff_exp);
   int64_t per = I * H;
   float *gate = malloc((size_t)(E * per) * sizeof *gate);
   float *up = malloc((size_t)(E * per) * sizeof *up);
@@ -332,6 +337,10 @@ static tsr_status moe_ffn(struct qc *q, int64_t blk, const char *hp) {
     return st;
   int64_t n_ff;
   st = rows_of(q, hn, &n_ff);
+  if (st == TSR_OK && q->n_ff_shexp >= 0 && n_ff != q->n_ff_shexp)
+    st = q->h->set_error(TSR_ERR_FORMAT, "tensor %s has %lld rows; config.json's "
+                         "shared_expert_intermediate_size is %lld", hn, (long long)n_ff,
+                         (long long)q->n_ff_shexp);
   if (st == TSR_OK) st = dense_ffn(q, blk, hp, "mlp.shared_expert", "_shexp", n_ff);
   if (st == TSR_OK)
     st = pass(q, qfmt(hn, "%smlp.shared_expert_gate.weight", hp),
@@ -358,6 +367,11 @@ static tsr_status block(struct qc *q, int64_t blk, const char *hp, bool linear) 
               norm, 1, q->n_embd, 0, 0);
   if (st != TSR_OK) return st;
   if (has_tensor(q, qfmt(hn, "%smlp.gate.weight", hp))) return moe_ffn(q, blk, hp);
+  /* with expert_count written, the runtime runs experts in every block */
+  if (q->n_expert > 0)
+    return q->h->set_error(TSR_ERR_UNSUPPORTED, "config.json gives %lld experts, but block "
+                           "%lld has no router (no %s: a dense FFN); tessera runs experts in every "
+                           "block or in none", (long long)q->n_expert, (long long)blk, hn);
   if (q->n_ff < 1)
     return q->h->set_error(TSR_ERR_FORMAT, "block %lld has a dense FFN but config.json has no "
                            "intermediate_size", (long long)blk);

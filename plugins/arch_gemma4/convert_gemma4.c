@@ -152,6 +152,11 @@ static tsr_status read_rope(struct gemma4_cfg *c) {
   if (st == TSR_OK)
     st = opt_f64(c, "rope_parameters.full_attention.partial_rotary_factor", 0, &c->rotary_full);
   if (st == TSR_OK) st = opt_f64(c, "rope_parameters.full_attention.rope_theta", 1e6, &c->theta);
+  /* the sliding layers' rope is plain: a scaling named there would be dropped */
+  if (st == TSR_OK) st = opt_str(c, "rope_parameters.sliding_attention.rope_type", &type);
+  if (st == TSR_OK && type && strcmp(type, "default"))
+    return h->set_error(TSR_ERR_UNSUPPORTED, "config.json: rope_parameters.sliding_attention."
+                        "rope_type is '%s'; gemma4 conversion handles 'default' only", type);
   /* written only when the config has it, as llama.cpp does */
   if (st == TSR_OK)
     st = opt_f64(c, "rope_parameters.sliding_attention.rope_theta", -1, &c->theta_swa);
@@ -161,6 +166,33 @@ static tsr_status read_rope(struct gemma4_cfg *c) {
     st = h->set_error(TSR_ERR_FORMAT, "config.json: partial_rotary_factor %g of full layers",
                       c->rotary_full);
   return st;
+}
+
+/* What the runtime's layer plan and RoPE need (gemma4_plan.c refuses a file
+** without it): whole GQA groups on every layer kind, a window where layers
+** slide, and an even number of rotated dims on sliding layers. */
+static tsr_status check_attention(const struct gemma4_cfg *c) {
+  const struct tsr_host *h = c->host;
+  if (c->n_head % c->n_head_kv)
+    return h->set_error(TSR_ERR_FORMAT, "config.json: num_attention_heads %lld is not a multiple "
+                        "of num_key_value_heads %lld", (long long)c->n_head,
+                        (long long)c->n_head_kv);
+  if (c->n_head_kv_full > 0 && c->n_head % c->n_head_kv_full)
+    return h->set_error(TSR_ERR_FORMAT, "config.json: num_attention_heads %lld is not a multiple "
+                        "of the full layers' %lld KV heads", (long long)c->n_head,
+                        (long long)c->n_head_kv_full);
+  bool any_swa = false;
+  for (int64_t l = 0; l < c->n_layer; l++) any_swa |= c->swa[l];
+  if (any_swa && c->window < 1)
+    return h->set_error(TSR_ERR_FORMAT, "config.json: sliding_window is %lld, but layer_types "
+                        "has sliding_attention layers", (long long)c->window);
+  const int64_t n_rot_swa = (int64_t)((double)c->head_dim * c->rotary_swa);
+  if (any_swa && (n_rot_swa < 2 || n_rot_swa % 2))
+    return h->set_error(TSR_ERR_FORMAT, "config.json: head_dim %lld with partial_rotary_factor "
+                        "%g rotates %lld dimensions on sliding layers; RoPE needs an even count "
+                        "of at least 2", (long long)c->head_dim, c->rotary_swa,
+                        (long long)n_rot_swa);
+  return TSR_OK;
 }
 
 static tsr_status read_config(struct gemma4_cfg *c) {
@@ -221,6 +253,10 @@ static tsr_status read_config(struct gemma4_cfg *c) {
   if (c->moe && (c->n_expert <= 0 || c->n_expert_used <= 0 || c->n_ff_exp <= 0))
     return h->set_error(TSR_ERR_FORMAT, "config.json: enable_moe_block needs num_experts, "
                         "top_k_experts and moe_intermediate_size");
+  if (c->moe && c->n_expert_used > c->n_expert)
+    return h->set_error(TSR_ERR_FORMAT, "config.json: top_k_experts is %lld; expected 1 to "
+                        "num_experts (%lld)", (long long)c->n_expert_used, (long long)c->n_expert);
+  if ((st = check_attention(c)) != TSR_OK) return st;
   if (c->assistant && c->n_embd_backbone <= 0)
     return h->set_error(TSR_ERR_FORMAT, "config.json: backbone_hidden_size is %lld",
                         (long long)c->n_embd_backbone);

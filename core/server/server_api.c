@@ -157,7 +157,7 @@ static int get_stop(const cJSON *root, const char *name, struct srv_params *p, s
 
 static int sampling_fields(const struct srv *s, const cJSON *root, struct srv_params *p,
                            struct perr *e) {
-  const struct tsr_profile_sampling *d = &tsr_engine_setup(s->e)->profile->sampling;
+  const struct tsr_profile_sampling *d = &s->profile->sampling;
   double temp = d->temperature, top_p = d->top_p, min_p = d->min_p, top_k = d->top_k;
   double seed = (double)d->seed;
   int st = get_num(root, "temperature", 0, 2, false, &temp, e);
@@ -329,7 +329,7 @@ static int parse_fields(struct srv *s, enum srv_kind k, const cJSON *root, struc
                                                    : k_llama_fields;
   int st = check_fields(root, known, names[k], e);
   if (st) return st;
-  const int32_t profile_max = tsr_engine_setup(s->e)->profile->sampling.max_tokens;
+  const int32_t profile_max = s->profile->sampling.max_tokens;
   const double not_asked = -2; /* below every valid value, -1 included */
   double max = not_asked, n = 1;
   p->cache_prompt = true;

@@ -46,24 +46,9 @@ struct stream {
 
 /* ---- helpers ---- */
 
-/* The value for Access-Control-Allow-Origin when the request's Origin is one that
-** server.cors_origins lists ("*": any), else NULL (no Origin, or one not allowed). */
 static const char *allowed_origin(const struct srv *s, struct MHD_Connection *c) {
-  const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-  const char *list = tsr_engine_setup(s->e)->profile->server.cors_origins;
-  if (!origin || !list) return NULL;
-  const size_t n = strlen(origin);
-  for (const char *p = list; *p;) {
-    while (*p == ' ' || *p == ',') p++;
-    const char *end = p;
-    while (*end && *end != ',') end++;
-    const char *last = end;
-    while (last > p && last[-1] == ' ') last--;
-    if (last - p == 1 && *p == '*') return "*";
-    if ((size_t)(last - p) == n && !strncasecmp(p, origin, n)) return origin;
-    p = end;
-  }
-  return NULL;
+  return srv_allowed_origin(s->profile->server.cors_origins,
+                            MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
 }
 
 static void add_cors_headers(const struct srv *s, struct MHD_Connection *c,
@@ -345,7 +330,7 @@ static void watch_expire(struct srv_watch *w, int header_timeout, int body_timeo
 
 static void *watchdog_main(void *arg) {
   struct srv *s = arg;
-  const struct tsr_profile_server *sv = &tsr_engine_setup(s->e)->profile->server;
+  const struct tsr_profile_server *sv = &s->profile->server;
   pthread_mutex_lock(&s->watch_mu);
   while (!s->watchdog_stop) {
     const double now = srv_now();
@@ -383,7 +368,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
   struct srv_watch *w = *socket_context;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     if (!(w = calloc(1, sizeof *w))) return; /* on_request refuses an unwatched connection */
-    const struct tsr_profile_server *sv = &tsr_engine_setup(s->e)->profile->server;
+    const struct tsr_profile_server *sv = &s->profile->server;
     *w = (struct srv_watch){.fd = conn_fd(c), .phase = WATCH_HEADERS,
                             .deadline = srv_now() + sv->header_timeout};
     pthread_mutex_lock(&s->watch_mu);
@@ -410,7 +395,7 @@ static bool watch_phase(struct srv *s, struct MHD_Connection *c, enum watch_phas
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   struct srv_watch *w = i ? i->socket_context : NULL;
   if (!w) return false;
-  const struct tsr_profile_server *sv = &tsr_engine_setup(s->e)->profile->server;
+  const struct tsr_profile_server *sv = &s->profile->server;
   pthread_mutex_lock(&s->watch_mu);
   const bool open = w->phase != WATCH_CLOSED;
   if (open) {
@@ -442,29 +427,8 @@ static void watchdog_stop(struct srv *s) {
 /* ---- routing ---- */
 
 static bool authorized(const struct srv *s, struct MHD_Connection *c) {
-  if (!s->api_key) return true;
-  const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-  /* the scheme is case-insensitive (RFC 9110 11.1), the key is not */
-  return h && !strncasecmp(h, "Bearer ", 7) && !strcmp(h + 7, s->api_key);
-}
-
-/* Whether a POST body is declared JSON. A browser sends text/plain, form encodings
-** or no type at all without asking the server first (a CORS "simple request");
-** requiring application/json makes it ask, and the origin check answers. */
-static bool json_content_type(struct MHD_Connection *c, char *msg, size_t cap) {
-  const char *t = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
-  const char *v = t ? t : "";
-  while (*v == ' ' || *v == '\t') v++;
-  static const char json[] = "application/json";
-  const size_t n = sizeof json - 1;
-  if (!strncasecmp(v, json, n) && (!v[n] || v[n] == ';' || v[n] == ' ' || v[n] == '\t'))
-    return true;
-  if (t)
-    snprintf(msg, cap, "Content-Type is '%.200s': a request body must be application/json", t);
-  else
-    snprintf(msg, cap, "no Content-Type: a request body must be application/json (curl: -H "
-             "'Content-Type: application/json')");
-  return false;
+  return srv_bearer_ok(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization"),
+                       s->api_key);
 }
 
 /* OPTIONS: a browser's preflight, answered for an allowed origin (checked before);
@@ -529,7 +493,9 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char
   if (!authorized(s, c))
     return respond_error(s, c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL,
                          "invalid_api_key");
-  if (!strcmp(method, "POST") && !json_content_type(c, msg, sizeof msg))
+  if (!strcmp(method, "POST") &&
+      !srv_json_content_type(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type"),
+                             msg, sizeof msg))
     return respond_error(s, c, 415, msg, NULL, "unsupported_media_type");
   if (cn->too_large) {
     snprintf(msg, sizeof msg, "the request body is over the limit of %zu bytes",
@@ -556,51 +522,17 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char
 
 /* ---- request framing --------------------------------------------------------- */
 
-/* What the headers say about where the body ends (RFC 9112 6.1-6.3). */
-struct framing {
-  int n_length, n_coding;
-  bool lengths_differ, unknown_coding;
-  char length[32], coding[64];
-};
-
-static bool same_token(const char *a, const char *b) {
-  while (*a == ' ' || *a == '\t') a++;
-  size_t n = strlen(b);
-  if (strncasecmp(a, b, n)) return false;
-  for (a += n; *a == ' ' || *a == '\t'; a++) {}
-  return !*a;
-}
-
 static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key,
                                       const char *value) {
   (void)kind;
-  struct framing *f = cls;
-  if (!key || !value) return MHD_YES;
-  if (!strcasecmp(key, "Content-Length")) {
-    if (f->n_length++ && strcmp(f->length, value)) f->lengths_differ = true;
-    snprintf(f->length, sizeof f->length, "%s", value);
-  } else if (!strcasecmp(key, "Transfer-Encoding")) {
-    f->n_coding++;
-    if (!same_token(value, "chunked")) f->unknown_coding = true;
-    snprintf(f->coding, sizeof f->coding, "%s", value);
-  }
+  srv_framing_add(cls, key, value);
   return MHD_YES;
 }
 
-/* A request whose body boundary the server would have to guess, which is how requests
-** are smuggled past a proxy: 400 for Content-Length headers that disagree or that come
-** with a Transfer-Encoding, 501 for a transfer coding other than chunked; else 0. */
 static int framing_error(struct MHD_Connection *c, char *msg, size_t cap) {
-  struct framing f = {0};
+  struct srv_framing f = {0};
   MHD_get_connection_values(c, MHD_HEADER_KIND, framing_header, &f);
-  if (f.lengths_differ)
-    return snprintf(msg, cap, "%d Content-Length headers that differ", f.n_length), 400;
-  if (f.n_coding && f.n_length)
-    return snprintf(msg, cap, "both Transfer-Encoding and Content-Length"), 400;
-  if (f.unknown_coding || f.n_coding > 1)
-    return snprintf(msg, cap, "transfer coding '%s' is not supported (only chunked)", f.coding),
-           501;
-  return 0;
+  return srv_framing_error(&f, msg, cap);
 }
 
 static void count_answering(struct srv *s, struct conn *cn) {
@@ -692,7 +624,7 @@ static tsr_status open_engine(struct srv *s) {
   tsr_status st = tsr_engine_new(&s->opt.engine, &s->e);
   if (st != TSR_OK) return st;
   const struct tsr_setup *su = tsr_engine_setup(s->e);
-  const struct tsr_profile *p = su->profile;
+  const struct tsr_profile *p = s->profile = su->profile;
   s->n_vocab = tsr_engine_n_vocab(s->e);
   s->n_slots = p->server.parallel > 0 ? p->server.parallel : 1;
   if (s->n_slots > SRV_MAX_SLOTS)
@@ -745,7 +677,7 @@ static struct MHD_Daemon *listen_on(struct srv *s, struct sockaddr_storage *addr
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   freeaddrinfo(ai);
   const unsigned limit = (unsigned)(s->n_slots + s->opt.queue + 32);
-  const int32_t per_client_set = tsr_engine_setup(s->e)->profile->server.client_connections;
+  const int32_t per_client_set = s->profile->server.client_connections;
   const unsigned per_client = per_client_set > 0 ? (unsigned)per_client_set : (limit + 1) / 2;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,

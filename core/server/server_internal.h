@@ -21,6 +21,7 @@
 
 #include "chat.h"
 #include "engine.h"
+#include "profile.h"
 #include "sampler.h"
 #include "server.h"
 #include "tokenizer.h"
@@ -84,6 +85,7 @@ struct srv_metrics {
 struct srv {
   struct tsr_server_options opt;
   struct tsr_engine *e;
+  const struct tsr_profile *profile; /* the engine's */
   struct tsr_tokenizer *tok;
   enum tsr_chat_template tmpl;
   int32_t n_vocab, n_slots, n_ctx_slot, n_batch;
@@ -112,6 +114,29 @@ struct srv {
 };
 
 double srv_now(void);
+
+/* ---- header checks (server_policy.c) ---- */
+/* The value for Access-Control-Allow-Origin when origin is in list (comma-separated,
+** case-insensitive; "*": any), else NULL (no origin, no list, or not listed). */
+const char *srv_allowed_origin(const char *list, const char *origin);
+/* Whether a Content-Type (NULL: none) declares JSON; if not, msg says what is wrong.
+** Browsers send other types, or none, without a preflight: requiring JSON makes them ask. */
+bool srv_json_content_type(const char *type, char *msg, size_t cap);
+/* Whether an Authorization header carries key (NULL key: none needed). */
+bool srv_bearer_ok(const char *authorization, const char *key);
+/* What the headers say about where the body ends (RFC 9112 6.1-6.3): fed one header
+** at a time. */
+struct srv_framing {
+  int n_length, n_coding;
+  bool lengths_differ, unknown_coding;
+  char length[32], coding[64];
+};
+void srv_framing_add(struct srv_framing *f, const char *key, const char *value);
+/* A request whose body boundary the server would have to guess, which is how requests
+** are smuggled past a proxy: 400 for Content-Length headers that disagree or that come
+** with a Transfer-Encoding, 501 for a transfer coding other than chunked (msg says
+** which); else 0. */
+int srv_framing_error(const struct srv_framing *f, char *msg, size_t cap);
 
 /* ---- scheduler (server_sched.c) ---- */
 tsr_status srv_sched_start(struct srv *s);

@@ -206,6 +206,10 @@ tsr_status tsr_profile_parse_yaml(struct tsr_parena *a, const char *file, const 
 tsr_status tsr_profile_build_tree(struct tsr_parena *a, const char *path, const char *data,
                                   size_t len, const char *const *sets, int n_sets,
                                   struct tsr_pnode **root);
+/* Bytes of the UTF-8 character at S (1..4), or 0 when S does not start a valid
+** one (overlong forms, surrogates and values past U+10FFFF included). */
+size_t tsr_profile_utf8_len(const char *s);
+
 /* Directory part of PATH ("" when it has none), and DIR joined with REL
 ** (REL unchanged when absolute or DIR is empty); both in the arena. */
 char *tsr_profile_dirname(struct tsr_parena *a, const char *path);

@@ -510,6 +510,30 @@ static tsr_status load_file(struct loader *L, const char *path, const char *data
   return TSR_OK;
 }
 
+size_t tsr_profile_utf8_len(const char *str) {
+  const unsigned char *s = (const unsigned char *)str;
+  unsigned char lo = 0x80, hi = 0xBF; /* range of the second byte */
+  size_t n;
+  if (s[0] < 0x80) return 1;
+  if (s[0] >= 0xC2 && s[0] <= 0xDF) {
+    n = 2;
+  } else if (s[0] >= 0xE0 && s[0] <= 0xEF) {
+    n = 3;
+    if (s[0] == 0xE0) lo = 0xA0; /* overlong */
+    if (s[0] == 0xED) hi = 0x9F; /* surrogates */
+  } else if (s[0] >= 0xF0 && s[0] <= 0xF4) {
+    n = 4;
+    if (s[0] == 0xF0) lo = 0x90; /* overlong */
+    if (s[0] == 0xF4) hi = 0x8F; /* past U+10FFFF */
+  } else {
+    return 0;
+  }
+  if (s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < n; i++)
+    if ((s[i] & 0xC0) != 0x80) return 0;
+  return n;
+}
+
 /* Values given with --set have no line in any file: they are named by the flag. */
 static void relabel(struct tsr_pnode *n, const char *label) {
   n->file = n->where = label;
@@ -535,6 +559,15 @@ static tsr_status apply_set(struct tsr_parena *a, struct tsr_pnode *root, const 
   const char *eq = strchr(arg, '=');
   if (!eq || eq == arg)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "--set '%s': expected KEY.PATH=VALUE", arg);
+  /* a key in a file is UTF-8 (libyaml checks it); one given here must be too, or
+  ** the resolved profile could not be printed as YAML */
+  for (const char *c = arg; c < eq;) {
+    size_t n = tsr_profile_utf8_len(c);
+    if (!n || c + n > eq)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "--set: the key path is not UTF-8 text (byte "
+                           "0x%02X at offset %zu)", (unsigned char)*c, (size_t)(c - arg));
+    c += n;
+  }
   char *path = arena_strndup(a, arg, (size_t)(eq - arg));
   char *label = path ? tsr_parena_printf(a, "--set %s", path) : NULL;
   if (!label) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");

@@ -429,6 +429,53 @@ static void test_print_round_trips(void) {
   tsr_profile_free(b);
 }
 
+/* Values no fixed buffer holds, lists nested deep, and line breaks YAML knows
+** beyond \n (NEL in a key, \r in a --set key path that lands in a comment) all
+** print as YAML that loads back to the same values. */
+static void test_print_round_trips_long_values_and_line_breaks(void) {
+  char *text = malloc(8192);
+  char model[2001];
+  memset(model, 'm', 2000);
+  model[2000] = '\0';
+  int n = snprintf(text, 8192, "model: \"%s\"\nplugins:\n  - name: a\n    settings:\n"
+                   "      \"k\\Nj\": \"%s\"\n      deep: ", model, "\u00e9\u00e9\u00e9");
+  for (int i = 0; i < 40; i++) n += snprintf(text + n, 8192 - (size_t)n, "[");
+  n += snprintf(text + n, 8192 - (size_t)n, "1");
+  for (int i = 0; i < 40; i++) n += snprintf(text + n, 8192 - (size_t)n, "]");
+  snprintf(text + n, 8192 - (size_t)n, "\n");
+  const char *sets[] = {"plugins.0.settings.x\ry=2"};
+  struct tsr_profile *a = NULL, *b = NULL;
+  CHECK_OK(tsr_profile_load_mem("long.yaml", text, strlen(text), sets, 1, &a));
+  char *printed = NULL;
+  size_t len = 0;
+  if (a) {
+    FILE *f = open_memstream(&printed, &len);
+    tsr_profile_print(a, f);
+    fclose(f);
+    CHECK_OK(tsr_profile_load_mem("printed.yaml", printed, len, NULL, 0, &b));
+  }
+  if (a && b) {
+    CHECK(!strcmp(b->model_path, model));
+    const struct tsr_pnode *s = b->plugins[0].settings;
+    CHECK(tsr_profile_settings_count(s) == 3);
+    struct tsr_profile_setting e;
+    CHECK(tsr_profile_settings_get(s, 0, &e) && !strcmp(e.key, "k\xC2\x85j") &&
+          !strcmp(e.value, "\xC3\xA9\xC3\xA9\xC3\xA9"));
+    const struct tsr_pnode *deep = tsr_pnode_get(s, "deep");
+    int depth = 0;
+    for (; deep && deep->kind == TSR_PNODE_SEQ && deep->n == 1; deep = deep->items[0]) depth++;
+    CHECK(depth == 40 && deep && !strcmp(deep->str, "1"));
+    CHECK(tsr_profile_settings_get(s, 2, &e) && !strcmp(e.key, "x\ry") && !strcmp(e.value, "2"));
+  }
+  free(printed);
+  free(text);
+  tsr_profile_free(a);
+  tsr_profile_free(b);
+  /* a --set key path that is not UTF-8 could not be printed: refused, as in a file */
+  const char *bad[] = {"plugins.0.settings.\xff=1"};
+  expect_error_sets(conf("example-deployment.yaml"), bad, 1, "not UTF-8", (const char *)NULL);
+}
+
 /* The cuda backend's settings: a map under `backend`, each key checked; a cuda setting
 ** under another backend is refused; a TESSERA_CUDA_* variable overrides its key and the
 ** printout says so; the printout loads back to the same settings. */
@@ -505,6 +552,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_memory_limit_units);
   TSR_RUN(test_plugin_settings_keep_their_positions);
   TSR_RUN(test_print_round_trips);
+  TSR_RUN(test_print_round_trips_long_values_and_line_breaks);
   TSR_RUN(test_backend_settings_are_checked_overridden_and_printed);
   return TSR_TEST_EXIT();
 }

@@ -1,21 +1,28 @@
 #!/usr/bin/env python3
 """Run a libFuzzer target for a bounded time over a seed corpus.
 
-  run_fuzz.py FUZZER CORPUS_PY WORKDIR SECONDS
+  run_fuzz.py FUZZER SEEDS WORKDIR SECONDS
 
-Seeds are every file corpus.py generates (valid and malformed); new inputs
-go to WORKDIR/corpus and crash reproducers to WORKDIR/. Exits with the
-fuzzer's status, so any crash, leak, sanitizer report or timeout fails.
+SEEDS is a directory of seed files (tests/fuzz/corpus/NAME/, read as it is),
+or a corpus.py whose `write DIR` command generates them (valid and malformed)
+into WORKDIR/seeds. New inputs go to WORKDIR/corpus and crash reproducers to
+WORKDIR/. Exits with the fuzzer's status, so any crash, leak, sanitizer report
+or timeout fails.
 """
 import os
 import subprocess
 import sys
 
-fuzzer, corpus_py, work, seconds = sys.argv[1:5]
-seeds = os.path.join(work, "seeds")
+fuzzer, seeds_arg, work, seconds = sys.argv[1:5]
 corpus = os.path.join(work, "corpus")
 os.makedirs(corpus, exist_ok=True)
-subprocess.run([sys.executable, corpus_py, "write", seeds], check=True)
+if os.path.isdir(seeds_arg):
+    seeds = seeds_arg
+else:
+    seeds = os.path.join(work, "seeds")
+    subprocess.run([sys.executable, seeds_arg, "write", seeds], check=True)
+# libFuzzer writes what it finds into the first directory only, so the
+# committed seeds stay as they are.
 cmd = [fuzzer, "-max_total_time=" + seconds, "-timeout=10", "-rss_limit_mb=2048",
        "-print_final_stats=1", "-artifact_prefix=" + os.path.join(work, ""), corpus, seeds]
 print(" ".join(cmd), flush=True)

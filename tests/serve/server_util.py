@@ -217,7 +217,7 @@ class Server:
                 assert k in s, f"/slots entry without '{k}': {s}"
         return doc
 
-    def wait_slots_idle(self, timeout=5.0, headers=None):
+    def wait_slots_idle(self, timeout=60.0, headers=None):
         """Polls /slots until every slot is idle; returns the last answer or fails."""
         t_end = time.monotonic() + timeout
         while True:

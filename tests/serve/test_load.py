@@ -65,7 +65,7 @@ with su.Server(TESSERA, MODEL, ["--parallel", str(PARALLEL)], label="load") as s
     @case
     def test_warm_up_round_completes():
         usages, took = load(s, STREAMS, 10000)
-        s.wait_slots_idle(5)
+        s.wait_slots_idle()
         time.sleep(0.3)
         state["baseline"] = s.rss_kib()
         print(f"  warm-up: {STREAMS} streams in {took:.1f} s, RSS {state['baseline'] / 1024:.1f} "
@@ -75,7 +75,7 @@ with su.Server(TESSERA, MODEL, ["--parallel", str(PARALLEL)], label="load") as s
         def run_round(r=r):
             before = s.metrics()
             usages, took = load(s, REQUESTS, r * REQUESTS)
-            s.wait_slots_idle(5)
+            s.wait_slots_idle()
             after = s.metrics()
             d = {k: after[k] - before[k] for k in before}
             assert d["tessera_requests_total"] == REQUESTS, \
@@ -103,7 +103,7 @@ with su.Server(TESSERA, MODEL, ["--parallel", str(PARALLEL)], label="load") as s
 
     @case
     def test_after_the_load_every_slot_is_idle_and_the_server_answers():
-        slots = s.wait_slots_idle(5)
+        slots = s.wait_slots_idle()
         assert len(slots) == PARALLEL, slots
         assert s.get("/health") == {"status": "ok"}
         r = s.post("/v1/completions", {"prompt": "after", "max_tokens": 4, "temperature": 0})

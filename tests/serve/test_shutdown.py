@@ -19,7 +19,7 @@ import server_util as su  # noqa: E402
 from server_util import case, check_error, chat_body  # noqa: E402
 
 TESSERA, SOURCE, MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
-EXIT_WITHIN = 5.0
+EXIT_WITHIN = 30.0  # seconds: generous, so a loaded machine passes; a hang still fails
 
 
 class StreamReader(threading.Thread):
@@ -104,7 +104,7 @@ for sig in (signal.SIGTERM, signal.SIGINT):
     with su.Server(TESSERA, MODEL, ["--parallel", "2"], label=f"idle_{name}") as s:
         def idle(s=s, sig=sig):
             s.get("/health")
-            took = stop_and_check(s, sig, 3.0)
+            took = stop_and_check(s, sig)
             print(f"  idle server: exit 0 {took:.2f} s after {sig.name}", file=sys.stderr)
         su.report(f"test_idle_server_exits_0_on_{name}", idle)
 
@@ -115,7 +115,7 @@ for sig in (signal.SIGTERM, signal.SIGINT):
             for r in readers:
                 r.start()
             for r in readers:
-                assert r.first.wait(10), "no first chunk in 10 s"
+                assert r.first.wait(60), "no first chunk in 60 s"
             took = stop_and_check(s, sig)
             ends = [check_interrupted_stream(r) for r in readers]
             print(f"  streams ended with {ends}; exit 0 {took:.2f} s after {sig.name}",
@@ -128,24 +128,24 @@ with su.Server(TESSERA, MODEL, ["--parallel", "1", "--queue", "4"], label="waiti
         n_ctx = s.slots()[0]["n_ctx"]
         active = StreamReader(s, *long_stream_body(n_ctx))
         active.start()
-        assert active.first.wait(10), "no first chunk in 10 s"
+        assert active.first.wait(60), "no first chunk in 60 s"
         waiting = {}
 
         def wait_request():
             try:
                 waiting["answer"] = s.json("POST", "/v1/completions",
-                                           {"prompt": "waiting", "max_tokens": 4}, timeout=30)
+                                           {"prompt": "waiting", "max_tokens": 4}, timeout=120)
             except Exception as e:
                 waiting["error"] = e
         t = threading.Thread(target=wait_request, daemon=True)
         t.start()
-        t_end = time.monotonic() + 5
+        t_end = time.monotonic() + 60
         while s.metrics()["tessera_requests_waiting"] < 1:
             assert time.monotonic() < t_end and t.is_alive(), \
                 f"the second request never waited: {waiting}"
             time.sleep(0.01)
         stop_and_check(s, signal.SIGTERM)
-        t.join(10)
+        t.join(60)
         end = check_interrupted_stream(active)
         assert "error" not in waiting, f"{type(waiting['error']).__name__}: {waiting['error']}"
         status, doc = waiting["answer"]

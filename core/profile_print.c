@@ -158,7 +158,7 @@ static void print_entries(struct printer *pr, const struct tsr_pnode *n, int ind
     if (v->kind == TSR_PNODE_SCALAR || v->n == 0) {
       const char *text = v->kind == TSR_PNODE_MAP   ? "{}"
                          : v->kind == TSR_PNODE_SEQ ? "[]"
-                         : tsr_pnode_is_null(v)     ? "null"
+                         : tsr_pnode_is_null(v)     ? v->str /* "", ~, null as written */
                                                     : scalar(pr, v->str, v->quoted);
       line(pr->f, ind, fmt(pr, "%s%s %s", ld, key, text), v->where);
     } else if (n->kind == TSR_PNODE_MAP) {

@@ -476,6 +476,32 @@ static void test_print_round_trips_long_values_and_line_breaks(void) {
   expect_error_sets(conf("example-deployment.yaml"), bad, 1, "not UTF-8", (const char *)NULL);
 }
 
+/* A plugin gets a setting's text as written, so an empty value and ~ print as
+** themselves: printed as null they would come back as the text "null". */
+static void test_print_keeps_how_null_is_spelled(void) {
+  const char *text = "model: m.gguf\nplugins: [{name: a, settings: {e: , t: ~, n: Null}}]\n";
+  struct tsr_profile *a = NULL, *b = NULL;
+  CHECK_OK(tsr_profile_load_mem("null.yaml", text, strlen(text), NULL, 0, &a));
+  char *printed = NULL;
+  size_t len = 0;
+  if (a) {
+    FILE *f = open_memstream(&printed, &len);
+    tsr_profile_print(a, f);
+    fclose(f);
+    CHECK_OK(tsr_profile_load_mem("printed.yaml", printed, len, NULL, 0, &b));
+  }
+  if (b) {
+    const char *want[] = {"", "~", "Null"};
+    struct tsr_profile_setting e;
+    for (size_t i = 0; i < 3; i++)
+      CHECK(tsr_profile_settings_get(b->plugins[0].settings, i, &e) && !strcmp(e.value, want[i]) &&
+            tsr_pnode_is_null(e.node));
+  }
+  free(printed);
+  tsr_profile_free(a);
+  tsr_profile_free(b);
+}
+
 /* The cuda backend's settings: a map under `backend`, each key checked; a cuda setting
 ** under another backend is refused; a TESSERA_CUDA_* variable overrides its key and the
 ** printout says so; the printout loads back to the same settings. */
@@ -553,6 +579,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_plugin_settings_keep_their_positions);
   TSR_RUN(test_print_round_trips);
   TSR_RUN(test_print_round_trips_long_values_and_line_breaks);
+  TSR_RUN(test_print_keeps_how_null_is_spelled);
   TSR_RUN(test_backend_settings_are_checked_overridden_and_printed);
   return TSR_TEST_EXIT();
 }

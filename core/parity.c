@@ -7,6 +7,7 @@
 #include "backend.h"
 #include "error.h"
 #include "gguf.h"
+#include "model_check.h"
 #include "plugin_host.h"
 #include "setup.h"
 
@@ -145,6 +146,8 @@ static tsr_status open_model(const char *path, const struct tsr_parity_options *
                          attn);
   st = m->arch->describe(m->arch->ctx, tsr_plugin_host_services(), m->model, m->layers,
                          TSR_MAX_LAYERS, &m->n_layers);
+  if (st == TSR_OK && (st = tsr_model_validate(m->arch, m->model, m->layers, m->n_layers)))
+    tsr_error_prefix("%s: %s", path, tsr_plugin_name(owner));
   if (st == TSR_OK) st = tsr_backend_cpu_new(opt->n_threads, &m->backend);
   return st;
 }

@@ -14,6 +14,7 @@
 #include "error.h"
 #include "graph.h"
 #include "gguf.h"
+#include "model_check.h"
 #include "op_registry.h"
 #include "plugin_graph_api.h"
 #include "plugin_host_internal.h"
@@ -494,6 +495,10 @@ static const struct tsr_host g_services = {
     .device_call = tsr_op_registry_device_call,
     .declare_replayable = host_declare_replayable,
     .graph_serial = tsr_graph_serial,
+    .gguf_f32_positive = tsr_model_f32_positive,
+    .weight_shape = tsr_model_weight_shape,
+    .check_weight = tsr_model_check_weight,
+    .check_layer_weights = tsr_model_check_layer_weights,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

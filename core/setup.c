@@ -9,6 +9,7 @@
 #include "error.h"
 #include "graph.h"
 #include "kv_cache.h"
+#include "model_check.h"
 
 #ifndef TSR_BUILD_DEFAULT_MODEL
 #define TSR_BUILD_DEFAULT_MODEL ""
@@ -89,6 +90,7 @@ static tsr_status open_model(struct tsr_setup *s) {
   }
   st = s->arch->describe(s->arch->ctx, tsr_plugin_host_services(), s->model, s->layers,
                          TSR_MAX_LAYERS, &s->n_layers);
+  if (st == TSR_OK) st = tsr_model_validate(s->arch, s->model, s->layers, s->n_layers);
   if (st != TSR_OK) tsr_error_prefix("%s: %s", s->model_path, tsr_plugin_name(s->arch_owner));
   return st;
 }
@@ -171,6 +173,40 @@ void tsr_setup_attention_kinds(const struct tsr_setup *s,
         s->host, tsr_profile_attention(s->profile, profile_kind((enum tsr_layer_kind)k)), NULL);
 }
 
+/* The tensors no graph of the model reads, in one line on stderr: those of
+** the forward graph g, and, when the arch has a NextN head, of that head's
+** graph too (its tensors are read only while a speculator drafts). A model
+** without such a head just says so; that refusal is not this check's. */
+static void warn_unused_tensors(const struct tsr_setup *s, const struct tsr_graph *g,
+                                const struct tsr_tensor *hidden_final) {
+  const int64_t n = tsr_gguf_n_tensors(s->model);
+  bool *used = calloc(n > 0 ? (size_t)n : 1, sizeof *used);
+  if (!used) return; /* a warning is not worth failing the load */
+  tsr_model_note_used(s->model, g, used);
+  const struct tsr_arch_v1 *a = s->arch;
+  if (a->struct_size > offsetof(struct tsr_arch_v1, build_nextn) && a->build_nextn &&
+      hidden_final) {
+    struct tsr_graph *ng = tsr_graph_new(64 * 8 + 4096);
+    if (ng) {
+      struct tsr_arch_forward fw = {
+          .struct_size = sizeof fw, .g = ng, .model = s->model, .n_tokens = 1,
+          .tokens = tsr_new_tensor_1d(ng, TSR_I32, 1),
+          .positions = tsr_new_tensor_1d(ng, TSR_I32, 1),
+          .attention = tsr_plugin_host_attention(s->host, s->profile->attention, NULL),
+          .layers = s->layers, .n_layers = s->n_layers,
+          .nextn_hidden = tsr_new_tensor_2d(ng, TSR_F32, hidden_final->ne[0], 1)};
+      tsr_setup_attention_kinds(s, fw.attention_kind);
+      if (a->build_nextn(a->ctx, tsr_plugin_host_services(), &fw) == TSR_OK &&
+          tsr_graph_status(ng) == TSR_OK)
+        tsr_model_note_used(s->model, ng, used);
+      tsr_graph_free(ng);
+    }
+    tsr_error_clear();
+  }
+  tsr_model_warn_unused(s->model, used, stderr);
+  free(used);
+}
+
 /* The compute arena of one ubatch: build the arch's forward graph and let
 ** the planner place it; nothing is allocated or run. */
 static tsr_status plan_compute(struct tsr_setup *s, struct tsr_memory_plan *m) {
@@ -203,6 +239,7 @@ static tsr_status plan_compute(struct tsr_setup *s, struct tsr_memory_plan *m) {
     m->compute = plan.arena_bytes;
     m->compute_tokens = (uint64_t)n;
     m->compute_known = true;
+    warn_unused_tensors(s, g, fw.hidden_final);
   } else {
     tsr_error_prefix("planning the compute graph of %lld tokens", (long long)n);
   }

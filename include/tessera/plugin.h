@@ -523,6 +523,16 @@ struct tsr_arch_v1 {
   ** (fw->kv NULL) or through the cache's NextN layer. Sets fw->logits. A
   ** model without a NextN block is TSR_ERR_UNSUPPORTED naming the key. */
   tsr_status (*build_nextn)(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+  /* ABI 1.1. Checks that the file is one consistent model, after describe()
+  ** and before anything is built: each hyperparameter against the tensor
+  ** shapes it implies (host->check_weight), every tensor a layer needs
+  ** present and each optional one in every layer of its kind or in none
+  ** (host->check_layer_weights), float hyperparameters in range
+  ** (host->gguf_f32_positive). Errors name the key or tensor, what was
+  ** expected and what was found. NULL: only the host's own checks (every
+  ** float under "<arch>." finite; tensors no graph reads are warned of). */
+  tsr_status (*validate)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model,
+                         const struct tsr_arch_layer *layers, int32_t n_layers);
 };
 
 /* ---- decode_policy, version 1 ------------------------------------------ */
@@ -913,8 +923,38 @@ struct tsr_host {
   ** keys a memo of it by this and builds it once a graph. (Appended later: check
   ** host->struct_size.) */
   uint64_t (*graph_serial)(const struct tsr_graph *g);
+  /* ABI 1.1: checking a model file against its hyperparameters (an arch's
+  ** validate()); each error names the key or tensor, what was expected and
+  ** what was found. Check host->struct_size (tsr_host_has_model_checks). */
+  /* a float key that must be finite and > 0 (epsilons, RoPE bases and
+  ** scaling factors, softcaps): "qwen3.rope.freq_base is inf: must be a
+  ** finite positive number" */
+  tsr_status (*gguf_f32_positive)(const struct tsr_gguf *model, const char *key, float *out);
+  /* a tensor's dims as stored (GGUF order, innermost first; 1 past n_dims);
+  ** TSR_ERR_FORMAT naming it when absent */
+  tsr_status (*weight_shape)(const struct tsr_gguf *model, const char *name, int32_t *n_dims,
+                             int64_t ne[4]);
+  /* the tensor present with dims ne[0..n_dims) (-1: any; 1 past n_dims).
+  ** why (or NULL) holds n_dims entries, each NULL or what implies that dim
+  ** ("qwen3.embedding_length"), so a mismatch reads "qwen3.embedding_length
+  ** is 1024 but token_embd.weight has 896 columns (shape [896, 151936])" */
+  tsr_status (*check_weight)(const struct tsr_gguf *model, const char *name, int32_t n_dims,
+                             const int64_t *ne, const char *const *why);
+  /* blk.L.SUFFIX in each of the n layers listed, or in none of them: the
+  ** first listed decides, *present says which. A mix fails naming the first
+  ** layer that differs: "blk.3.attn_q_norm.weight is missing (layers 0-2,
+  ** 4-27 have it)" */
+  tsr_status (*check_layer_weights)(const struct tsr_gguf *model, const char *suffix,
+                                    const int32_t *layers, int32_t n, bool *present);
   /* later minors append here */
 };
+
+/* Whether the host has the model checks (ABI 1.1's gguf_f32_positive ..
+** check_layer_weights); an arch's validate() has nothing to check with when not. */
+static inline bool tsr_host_has_model_checks(const struct tsr_host *h) {
+  return h->struct_size >=
+         offsetof(struct tsr_host, check_layer_weights) + sizeof h->check_layer_weights;
+}
 
 /* host->declare_replayable where the host has it; an older host never captures plugin
 ** ops in CUDA graphs, so there is nothing to declare. */

@@ -177,6 +177,7 @@ static const struct tsr_arch_v1 g_arch = {
     .shift_keys = tsr_qwen_shift_keys, /* forward_qwen3.c */
     .chat_template = qwen_chat_template,
     .build_nextn = qwen_build_nextn,
+    .validate = tsr_qwen_validate, /* validate_qwen.c */
 };
 
 /* The cuda kernel of op id: symbol in arch_qwen_cuda.so (cuda/), which the

@@ -16,6 +16,10 @@ tsr_status tsr_qwen35_build_nextn(void *ctx, const struct tsr_host *host,
 ** the hybrids' recurrent state cannot shift and is refused) */
 tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *host, struct tsr_kv_shift *sh);
 
+/* arch_qwen's validate() (validate_qwen.c): the file's keys against its tensors */
+tsr_status tsr_qwen_validate(void *ctx, const struct tsr_host *host, const struct tsr_gguf *m,
+                             const struct tsr_arch_layer *layers, int32_t n_layers);
+
 /* the trained context and dual_chunk_attention_config of arch's keys, into rope */
 tsr_status tsr_qwen_rope_hints(const struct tsr_host *h, const struct tsr_gguf *m,
                                const char *arch, struct tsr_attn_rope *rope);

@@ -170,6 +170,7 @@ static const struct tsr_arch_v1 g_arch = {
     .convert = gemma4_convert,
     .build = gemma_build,
     .chat_template = gemma_chat_template,
+    .validate = gemma4_validate, /* validate_gemma4.c */
 };
 
 static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *self) {

@@ -62,6 +62,11 @@ static inline bool gemma3_layer_slides(int32_t l) {
 ** (convert_gemma4.c). */
 tsr_status gemma4_convert(void *ctx, const struct tsr_host *host, struct tsr_convert *cv);
 
+/* The arch's validate() (validate_gemma4.c): the file's keys against its
+** tensors, with describe()'s layer plan. */
+tsr_status gemma4_validate(void *ctx, const struct tsr_host *host, const struct tsr_gguf *m,
+                           const struct tsr_arch_layer *layers, int32_t n_layers);
+
 /* The ids of the plugin's ops, -1 until init registers them. */
 struct gemma4_ops {
   int32_t rope;           /* rope_f32 (rope_gemma4.c); its address is a rope_op below */

@@ -1,0 +1,174 @@
+/*
+** tessera plugin ABI: the arch interface, a model architecture.
+*/
+#ifndef TESSERA_PLUGIN_ARCH_H
+#define TESSERA_PLUGIN_ARCH_H
+
+#include "tessera/plugin/abi.h"
+#include "tessera/plugin/attention.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- arch, version 1 ----------------------------------------------------- */
+
+/* One layer of the model as the arch sees it. An array element, so its
+** layout is fixed for ABI major 1 (no appended fields). */
+struct tsr_arch_layer {
+  enum tsr_layer_kind kind;
+  int32_t n_head, n_head_kv, head_dim_k, head_dim_v, window;
+  int64_t state_bytes; /* LINEAR: recurrent state per sequence; else 0 */
+  /* 0: the layer owns its K/V; j+1: it reads layer j's (KV sharing, e.g.
+  ** Gemma 4 E2B); -1: it reads the paired target model's (drafters). A layer
+  ** that reads another's K/V has no cache of its own. */
+  int32_t kv_shared_from;
+};
+
+
+/* One forward pass over a batch of tokens, all positions attending causally
+** to the batch itself (whole-sequence prefill), or with a KV cache to every
+** earlier position of their sequence. The host fills the inputs; the arch
+** appends ops and sets the outputs. */
+struct tsr_arch_forward {
+  uint32_t struct_size;
+  struct tsr_graph *g;
+  const struct tsr_gguf *model;   /* weights are bound through host->weight */
+  int32_t n_tokens;
+  struct tsr_tensor *tokens;      /* i32 [n_tokens], filled by the host */
+  struct tsr_tensor *positions;   /* i32 [n_tokens], filled by the host */
+  const struct tsr_attention_v1 *attention; /* the negotiated implementation */
+  const struct tsr_arch_layer *layers;      /* describe()'s plan */
+  int32_t n_layers;
+  /* outputs */
+  struct tsr_tensor *logits;      /* f32 [n_vocab, n_tokens] (n_out: output_rows) */
+  struct tsr_tensor **hidden;     /* when not NULL: n_layers slots for the f32
+                                  ** [n_embd, n_tokens] residual after each layer */
+  struct tsr_tensor *embed;       /* optional: the scaled input embedding */
+  /* With a KV cache (kv NULL: whole-sequence prefill over the batch alone):
+  ** the batch holds the next positions of sequence seq (-1: of several
+  ** sequences, never for a model with linear layers), and attention reads
+  ** every earlier position of its sequence through the cache
+  ** (host->kv_attend); linear layers carry their state (host->kv_state).
+  ** Host-filled inputs: */
+  struct tsr_kv_cache *kv;
+  int32_t seq;
+  struct tsr_tensor *kv_cells[2]; /* i32 [n_tokens]: the batch's cells per pool (full, sliding) */
+  struct tsr_tensor *kv_pos[2];   /* i32 [cells]: each cell's position, -1 when empty
+                                  ** or (one sequence) held by another sequence */
+  struct tsr_tensor *kv_mask[2];  /* seq -1: f32 [cells, n_tokens], which cells each
+                                  ** token's sequence holds (0 or -inf); else NULL */
+  /* Appended: the implementation each layer kind negotiated (profile
+  ** `attention: {full: .., sliding: ..}`); a NULL entry means `attention`.
+  ** Archs reach them through host->attn_rope and host->attn_build. */
+  const struct tsr_attention_v1 *attention_kind[TSR_LAYER_KIND_COUNT];
+  /* Appended. Set by build: the final-normed hidden state the LM head reads,
+  ** f32 [n_embd, n_tokens] (what a NextN / MTP head takes). For build_nextn,
+  ** filled by the host: that hidden state of the trunk at each entry's
+  ** position, f32 [n_embd, n_tokens]. */
+  struct tsr_tensor *hidden_final;
+  struct tsr_tensor *nextn_hidden;
+  /* Appended, for a drafter (layers with kv_shared_from -1, e.g.
+  ** gemma4-assistant), filled by the host: the paired target model (its
+  ** token embedding), and per pool (0 full, 1 sliding) the K/V of the target
+  ** layer the drafter's layers of that kind read, [D, n_kv, Hkv] as
+  ** attention takes them, with each key's position (i32 [n_kv]).
+  ** nextn_hidden holds the target's hidden state; build sets hidden_final
+  ** to the state the next draft step takes. */
+  const struct tsr_gguf *target;
+  struct tsr_tensor *target_k[2], *target_v[2], *target_kv_pos[2];
+  /* Appended, filled by the host when it reads the logits of only some tokens
+  ** (a prefill reads the last): i32 [n_out], their indices in the batch. The
+  ** arch may then take those rows of the last residual before the LM head
+  ** (tsr_arch_output_rows), so logits (and hidden_final) are [.., n_out] in
+  ** this order; an arch that ignores it returns every token's row. */
+  struct tsr_tensor *output_rows;
+  /* ABI 1.1, filled by the host: each layer's decode parameters (n_layers
+  ** entries; NULL where none), which host->attn_build hands to the layer's
+  ** attention on a decode step. */
+  const struct tsr_decode_params *const *decode;
+};
+
+/* One context shift (host->kv_shift_k / kv_shift_store): every cell of one
+** sequence whose position moves by `delta` (the same for all of them) must
+** have its stored keys rotated by delta, because K is cached after RoPE. The
+** host fills it; the arch reads g, model, layers and delta and hands the
+** struct back to the two host calls. The fields after `delta` are the host's. */
+struct tsr_kv_shift {
+  uint32_t struct_size;
+  struct tsr_graph *g;
+  const struct tsr_gguf *model;
+  const struct tsr_arch_layer *layers;
+  int32_t n_layers;
+  int32_t seq;
+  int32_t delta;                /* position change of every moved cell (-n_discard) */
+  /* host-private */
+  struct tsr_kv_cache *kv;
+  int32_t n_cells[2];           /* moved cells per pool (full, sliding) */
+  const int32_t *cells[2];      /* the moved cells, repeated once per kv head ([n, heads]) */
+  const int32_t *delta_pos[2];  /* n_cells[pool] copies of delta */
+  int32_t max_heads;            /* the most kv heads of any layer: cells[] holds that many */
+  /* appended: each moved cell's position before the shift (n_cells[pool]
+  ** of them; NULL: not given), and the attention each layer kind uses (NULL
+  ** entries: one that does not rotate keys itself) */
+  const int32_t *pos[2];
+  const struct tsr_attention_v1 *attention_kind[TSR_LAYER_KIND_COUNT];
+};
+
+struct tsr_arch_v1 {
+  uint32_t struct_size;
+  const char *names; /* comma-separated general.architecture values: "qwen3,qwen3moe" */
+  void *ctx;
+  /* Reads hyperparameters and fills one entry per layer (layers has room
+  ** for n_layers_max). Errors name the key or tensor. */
+  tsr_status (*describe)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model,
+                         struct tsr_arch_layer *layers, int32_t n_layers_max,
+                         int32_t *n_layers);
+  /* Conversion from a Hugging Face checkpoint (tessera convert), or NULL.
+  ** hf_types: comma-separated config.json "model_type" values it converts
+  ** ("qwen3,qwen3_moe"). convert() writes llama.cpp's architecture string,
+  ** keys, tensor names and layouts through the host's hf_* / out_* calls,
+  ** so files interchange with llama.cpp both ways. */
+  const char *hf_types;
+  tsr_status (*convert)(void *ctx, const struct tsr_host *host, struct tsr_convert *cv);
+  /* Appends the forward pass of one batch of tokens to fw->g (see struct
+  ** tsr_arch_forward), or NULL when the arch cannot run models yet. */
+  tsr_status (*build)(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+  /* Appended (read only within the plugin's struct_size). NULL: the arch
+  ** cannot shift a context and the host refuses to. Appends to sh->g, for
+  ** every attention layer that owns K, the re-rotation of its moved cells'
+  ** keys by sh->delta with that layer's RoPE parameters: k = host->kv_shift_k(..) (f32), rope(k, delta_pos), then
+  ** host->kv_shift_store(..) (back in the cache's codec). RoPE is a rotation,
+  ** so rotating a key stored at p by delta gives the key at p + delta. An
+  ** arch whose layers do not rotate by position alone (e.g. per-layer state)
+  ** returns TSR_ERR_UNSUPPORTED with a message. */
+  tsr_status (*shift_keys)(void *ctx, const struct tsr_host *host, struct tsr_kv_shift *sh);
+  /* Appended. The built-in chat template ("chatml", "gemma", "gemma4") a model of
+  ** general.architecture `arch` is trained with, used when its GGUF carries no
+  ** tokenizer.chat_template; NULL (or a NULL hook): none known. */
+  const char *(*chat_template)(void *ctx, const char *arch);
+  /* Appended. The NextN / MTP head a speculator drafts with (Qwen3.5
+  ** nextn_predict_layers), or NULL: none. Appends to fw->g one pass of the
+  ** head over fw->n_tokens entries: entry i holds token tokens[i], the
+  ** trunk's hidden_final at position positions[i] (fw->nextn_hidden) and
+  ** predicts the token after tokens[i]; attention runs over the entries
+  ** (fw->kv NULL) or through the cache's NextN layer. Sets fw->logits. A
+  ** model without a NextN block is TSR_ERR_UNSUPPORTED naming the key. */
+  tsr_status (*build_nextn)(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
+  /* ABI 1.1. Checks that the file is one consistent model, after describe()
+  ** and before anything is built: each hyperparameter against the tensor
+  ** shapes it implies (host->check_weight), every tensor a layer needs
+  ** present and each optional one in every layer of its kind or in none
+  ** (host->check_layer_weights), float hyperparameters in range
+  ** (host->gguf_f32_positive). Errors name the key or tensor, what was
+  ** expected and what was found. NULL: only the host's own checks (every
+  ** float under "<arch>." finite; tensors no graph reads are warned of). */
+  tsr_status (*validate)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model,
+                         const struct tsr_arch_layer *layers, int32_t n_layers);
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_PLUGIN_ARCH_H */

@@ -1,0 +1,61 @@
+/*
+** tessera plugin ABI: the decode_policy interface and the parameters it hands
+** an attention kernel on decode steps.
+*/
+#ifndef TESSERA_PLUGIN_DECODE_POLICY_H
+#define TESSERA_PLUGIN_DECODE_POLICY_H
+
+#include "tessera/plugin/abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- decode policies' parameters (ABI 1.1) --------------------------------- */
+
+/* What an attention kernel did under a layer's decode parameters; the kernel adds
+** to it (atomically: threads share it), the host reports it to the policy. */
+struct tsr_decode_counters {
+  uint64_t v_rows_read;    /* V rows of visible keys a decode step weighed */
+  uint64_t v_rows_skipped; /* of them, skipped for a weight below the threshold */
+};
+
+/* What the decode policies of one layer ask of its attention on a decode step (one
+** token of one sequence). The host fills one per layer from the policies' params
+** hooks and hands it to an attention that honours them (tsr_attention_v1.
+** honours_decode) in tsr_attn_call.decode. */
+struct tsr_decode_params {
+  uint32_t struct_size;
+  /* > 0: a V row is skipped when every query head reading it weighs it below this
+  ** against the running max, exp(s - m_run): conservative, the final weight can
+  ** only be smaller. The running max and sum stay exact. 0: every row is read. */
+  float v_skip_threshold;
+  int32_t sink;   /* keys at positions below sink are never skipped */
+  int32_t recent; /* nor keys within recent positions of the query */
+  struct tsr_decode_counters *counters; /* the layer's (host memory) */
+};
+
+struct tsr_attention_v1;
+
+/* ---- decode_policy, version 1 ------------------------------------------ */
+
+struct tsr_decode_policy_v1 {
+  uint32_t struct_size;
+  const char *name;
+  void *ctx;
+  /* Whether the policy can act on this layer with this attention
+  ** implementation (e.g. needs v_skip). */
+  tsr_status (*negotiate)(void *ctx, const struct tsr_layer_desc *layer,
+                          const struct tsr_attention_v1 *attention);
+  /* ABI 1.1: its parameters for the layer (p arrives zeroed but for struct_size
+  ** and counters; leaving it so keeps the policy off the layer). Two policies
+  ** setting the same parameter of a layer are refused. */
+  tsr_status (*params)(void *ctx, const struct tsr_layer_desc *layer,
+                       struct tsr_decode_params *p);
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_PLUGIN_DECODE_POLICY_H */

@@ -1,0 +1,106 @@
+/*
+** tessera plugin ABI: the kv_codec interface, a KV-cache storage format.
+*/
+#ifndef TESSERA_PLUGIN_KV_CODEC_H
+#define TESSERA_PLUGIN_KV_CODEC_H
+
+#include "tessera/plugin/abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- kv_codec, version 2 ----------------------------------------------- */
+
+/* One device backend's kernels for a codec of its own block layout (ABI 1.1):
+** entry points (tsr_plugin_kernel_fn) in a shared object of the plugin's, as
+** register_kernel_lib takes them (file beside the plugin's .so). The backend
+** calls them where its own set_rows and cast would run, with device addresses,
+** ctx, and host->device_call() as for a plugin op; they enqueue launches only
+** (no host-side work, no synchronization), so a CUDA graph may capture them. */
+struct tsr_kv_codec_kernels {
+  const char *backend; /* "cuda" */
+  const char *file;    /* "NAME_cuda.so" */
+  /* writes rows into the cache, as set_rows: dst the cache in the codec's dtype
+  ** [S, cells, H], src[0] the rows f32 [S, n, H] (a view: any strides), src[1]
+  ** their cells i32 [n] (or [n, H]: a cell per head); each strided as its nb
+  ** says */
+  const char *encode;
+  /* decodes to f16, as a cast: dst f16 [S, n, H] contiguous, src[0] rows in the
+  ** codec's dtype (a view of the cache, strided as src->nb says) */
+  const char *lift;
+  void *ctx;
+};
+
+/* A KV-cache storage format. Its rows are stored in dtype (a type the
+** backends' kernels read, or its own block layout), optionally after graph
+** hooks that change what attention sees: prepare_rows transforms the rows a
+** layer stores (e.g. a rotation, zero padding to storage_dim), prepare_q the
+** queries that score
+** keys stored in it (as K codec), finish_out the attention output that
+** summed values stored in it (as V codec). The host inserts the hooks around
+** whatever attention the layer uses, so a codec composes with every attention
+** implementation without either knowing the other:
+**   k_stored = K.prepare_rows(k)      v_stored = V.prepare_rows(v)
+**   out = V.finish_out(attention(K.prepare_q(q), k_stored, v_stored))
+** A rotation R (orthogonal) needs all three: (Rq).(Rk) = q.k, and the output
+** sum of p_j R v_j is R o, so finish_out applies R^T.
+** Version 2 is version 1 with the hooks appended (ABI 1.1). */
+struct tsr_kv_codec_v1 {
+  uint32_t struct_size;
+  const char *name;      /* "q8_0", "turbo3" */
+  /* the type id its rows are stored in (GGUF or tessera's), or (ABI 1.1)
+  ** TSR_KV_CODEC_OWN_DTYPE: blocks of the codec's own layout, for which the
+  ** host assigns an id (find_kv_codec reads it back). The CPU then writes and
+  ** reads them through encode_rows and decode_f32, both required, and their
+  ** ctx must live as long as the process (its dtype is the process's); a
+  ** device backend through the codec's kernels (kernels, below). */
+  int32_t dtype;
+  int64_t block_size;    /* values per block */
+  size_t block_bytes;    /* bytes per block */
+  const char *backends;  /* comma-separated backends that can encode/lift it */
+  void *ctx;
+  /* CPU reference: encode n floats (n a multiple of block_size) / lift to f16. */
+  void (*encode_rows)(void *ctx, const float *src, void *dst, int64_t n);
+  void (*decode_f16)(void *ctx, const void *src, uint16_t *dst, int64_t n);
+  /* Appended. CPU: decode n values (whole blocks) to f32, as an attention
+  ** kernel reads them in register; NULL: the codec decodes to f16 only. */
+  void (*decode_f32)(void *ctx, const void *src, float *dst, int64_t n);
+  /* ABI 1.1: graph hooks, each NULL for none. Every hook appends ops to g and
+  ** returns their f32 result, or NULL with the graph's error set; its input is
+  ** contiguous f32 with the head dim first. */
+  /* The head dim rows of head_dim values are stored (and q and the output
+  ** are seen by attention) at: >= head_dim, a multiple of block_size; 0 when
+  ** the codec cannot store that head dim. NULL: head_dim. */
+  int32_t (*storage_dim)(void *ctx, int32_t head_dim);
+  /* rows f32 [head_dim, n, heads] -> f32 [storage_dim, n, heads], stored then */
+  struct tsr_tensor *(*prepare_rows)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                     struct tsr_tensor *rows);
+  /* as K codec: queries f32 [head_dim, a, b] (positioned) -> f32 [storage_dim, a, b] */
+  struct tsr_tensor *(*prepare_q)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                  struct tsr_tensor *q);
+  /* as V codec: attention output f32 [storage_dim, a, b] -> f32 [head_dim, a, b] */
+  struct tsr_tensor *(*finish_out)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                   struct tsr_tensor *out, int32_t head_dim);
+  /* ABI 1.1, a codec of its own layout: its kernels on each device backend its
+  ** `backends` names (the cpu uses encode_rows and decode_f32). Attention reads
+  ** it there by lifting (TSR_READ_LIFT): the host casts the layer's K or V to
+  ** f16 before the attention call. */
+  const struct tsr_kv_codec_kernels *kernels;
+  uint32_t n_kernels;
+};
+
+/* tsr_kv_codec_v1.dtype of a codec with its own block layout (ABI 1.1). */
+#define TSR_KV_CODEC_OWN_DTYPE (-1)
+
+/* A codec's hooks, NULL where the codec has none or was built before them. */
+#define TSR_KV_CODEC_HOOK(c, field)                                                               \
+  ((c) && (c)->struct_size >= offsetof(struct tsr_kv_codec_v1, field) + sizeof (c)->field        \
+       ? (c)->field                                                                               \
+       : NULL)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_PLUGIN_KV_CODEC_H */

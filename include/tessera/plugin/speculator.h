@@ -1,0 +1,54 @@
+/*
+** tessera plugin ABI: the speculator interface, which drafts tokens.
+*/
+#ifndef TESSERA_PLUGIN_SPECULATOR_H
+#define TESSERA_PLUGIN_SPECULATOR_H
+
+#include "tessera/plugin/abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- speculator, version 1 --------------------------------------------- */
+
+/* One draft the host asks of a speculator (ABI 1.1). */
+struct tsr_spec_request {
+  uint32_t struct_size;
+  int32_t seq;
+  /* the sequence so far; the last token is the one about to be evaluated */
+  const int32_t *tokens;
+  int32_t n_tokens;
+  /* the target's final hidden row (what its LM head read) at the last position it
+  ** evaluated, n_embd floats; NULL when the arch exports none */
+  const float *hidden;
+  int32_t n_embd;
+  int32_t max_draft;   /* propose at most this many tokens */
+  int32_t *draft;      /* out: the proposed tokens, following tokens[n_tokens - 1] */
+};
+
+struct tsr_speculator_v1 {
+  uint32_t struct_size;
+  const char *name;
+  void *ctx;
+  /* Whether it can speculate for this model (e.g. needs a NextN head). */
+  tsr_status (*negotiate)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model);
+  /* ABI 1.1 (speculator version 2). Proposes up to r->max_draft tokens (*n_draft,
+  ** 0 when it has none). The host evaluates the last token and the proposals in one
+  ** batch and keeps the longest prefix the target's own sampling agrees with, then
+  ** its token at the first disagreement: the drafter is taken as certain of each
+  ** proposal, which makes this exact speculative sampling for a deterministic
+  ** drafter and greedy verification at temperature 0. The cache is rolled back
+  ** past what was kept. */
+  tsr_status (*draft)(void *ctx, const struct tsr_host *host, struct tsr_spec_request *r,
+                      int32_t *n_draft);
+  /* How many of its last proposals the target kept, so a drafter with state of
+  ** its own can advance or roll it back; may be NULL. */
+  void (*accepted)(void *ctx, int32_t seq, int32_t n_accepted);
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TESSERA_PLUGIN_SPECULATOR_H */

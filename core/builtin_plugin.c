@@ -68,7 +68,7 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
 
 static struct tsr_tensor *flash_build(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                       const struct tsr_attn_call *call) {
-  struct tsr_tensor *out = host->flash_attn(g, call);
+  struct tsr_tensor *out = host->graph->flash_attn(g, call);
   /* ctx is the registering plugin (several hosts may live in one process) */
   if (out) host->engaged(ctx, "flash_layers_built", 1);
   return out;
@@ -139,7 +139,7 @@ static tsr_status core_init(const struct tsr_host *host, struct tsr_plugin *self
 
 static const struct tsr_plugin_iface g_core_provides[] = {
     {TSR_IFACE_ATTENTION, 1},
-    {TSR_IFACE_KV_CODEC, 2},
+    {TSR_IFACE_KV_CODEC, 1},
 };
 
 #define TSR_STR2(x) #x

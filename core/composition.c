@@ -109,19 +109,13 @@ static tsr_status codec_hooks(const struct tsr_plugin_host *h, struct tsr_layer_
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): %s codec %s (%s) cannot store "
                            "head dim %d", d->layer, tsr_layer_kind_name(d->kind), i ? "V" : "K",
                            names[i], label, head_dim);
-    const bool back = i ? TSR_KV_CODEC_HOOK(c, finish_out) != NULL
-                        : TSR_KV_CODEC_HOOK(c, prepare_q) != NULL;
-    if (stored != head_dim && (!back || !TSR_KV_CODEC_HOOK(c, prepare_rows)))
+    const bool back = i ? c->finish_out != NULL : c->prepare_q != NULL;
+    if (stored != head_dim && (!back || !c->prepare_rows))
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): %s codec %s (%s) stores head dim "
                            "%d at %d but has no prepare_rows and %s hooks to match", d->layer,
                            tsr_layer_kind_name(d->kind), i ? "V" : "K", names[i], label, head_dim,
                            stored, i ? "finish_out" : "prepare_q");
-    const bool applies = attn->struct_size >= offsetof(struct tsr_attention_v1, applies_prepare_q) +
-                                                  sizeof attn->applies_prepare_q &&
-                         attn->applies_prepare_q;
-    const bool rotates = attn->struct_size >= offsetof(struct tsr_attention_v1, rotates) +
-                                                  sizeof attn->rotates && attn->rotates;
-    if (!i && TSR_KV_CODEC_HOOK(c, prepare_q) && rotates && !applies)
+    if (!i && c->prepare_q && attn->rotates && !attn->applies_prepare_q)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s positions queries "
                            "itself and does not apply K codec %s (%s)'s query transform "
                            "(prepare_q); pick another K codec or attention", d->layer,
@@ -148,9 +142,9 @@ static void codec_how(const struct tsr_plugin_host *h, const char *name, enum ts
                          tsr_plugin_version(owner), tsr_read_path_name(path))
               : snprintf(out, cap, "%s %s; %s as %s", tsr_plugin_name(owner),
                          tsr_plugin_version(owner), tsr_read_path_name(path), tr ? tr->name : "?");
-  const char *hooks[3] = {TSR_KV_CODEC_HOOK(c, prepare_rows) ? "prepare_rows" : NULL,
-                          TSR_KV_CODEC_HOOK(c, prepare_q) ? "prepare_q" : NULL,
-                          TSR_KV_CODEC_HOOK(c, finish_out) ? "finish_out" : NULL};
+  const char *hooks[3] = {c->prepare_rows ? "prepare_rows" : NULL,
+                          c->prepare_q ? "prepare_q" : NULL,
+                          c->finish_out ? "finish_out" : NULL};
   const char *sep = "; hooks ";
   for (int i = 0; i < 3 && n > 0 && (size_t)n < cap; i++)
     if (hooks[i]) {
@@ -231,10 +225,9 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
         return st;
       }
     }
-    if (spec->struct_size < offsetof(struct tsr_speculator_v1, draft) + sizeof spec->draft ||
-        !spec->draft)
+    if (!spec->draft)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "speculator %s (%s) cannot draft (it has no "
-                           "draft hook: speculator version 1)", spec->name, owner);
+                           "draft hook)", spec->name, owner);
     /* a rejected draft is rolled back by cell; recurrent state would need per-row
     ** checkpoints, which the KV cache does not keep yet */
     for (int i = 0; i < r->n_layers; i++)
@@ -306,11 +299,7 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
     }
     for (int p = 0; p < r->n_policies; p++) {
       /* a policy acts through the attention's kernels: they must honour it here */
-      bool (*honours)(void *, const struct tsr_layer_desc *) =
-          attn->struct_size >= offsetof(struct tsr_attention_v1, honours_decode) +
-                                   sizeof attn->honours_decode
-              ? attn->honours_decode
-              : NULL;
+      bool (*honours)(void *, const struct tsr_layer_desc *) = attn->honours_decode;
       if (!honours || !honours(attn->ctx, &d))
         return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): decode policy %s cannot act: "
                              "attention %s does not act on decode parameters on backend %s",

@@ -282,7 +282,7 @@ static tsr_status key_ok(struct tsr_convert *cv, const char *key) {
   for (size_t i = 0; i < sizeof reserved / sizeof reserved[0]; i++)
     if (!strcmp(key, reserved[i]))
       return tsr_error_set(TSR_ERR_INVALID_ARG, "convert: %s is written by the core, not the "
-                           "arch plugin", key);
+                           "converter plugin", key);
   if (!strcmp(key, "general.architecture")) cv->wrote_arch = true;
   return TSR_OK;
 }
@@ -525,14 +525,12 @@ tsr_status tsr_convert_out_tensor_i32(struct tsr_convert *cv, const char *name, 
 
 /* ---- dispatch and finish --------------------------------------------------- */
 
-tsr_status tsr_convert_with(struct tsr_convert *cv, const struct tsr_arch_v1 *arch,
+tsr_status tsr_convert_with(struct tsr_convert *cv, const struct tsr_convert_v1 *converter,
                             const char *plugin_name) {
   cv->plugin = plugin_name;
-  if (!arch->convert)
-    return tsr_error_set(TSR_ERR_UNSUPPORTED, "plugin %s has no convert()", plugin_name);
   tsr_status st = tsr_convert_check_config(cv->config, cv->config_path);
   if (st != TSR_OK) return st;
-  st = arch->convert(arch->ctx, tsr_plugin_host_services(), cv);
+  st = converter->convert(converter->ctx, tsr_plugin_host_services(), cv);
   if (st != TSR_OK) {
     clear_progress(cv);
     const char *mt = tsr_convert_model_type(cv);
@@ -612,19 +610,18 @@ tsr_status tsr_convert_finish(struct tsr_convert *cv, struct tsr_convert_stats *
   return st;
 }
 
-/* The arch registered for model_type; *known lists every convertible type. */
-static const struct registered *arch_for(const struct tsr_plugin_host *h, const char *model_type,
-                                         char *known, size_t n) {
+/* The converter registered for model_type; *known lists every convertible type. */
+static const struct registered *converter_for(const struct tsr_plugin_host *h,
+                                              const char *model_type, char *known, size_t n) {
   size_t used = 0;
   known[0] = '\0';
-  for (int i = 0; i < h->archs.n; i++) {
-    const struct tsr_arch_v1 *a = &h->archs.items[i].u.arch;
-    if (!a->convert || !a->hf_types) continue;
-    const char *s = a->hf_types;
+  for (int i = 0; i < h->converters.n; i++) {
+    const char *s = h->converters.items[i].u.convert.hf_types;
     while (*s) {
       while (*s == ',' || *s == ' ') s++;
       size_t len = strcspn(s, ", ");
-      if (len == strlen(model_type) && !strncmp(s, model_type, len)) return &h->archs.items[i];
+      if (len == strlen(model_type) && !strncmp(s, model_type, len))
+        return &h->converters.items[i];
       if (len && used < n)
         used += (size_t)snprintf(known + used, n - used, "%s%.*s", used ? ", " : "", (int)len, s);
       s += len;
@@ -644,18 +641,18 @@ tsr_status tsr_convert_run(struct tsr_plugin_host *h, const struct tsr_convert_o
     tsr_convert_free(cv);
     return st;
   }
-  st = tsr_plugin_host_load_providers(h, TSR_IFACE_ARCH);
+  st = tsr_plugin_host_load_providers(h, TSR_IFACE_CONVERT);
   char known[1024];
-  const struct registered *r = st == TSR_OK ? arch_for(h, mt, known, sizeof known) : NULL;
+  const struct registered *r = st == TSR_OK ? converter_for(h, mt, known, sizeof known) : NULL;
   if (st == TSR_OK && !r)
     st = tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: model_type '%s' has no converter (known: %s)",
-                       cv->config_path, mt, known[0] ? known : "none; are the arch plugins on "
-                       "the plugin path?");
+                       cv->config_path, mt, known[0] ? known : "none; are the converter plugins "
+                       "on the plugin path?");
   if (st == TSR_OK && o->log)
     fprintf(o->log, "converting %s (model_type %s) with plugin %s %s to %s, outtype %s\n",
             cv->dir, mt, r->owner->desc->name, r->owner->desc->version, o->out_path,
             tsr_dtype_name(o->outtype));
-  if (st == TSR_OK) st = tsr_convert_with(cv, &r->u.arch, r->owner->desc->name);
+  if (st == TSR_OK) st = tsr_convert_with(cv, &r->u.convert, r->owner->desc->name);
   if (st == TSR_OK) st = tsr_convert_finish(cv, stats);
   tsr_convert_free(cv);
   return st;

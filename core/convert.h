@@ -3,10 +3,11 @@
 ** tokenizer.json) to GGUF with llama.cpp's names, so files interchange.
 **
 ** The core owns the mechanics; the rules of each architecture (tensor
-** names, keys, value transforms) live in the arch plugin whose hf_types
-** lists config.json's model_type. The plugin reads through the hf_* host
-** calls and writes through the out_* calls, all of which are the functions
-** below (plugin_host.c puts them in the services table).
+** names, keys, value transforms) live in the plugin whose converter
+** (interface convert, tessera/plugin/convert.h) lists config.json's
+** model_type in its hf_types. The plugin reads through the hf_* calls of
+** host->convert and writes through its out_* calls, all of which are the
+** functions below (plugin_services.c puts them in the services table).
 **
 ** What the core guarantees around the plugin:
 **  - every checkpoint tensor is either read by the plugin or under a prefix
@@ -70,8 +71,8 @@ const char *tsr_convert_outtypes(void);
 /* llama.cpp's general.file_type (LLAMA_FTYPE) for an outtype, or -1. */
 int tsr_convert_file_type(enum tsr_dtype outtype);
 
-/* The whole conversion: opens the checkpoint, loads the arch plugins on
-** h's search path, picks the one for config.json's model_type (unknown:
+/* The whole conversion: opens the checkpoint, loads the plugins on h's
+** search path that provide convert, picks the one for config.json's model_type (unknown:
 ** TSR_ERR_UNSUPPORTED naming it and the known types), runs it, checks,
 ** writes. */
 tsr_status tsr_convert_run(struct tsr_plugin_host *h, const struct tsr_convert_options *o,
@@ -90,14 +91,14 @@ tsr_status tsr_convert_check_config(const void *config, const char *label);
 /* A JSON value (cJSON) as messages name what they found: "the number 5",
 ** "a string \"x\"", "an object", "an array of 3". */
 void tsr_convert_describe(const void *value, char *buf, size_t n);
-/* Runs an arch plugin's convert() with the host's services, after checking
+/* Runs a plugin's converter with the host's services, after checking
 ** config.json (tsr_convert_check_config). */
-tsr_status tsr_convert_with(struct tsr_convert *cv, const struct tsr_arch_v1 *arch,
+tsr_status tsr_convert_with(struct tsr_convert *cv, const struct tsr_convert_v1 *converter,
                             const char *plugin_name);
 /* The unread-tensor check, the core's keys, the write and the summary. */
 tsr_status tsr_convert_finish(struct tsr_convert *cv, struct tsr_convert_stats *stats);
 
-/* ---- host services (struct tsr_host's conversion slots) ---- */
+/* ---- host services (struct tsr_host_convert, host->convert) ---- */
 int tsr_convert_hf_has(const struct tsr_convert *cv, const char *path);
 tsr_status tsr_convert_hf_i64(const struct tsr_convert *cv, const char *path, int64_t *out);
 tsr_status tsr_convert_hf_f64(const struct tsr_convert *cv, const char *path, double *out);

@@ -1,5 +1,5 @@
 /*
-** config.json, checked before an arch plugin reads it: every key a
+** config.json, checked before a converter plugin reads it: every key a
 ** converter reads (at the top level and in text_config) has the JSON type
 ** and range its reader and the runtime assume, so a malformed config is
 ** refused naming the key instead of being read as "absent" and leaving a
@@ -7,7 +7,7 @@
 **
 ** null is accepted everywhere and means "not set", as in transformers.
 ** The checks are per key: combinations (heads dividing, layer patterns the
-** runtime can plan) are the arch plugin's, which knows its defaults.
+** runtime can plan) are the converter plugin's, which knows its defaults.
 */
 #include <math.h>
 #include <stdio.h>

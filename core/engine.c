@@ -204,9 +204,7 @@ static tsr_status setup_decode(struct tsr_engine *e) {
       const struct tsr_plugin *owner = NULL;
       const struct tsr_decode_policy_v1 *pol =
           tsr_plugin_host_decode_policy(s->host, p->decode_policies[k], &owner);
-      const bool has_params = pol && pol->struct_size >= offsetof(struct tsr_decode_policy_v1,
-                                                                  params) + sizeof pol->params;
-      if (!has_params || !pol->params) continue;
+      if (!pol || !pol->params) continue;
       struct tsr_decode_params q = {.struct_size = sizeof q, .counters = &d->counters};
       tsr_status st = pol->params(pol->ctx, &desc, &q);
       if (st != TSR_OK) {

@@ -41,7 +41,7 @@ static tsr_status row_bytes(int32_t layer, const char *side, int32_t head_dim,
 }
 
 int32_t tsr_kv_codec_storage_dim(const struct tsr_kv_codec_v1 *codec, int32_t head_dim) {
-  int32_t (*fn)(void *, int32_t) = TSR_KV_CODEC_HOOK(codec, storage_dim);
+  int32_t (*fn)(void *, int32_t) = codec ? codec->storage_dim : NULL;
   if (!fn) return head_dim;
   const int32_t s = fn(codec->ctx, head_dim);
   return s >= head_dim && codec->block_size > 0 && s % codec->block_size == 0 ? s : 0;

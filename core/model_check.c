@@ -16,8 +16,7 @@
 tsr_status tsr_model_validate(const struct tsr_arch_v1 *arch, const struct tsr_gguf *model,
                               const struct tsr_arch_layer *layers, int32_t n_layers) {
   /* the plugin's checks first: its range messages are the more precise */
-  if (arch->struct_size >= offsetof(struct tsr_arch_v1, validate) + sizeof arch->validate &&
-      arch->validate) {
+  if (arch->validate) {
     tsr_status st = arch->validate(arch->ctx, tsr_plugin_host_services(), model, layers, n_layers);
     if (st != TSR_OK) return st;
   }
@@ -170,7 +169,7 @@ void tsr_model_note_used(const struct tsr_gguf *model, const struct tsr_graph *g
   for (int i = 0; i < g->n; i++) {
     const struct tsr_tensor *t = &g->tensors[i];
     if (!(t->flags & TSR_FLAG_WEIGHT) || !t->data) continue;
-    /* host->weight names a leaf after its tensor; the data pointer tells it
+    /* host->graph->weight names a leaf after its tensor; the data pointer tells it
     ** from another file's tensor of the same name (a drafter's target) */
     const struct tsr_gguf_tensor *w = tsr_gguf_find_tensor(model, t->name);
     if (w && w->data == t->data) used[w - first] = true; /* tensors are one array */

@@ -35,7 +35,7 @@ tsr_status tsr_model_validate(const struct tsr_arch_v1 *arch, const struct tsr_g
 ** inf: must be a finite number". */
 tsr_status tsr_model_check_floats(const struct tsr_gguf *model);
 
-/* The host calls of ABI 1.1 (plugin.h documents each). */
+/* The model checks of host->gguf (tessera/plugin/gguf.h documents each). */
 tsr_status tsr_model_f32_positive(const struct tsr_gguf *model, const char *key, float *out);
 tsr_status tsr_model_weight_shape(const struct tsr_gguf *model, const char *name,
                                   int32_t *n_dims, int64_t ne[4]);

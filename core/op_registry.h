@@ -32,7 +32,7 @@ int tsr_op_registry_replayable(int32_t op_id, const char *backend);
 /* The id registered under name ("arch_gemma4.rope_f32"), or -1. */
 int32_t tsr_op_registry_find(const char *name);
 /* The device call a device backend is making on this thread (plugin.h,
-** host->device_call); NULL when none. The backend sets it around each call. */
+** host->kernel->device_call); NULL when none. The backend sets it around each call. */
 void tsr_op_registry_set_device_call(struct tsr_device_call *call);
 struct tsr_device_call *tsr_op_registry_device_call(void);
 /* NULL if no such id. */

@@ -79,7 +79,7 @@ struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int3
   return tsr_top_k(g, a, k);
 }
 
-/* ---- KV codec hooks around attention (struct tsr_kv_codec_v1, ABI 1.1) ---- */
+/* ---- KV codec hooks around attention (struct tsr_kv_codec_v1) ---- */
 
 /* The codecs of a layer that reads K/V through fw's cache, else NULL. */
 static void layer_codecs(const struct tsr_arch_forward *fw, int32_t layer,
@@ -136,13 +136,13 @@ static struct tsr_tensor *codec_apply(struct tsr_graph *g, const struct tsr_kv_c
 /* rows as the codec stores them */
 static struct tsr_tensor *codec_rows(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
                                      struct tsr_tensor *x) {
-  return codec_apply(g, c, TSR_KV_CODEC_HOOK(c, prepare_rows), "prepare_rows", x);
+  return codec_apply(g, c, c ? c->prepare_rows : NULL, "prepare_rows", x);
 }
 
 /* queries as keys stored in the codec are scored against */
 static struct tsr_tensor *codec_q(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
                                   struct tsr_tensor *q) {
-  return codec_apply(g, c, TSR_KV_CODEC_HOOK(c, prepare_q), "prepare_q", q);
+  return codec_apply(g, c, c ? c->prepare_q : NULL, "prepare_q", q);
 }
 
 /* tsr_attn_call.prepare_q as the host hands it to an attention that positions q itself */
@@ -231,7 +231,7 @@ tsr_status tsr_api_kv_shift_k(struct tsr_kv_shift *sh, int32_t layer, struct tsr
   if (n == 0) return TSR_OK;
   const struct tsr_kv_codec_v1 *kc, *vc;
   tsr_kv_cache_layer_codecs(sh->kv, layer, &kc, &vc);
-  if (TSR_KV_CODEC_HOOK(kc, prepare_rows)) {
+  if (kc && kc->prepare_rows) {
     char msg[200];
     snprintf(msg, sizeof msg, "kv_shift: layer %d's K codec %s stores keys transformed "
              "(prepare_rows), which RoPE cannot rotate in place: a context shift is refused",
@@ -272,28 +272,17 @@ tsr_status tsr_api_kv_shift_store(struct tsr_kv_shift *sh, int32_t layer, struct
 ** when its caller filled one, else the one attention. */
 static const struct tsr_attention_v1 *layer_attention(const struct tsr_arch_forward *fw,
                                                       int32_t layer) {
-  const size_t need = offsetof(struct tsr_arch_forward, attention_kind) + sizeof fw->attention_kind;
-  if (fw->struct_size >= need && layer >= 0 && layer < fw->n_layers) {
+  if (layer >= 0 && layer < fw->n_layers) {
     const enum tsr_layer_kind k = fw->layers[layer].kind;
     if (k >= 0 && k < TSR_LAYER_KIND_COUNT && fw->attention_kind[k]) return fw->attention_kind[k];
   }
   return fw->attention;
 }
 
-static bool attention_rotates(const struct tsr_attention_v1 *a) {
-  return a && a->struct_size >= offsetof(struct tsr_attention_v1, rotates) + sizeof a->rotates &&
-         a->rotates;
-}
-
-static bool rope_ok(struct tsr_graph *g, const struct tsr_attn_rope *rope) {
-  if (rope->struct_size >= offsetof(struct tsr_attn_rope, n_ctx_train)) return true;
-  tsr_graph_fail(g, TSR_ERR_INVALID_ARG, "attention RoPE description without its struct_size");
-  return false;
-}
+static bool attention_rotates(const struct tsr_attention_v1 *a) { return a && a->rotates; }
 
 struct tsr_tensor *tsr_api_rope_apply(struct tsr_graph *g, const struct tsr_attn_rope *rope,
                                       struct tsr_tensor *x, struct tsr_tensor *pos) {
-  if (!rope_ok(g, rope)) return NULL;
   if (rope->rotate) return rope->rotate(rope, tsr_plugin_host_services(), g, x, pos);
   return tsr_api_rope(g, x, pos, rope->freq_factors, rope->n_rot, rope->neox, rope->freq_base,
                       rope->freq_scale);
@@ -352,7 +341,6 @@ struct tsr_tensor *tsr_api_attn_rope(struct tsr_arch_forward *fw, int32_t layer,
     tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG, msg);
     return NULL;
   }
-  if (!rope_ok(fw->g, rope)) return NULL;
   return a->prepare_k(a->ctx, tsr_plugin_host_services(), fw->g, rope, x, fw->positions);
 }
 
@@ -382,31 +370,17 @@ struct tsr_tensor *tsr_api_attn_build(struct tsr_arch_forward *fw, int32_t layer
   const struct tsr_kv_codec_v1 *kc, *vc;
   layer_codecs(fw, layer, &kc, &vc);
   struct tsr_attn_call hooked;
-  const size_t call_decode = offsetof(struct tsr_attn_call, decode) + sizeof call->decode;
   /* the layer's decode parameters, on a decode step (one token of one sequence) */
   const struct tsr_decode_params *decode =
-      fw->struct_size >= offsetof(struct tsr_arch_forward, decode) + sizeof fw->decode &&
-              fw->decode && layer >= 0 && layer < fw->n_layers && fw->n_tokens == 1 &&
-              fw->seq >= 0
+      fw->decode && layer >= 0 && layer < fw->n_layers && fw->n_tokens == 1 && fw->seq >= 0
           ? fw->decode[layer]
           : NULL;
   if (decode) {
-    if (call->struct_size < call_decode) {
-      tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG, "attn_build: the arch's attention call "
-                     "predates decode parameters (ABI 1.1) and this layer has a decode policy");
-      return NULL;
-    }
     hooked = *call;
     hooked.decode = decode;
     call = &hooked;
   }
-  if (TSR_KV_CODEC_HOOK(kc, prepare_q)) {
-    if (call->struct_size < offsetof(struct tsr_attn_call, prepare_q_ctx) +
-                                sizeof call->prepare_q_ctx) {
-      tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG, "attn_build: the arch's attention call "
-                     "predates codec hooks (ABI 1.1) and this layer's K codec has one");
-      return NULL;
-    }
+  if (kc && kc->prepare_q) {
     if (call != &hooked) hooked = *call;
     if (attention_rotates(a)) {
       hooked.prepare_q = call_prepare_q;
@@ -418,7 +392,7 @@ struct tsr_tensor *tsr_api_attn_build(struct tsr_arch_forward *fw, int32_t layer
   }
   struct tsr_tensor *out = a->build(a->ctx, tsr_plugin_host_services(), fw->g, call);
   struct tsr_tensor *(*finish)(void *, const struct tsr_host *, struct tsr_graph *,
-                               struct tsr_tensor *, int32_t) = TSR_KV_CODEC_HOOK(vc, finish_out);
+                               struct tsr_tensor *, int32_t) = vc ? vc->finish_out : NULL;
   if (!out || !finish) return out;
   const int32_t dv = fw->layers[layer].head_dim_v;
   struct tsr_tensor *x = hook_input(fw->g, out);
@@ -434,9 +408,8 @@ struct tsr_tensor *tsr_api_kv_shift_rope(struct tsr_kv_shift *sh, int32_t layer,
     if (pool >= 0) tsr_graph_fail(sh->g, TSR_ERR_INVALID_ARG, "kv_shift_rope: no keys or no RoPE");
     return NULL;
   }
-  const size_t need = offsetof(struct tsr_kv_shift, attention_kind) + sizeof sh->attention_kind;
   const enum tsr_layer_kind kind = sh->layers[layer].kind;
-  const struct tsr_attention_v1 *a = sh->struct_size >= need ? sh->attention_kind[kind] : NULL;
+  const struct tsr_attention_v1 *a = sh->attention_kind[kind];
   if (!a && placed_get(sh->kv, kind)) {
     char msg[256];
     snprintf(msg, sizeof msg, "kv_shift: layer %d's keys were placed by an attention that "
@@ -453,10 +426,9 @@ struct tsr_tensor *tsr_api_kv_shift_rope(struct tsr_kv_shift *sh, int32_t layer,
     return NULL;
   }
   struct tsr_tensor *pos = NULL;
-  if (sh->struct_size >= need && sh->pos[pool])
+  if (sh->pos[pool])
     pos = tsr_new_external(sh->g, TSR_I32, 1, &(int64_t){sh->n_cells[pool]},
                            (void *)(uintptr_t)sh->pos[pool]);
-  if (!rope_ok(sh->g, rope)) return NULL;
   return a->shift_k(a->ctx, tsr_plugin_host_services(), sh->g, rope, k, pos, sh->delta);
 }
 

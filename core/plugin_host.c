@@ -431,6 +431,7 @@ static const struct cap_list *list_for(const struct tsr_plugin_host *h, const ch
   if (!strcmp(iface, TSR_IFACE_ATTENTION)) return &h->attention;
   if (!strcmp(iface, TSR_IFACE_KV_CODEC)) return &h->codecs;
   if (!strcmp(iface, TSR_IFACE_ARCH)) return &h->archs;
+  if (!strcmp(iface, TSR_IFACE_CONVERT)) return &h->converters;
   if (!strcmp(iface, TSR_IFACE_DECODE_POLICY)) return &h->policies;
   if (!strcmp(iface, TSR_IFACE_SPECULATOR)) return &h->speculators;
   return NULL;
@@ -448,7 +449,8 @@ void tsr_plugin_host_list_names(const struct tsr_plugin_host *h, const char *ifa
 }
 
 void tsr_plugin_host_unregister(struct tsr_plugin_host *h, const struct tsr_plugin *p) {
-  struct cap_list *lists[] = {&h->attention, &h->codecs, &h->archs, &h->policies, &h->speculators};
+  struct cap_list *lists[] = {&h->attention, &h->codecs,   &h->archs,
+                              &h->converters, &h->policies, &h->speculators};
   for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
     struct cap_list *list = lists[l];
     int kept = 0;

@@ -42,6 +42,7 @@ struct registered {
     struct tsr_attention_v1 attention;
     struct tsr_kv_codec_v1 codec;
     struct tsr_arch_v1 arch;
+    struct tsr_convert_v1 convert;
     struct tsr_decode_policy_v1 policy;
     struct tsr_speculator_v1 speculator;
   } u;
@@ -57,7 +58,7 @@ struct tsr_plugin_host {
   int n_plugins;
   char dirs[TSR_HOST_MAX_DIRS][1024];
   int n_dirs, n_caller_dirs;
-  struct cap_list attention, codecs, archs, policies, speculators;
+  struct cap_list attention, codecs, archs, converters, policies, speculators;
   pthread_mutex_t counter_lock;
 };
 

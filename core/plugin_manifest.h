@@ -7,7 +7,7 @@
 **   [plugin]
 **   name = attn_dca
 **   version = 0.1.0
-**   abi = 1.0
+**   abi = 2.0
 **   provides = attention:1
 **   requires =
 **   library = libtsr_attn_dca.so    ; absent: the plugin has no code yet

@@ -1,7 +1,9 @@
 /*
 ** The services table plugins get in init(): logging, errors, state,
-** settings, capability and op registration, engagement, GGUF reading,
-** conversion and graph building. Entries only ever append (plugin.h).
+** settings, capability registration and engagement, and the sub-tables for
+** GGUF reading, graph building, an arch's KV cache, conversion and plugin
+** ops (tessera/plugin/host.h). Each table only ever appends within a major
+** (tessera/plugin/abi.h).
 */
 #include <stdarg.h>
 #include <stdio.h>
@@ -95,11 +97,27 @@ static void copy_sized(void *dst, size_t dst_size, const void *src, uint32_t src
   memcpy(dst, src, src_size < dst_size ? src_size : dst_size);
 }
 
+/* The size of a struct through `field`, its last field in ABI 2.0: what a plugin
+** built for any minor of major 2 registers at least. */
+#define SIZE_THROUGH(type, field) (offsetof(type, field) + sizeof(((type *)0)->field))
+
+/* A registered struct holds at least ABI 2.0's fields; checked before any is read. */
+static tsr_status check_size(const struct tsr_plugin *self, const char *iface, const char *name,
+                             uint32_t impl_size, size_t base) {
+  if (impl_size >= base) return TSR_OK;
+  return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s registered %s '%s' with struct_size %u, "
+                       "less than ABI %d.0's %zu", self->desc->name, iface, name ? name : "?",
+                       impl_size, TSR_PLUGIN_ABI_MAJOR, base);
+}
+
 static tsr_status add_cap(struct tsr_plugin *self, struct cap_list *list, const char *iface,
-                          const char *name, const void *impl, uint32_t impl_size, size_t known) {
-  if (!impl || impl_size < 2 * sizeof(void *) || !name || !*name)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s registered a %s without a name or "
-                         "struct_size", self->desc->name, iface);
+                          const char *name, const void *impl, uint32_t impl_size, size_t known,
+                          size_t base) {
+  if (!impl || !name || !*name)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s registered a %s without a name",
+                         self->desc->name, iface);
+  tsr_status st = check_size(self, iface, name, impl_size, base);
+  if (st != TSR_OK) return st;
   bool provides = false;
   for (uint32_t i = 0; i < self->desc->n_provides; i++)
     provides |= !strcmp(self->desc->provides[i].name, iface);
@@ -132,13 +150,32 @@ _Static_assert(offsetof(struct tsr_attention_v1, name) == offsetof(struct tsr_sp
                "name offset");
 _Static_assert(offsetof(struct tsr_attention_v1, name) == offsetof(struct tsr_arch_v1, names),
                "name offset");
+_Static_assert(offsetof(struct tsr_attention_v1, name) == offsetof(struct tsr_convert_v1, hf_types),
+               "name offset");
+
+/* The dtype ids of tessera/plugin/dtype.h are the core's. */
+#define SAME_ID(plugin_id, core_id) _Static_assert((int)(plugin_id) == (int)(core_id), #plugin_id)
+SAME_ID(TSR_DTYPE_ID_F32, TSR_F32);
+SAME_ID(TSR_DTYPE_ID_F16, TSR_F16);
+SAME_ID(TSR_DTYPE_ID_Q4_0, TSR_Q4_0);
+SAME_ID(TSR_DTYPE_ID_Q4_1, TSR_Q4_1);
+SAME_ID(TSR_DTYPE_ID_Q5_0, TSR_Q5_0);
+SAME_ID(TSR_DTYPE_ID_Q5_1, TSR_Q5_1);
+SAME_ID(TSR_DTYPE_ID_Q8_0, TSR_Q8_0);
+SAME_ID(TSR_DTYPE_ID_I32, TSR_I32);
+SAME_ID(TSR_DTYPE_ID_BF16, TSR_BF16);
+SAME_ID(TSR_DTYPE_ID_Q6_0, TSR_Q6_0);
+SAME_ID(TSR_DTYPE_ID_CODEC_FIRST, TSR_DTYPE_CODEC_BASE);
+SAME_ID(TSR_DTYPE_ID_CODEC_COUNT, TSR_DTYPE_CODEC_MAX);
+#undef SAME_ID
 
 static tsr_status host_register_attention(struct tsr_plugin *self, const struct tsr_attention_v1 *a) {
   if (a && (!a->negotiate || !a->build))
     return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: attention '%s' lacks negotiate or build",
                          self->desc->name, a->name ? a->name : "?");
   return add_cap(self, &self->host->attention, TSR_IFACE_ATTENTION, a ? a->name : NULL, a,
-                 a ? a->struct_size : 0, sizeof(struct tsr_attention_v1));
+                 a ? a->struct_size : 0, sizeof(struct tsr_attention_v1),
+                 SIZE_THROUGH(struct tsr_attention_v1, honours_decode));
 }
 
 static tsr_status host_register_kernel_lib(struct tsr_plugin *self, int32_t op_id,
@@ -158,7 +195,7 @@ static tsr_status codec_op(struct tsr_plugin *self, const char *codec, const cha
 /* Every device backend an own-layout codec names has its kernels. */
 static tsr_status codec_kernels(struct tsr_plugin *self, const struct tsr_kv_codec_v1 *c,
                                 int dtype) {
-  const struct tsr_kv_codec_kernels *k = TSR_KV_CODEC_HOOK(c, kernels);
+  const struct tsr_kv_codec_kernels *k = c->kernels;
   const uint32_t n = k ? c->n_kernels : 0;
   if (n > 8) return tsr_error_set(TSR_ERR_INVALID_ARG, "%u kernel sets (at most 8)", n);
   int32_t enc = -1, lift = -1;
@@ -190,6 +227,9 @@ static tsr_status codec_kernels(struct tsr_plugin *self, const struct tsr_kv_cod
 }
 
 static tsr_status host_register_kv_codec(struct tsr_plugin *self, const struct tsr_kv_codec_v1 *c) {
+  const size_t base = SIZE_THROUGH(struct tsr_kv_codec_v1, n_kernels);
+  if (c && check_size(self, TSR_IFACE_KV_CODEC, c->name, c->struct_size, base) != TSR_OK)
+    return TSR_ERR_INVALID_ARG;
   if (c && (c->block_size <= 0 || c->block_bytes == 0 || !c->encode_rows || !c->backends))
     return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: kv codec '%s' needs a block size, "
                          "block bytes, backends and encode_rows", self->desc->name,
@@ -221,7 +261,7 @@ static tsr_status host_register_kv_codec(struct tsr_plugin *self, const struct t
                          "(TSR_KV_CODEC_OWN_DTYPE)", self->desc->name, c->name ? c->name : "?",
                          (int)c->dtype, (long long)c->block_size, c->block_bytes);
   tsr_status st = add_cap(self, &self->host->codecs, TSR_IFACE_KV_CODEC, c ? c->name : NULL, c,
-                          c ? c->struct_size : 0, sizeof(struct tsr_kv_codec_v1));
+                          c ? c->struct_size : 0, sizeof(struct tsr_kv_codec_v1), base);
   if (st == TSR_OK) self->host->codecs.items[self->host->codecs.n - 1].u.codec.dtype = dtype;
   return st;
 }
@@ -231,19 +271,33 @@ static tsr_status host_register_arch(struct tsr_plugin *self, const struct tsr_a
     return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: arch '%s' lacks describe",
                          self->desc->name, a->names ? a->names : "?");
   return add_cap(self, &self->host->archs, TSR_IFACE_ARCH, a ? a->names : NULL, a,
-                 a ? a->struct_size : 0, sizeof(struct tsr_arch_v1));
+                 a ? a->struct_size : 0, sizeof(struct tsr_arch_v1),
+                 SIZE_THROUGH(struct tsr_arch_v1, validate));
+}
+
+static tsr_status host_register_convert(struct tsr_plugin *self, const struct tsr_convert_v1 *c) {
+  const size_t base = SIZE_THROUGH(struct tsr_convert_v1, convert);
+  if (c && check_size(self, TSR_IFACE_CONVERT, c->hf_types, c->struct_size, base) != TSR_OK)
+    return TSR_ERR_INVALID_ARG;
+  if (c && !c->convert)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: converter '%s' lacks convert",
+                         self->desc->name, c->hf_types ? c->hf_types : "?");
+  return add_cap(self, &self->host->converters, TSR_IFACE_CONVERT, c ? c->hf_types : NULL, c,
+                 c ? c->struct_size : 0, sizeof(struct tsr_convert_v1), base);
 }
 
 static tsr_status host_register_decode_policy(struct tsr_plugin *self,
                                               const struct tsr_decode_policy_v1 *p) {
   return add_cap(self, &self->host->policies, TSR_IFACE_DECODE_POLICY, p ? p->name : NULL, p,
-                 p ? p->struct_size : 0, sizeof(struct tsr_decode_policy_v1));
+                 p ? p->struct_size : 0, sizeof(struct tsr_decode_policy_v1),
+                 SIZE_THROUGH(struct tsr_decode_policy_v1, params));
 }
 
 static tsr_status host_register_speculator(struct tsr_plugin *self,
                                            const struct tsr_speculator_v1 *s) {
   return add_cap(self, &self->host->speculators, TSR_IFACE_SPECULATOR, s ? s->name : NULL, s,
-                 s ? s->struct_size : 0, sizeof(struct tsr_speculator_v1));
+                 s ? s->struct_size : 0, sizeof(struct tsr_speculator_v1),
+                 SIZE_THROUGH(struct tsr_speculator_v1, accepted));
 }
 
 static void host_engaged(struct tsr_plugin *self, const char *counter, uint64_t n) {
@@ -363,10 +417,8 @@ static int host_gguf_has(const struct tsr_gguf *m, const char *key) {
 }
 
 static struct tsr_tensor *host_flash_attn(struct tsr_graph *g, const struct tsr_attn_call *c) {
-  const bool has_decode =
-      c->struct_size >= offsetof(struct tsr_attn_call, decode) + sizeof c->decode;
   struct tsr_attn_params p = {.scale = c->scale, .softcap = c->softcap, .causal = c->causal,
-                              .window = c->window, .decode = has_decode ? c->decode : NULL};
+                              .window = c->window, .decode = c->decode};
   return tsr_flash_attn(g, c->q, c->k, c->v, c->mask, c->q_pos, c->kv_pos, &p);
 }
 static struct tsr_tensor *host_cast(struct tsr_graph *g, struct tsr_tensor *a, int32_t dtype) {
@@ -392,38 +444,72 @@ static const struct tsr_kv_codec_v1 *host_find_kv_codec(const struct tsr_plugin 
   return NULL;
 }
 
-static const struct tsr_host g_services = {
-    .abi_major = TSR_PLUGIN_ABI_MAJOR,
-    .abi_minor = TSR_PLUGIN_ABI_MINOR,
-    .struct_size = sizeof(struct tsr_host),
-    .log = host_log,
-    .set_error = host_set_error,
-    .set_state = host_set_state,
-    .get_state = host_get_state,
-    .setting_i64 = host_setting_i64,
-    .setting_f64 = host_setting_f64,
-    .setting_bool = host_setting_bool,
-    .setting_str = host_setting_str,
-    .register_attention = host_register_attention,
-    .register_kv_codec = host_register_kv_codec,
-    .register_arch = host_register_arch,
-    .register_decode_policy = host_register_decode_policy,
-    .register_speculator = host_register_speculator,
-    .engaged = host_engaged,
-    .register_op = host_register_op,
-    .register_kernel = host_register_kernel,
-    .custom_op = host_custom_op,
-    .gguf_u32 = host_gguf_u32,
-    .gguf_f32 = host_gguf_f32,
-    .gguf_str = host_gguf_str,
-    .gguf_has = host_gguf_has,
+static const struct tsr_host_gguf g_gguf = {
+    .struct_size = sizeof(struct tsr_host_gguf),
+    .get_u32 = host_gguf_u32,
+    .get_f32 = host_gguf_f32,
+    .get_str = host_gguf_str,
+    .get_bool = host_gguf_bool,
+    .has_key = host_gguf_has,
+    .arr_len = host_gguf_arr_len,
+    .arr_i64 = host_gguf_arr_i64,
+    .arr_bool = host_gguf_arr_bool,
+    .has_weight = tsr_api_has_weight,
+    .f32_positive = tsr_model_f32_positive,
+    .weight_shape = tsr_model_weight_shape,
+    .check_weight = tsr_model_check_weight,
+    .check_layer_weights = tsr_model_check_layer_weights,
+};
+
+static const struct tsr_host_graph g_graph = {
+    .struct_size = sizeof(struct tsr_host_graph),
     .tensor_info = tsr_tensor_get_info,
-    .flash_attn = host_flash_attn,
+    .weight = tsr_api_weight,
+    .new_tensor = tsr_api_new_tensor,
+    .set_name = tsr_api_set_name,
+    .mark_output = tsr_graph_mark_output,
+    .fail = host_graph_fail,
+    .serial = tsr_graph_serial,
+    .custom_op = host_custom_op,
+    .custom_op_typed = tsr_api_custom_op_typed,
     .cast = host_cast,
     .scale = tsr_scale,
     .mat_mul = tsr_mat_mul,
+    .mat_mul_id = tsr_mat_mul_id,
     .add = tsr_add,
     .mul = tsr_mul,
+    .get_rows = tsr_get_rows,
+    .rms_norm = tsr_rms_norm,
+    .l2_norm = tsr_l2_norm,
+    .softmax = tsr_softmax,
+    .unary = tsr_api_unary,
+    .glu = tsr_api_glu,
+    .softcap = tsr_softcap,
+    .concat = tsr_api_concat,
+    .cont = tsr_cont,
+    .reshape = tsr_api_reshape,
+    .view = tsr_api_view,
+    .permute = tsr_api_permute,
+    .top_k = tsr_api_top_k,
+    .argmax = tsr_argmax,
+    .rope = tsr_api_rope,
+    .rope_apply = tsr_api_rope_apply,
+    .flash_attn = host_flash_attn,
+};
+
+static const struct tsr_host_arch g_arch = {
+    .struct_size = sizeof(struct tsr_host_arch),
+    .kv_attend = tsr_api_kv_attend,
+    .kv_state = tsr_api_kv_state,
+    .attn_rope = tsr_api_attn_rope,
+    .attn_build = tsr_api_attn_build,
+    .kv_shift_k = tsr_api_kv_shift_k,
+    .kv_shift_rope = tsr_api_kv_shift_rope,
+    .kv_shift_store = tsr_api_kv_shift_store,
+};
+
+static const struct tsr_host_convert g_convert = {
+    .struct_size = sizeof(struct tsr_host_convert),
     .hf_has = tsr_convert_hf_has,
     .hf_i64 = tsr_convert_hf_i64,
     .hf_f64 = tsr_convert_hf_f64,
@@ -446,60 +532,51 @@ static const struct tsr_host g_services = {
     .out_str = tsr_convert_out_str,
     .out_arr_i32 = tsr_convert_out_arr_i32,
     .out_arr_f32 = tsr_convert_out_arr_f32,
+    .out_arr_bool = tsr_convert_out_arr_bool,
     .out_tensor = tsr_convert_out_tensor,
     .out_tensor_i32 = tsr_convert_out_tensor_i32,
-    .convert_tokenizer = tsr_convert_tokenizer,
-    .weight = tsr_api_weight,
-    .has_weight = tsr_api_has_weight,
-    .new_tensor = tsr_api_new_tensor,
-    .set_name = tsr_api_set_name,
-    .mark_output = tsr_graph_mark_output,
-    .get_rows = tsr_get_rows,
-    .mat_mul_id = tsr_mat_mul_id,
-    .rms_norm = tsr_rms_norm,
-    .l2_norm = tsr_l2_norm,
-    .rope = tsr_api_rope,
-    .softmax = tsr_softmax,
-    .unary = tsr_api_unary,
-    .glu = tsr_api_glu,
-    .softcap = tsr_softcap,
-    .concat = tsr_api_concat,
-    .cont = tsr_cont,
-    .reshape = tsr_api_reshape,
-    .view = tsr_api_view,
-    .permute = tsr_api_permute,
-    .top_k = tsr_api_top_k,
-    .argmax = tsr_argmax,
-    .gguf_bool = host_gguf_bool,
-    .out_arr_bool = tsr_convert_out_arr_bool,
-    .gguf_arr_len = host_gguf_arr_len,
-    .gguf_arr_i64 = host_gguf_arr_i64,
-    .gguf_arr_bool = host_gguf_arr_bool,
-    .kv_attend = tsr_api_kv_attend,
-    .kv_state = tsr_api_kv_state,
-    .kv_shift_k = tsr_api_kv_shift_k,
-    .kv_shift_store = tsr_api_kv_shift_store,
-    .attn_rope = tsr_api_attn_rope,
-    .attn_build = tsr_api_attn_build,
-    .rope_apply = tsr_api_rope_apply,
-    .kv_shift_rope = tsr_api_kv_shift_rope,
-    .graph_fail = host_graph_fail,
-    .custom_op_typed = tsr_api_custom_op_typed,
-    .find_kv_codec = host_find_kv_codec,
+    .tokenizer = tsr_convert_tokenizer,
+};
+
+static const struct tsr_host_kernel g_kernel = {
+    .struct_size = sizeof(struct tsr_host_kernel),
+    .register_op = host_register_op,
+    .register_kernel = host_register_kernel,
+    .register_kernel_lib = host_register_kernel_lib,
+    .declare_replayable = host_declare_replayable,
+    .device_call = tsr_op_registry_device_call,
     .vec_dot_f32 = tsr_vec_dot_f32,
     .vec_dot_f16_f32 = tsr_vec_dot_f16_f32,
     .vec_axpy_f32 = tsr_vec_axpy_f32,
     .vec_axpy_f16 = tsr_vec_axpy_f16,
     .vec_scale_f32 = tsr_vec_scale_f32,
-    .register_kernel_lib = host_register_kernel_lib,
-    .device_call = tsr_op_registry_device_call,
-    .declare_replayable = host_declare_replayable,
-    .graph_serial = tsr_graph_serial,
-    .gguf_f32_positive = tsr_model_f32_positive,
-    .weight_shape = tsr_model_weight_shape,
-    .check_weight = tsr_model_check_weight,
-    .check_layer_weights = tsr_model_check_layer_weights,
+};
+
+static const struct tsr_host g_services = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_host),
+    .log = host_log,
+    .set_error = host_set_error,
+    .set_state = host_set_state,
+    .get_state = host_get_state,
+    .setting_i64 = host_setting_i64,
+    .setting_f64 = host_setting_f64,
+    .setting_bool = host_setting_bool,
+    .setting_str = host_setting_str,
+    .register_arch = host_register_arch,
+    .register_convert = host_register_convert,
+    .register_attention = host_register_attention,
+    .register_kv_codec = host_register_kv_codec,
+    .register_decode_policy = host_register_decode_policy,
+    .register_speculator = host_register_speculator,
+    .find_kv_codec = host_find_kv_codec,
+    .engaged = host_engaged,
+    .gguf = &g_gguf,
+    .graph = &g_graph,
+    .arch = &g_arch,
+    .convert = &g_convert,
+    .kernel = &g_kernel,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }
-

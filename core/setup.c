@@ -184,8 +184,7 @@ static void warn_unused_tensors(const struct tsr_setup *s, const struct tsr_grap
   if (!used) return; /* a warning is not worth failing the load */
   tsr_model_note_used(s->model, g, used);
   const struct tsr_arch_v1 *a = s->arch;
-  if (a->struct_size > offsetof(struct tsr_arch_v1, build_nextn) && a->build_nextn &&
-      hidden_final) {
+  if (a->build_nextn && hidden_final) {
     struct tsr_graph *ng = tsr_graph_new(64 * 8 + 4096);
     if (ng) {
       struct tsr_arch_forward fw = {
@@ -348,10 +347,8 @@ tsr_status tsr_setup_chat_template(const struct tsr_setup *s, const char *overri
     *source = "tokenizer.chat_template";
     return tsr_chat_template_detect(gguf_template, out);
   }
-  const char *name = s->arch && s->arch->struct_size > offsetof(struct tsr_arch_v1, chat_template)
-                         && s->arch->chat_template
-                         ? s->arch->chat_template(s->arch->ctx, s->arch_name)
-                         : NULL;
+  const char *name =
+      s->arch && s->arch->chat_template ? s->arch->chat_template(s->arch->ctx, s->arch_name) : NULL;
   if (!name)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s has no tokenizer.chat_template and arch plugin "
                          "%s knows no template for %s", s->model_path,

@@ -152,37 +152,38 @@ static void test_config_values_by_dotted_path_with_strict_types(void) {
   double d = 0;
   bool b = false;
   const char *s = NULL;
-  CHECK_OK(h->hf_i64(cv, "n", &i));
+  CHECK_OK(h->convert->hf_i64(cv, "n", &i));
   CHECK(i == 12);
-  CHECK_OK(h->hf_i64(cv, "text_config.num_hidden_layers", &i));
+  CHECK_OK(h->convert->hf_i64(cv, "text_config.num_hidden_layers", &i));
   CHECK(i == 4);
-  CHECK_OK(h->hf_f64(cv, "text_config.rope_parameters.rope_theta", &d));
+  CHECK_OK(h->convert->hf_f64(cv, "text_config.rope_parameters.rope_theta", &d));
   CHECK(d == 1e6);
-  CHECK_OK(h->hf_f64(cv, "n", &d)); /* an integer is a number */
+  CHECK_OK(h->convert->hf_f64(cv, "n", &d)); /* an integer is a number */
   CHECK(d == 12.0);
-  CHECK_ERR(h->hf_i64(cv, "f", &i), TSR_ERR_FORMAT, "config.json", "'f'", "integer", "12.5");
-  CHECK_ERR(h->hf_i64(cv, "s", &i), TSR_ERR_FORMAT, "'s'", "string");
-  CHECK_ERR(h->hf_i64(cv, "text_config.nope", &i), TSR_ERR_FORMAT, "text_config.nope");
-  CHECK_ERR(h->hf_str(cv, "nul", &s), TSR_ERR_FORMAT, "'nul' is null");
-  CHECK_ERR(h->hf_bool(cv, "n", &b), TSR_ERR_FORMAT, "'n'", "number");
-  CHECK_OK(h->hf_bool(cv, "b", &b));
+  CHECK_ERR(h->convert->hf_i64(cv, "f", &i), TSR_ERR_FORMAT, "config.json", "'f'", "integer",
+            "12.5");
+  CHECK_ERR(h->convert->hf_i64(cv, "s", &i), TSR_ERR_FORMAT, "'s'", "string");
+  CHECK_ERR(h->convert->hf_i64(cv, "text_config.nope", &i), TSR_ERR_FORMAT, "text_config.nope");
+  CHECK_ERR(h->convert->hf_str(cv, "nul", &s), TSR_ERR_FORMAT, "'nul' is null");
+  CHECK_ERR(h->convert->hf_bool(cv, "n", &b), TSR_ERR_FORMAT, "'n'", "number");
+  CHECK_OK(h->convert->hf_bool(cv, "b", &b));
   CHECK(b);
-  CHECK_OK(h->hf_str(cv, "s", &s));
+  CHECK_OK(h->convert->hf_str(cv, "s", &s));
   CHECK(s && !strcmp(s, "x"));
-  CHECK(h->hf_has(cv, "text_config.rope_parameters") == 1);
-  CHECK(h->hf_has(cv, "nul") == 0); /* null reads as absent */
-  CHECK(h->hf_has(cv, "missing") == 0);
-  CHECK_OK(h->hf_arr_len(cv, "arr", &i));
+  CHECK(h->convert->hf_has(cv, "text_config.rope_parameters") == 1);
+  CHECK(h->convert->hf_has(cv, "nul") == 0); /* null reads as absent */
+  CHECK(h->convert->hf_has(cv, "missing") == 0);
+  CHECK_OK(h->convert->hf_arr_len(cv, "arr", &i));
   CHECK(i == 3);
-  CHECK_OK(h->hf_arr_i64(cv, "arr", 0, &i));
+  CHECK_OK(h->convert->hf_arr_i64(cv, "arr", 0, &i));
   CHECK(i == 1);
-  CHECK_ERR(h->hf_arr_i64(cv, "arr", 1, &i), TSR_ERR_FORMAT, "'arr'[1]", "2.5");
-  CHECK_OK(h->hf_arr_f64(cv, "arr", 1, &d));
+  CHECK_ERR(h->convert->hf_arr_i64(cv, "arr", 1, &i), TSR_ERR_FORMAT, "'arr'[1]", "2.5");
+  CHECK_OK(h->convert->hf_arr_f64(cv, "arr", 1, &d));
   CHECK(d == 2.5);
-  CHECK_OK(h->hf_arr_str(cv, "arr", 2, &s));
+  CHECK_OK(h->convert->hf_arr_str(cv, "arr", 2, &s));
   CHECK(s && !strcmp(s, "a"));
-  CHECK_ERR(h->hf_arr_str(cv, "arr", 3, &s), TSR_ERR_FORMAT, "3 elements");
-  CHECK_ERR(h->hf_arr_len(cv, "n", &i), TSR_ERR_FORMAT, "array");
+  CHECK_ERR(h->convert->hf_arr_str(cv, "arr", 3, &s), TSR_ERR_FORMAT, "3 elements");
+  CHECK_ERR(h->convert->hf_arr_len(cv, "n", &i), TSR_ERR_FORMAT, "array");
   CHECK(!strcmp(tsr_convert_model_type(cv), "toy"));
   tsr_convert_free(cv);
 }
@@ -209,20 +210,21 @@ static void test_safetensors_reads_f32_f16_bf16_with_shapes(void) {
   struct tsr_convert *cv = open_cv(dir, "/tmp/unused.gguf", TSR_F32);
   if (!cv) return;
   const struct tsr_host *h = tsr_plugin_host_services();
-  CHECK(h->hf_n_tensors(cv) == 3);
-  CHECK(h->hf_tensor_has(cv, "x.f16") && !h->hf_tensor_has(cv, "x.f8"));
+  CHECK(h->convert->hf_n_tensors(cv) == 3);
+  CHECK(h->convert->hf_tensor_has(cv, "x.f16") && !h->convert->hf_tensor_has(cv, "x.f8"));
   int32_t nd = 0;
   int64_t shape[4];
-  CHECK_OK(h->hf_tensor_shape(cv, "x.f16", &nd, shape));
+  CHECK_OK(h->convert->hf_tensor_shape(cv, "x.f16", &nd, shape));
   CHECK(nd == 2 && shape[0] == 4 && shape[1] == 2 && shape[2] == 1);
   float out[8];
   const char *names[] = {"x.f32", "x.f16", "x.bf16"};
   for (int k = 0; k < 3; k++) {
-    CHECK_OK(h->hf_tensor_read(cv, names[k], out, 8));
+    CHECK_OK(h->convert->hf_tensor_read(cv, names[k], out, 8));
     for (int i = 0; i < 8; i++) CHECK(out[i] == g_vals[i]); /* all exact in 8 bits of mantissa */
   }
-  CHECK_ERR(h->hf_tensor_read(cv, "x.f32", out, 7), TSR_ERR_INVALID_ARG, "x.f32", "8 elements");
-  CHECK_ERR(h->hf_tensor_read(cv, "nope", out, 8), TSR_ERR_FORMAT, "nope");
+  CHECK_ERR(h->convert->hf_tensor_read(cv, "x.f32", out, 7), TSR_ERR_INVALID_ARG, "x.f32",
+            "8 elements");
+  CHECK_ERR(h->convert->hf_tensor_read(cv, "nope", out, 8), TSR_ERR_FORMAT, "nope");
   tsr_convert_free(cv);
 }
 
@@ -427,10 +429,10 @@ static tsr_status run_fake_with(const struct tsr_convert_options *o, convert_fn 
   struct tsr_convert *cv = NULL;
   tsr_status st = tsr_convert_open(o, &cv);
   if (st != TSR_OK) return st;
-  struct tsr_arch_v1 arch = {.struct_size = sizeof arch, .names = "toy", .hf_types = "toy",
-                             .convert = trampoline};
-  arch.ctx = (void *)fn;
-  st = tsr_convert_with(cv, &arch, "fake_arch");
+  struct tsr_convert_v1 converter = {.struct_size = sizeof converter, .hf_types = "toy",
+                                     .convert = trampoline};
+  converter.ctx = (void *)fn;
+  st = tsr_convert_with(cv, &converter, "fake_converter");
   if (st == TSR_OK) st = tsr_convert_finish(cv, stats);
   tsr_convert_free(cv);
   return st;
@@ -444,15 +446,15 @@ static tsr_status run_fake(const char *dir, const char *out, enum tsr_dtype t, c
 
 static tsr_status convert_reads_a_only(const struct tsr_host *h, struct tsr_convert *cv) {
   float v[8];
-  tsr_status st = h->out_str(cv, "general.architecture", "toy");
-  if (st == TSR_OK) st = h->hf_tensor_read(cv, "model.a.weight", v, 8);
+  tsr_status st = h->convert->out_str(cv, "general.architecture", "toy");
+  if (st == TSR_OK) st = h->convert->hf_tensor_read(cv, "model.a.weight", v, 8);
   int64_t ne[2] = {4, 2};
-  if (st == TSR_OK) st = h->out_tensor(cv, "a.weight", false, 2, ne, v);
+  if (st == TSR_OK) st = h->convert->out_tensor(cv, "a.weight", false, 2, ne, v);
   return st;
 }
 
 static tsr_status convert_skips_b(const struct tsr_host *h, struct tsr_convert *cv) {
-  h->hf_skip_prefix(cv, "model.b.");
+  h->convert->hf_skip_prefix(cv, "model.b.");
   return convert_reads_a_only(h, cv);
 }
 
@@ -461,7 +463,7 @@ static void test_tensors_neither_read_nor_skipped_fail_the_conversion(void) {
   char out[512];
   snprintf(out, sizeof out, "%s/out.gguf", dir);
   CHECK_ERR(run_fake(dir, out, TSR_F32, convert_reads_a_only, NULL), TSR_ERR_UNSUPPORTED,
-            "model.b.weight", "fake_arch", "1 checkpoint tensor");
+            "model.b.weight", "fake_converter", "1 checkpoint tensor");
   CHECK(access(out, F_OK) != 0); /* nothing written */
   CHECK_OK(run_fake(dir, out, TSR_F32, convert_skips_b, NULL));
   struct tsr_gguf *g = NULL;
@@ -480,15 +482,15 @@ static void test_tensors_neither_read_nor_skipped_fail_the_conversion(void) {
 static tsr_status convert_three_widths(const struct tsr_host *h, struct tsr_convert *cv) {
   static float data[512 * 2];
   for (int i = 0; i < 512 * 2; i++) data[i] = sinf((float)i * 0.37f) * 2.0f;
-  tsr_status st = h->out_str(cv, "general.architecture", "toy");
+  tsr_status st = h->convert->out_str(cv, "general.architecture", "toy");
   int64_t w512[2] = {512, 2}, w96[2] = {96, 3}, w50[2] = {50, 4}, n[1] = {7};
   float v[8];
-  if (st == TSR_OK) st = h->hf_tensor_read(cv, "model.a.weight", v, 8);
-  if (st == TSR_OK) st = h->hf_tensor_read(cv, "model.b.weight", v, 4);
-  if (st == TSR_OK) st = h->out_tensor(cv, "w512", true, 2, w512, data);
-  if (st == TSR_OK) st = h->out_tensor(cv, "w96", true, 2, w96, data);
-  if (st == TSR_OK) st = h->out_tensor(cv, "w50", true, 2, w50, data);
-  if (st == TSR_OK) st = h->out_tensor(cv, "norm", false, 1, n, data);
+  if (st == TSR_OK) st = h->convert->hf_tensor_read(cv, "model.a.weight", v, 8);
+  if (st == TSR_OK) st = h->convert->hf_tensor_read(cv, "model.b.weight", v, 4);
+  if (st == TSR_OK) st = h->convert->out_tensor(cv, "w512", true, 2, w512, data);
+  if (st == TSR_OK) st = h->convert->out_tensor(cv, "w96", true, 2, w96, data);
+  if (st == TSR_OK) st = h->convert->out_tensor(cv, "w50", true, 2, w50, data);
+  if (st == TSR_OK) st = h->convert->out_tensor(cv, "norm", false, 1, n, data);
   return st;
 }
 
@@ -550,12 +552,12 @@ static void test_outtype_storage_and_row_length_fallbacks(void) {
 static tsr_status convert_with_embedding(const struct tsr_host *h, struct tsr_convert *cv) {
   static float data[512 * 2];
   for (int i = 0; i < 512 * 2; i++) data[i] = cosf((float)i * 0.11f);
-  h->hf_skip_prefix(cv, "model.");
+  h->convert->hf_skip_prefix(cv, "model.");
   int64_t ne[2] = {512, 2};
-  tsr_status st = h->out_str(cv, "general.architecture", "toy");
+  tsr_status st = h->convert->out_str(cv, "general.architecture", "toy");
   /* kept unquantized by the plugin: the asked-for type applies all the same */
-  if (st == TSR_OK) st = h->out_tensor(cv, "token_embd.weight", false, 2, ne, data);
-  return st == TSR_OK ? h->out_tensor(cv, "blk.0.w.weight", true, 2, ne, data) : st;
+  if (st == TSR_OK) st = h->convert->out_tensor(cv, "token_embd.weight", false, 2, ne, data);
+  return st == TSR_OK ? h->convert->out_tensor(cv, "blk.0.w.weight", true, 2, ne, data) : st;
 }
 
 static void test_token_embedding_type_overrides_one_tensor(void) {
@@ -588,25 +590,25 @@ static void test_token_embedding_type_overrides_one_tensor(void) {
 }
 
 static tsr_status convert_sets_name(const struct tsr_host *h, struct tsr_convert *cv) {
-  tsr_status st = h->out_str(cv, "general.architecture", "toy");
-  return st == TSR_OK ? h->out_str(cv, "general.name", "mine") : st;
+  tsr_status st = h->convert->out_str(cv, "general.architecture", "toy");
+  return st == TSR_OK ? h->convert->out_str(cv, "general.name", "mine") : st;
 }
 static tsr_status convert_twice(const struct tsr_host *h, struct tsr_convert *cv) {
-  h->hf_skip_prefix(cv, "model.");
+  h->convert->hf_skip_prefix(cv, "model.");
   float v[4] = {0};
   int64_t ne[1] = {4};
-  tsr_status st = h->out_str(cv, "general.architecture", "toy");
-  if (st == TSR_OK) st = h->out_tensor(cv, "t", false, 1, ne, v);
-  return st == TSR_OK ? h->out_tensor(cv, "t", false, 1, ne, v) : st;
+  tsr_status st = h->convert->out_str(cv, "general.architecture", "toy");
+  if (st == TSR_OK) st = h->convert->out_tensor(cv, "t", false, 1, ne, v);
+  return st == TSR_OK ? h->convert->out_tensor(cv, "t", false, 1, ne, v) : st;
 }
 static tsr_status convert_no_arch(const struct tsr_host *h, struct tsr_convert *cv) {
-  h->hf_skip_prefix(cv, "");
+  h->convert->hf_skip_prefix(cv, "");
   return TSR_OK;
 }
 static tsr_status convert_bad_dims(const struct tsr_host *h, struct tsr_convert *cv) {
   float v[4] = {0};
   int64_t ne[2] = {4, 0};
-  return h->out_tensor(cv, "t", false, 2, ne, v);
+  return h->convert->out_tensor(cv, "t", false, 2, ne, v);
 }
 
 static void test_plugin_mistakes_are_refused_by_name(void) {
@@ -614,7 +616,7 @@ static void test_plugin_mistakes_are_refused_by_name(void) {
   char out[512];
   snprintf(out, sizeof out, "%s/out.gguf", dir);
   CHECK_ERR(run_fake(dir, out, TSR_F16, convert_sets_name, NULL), TSR_ERR_INVALID_ARG,
-            "general.name", "fake_arch");
+            "general.name", "fake_converter");
   CHECK_ERR(run_fake(dir, out, TSR_F16, convert_twice, NULL), TSR_ERR_INVALID_ARG, "'t'", "twice");
   CHECK_ERR(run_fake(dir, out, TSR_F16, convert_no_arch, NULL), TSR_ERR_INTERNAL,
             "general.architecture");
@@ -643,9 +645,9 @@ static void test_unknown_model_type_names_it_and_the_known_ones(void) {
 
 static const char *g_pre;
 static tsr_status convert_tokenizer_only(const struct tsr_host *h, struct tsr_convert *cv) {
-  h->hf_skip_prefix(cv, "");
-  tsr_status st = h->out_str(cv, "general.architecture", "toy");
-  return st == TSR_OK ? h->convert_tokenizer(cv, g_pre) : st;
+  h->convert->hf_skip_prefix(cv, "");
+  tsr_status st = h->convert->out_str(cv, "general.architecture", "toy");
+  return st == TSR_OK ? h->convert->tokenizer(cv, g_pre) : st;
 }
 
 /* Converts dir's tokenizer alone and opens the result. */

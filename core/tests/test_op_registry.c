@@ -93,61 +93,46 @@ static void a_plugin_declares_its_own_kernels_replayable(void) {
     CHECK_OK(tsr_op_registry_add_kernel_lib(id, "cuda", "libm.so.6", "cos", NULL));
   }
   CHECK(!tsr_op_registry_replayable(mine, "cuda"));
-  CHECK_OK(tsr_declare_replayable(h, &self, mine, "cuda"));
+  CHECK_OK(h->kernel->declare_replayable(&self, mine, "cuda"));
   CHECK(tsr_op_registry_replayable(mine, "cuda") && !tsr_op_registry_replayable(mine, "cpu"));
   /* another plugin's op, or one whose name only starts with this plugin's */
-  CHECK(h->declare_replayable(&self, theirs, "cuda") == TSR_ERR_INVALID_ARG);
+  CHECK(h->kernel->declare_replayable(&self, theirs, "cuda") == TSR_ERR_INVALID_ARG);
   CHECK_MSG(strstr(tsr_error_message(), "test_other.step") != NULL, "%s", tsr_error_message());
-  CHECK(h->declare_replayable(&self, prefix, "cuda") == TSR_ERR_INVALID_ARG);
-  CHECK(h->declare_replayable(&self, 100000, "cuda") == TSR_ERR_INVALID_ARG);
+  CHECK(h->kernel->declare_replayable(&self, prefix, "cuda") == TSR_ERR_INVALID_ARG);
+  CHECK(h->kernel->declare_replayable(&self, 100000, "cuda") == TSR_ERR_INVALID_ARG);
   CHECK(!tsr_op_registry_replayable(theirs, "cuda") && !tsr_op_registry_replayable(prefix, "cuda"));
   /* a backend the op has no kernel for */
-  CHECK(h->declare_replayable(&self, mine, "metal") == TSR_ERR_INVALID_ARG);
+  CHECK(h->kernel->declare_replayable(&self, mine, "metal") == TSR_ERR_INVALID_ARG);
   CHECK_MSG(strstr(tsr_error_message(), "no metal kernel") != NULL, "%s", tsr_error_message());
 }
 
-static void a_graph_mode_is_read_only_from_a_call_that_carries_it(void) {
+static void a_graph_mode_is_read_from_the_call_and_eager_outside_one(void) {
   struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
                                  .graph = TSR_DEVICE_CALL_REPLAY};
   CHECK(tsr_device_call_graph(&call) == TSR_DEVICE_CALL_REPLAY);
   call.graph = TSR_DEVICE_CALL_CAPTURE;
   CHECK(tsr_device_call_graph(&call) == TSR_DEVICE_CALL_CAPTURE);
-  /* a backend built before the field: its struct, padding included, ends before it */
-  struct before_graph {
-    uint32_t struct_size;
-    const char *backend;
-    int32_t device;
-    void *stream;
-    int32_t status;
-  };
-  CHECK(offsetof(struct tsr_device_call, graph) >= sizeof(struct before_graph));
-  call.struct_size = (uint32_t)sizeof(struct before_graph);
-  CHECK(tsr_device_call_graph(&call) == TSR_DEVICE_CALL_EAGER);
   CHECK(tsr_device_call_graph(NULL) == TSR_DEVICE_CALL_EAGER);
 }
 
-/* The backend's attention choices reach a plugin's kernels; a backend built before the
-** fields (its struct ending at graph) gives the defaults. */
-static void attention_choices_are_read_from_a_call_that_carries_them(void) {
+/* The backend's attention choices reach a plugin's kernels; outside a call, the defaults. */
+static void attention_choices_are_read_from_the_call_and_default_outside_one(void) {
   struct tsr_device_call call = {.struct_size = sizeof call, .backend = "cuda",
                                  .attn_pipelined = 1, .attn_gqa_decode = 1,
                                  .attn_split_keys = 64};
   int32_t pipelined, gqa, split;
   tsr_device_call_attn(&call, &pipelined, &gqa, &split);
   CHECK(pipelined == 1 && gqa == 1 && split == 64);
-  call.struct_size = (uint32_t)(offsetof(struct tsr_device_call, graph) + sizeof call.graph);
-  tsr_device_call_attn(&call, &pipelined, &gqa, &split);
-  CHECK(pipelined == 0 && gqa == TSR_ATTN_GQA_DECODE_DEFAULT && split == 0);
   tsr_device_call_attn(NULL, &pipelined, &gqa, &split);
   CHECK(pipelined == 0 && gqa == TSR_ATTN_GQA_DECODE_DEFAULT && split == 0);
 }
 
 int main(void) {
-  TSR_RUN(attention_choices_are_read_from_a_call_that_carries_them);
+  TSR_RUN(attention_choices_are_read_from_the_call_and_default_outside_one);
   TSR_RUN(a_library_kernel_resolves_to_its_symbol_on_first_lookup);
   TSR_RUN(a_missing_library_or_symbol_is_named);
   TSR_RUN(the_device_call_is_per_thread);
   TSR_RUN(a_plugin_declares_its_own_kernels_replayable);
-  TSR_RUN(a_graph_mode_is_read_only_from_a_call_that_carries_it);
+  TSR_RUN(a_graph_mode_is_read_from_the_call_and_eager_outside_one);
   return TSR_TEST_EXIT();
 }

@@ -850,9 +850,9 @@ static int check_corpus(const struct tsr_tokenizer *tok, const cJSON *root,
 static tsr_status convert_tokenizer_only(void *ctx, const struct tsr_host *h,
                                          struct tsr_convert *cv) {
   (void)ctx;
-  h->hf_skip_prefix(cv, ""); /* the weights are not this test's business */
-  tsr_status st = h->out_str(cv, "general.architecture", "gemma4");
-  return st ? st : h->convert_tokenizer(cv, "gemma4");
+  h->convert->hf_skip_prefix(cv, ""); /* the weights are not this test's business */
+  tsr_status st = h->convert->out_str(cv, "general.architecture", "gemma4");
+  return st ? st : h->convert->tokenizer(cv, "gemma4");
 }
 
 static tsr_status convert_in_process(const char *dir, const char *out) {
@@ -860,9 +860,9 @@ static tsr_status convert_in_process(const char *dir, const char *out) {
   struct tsr_convert *cv = NULL;
   tsr_status st = tsr_convert_open(&o, &cv);
   if (st) return st;
-  struct tsr_arch_v1 arch = {.struct_size = sizeof arch, .names = "gemma4",
-                             .hf_types = "gemma4", .convert = convert_tokenizer_only};
-  st = tsr_convert_with(cv, &arch, "tokenizer_only");
+  struct tsr_convert_v1 converter = {.struct_size = sizeof converter, .hf_types = "gemma4",
+                                     .convert = convert_tokenizer_only};
+  st = tsr_convert_with(cv, &converter, "tokenizer_only");
   if (!st) st = tsr_convert_finish(cv, NULL);
   tsr_convert_free(cv);
   return st;

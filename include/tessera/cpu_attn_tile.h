@@ -4,7 +4,7 @@
 ** running max m, a running sum l and a weighted sum of V rows acc over tiles of
 ** TSR_CPU_ATTN_TILE keys. Two implementations that hand it the same logits in the
 ** same tiles compute the same output bit for bit; the vector primitives are the
-** host's (struct tsr_host vec_*), so a plugin rounds as the core does.
+** host's (host->kernel->vec_*), so a plugin rounds as the core does.
 **
 **   tsr_cpu_attn_start(&m, &l, acc, dv);
 **   per tile: logits x[t] (-INFINITY for a hidden key), then
@@ -40,7 +40,7 @@ static inline void tsr_cpu_attn_weights(const struct tsr_host *h, float *x, int6
     if (*m != -INFINITY) {
       const float f = expf(*m - tmax);
       *l *= f;
-      h->vec_scale_f32(acc, f, dv);
+      h->kernel->vec_scale_f32(acc, f, dv);
     }
     *m = tmax;
   }
@@ -97,8 +97,10 @@ static inline void tsr_cpu_attn_values(const struct tsr_host *h, const float *w,
       const float p = w[(size_t)g * w_stride + t];
       if (p == 0.0f) continue;
       float *a = acc + (size_t)g * acc_stride;
-      if (how == TSR_CPU_ROW_F16) h->vec_axpy_f16(a, p, (const uint16_t *)r, dv);
-      else h->vec_axpy_f32(a, p, (const float *)r, dv);
+      if (how == TSR_CPU_ROW_F16)
+        h->kernel->vec_axpy_f16(a, p, (const uint16_t *)r, dv);
+      else
+        h->kernel->vec_axpy_f32(a, p, (const float *)r, dv);
     }
   }
 }

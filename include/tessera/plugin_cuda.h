@@ -2,7 +2,7 @@
 ** The calling convention of a plugin's CUDA kernels (register_kernel_lib with
 ** backend "cuda"; plugin.h), as inline helpers for the plugin's .cu files:
 ** a kernel gets the host services table as ctx, reads the device and stream
-** of the node it runs from host->device_call(), queues its work on that
+** of the node it runs from host->kernel->device_call(), queues its work on that
 ** stream without waiting, and reports a failed launch in call->status.
 **
 **   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
@@ -18,7 +18,7 @@
 
 static inline struct tsr_device_call *tsr_cuda_call_begin(void *ctx) {
   const struct tsr_host *host = (const struct tsr_host *)ctx;
-  struct tsr_device_call *call = host->device_call();
+  struct tsr_device_call *call = host->kernel->device_call();
   if (call) cudaSetDevice(call->device);
   return call;
 }

@@ -37,7 +37,7 @@ static tsr_status get_i32(const struct tsr_host *host, const struct tsr_gguf *m,
                           const char *suffix, int32_t *out) {
   char key[MAX_KEY];
   uint32_t v;
-  tsr_status st = host->gguf_u32(m, key_of(key, arch, suffix), &v);
+  tsr_status st = host->gguf->get_u32(m, key_of(key, arch, suffix), &v);
   if (st != TSR_OK) return st;
   if (v > (uint32_t)INT32_MAX)
     return host->set_error(TSR_ERR_FORMAT, "%s is %u, out of range", key, v);
@@ -49,17 +49,17 @@ static tsr_status get_i32(const struct tsr_host *host, const struct tsr_gguf *m,
 static tsr_status read_array(const struct tsr_host *host, const struct tsr_gguf *m,
                              const char *key, int32_t n, int32_t *i32_out, bool *bool_out) {
   int64_t len;
-  tsr_status st = host->gguf_arr_len(m, key, &len);
+  tsr_status st = host->gguf->arr_len(m, key, &len);
   if (st != TSR_OK) return st;
   if (len != n)
     return host->set_error(TSR_ERR_FORMAT, "%s has %lld elements for %d layers", key,
                            (long long)len, n);
   for (int32_t l = 0; l < n && st == TSR_OK; l++) {
     if (bool_out) {
-      st = host->gguf_arr_bool(m, key, l, &bool_out[l]);
+      st = host->gguf->arr_bool(m, key, l, &bool_out[l]);
     } else {
       int64_t v;
-      st = host->gguf_arr_i64(m, key, l, &v);
+      st = host->gguf->arr_i64(m, key, l, &v);
       if (st == TSR_OK && (v < 0 || v > INT32_MAX))
         st = host->set_error(TSR_ERR_FORMAT, "%s[%d] is %lld, out of range", key, l, (long long)v);
       if (st == TSR_OK) i32_out[l] = (int32_t)v;
@@ -74,11 +74,12 @@ static tsr_status read_head_count_kv(const struct tsr_host *host, const struct t
   char key[MAX_KEY];
   key_of(key, arch, "attention.head_count_kv");
   uint32_t v;
-  if (host->gguf_has(m, key) && host->gguf_u32(m, key, &v) == TSR_OK) {
+  if (host->gguf->has_key(m, key) && host->gguf->get_u32(m, key, &v) == TSR_OK) {
     for (int32_t l = 0; l < hp->n_layer; l++) hp->n_head_kv[l] = (int32_t)v;
     return TSR_OK;
   }
-  if (!host->gguf_has(m, key)) return host->gguf_u32(m, key, &v); /* names the missing key */
+  if (!host->gguf->has_key(m, key))
+    return host->gguf->get_u32(m, key, &v); /* names the missing key */
   return read_array(host, m, key, hp->n_layer, hp->n_head_kv, NULL);
 }
 
@@ -106,14 +107,14 @@ static tsr_status read_hparams(const struct tsr_host *host, const struct tsr_ggu
   if (st == TSR_OK) st = get_i32(host, m, arch, "attention.sliding_window", &hp->window);
   char key[MAX_KEY];
   /* optional in llama.cpp's loader: absent means no KV sharing */
-  if (st == TSR_OK && host->gguf_has(m, key_of(key, arch, "attention.shared_kv_layers")))
+  if (st == TSR_OK && host->gguf->has_key(m, key_of(key, arch, "attention.shared_kv_layers")))
     st = get_i32(host, m, arch, "attention.shared_kv_layers", &hp->n_kv_shared);
   if (st == TSR_OK) st = read_head_count_kv(host, m, arch, hp);
   if (st == TSR_OK) {
     key_of(key, arch, "attention.sliding_window_pattern");
-    if (gemma3 && !host->gguf_has(m, key))
+    if (gemma3 && !host->gguf->has_key(m, key))
       for (int32_t l = 0; l < hp->n_layer; l++) hp->swa[l] = gemma3_layer_slides(l);
-    else if (!host->gguf_has(m, key))
+    else if (!host->gguf->has_key(m, key))
       st = host->set_error(TSR_ERR_FORMAT, "%s: missing key %s (which layers slide)", arch, key);
     else
       st = read_array(host, m, key, hp->n_layer, NULL, hp->swa);
@@ -125,7 +126,7 @@ static tsr_status gemma4_describe(void *ctx, const struct tsr_host *host, const 
                                   struct tsr_arch_layer *layers, int32_t n_max, int32_t *n_layers) {
   (void)ctx;
   const char *arch;
-  tsr_status st = host->gguf_str(m, "general.architecture", &arch);
+  tsr_status st = host->gguf->get_str(m, "general.architecture", &arch);
   if (st != TSR_OK) return st;
   struct gemma4_hparams hp; /* 2.6 KB */
   st = read_hparams(host, m, arch, &hp);
@@ -148,7 +149,7 @@ struct gemma4_instance {
 static tsr_status gemma_build(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw) {
   struct gemma4_instance *inst = ctx;
   const char *arch;
-  tsr_status st = host->gguf_str(fw->model, "general.architecture", &arch);
+  tsr_status st = host->gguf->get_str(fw->model, "general.architecture", &arch);
   if (st != TSR_OK) return st;
   st = !strcmp(arch, "gemma3") ? gemma3_build(&inst->ops, host, fw)
                                : gemma4_build(&inst->ops, host, fw);
@@ -166,11 +167,17 @@ static const struct tsr_arch_v1 g_arch = {
     .names = "gemma4,gemma4-assistant,gemma3",
     .ctx = NULL, /* each registration carries its own struct gemma4_instance */
     .describe = gemma4_describe,
-    .hf_types = "gemma4,gemma4_text,gemma4_assistant",
-    .convert = gemma4_convert,
     .build = gemma_build,
     .chat_template = gemma_chat_template,
     .validate = gemma4_validate, /* validate_gemma4.c */
+};
+
+/* Hugging Face checkpoints of Gemma 4 and its assistant drafter (convert_gemma4.c);
+** Gemma 3 runs from llama.cpp's files only. */
+static const struct tsr_convert_v1 g_convert = {
+    .struct_size = sizeof(struct tsr_convert_v1),
+    .hf_types = "gemma4,gemma4_text,gemma4_assistant",
+    .convert = gemma4_convert,
 };
 
 static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *self) {
@@ -184,14 +191,15 @@ static tsr_status gemma4_init(const struct tsr_host *host, struct tsr_plugin *se
   host->set_state(self, inst);
   struct tsr_arch_v1 arch = g_arch; /* the host keeps its own copy */
   arch.ctx = inst;
-  return host->register_arch(self, &arch);
+  st = host->register_arch(self, &arch);
+  return st == TSR_OK ? host->register_convert(self, &g_convert) : st;
 }
 
 static void gemma4_destroy(const struct tsr_host *host, struct tsr_plugin *self) {
   free(host->get_state(self));
 }
 
-static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}};
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}, {TSR_IFACE_CONVERT, 1}};
 
 static const struct tsr_plugin_descriptor g_descriptor = {
     .abi_major = TSR_PLUGIN_ABI_MAJOR,
@@ -202,7 +210,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .description = "Gemma 4 (dense, MoE, E2B/E4B, assistant) layer plans, HF conversion "
                    "and forward pass; Gemma 3 layer plan and forward pass",
     .provides = g_provides,
-    .n_provides = 1,
+    .n_provides = 2,
     .init = gemma4_init,
     .destroy = gemma4_destroy,
 };

@@ -23,7 +23,7 @@
 static const char *cfg_path(const struct gemma4_cfg *c, const char *key, char *buf) {
   size_t first = strcspn(key, ".");
   snprintf(buf, MAX_PATH_LEN, "text_config.%.*s", (int)first, key);
-  if (c->host->hf_has(c->cv, buf)) {
+  if (c->host->convert->hf_has(c->cv, buf)) {
     snprintf(buf, MAX_PATH_LEN, "text_config.%s", key);
     return buf;
   }
@@ -33,12 +33,12 @@ static const char *cfg_path(const struct gemma4_cfg *c, const char *key, char *b
 
 static bool has(const struct gemma4_cfg *c, const char *key) {
   char p[MAX_PATH_LEN];
-  return c->host->hf_has(c->cv, cfg_path(c, key, p));
+  return c->host->convert->hf_has(c->cv, cfg_path(c, key, p));
 }
 
 static tsr_status req_i64(const struct gemma4_cfg *c, const char *key, int64_t *out) {
   char p[MAX_PATH_LEN];
-  tsr_status st = c->host->hf_i64(c->cv, cfg_path(c, key, p), out);
+  tsr_status st = c->host->convert->hf_i64(c->cv, cfg_path(c, key, p), out);
   if (st == TSR_OK && *out < 0)
     return c->host->set_error(TSR_ERR_FORMAT, "config.json: %s is %lld", p, (long long)*out);
   return st;
@@ -53,19 +53,19 @@ static tsr_status opt_i64(const struct gemma4_cfg *c, const char *key, int64_t d
 static tsr_status opt_f64(const struct gemma4_cfg *c, const char *key, double dflt, double *out) {
   char p[MAX_PATH_LEN];
   *out = dflt;
-  return has(c, key) ? c->host->hf_f64(c->cv, cfg_path(c, key, p), out) : TSR_OK;
+  return has(c, key) ? c->host->convert->hf_f64(c->cv, cfg_path(c, key, p), out) : TSR_OK;
 }
 
 static tsr_status opt_bool(const struct gemma4_cfg *c, const char *key, bool dflt, bool *out) {
   char p[MAX_PATH_LEN];
   *out = dflt;
-  return has(c, key) ? c->host->hf_bool(c->cv, cfg_path(c, key, p), out) : TSR_OK;
+  return has(c, key) ? c->host->convert->hf_bool(c->cv, cfg_path(c, key, p), out) : TSR_OK;
 }
 
 static tsr_status opt_str(const struct gemma4_cfg *c, const char *key, const char **out) {
   char p[MAX_PATH_LEN];
   *out = NULL;
-  return has(c, key) ? c->host->hf_str(c->cv, cfg_path(c, key, p), out) : TSR_OK;
+  return has(c, key) ? c->host->convert->hf_str(c->cv, cfg_path(c, key, p), out) : TSR_OK;
 }
 
 /* layer_types, or transformers' default (every 6th layer full); the last
@@ -81,14 +81,14 @@ static tsr_status read_layer_types(struct gemma4_cfg *c) {
     char p[MAX_PATH_LEN];
     cfg_path(c, "layer_types", p);
     int64_t n;
-    tsr_status st = h->hf_arr_len(c->cv, p, &n);
+    tsr_status st = h->convert->hf_arr_len(c->cv, p, &n);
     if (st != TSR_OK) return st;
     if (n != c->n_layer)
       return h->set_error(TSR_ERR_FORMAT, "config.json: %s has %lld entries for %lld layers", p,
                           (long long)n, (long long)c->n_layer);
     for (int64_t l = 0; l < n; l++) {
       const char *t;
-      if ((st = h->hf_arr_str(c->cv, p, l, &t)) != TSR_OK) return st;
+      if ((st = h->convert->hf_arr_str(c->cv, p, l, &t)) != TSR_OK) return st;
       if (strcmp(t, "sliding_attention") && strcmp(t, "full_attention"))
         return h->set_error(TSR_ERR_UNSUPPORTED, "config.json: %s[%lld] is '%s' (gemma4 has "
                             "sliding_attention and full_attention)", p, (long long)l, t);
@@ -223,13 +223,14 @@ static tsr_status read_config(struct gemma4_cfg *c) {
   if (st == TSR_OK) st = read_full_layer_overrides(c);
   if (st == TSR_OK) st = read_rope(c);
   if (st == TSR_OK && c->assistant)
-    st = c->host->hf_i64(c->cv, "backbone_hidden_size", &c->n_embd_backbone);
+    st = c->host->convert->hf_i64(c->cv, "backbone_hidden_size", &c->n_embd_backbone);
   bool ordered = false;
-  if (st == TSR_OK && c->assistant && c->host->hf_has(c->cv, "use_ordered_embeddings"))
-    st = c->host->hf_bool(c->cv, "use_ordered_embeddings", &ordered);
+  if (st == TSR_OK && c->assistant && c->host->convert->hf_has(c->cv, "use_ordered_embeddings"))
+    st = c->host->convert->hf_bool(c->cv, "use_ordered_embeddings", &ordered);
   if (st == TSR_OK && ordered) {
-    st = c->host->hf_i64(c->cv, "num_centroids", &c->n_centroids);
-    if (st == TSR_OK) st = c->host->hf_i64(c->cv, "centroid_intermediate_top_k", &c->centroid_top_k);
+    st = c->host->convert->hf_i64(c->cv, "num_centroids", &c->n_centroids);
+    if (st == TSR_OK)
+      st = c->host->convert->hf_i64(c->cv, "centroid_intermediate_top_k", &c->centroid_top_k);
     if (st == TSR_OK && (c->n_centroids <= 0 || c->centroid_top_k <= 0 ||
                          c->centroid_top_k > c->n_centroids || c->vocab % c->n_centroids))
       return c->host->set_error(TSR_ERR_FORMAT, "config.json: num_centroids %lld, "
@@ -275,24 +276,24 @@ static tsr_status put_u32(struct gemma4_cfg *c, const char *suffix, int64_t v) {
   if (v < 0 || v > (int64_t)UINT32_MAX)
     return c->host->set_error(TSR_ERR_FORMAT, "%s would be %lld, outside u32",
                               key_of(c, suffix, k), (long long)v);
-  return c->host->out_u32(c->cv, key_of(c, suffix, k), (uint32_t)v);
+  return c->host->convert->out_u32(c->cv, key_of(c, suffix, k), (uint32_t)v);
 }
 
 static tsr_status put_f32(struct gemma4_cfg *c, const char *suffix, double v) {
   char k[MAX_PATH_LEN];
-  return c->host->out_f32(c->cv, key_of(c, suffix, k), (float)v);
+  return c->host->convert->out_f32(c->cv, key_of(c, suffix, k), (float)v);
 }
 
 static tsr_status put_arr_i32(struct gemma4_cfg *c, const char *suffix, const int32_t *v) {
   char k[MAX_PATH_LEN];
-  return c->host->out_arr_i32(c->cv, key_of(c, suffix, k), v, c->n_layer);
+  return c->host->convert->out_arr_i32(c->cv, key_of(c, suffix, k), v, c->n_layer);
 }
 
 /* the sliding/full pattern, a bool per layer as llama.cpp writes it */
 static tsr_status put_swa_pattern(struct gemma4_cfg *c) {
   char k[MAX_PATH_LEN];
-  return c->host->out_arr_bool(c->cv, key_of(c, "attention.sliding_window_pattern", k), c->swa,
-                               c->n_layer);
+  return c->host->convert->out_arr_bool(c->cv, key_of(c, "attention.sliding_window_pattern", k),
+                                        c->swa, c->n_layer);
 }
 
 static tsr_status write_metadata(struct gemma4_cfg *c) {
@@ -315,7 +316,8 @@ static tsr_status write_metadata(struct gemma4_cfg *c) {
   } else if (st == TSR_OK) {
     st = put_u32(c, "attention.head_count_kv", c->n_head_kv);
   }
-  if (st == TSR_OK && !c->causal) st = h->out_bool(c->cv, key_of(c, "attention.causal", k), false);
+  if (st == TSR_OK && !c->causal)
+    st = h->convert->out_bool(c->cv, key_of(c, "attention.causal", k), false);
   if (st == TSR_OK) st = put_f32(c, "rope.freq_base", c->theta);
   if (st == TSR_OK && c->theta_swa >= 0) st = put_f32(c, "rope.freq_base_swa", c->theta_swa);
   if (st == TSR_OK) st = put_f32(c, "attention.layer_norm_rms_epsilon", c->eps);
@@ -349,20 +351,21 @@ tsr_status gemma4_convert(void *ctx, const struct tsr_host *host, struct tsr_con
   struct gemma4_cfg cfg = {.host = host, .cv = cv}; /* under 1 KB */
   struct gemma4_cfg *c = &cfg;
   const char *model_type;
-  tsr_status st = host->hf_str(cv, "model_type", &model_type);
+  tsr_status st = host->convert->hf_str(cv, "model_type", &model_type);
   if (st != TSR_OK) return st;
   c->assistant = !strcmp(model_type, "gemma4_assistant");
   c->arch = c->assistant ? "gemma4-assistant" : "gemma4";
   /* Gemma4ForConditionalGeneration nests the decoder under language_model;
   ** Gemma4ForCausalLM and the assistant keep it under model. */
-  c->prefix = host->hf_tensor_has(cv, "model.language_model.embed_tokens.weight")
-                  ? "model.language_model." : "model.";
+  c->prefix = host->convert->hf_tensor_has(cv, "model.language_model.embed_tokens.weight")
+                  ? "model.language_model."
+                  : "model.";
   st = read_config(c);
-  if (st == TSR_OK) st = host->out_str(cv, "general.architecture", c->arch);
+  if (st == TSR_OK) st = host->convert->out_str(cv, "general.architecture", c->arch);
   if (st == TSR_OK) st = write_metadata(c);
   /* llama.cpp writes tokenizer.ggml.model "gemma4" and no pre-tokenizer key;
   ** the host's tokenizer writer knows "gemma4" means that */
-  if (st == TSR_OK) st = host->convert_tokenizer(cv, "gemma4");
+  if (st == TSR_OK) st = host->convert->tokenizer(cv, "gemma4");
   if (st == TSR_OK) st = gemma4_convert_tensors(c);
   return st;
 }

@@ -44,13 +44,13 @@ static void shape_str(char *buf, size_t size, int32_t nd, const int64_t *shape) 
 static tsr_status put(struct gemma4_cfg *c, enum presence p, const char *hf, const char *gguf,
                       int32_t nd, const int64_t *want) {
   const struct tsr_host *h = c->host;
-  if (!h->hf_tensor_has(c->cv, hf)) {
+  if (!h->convert->hf_tensor_has(c->cv, hf)) {
     if (p == OPTIONAL) return TSR_OK;
     return h->set_error(TSR_ERR_FORMAT, "checkpoint has no tensor %s (needed for %s)", hf, gguf);
   }
   int32_t have_nd;
   int64_t have[4];
-  tsr_status st = h->hf_tensor_shape(c->cv, hf, &have_nd, have);
+  tsr_status st = h->convert->hf_tensor_shape(c->cv, hf, &have_nd, have);
   if (st != TSR_OK) return st;
   bool same = have_nd == nd;
   for (int32_t i = 0; same && i < nd; i++) same = have[i] == want[i];
@@ -69,8 +69,8 @@ static tsr_status put(struct gemma4_cfg *c, enum presence p, const char *hf, con
   float *buf = malloc((size_t)n * sizeof *buf);
   if (!buf)
     return h->set_error(TSR_ERR_NOMEM, "out of memory reading %s (%lld values)", hf, (long long)n);
-  st = h->hf_tensor_read(c->cv, hf, buf, n);
-  if (st == TSR_OK) st = h->out_tensor(c->cv, gguf, quantizable(gguf, nd), nd, ne, buf);
+  st = h->convert->hf_tensor_read(c->cv, hf, buf, n);
+  if (st == TSR_OK) st = h->convert->out_tensor(c->cv, gguf, quantizable(gguf, nd), nd, ne, buf);
   free(buf);
   return st;
 }
@@ -95,7 +95,7 @@ static tsr_status put_rope_freqs(struct gemma4_cfg *c) {
   float *f = malloc((size_t)n_pairs * sizeof *f);
   if (!f) return c->host->set_error(TSR_ERR_NOMEM, "out of memory");
   for (int64_t i = 0; i < n_pairs; i++) f[i] = i < n_rot ? 1.0f : 1e30f;
-  tsr_status st = c->host->out_tensor(c->cv, "rope_freqs.weight", false, 1, &n_pairs, f);
+  tsr_status st = c->host->convert->out_tensor(c->cv, "rope_freqs.weight", false, 1, &n_pairs, f);
   free(f);
   return st;
 }
@@ -206,21 +206,26 @@ static tsr_status put_ordered_embeddings(struct gemma4_cfg *c) {
   const int64_t H = c->n_embd, C = c->n_centroids, V = c->vocab;
   int32_t nd;
   int64_t shape[4];
-  tsr_status st = h->hf_tensor_shape(c->cv, "masked_embedding.centroids.weight", &nd, shape);
+  tsr_status st =
+      h->convert->hf_tensor_shape(c->cv, "masked_embedding.centroids.weight", &nd, shape);
   if (st == TSR_OK && (nd != 2 || shape[0] != C || shape[1] != H))
     st = h->set_error(TSR_ERR_FORMAT, "masked_embedding.centroids.weight is not [%lld, %lld]",
                       (long long)C, (long long)H);
-  if (st == TSR_OK) st = h->hf_tensor_shape(c->cv, "masked_embedding.token_ordering", &nd, shape);
+  if (st == TSR_OK)
+    st = h->convert->hf_tensor_shape(c->cv, "masked_embedding.token_ordering", &nd, shape);
   if (st == TSR_OK && (nd != 1 || shape[0] != V))
     st = h->set_error(TSR_ERR_FORMAT, "masked_embedding.token_ordering is not [%lld]",
                       (long long)V);
   float *buf = st == TSR_OK ? malloc((size_t)(C * H > V ? C * H : V) * sizeof *buf) : NULL;
   int32_t *ids = st == TSR_OK ? malloc((size_t)V * sizeof *ids) : NULL;
   if (st == TSR_OK && (!buf || !ids)) st = h->set_error(TSR_ERR_NOMEM, "out of memory");
-  if (st == TSR_OK) st = h->hf_tensor_read(c->cv, "masked_embedding.centroids.weight", buf, C * H);
   if (st == TSR_OK)
-    st = h->out_tensor(c->cv, "masked_embd_centroids.weight", false, 2, (int64_t[]){H, C}, buf);
-  if (st == TSR_OK) st = h->hf_tensor_read(c->cv, "masked_embedding.token_ordering", buf, V);
+    st = h->convert->hf_tensor_read(c->cv, "masked_embedding.centroids.weight", buf, C * H);
+  if (st == TSR_OK)
+    st = h->convert->out_tensor(c->cv, "masked_embd_centroids.weight", false, 2, (int64_t[]){H, C},
+                                buf);
+  if (st == TSR_OK)
+    st = h->convert->hf_tensor_read(c->cv, "masked_embedding.token_ordering", buf, V);
   for (int64_t i = 0; st == TSR_OK && i < V; i++) {
     if (!(buf[i] >= 0 && buf[i] < (float)V && buf[i] == (float)(int32_t)buf[i]))
       st = h->set_error(TSR_ERR_FORMAT, "masked_embedding.token_ordering[%lld] = %g is not a "
@@ -228,7 +233,7 @@ static tsr_status put_ordered_embeddings(struct gemma4_cfg *c) {
     else
       ids[i] = (int32_t)buf[i];
   }
-  if (st == TSR_OK) st = h->out_tensor_i32(c->cv, "masked_embd_ordering", 1, &V, ids);
+  if (st == TSR_OK) st = h->convert->out_tensor_i32(c->cv, "masked_embd_ordering", 1, &V, ids);
   free(buf);
   free(ids);
   return st;
@@ -270,7 +275,7 @@ static tsr_status put_globals(struct gemma4_cfg *c) {
 tsr_status gemma4_convert_tensors(struct gemma4_cfg *c) {
   const struct tsr_host *h = c->host;
   if (c->assistant && !c->n_centroids) {
-    h->hf_skip_prefix(c->cv, "masked_embedding."); /* unused without ordered embeddings */
+    h->convert->hf_skip_prefix(c->cv, "masked_embedding."); /* unused without ordered embeddings */
   } else if (c->assistant) {
     /* kept, unlike llama.cpp's converter (README), under the names its loader accepts */
   } else if (!strcmp(c->prefix, "model.language_model.")) {
@@ -278,7 +283,7 @@ tsr_status gemma4_convert_tensors(struct gemma4_cfg *c) {
     static const char *const towers[] = {"model.vision_tower.", "model.embed_vision.",
                                          "model.audio_tower.", "model.embed_audio."};
     for (size_t i = 0; i < sizeof towers / sizeof towers[0]; i++)
-      h->hf_skip_prefix(c->cv, towers[i]);
+      h->convert->hf_skip_prefix(c->cv, towers[i]);
   }
   tsr_status st = put_rope_freqs(c);
   if (st == TSR_OK) st = put_globals(c);

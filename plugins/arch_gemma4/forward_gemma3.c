@@ -19,7 +19,7 @@
 **   the larger models add linear scaling (rope.scaling.factor).
 ** With a KV cache (fw->kv) attention writes the batch's K/V into the cache
 ** (sliding layers: the ring) and attends over every cell of the sequence
-** (host->kv_attend); without one, over the batch alone.
+** (host->arch->kv_attend); without one, over the batch alone.
 */
 #include <math.h>
 #include <stddef.h>
@@ -42,33 +42,34 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   char key[96];
   memset(hp, 0, sizeof *hp);
 #define KEY(suffix) (snprintf(key, sizeof key, "gemma3." suffix), key)
-  tsr_status st = h->gguf_u32(m, KEY("embedding_length"), &hp->n_embd);
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("attention.head_count"), &hp->n_head);
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("block_count"), &hp->n_layer);
-  if (st == TSR_OK) st = h->gguf_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
-  if (st == TSR_OK) st = h->gguf_f32(m, KEY("rope.freq_base"), &hp->rope_base);
+  tsr_status st = h->gguf->get_u32(m, KEY("embedding_length"), &hp->n_embd);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("attention.head_count"), &hp->n_head);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("block_count"), &hp->n_layer);
+  if (st == TSR_OK) st = h->gguf->get_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
+  if (st == TSR_OK) st = h->gguf->get_f32(m, KEY("rope.freq_base"), &hp->rope_base);
   hp->rope_base_swa = 10000.0f; /* Gemma 3's local base, which llama.cpp implies */
-  if (st == TSR_OK && h->gguf_has(m, KEY("rope.freq_base_swa")))
-    st = h->gguf_f32(m, key, &hp->rope_base_swa);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("rope.freq_base_swa")))
+    st = h->gguf->get_f32(m, key, &hp->rope_base_swa);
   hp->rope_scale = 1.0f;
-  if (st == TSR_OK && h->gguf_has(m, KEY("rope.scaling.type"))) {
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("rope.scaling.type"))) {
     const char *type;
-    st = h->gguf_str(m, key, &type);
+    st = h->gguf->get_str(m, key, &type);
     if (st == TSR_OK && strcmp(type, "linear") && strcmp(type, "none"))
       st = h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: gemma3.rope.scaling.type '%s' is not "
                         "supported (linear and none are)", type);
   }
-  if (st == TSR_OK && h->gguf_has(m, KEY("rope.scaling.factor"))) {
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("rope.scaling.factor"))) {
     float factor;
-    st = h->gguf_f32(m, key, &factor);
+    st = h->gguf->get_f32(m, key, &factor);
     if (st == TSR_OK && !(factor > 0.0f))
       st = h->set_error(TSR_ERR_FORMAT, "gemma3.rope.scaling.factor is %g", (double)factor);
     if (st == TSR_OK) hp->rope_scale = 1.0f / factor;
   }
   uint32_t head_dim = 0, n_ctx = 0;
-  if (st == TSR_OK && h->gguf_has(m, KEY("context_length"))) st = h->gguf_u32(m, key, &n_ctx);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("context_length")))
+    st = h->gguf->get_u32(m, key, &n_ctx);
   hp->n_ctx_train = n_ctx > INT32_MAX ? INT32_MAX : (int32_t)n_ctx;
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("attention.key_length"), &head_dim);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("attention.key_length"), &head_dim);
 #undef KEY
   if (st == TSR_OK && (hp->n_head == 0 || head_dim == 0))
     st = h->set_error(TSR_ERR_FORMAT, "gemma3: head_count %u, key_length %u", hp->n_head,
@@ -105,31 +106,32 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   const struct tsr_attn_rope rope = layer_rope(hp, rope_op, L);
   const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
   struct tsr_tensor *q =
-      h->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3, (int64_t[]){hd, nh, n});
+      h->graph->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3, (int64_t[]){hd, nh, n});
   struct tsr_tensor *k =
-      h->reshape(g, gemma_linear(h, fw, il, "attn_k.weight", x), 3, (int64_t[]){hd, nkv, n});
-  struct tsr_tensor *v = h->reshape(g, gemma_linear(h, fw, il, "attn_v.weight", x), 3,
-                                    (int64_t[]){L->head_dim_v, nkv, n});
+      h->graph->reshape(g, gemma_linear(h, fw, il, "attn_k.weight", x), 3, (int64_t[]){hd, nkv, n});
+  struct tsr_tensor *v = h->graph->reshape(g, gemma_linear(h, fw, il, "attn_v.weight", x), 3,
+                                           (int64_t[]){L->head_dim_v, nkv, n});
   /* RoPE at each token's position, or as the attention places q and k itself */
-  q = h->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q), false);
-  k = h->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k), true);
+  q = h->arch->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q),
+                         false);
+  k = h->arch->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k),
+                         true);
 
   struct tsr_layer_desc desc = {
       .struct_size = sizeof desc, .layer = il, .kind = L->kind, .n_head = L->n_head,
       .n_head_kv = L->n_head_kv, .head_dim_k = L->head_dim_k, .head_dim_v = L->head_dim_v,
       .window = L->window, .k_codec = "f32", .v_codec = "f32", .backend = "cpu"};
   struct tsr_attn_call call = {
-      .struct_size = sizeof call, .layer = &desc, .q = h->permute(g, q, 0, 2, 1, 3),
-      .k = h->permute(g, k, 0, 2, 1, 3), .v = h->permute(g, v, 0, 2, 1, 3),
+      .struct_size = sizeof call, .layer = &desc, .q = h->graph->permute(g, q, 0, 2, 1, 3),
+      .k = h->graph->permute(g, k, 0, 2, 1, 3), .v = h->graph->permute(g, v, 0, 2, 1, 3),
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = hp->attn_scale, .causal = true,
       .window = L->kind == TSR_LAYER_SLIDING ? L->window : 0, .rope = &rope};
   if (!call.q || !call.k || !call.v) return NULL;
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
-  if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call) != TSR_OK)
-    return NULL;
-  struct tsr_tensor *o = h->attn_build(fw, il, &call);
+  if (fw->kv && h->arch->kv_attend(fw, il, call.k, call.v, &call) != TSR_OK) return NULL;
+  struct tsr_tensor *o = h->arch->attn_build(fw, il, &call);
   if (!o) return NULL;
-  o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
+  o = h->graph->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
   return gemma_linear(h, fw, il, "attn_output.weight", o);
 }
 
@@ -140,23 +142,24 @@ tsr_status gemma3_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
   tsr_status st = read_hparams(h, fw->model, &hp);
   if (st != TSR_OK) return st;
   struct tsr_graph *g = fw->g;
-  struct tsr_tensor *emb = h->weight(g, fw->model, "token_embd.weight");
-  struct tsr_tensor *x = h->scale(g, h->get_rows(g, emb, fw->tokens), sqrtf((float)hp.n_embd));
+  struct tsr_tensor *emb = h->graph->weight(g, fw->model, "token_embd.weight");
+  struct tsr_tensor *x =
+      h->graph->scale(g, h->graph->get_rows(g, emb, fw->tokens), sqrtf((float)hp.n_embd));
   fw->embed = x;
   for (int il = 0; il < fw->n_layers; il++) {
     struct tsr_tensor *a =
         attention_block(h, fw, &hp, rope_op, il, gemma_norm(h, fw, hp.eps, il, "attn_norm.weight", x));
-    x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_attention_norm.weight", a));
+    x = h->graph->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_attention_norm.weight", a));
     struct tsr_tensor *m = gemma_mlp_block(h, fw, il, gemma_norm(h, fw, hp.eps, il, "ffn_norm.weight", x));
-    x = h->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_ffw_norm.weight", m));
+    x = h->graph->add(g, x, gemma_norm(h, fw, hp.eps, il, "post_ffw_norm.weight", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
-  x = h->rms_norm(g, tsr_arch_output_rows(h, fw, x), h->weight(g, fw->model, "output_norm.weight"),
-                 hp.eps);
-  if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
+  x = h->graph->rms_norm(g, tsr_arch_output_rows(h, fw, x),
+                         h->graph->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  fw->hidden_final = x;
   const char *head =
-      h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
-  fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
+      h->gguf->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+  fw->logits = h->graph->mat_mul(g, h->graph->weight(g, fw->model, head), x);
   /* on failure the graph holds the first builder error and its message */
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
 }

@@ -16,7 +16,7 @@
 ** angles of the pairs "proportional" RoPE leaves still by 1e30.
 ** With a KV cache (fw->kv) each attention layer writes the batch's K/V into
 ** its pool (sliding layers: the ring) and attends over every cell of the
-** sequence (host->kv_attend); KV-shared layers read their source's cells.
+** sequence (host->arch->kv_attend); KV-shared layers read their source's cells.
 ** Without one, attention sees the batch alone.
 */
 #include <math.h>
@@ -45,38 +45,39 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   const char *arch;
   char key[96];
   memset(hp, 0, sizeof *hp);
-  tsr_status st = h->gguf_str(m, "general.architecture", &arch);
+  tsr_status st = h->gguf->get_str(m, "general.architecture", &arch);
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
   if (st == TSR_OK && strcmp(arch, "gemma4") && strcmp(arch, "gemma4-assistant"))
     return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: forward pass of '%s' is not built in "
                         "this version (gemma4 and gemma4-assistant are)", arch);
   hp->assistant = st == TSR_OK && !strcmp(arch, "gemma4-assistant");
   if (st == TSR_OK && hp->assistant) {
-    st = h->gguf_u32(m, KEY("embedding_length_out"), &hp->n_embd_out);
-    if (st == TSR_OK && h->gguf_has(m, KEY("centroid_intermediate_top_k")))
-      st = h->gguf_u32(m, key, &hp->centroid_top_k);
+    st = h->gguf->get_u32(m, KEY("embedding_length_out"), &hp->n_embd_out);
+    if (st == TSR_OK && h->gguf->has_key(m, KEY("centroid_intermediate_top_k")))
+      st = h->gguf->get_u32(m, key, &hp->centroid_top_k);
   }
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("embedding_length"), &hp->n_embd);
-  if (st == TSR_OK) st = h->gguf_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
-  if (st == TSR_OK) st = h->gguf_f32(m, KEY("rope.freq_base"), &hp->rope_base);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("embedding_length"), &hp->n_embd);
+  if (st == TSR_OK) st = h->gguf->get_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
+  if (st == TSR_OK) st = h->gguf->get_f32(m, KEY("rope.freq_base"), &hp->rope_base);
   /* llama.cpp's default when the converter saw no sliding rope_theta */
   hp->rope_base_swa = 10000.0f;
-  if (st == TSR_OK && h->gguf_has(m, KEY("rope.freq_base_swa")))
-    st = h->gguf_f32(m, key, &hp->rope_base_swa);
-  if (st == TSR_OK && h->gguf_has(m, KEY("rope.dimension_count")))
-    st = h->gguf_u32(m, key, &hp->n_rot);
-  if (st == TSR_OK && h->gguf_has(m, KEY("rope.dimension_count_swa")))
-    st = h->gguf_u32(m, key, &hp->n_rot_swa);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("rope.freq_base_swa")))
+    st = h->gguf->get_f32(m, key, &hp->rope_base_swa);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("rope.dimension_count")))
+    st = h->gguf->get_u32(m, key, &hp->n_rot);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("rope.dimension_count_swa")))
+    st = h->gguf->get_u32(m, key, &hp->n_rot_swa);
   uint32_t n_ctx = 0;
-  if (st == TSR_OK && h->gguf_has(m, KEY("context_length"))) st = h->gguf_u32(m, key, &n_ctx);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("context_length")))
+    st = h->gguf->get_u32(m, key, &n_ctx);
   hp->n_ctx_train = n_ctx > INT32_MAX ? INT32_MAX : (int32_t)n_ctx;
-  if (st == TSR_OK && h->gguf_has(m, KEY("final_logit_softcapping")))
-    st = h->gguf_f32(m, key, &hp->softcap);
-  if (st == TSR_OK && h->gguf_has(m, KEY("embedding_length_per_layer_input")))
-    st = h->gguf_u32(m, key, &hp->n_embd_per_layer);
-  if (st == TSR_OK && h->gguf_has(m, KEY("expert_count"))) {
-    st = h->gguf_u32(m, key, &hp->n_expert);
-    if (st == TSR_OK) st = h->gguf_u32(m, KEY("expert_used_count"), &hp->n_expert_used);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("final_logit_softcapping")))
+    st = h->gguf->get_f32(m, key, &hp->softcap);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("embedding_length_per_layer_input")))
+    st = h->gguf->get_u32(m, key, &hp->n_embd_per_layer);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("expert_count"))) {
+    st = h->gguf->get_u32(m, key, &hp->n_expert);
+    if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("expert_used_count"), &hp->n_expert_used);
   }
 #undef KEY
   return st;
@@ -86,24 +87,24 @@ struct tsr_tensor *gemma_layer_weight(const struct tsr_host *h, struct tsr_arch_
                                       int il, const char *name) {
   char full[96];
   snprintf(full, sizeof full, "blk.%d.%s", il, name);
-  return h->weight(fw->g, fw->model, full);
+  return h->graph->weight(fw->g, fw->model, full);
 }
 
 static bool has_layer_weight(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
                              const char *name) {
   char full[96];
   snprintf(full, sizeof full, "blk.%d.%s", il, name);
-  return h->has_weight(fw->model, full);
+  return h->gguf->has_weight(fw->model, full);
 }
 
 struct tsr_tensor *gemma_norm(const struct tsr_host *h, struct tsr_arch_forward *fw, float eps,
                               int il, const char *name, struct tsr_tensor *x) {
-  return h->rms_norm(fw->g, x, gemma_layer_weight(h, fw, il, name), eps);
+  return h->graph->rms_norm(fw->g, x, gemma_layer_weight(h, fw, il, name), eps);
 }
 
 struct tsr_tensor *gemma_linear(const struct tsr_host *h, struct tsr_arch_forward *fw, int il,
                                 const char *name, struct tsr_tensor *x) {
-  return h->mat_mul(fw->g, gemma_layer_weight(h, fw, il, name), x);
+  return h->graph->mat_mul(fw->g, gemma_layer_weight(h, fw, il, name), x);
 }
 
 /* NeoX RoPE with the layer kind's base; full layers carry rope_freqs. Over
@@ -119,8 +120,8 @@ static struct tsr_attn_rope layer_rope(const struct tsr_host *h, struct tsr_arch
   struct tsr_attn_rope r = {.struct_size = sizeof r, .n_rot = (int32_t)n_rot, .neox = 1,
                             .freq_base = swa ? hp->rope_base_swa : hp->rope_base,
                             .freq_scale = 1.0f, .n_ctx_train = hp->n_ctx_train};
-  if (!swa && h->has_weight(fw->model, "rope_freqs.weight"))
-    r.freq_factors = h->weight(fw->g, fw->model, "rope_freqs.weight");
+  if (!swa && h->gguf->has_weight(fw->model, "rope_freqs.weight"))
+    r.freq_factors = h->graph->weight(fw->g, fw->model, "rope_freqs.weight");
   if (rope_op && *rope_op >= 0 && n_rot == (uint32_t)L->head_dim_k) {
     r.rotate = gemma4_rope_rotate;
     r.rotate_ctx = (void *)(uintptr_t)rope_op;
@@ -137,11 +138,12 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   const struct tsr_arch_layer *L = &fw->layers[il];
   const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
   const struct tsr_attn_rope rope = layer_rope(h, fw, hp, rope_op, L);
-  struct tsr_tensor *q = h->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3,
-                                    (int64_t[]){hd, nh, n});
+  struct tsr_tensor *q =
+      h->graph->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3, (int64_t[]){hd, nh, n});
   /* RoPE at each token's position, or as the attention places q and k itself */
-  q = h->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q), false);
-  q = h->permute(g, q, 0, 2, 1, 3);
+  q = h->arch->attn_rope(fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_q_norm.weight", q),
+                         false);
+  q = h->graph->permute(g, q, 0, 2, 1, 3);
 
   if (L->kv_shared_from < 0) {
     /* a drafter layer reads the target's last layer of its kind (host-filled) */
@@ -151,18 +153,18 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   } else if (L->kv_shared_from > 0) {
     kv[il] = kv[L->kv_shared_from - 1];
   } else {
-    struct tsr_tensor *k_raw = h->reshape(g, gemma_linear(h, fw, il, "attn_k.weight", x), 3,
-                                          (int64_t[]){hd, nkv, n});
+    struct tsr_tensor *k_raw = h->graph->reshape(g, gemma_linear(h, fw, il, "attn_k.weight", x), 3,
+                                                 (int64_t[]){hd, nkv, n});
     /* k_eq_v full layers have no attn_v: V is the raw K projection */
     struct tsr_tensor *v = has_layer_weight(h, fw, il, "attn_v.weight")
-                               ? h->reshape(g, gemma_linear(h, fw, il, "attn_v.weight", x), 3,
-                                            (int64_t[]){hd, nkv, n})
+                               ? h->graph->reshape(g, gemma_linear(h, fw, il, "attn_v.weight", x),
+                                                   3, (int64_t[]){hd, nkv, n})
                                : k_raw;
-    struct tsr_tensor *k = h->attn_rope(
+    struct tsr_tensor *k = h->arch->attn_rope(
         fw, il, &rope, gemma_norm(h, fw, hp->eps, il, "attn_k_norm.weight", k_raw), true);
-    v = h->rms_norm(g, v, NULL, hp->eps);
-    kv[il].k = h->permute(g, k, 0, 2, 1, 3);
-    kv[il].v = h->permute(g, v, 0, 2, 1, 3);
+    v = h->graph->rms_norm(g, v, NULL, hp->eps);
+    kv[il].k = h->graph->permute(g, k, 0, 2, 1, 3);
+    kv[il].v = h->graph->permute(g, v, 0, 2, 1, 3);
   }
 
   struct tsr_layer_desc desc = {
@@ -180,24 +182,24 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
     call.kv_pos = fw->target_kv_pos[L->kind == TSR_LAYER_SLIDING];
     if (call.window) call.window += 2;
     if (!q || !call.k || !call.v || !call.kv_pos) {
-      h->graph_fail(g, TSR_ERR_INVALID_ARG, "arch_gemma4: drafter layer %d has no target "
-                    "K/V of its kind (the host fills target_k/v/kv_pos)", il);
+      h->graph->fail(g, TSR_ERR_INVALID_ARG, "arch_gemma4: drafter layer %d has no target "
+                     "K/V of its kind (the host fills target_k/v/kv_pos)", il);
       return NULL;
     }
-    struct tsr_tensor *o = h->attn_build(fw, il, &call);
-    o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
+    struct tsr_tensor *o = h->arch->attn_build(fw, il, &call);
+    o = h->graph->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
     return gemma_linear(h, fw, il, "attn_output.weight", o);
   }
   if (!q || !call.k || !call.v) return NULL;
   /* with a cache: store what attention consumes (normed, rotated K; normed V)
   ** and attend over every cell of the sequence; a shared layer stores nothing
   ** and the host hands it its source's cells */
-  if (fw->kv && h->kv_attend(fw, il, L->kv_shared_from > 0 ? NULL : call.k,
-                             L->kv_shared_from > 0 ? NULL : call.v, &call) != TSR_OK)
+  if (fw->kv && h->arch->kv_attend(fw, il, L->kv_shared_from > 0 ? NULL : call.k,
+                                   L->kv_shared_from > 0 ? NULL : call.v, &call) != TSR_OK)
     return NULL;
-  struct tsr_tensor *o = h->attn_build(fw, il, &call);
+  struct tsr_tensor *o = h->arch->attn_build(fw, il, &call);
   if (!o) return NULL;
-  o = h->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
+  o = h->graph->reshape(g, o, 2, (int64_t[]){L->head_dim_v * nh, n});
   return gemma_linear(h, fw, il, "attn_output.weight", o);
 }
 
@@ -206,7 +208,8 @@ struct tsr_tensor *gemma_mlp_block(const struct tsr_host *h, struct tsr_arch_for
                                    struct tsr_tensor *x) {
   struct tsr_tensor *gate = gemma_linear(h, fw, il, "ffn_gate.weight", x);
   struct tsr_tensor *up = gemma_linear(h, fw, il, "ffn_up.weight", x);
-  return gemma_linear(h, fw, il, "ffn_down.weight", h->glu(fw->g, gate, up, 1 /* geglu */, false));
+  return gemma_linear(h, fw, il, "ffn_down.weight",
+                      h->graph->glu(fw->g, gate, up, 1 /* geglu */, false));
 }
 
 /* The routed experts beside the dense MLP. The router reads the raw
@@ -217,37 +220,41 @@ static struct tsr_tensor *moe_block(const struct tsr_host *h, struct tsr_arch_fo
                                     const struct g4_hparams *hp, int il, struct tsr_tensor *r) {
   struct tsr_graph *g = fw->g;
   const int64_t n = fw->n_tokens, k = hp->n_expert_used, e = hp->n_expert, H = hp->n_embd;
-  struct tsr_tensor *ri = h->rms_norm(g, r, gemma_layer_weight(h, fw, il, "ffn_gate_inp.scale"), hp->eps);
-  ri = h->scale(g, ri, 1.0f / sqrtf((float)H));
+  struct tsr_tensor *ri =
+      h->graph->rms_norm(g, r, gemma_layer_weight(h, fw, il, "ffn_gate_inp.scale"), hp->eps);
+  ri = h->graph->scale(g, ri, 1.0f / sqrtf((float)H));
   struct tsr_tensor *logits = gemma_linear(h, fw, il, "ffn_gate_inp.weight", ri); /* [e, n] */
-  struct tsr_tensor *ids = h->top_k(g, h->softmax(g, logits, NULL, 1.0f), (int32_t)k); /* [k, n] */
+  struct tsr_tensor *ids =
+      h->graph->top_k(g, h->graph->softmax(g, logits, NULL, 1.0f), (int32_t)k); /* [k, n] */
   /* the renormalised top-k probabilities are the softmax of the chosen logits */
-  struct tsr_tensor *chosen =
-      h->get_rows(g, h->reshape(g, logits, 3, (int64_t[]){1, e, n}), ids); /* [1, k, n] */
-  struct tsr_tensor *w = h->softmax(g, h->reshape(g, chosen, 2, (int64_t[]){k, n}), NULL, 1.0f);
-  struct tsr_tensor *scale_tab = h->reshape(g, gemma_layer_weight(h, fw, il, "ffn_down_exps.scale"), 2,
-                                            (int64_t[]){1, e});
-  struct tsr_tensor *flat_ids = h->reshape(g, ids, 1, (int64_t[]){k * n});
+  struct tsr_tensor *chosen = h->graph->get_rows(
+      g, h->graph->reshape(g, logits, 3, (int64_t[]){1, e, n}), ids); /* [1, k, n] */
+  struct tsr_tensor *w =
+      h->graph->softmax(g, h->graph->reshape(g, chosen, 2, (int64_t[]){k, n}), NULL, 1.0f);
+  struct tsr_tensor *scale_tab = h->graph->reshape(
+      g, gemma_layer_weight(h, fw, il, "ffn_down_exps.scale"), 2, (int64_t[]){1, e});
+  struct tsr_tensor *flat_ids = h->graph->reshape(g, ids, 1, (int64_t[]){k * n});
   struct tsr_tensor *expert_scale =
-      h->reshape(g, h->get_rows(g, scale_tab, flat_ids), 2, (int64_t[]){k, n});
-  w = h->reshape(g, h->mul(g, w, expert_scale), 3, (int64_t[]){1, k, n});
+      h->graph->reshape(g, h->graph->get_rows(g, scale_tab, flat_ids), 2, (int64_t[]){k, n});
+  w = h->graph->reshape(g, h->graph->mul(g, w, expert_scale), 3, (int64_t[]){1, k, n});
 
   struct tsr_tensor *y = gemma_norm(h, fw, hp->eps, il, "pre_ffw_norm_2.weight", r);
-  y = h->reshape(g, y, 3, (int64_t[]){H, 1, n});
-  struct tsr_tensor *gate_up =
-      h->mat_mul_id(g, gemma_layer_weight(h, fw, il, "ffn_gate_up_exps.weight"), y, ids); /* [2I,k,n] */
-  struct tsr_tensor *act = h->glu(g, gate_up, NULL, 1 /* geglu */, false);           /* [I,k,n] */
-  struct tsr_tensor *down =
-      h->mat_mul_id(g, gemma_layer_weight(h, fw, il, "ffn_down_exps.weight"), act, ids); /* [H,k,n] */
-  struct tsr_tensor *weighted = h->mul(g, down, w);
+  y = h->graph->reshape(g, y, 3, (int64_t[]){H, 1, n});
+  struct tsr_tensor *gate_up = h->graph->mat_mul_id(
+      g, gemma_layer_weight(h, fw, il, "ffn_gate_up_exps.weight"), y, ids);       /* [2I,k,n] */
+  struct tsr_tensor *act = h->graph->glu(g, gate_up, NULL, 1 /* geglu */, false); /* [I,k,n] */
+  struct tsr_tensor *down = h->graph->mat_mul_id(
+      g, gemma_layer_weight(h, fw, il, "ffn_down_exps.weight"), act, ids); /* [H,k,n] */
+  struct tsr_tensor *weighted = h->graph->mul(g, down, w);
   if (!weighted) return NULL;
   struct tsr_tensor_info info;
-  h->tensor_info(weighted, &info);
+  h->graph->tensor_info(weighted, &info);
   struct tsr_tensor *sum = NULL;
   for (int64_t j = 0; j < k; j++) {
-    struct tsr_tensor *slice = h->view(g, weighted, 2, (int64_t[]){H, n},
-                                       (size_t[]){info.nb[0], info.nb[2]}, (size_t)j * info.nb[1]);
-    sum = sum ? h->add(g, sum, slice) : h->cont(g, slice);
+    struct tsr_tensor *slice =
+        h->graph->view(g, weighted, 2, (int64_t[]){H, n}, (size_t[]){info.nb[0], info.nb[2]},
+                       (size_t)j * info.nb[1]);
+    sum = sum ? h->graph->add(g, sum, slice) : h->graph->cont(g, slice);
   }
   return sum;
 }
@@ -258,15 +265,16 @@ static struct tsr_tensor *per_layer_inputs(const struct tsr_host *h, struct tsr_
                                            const struct g4_hparams *hp, struct tsr_tensor *e) {
   struct tsr_graph *g = fw->g;
   const int64_t P = hp->n_embd_per_layer, L = fw->n_layers, n = fw->n_tokens;
-  struct tsr_tensor *tok =
-      h->get_rows(g, h->weight(g, fw->model, "per_layer_token_embd.weight"), fw->tokens);
-  tok = h->reshape(g, h->scale(g, tok, sqrtf((float)P)), 3, (int64_t[]){P, L, n});
+  struct tsr_tensor *tok = h->graph->get_rows(
+      g, h->graph->weight(g, fw->model, "per_layer_token_embd.weight"), fw->tokens);
+  tok = h->graph->reshape(g, h->graph->scale(g, tok, sqrtf((float)P)), 3, (int64_t[]){P, L, n});
   struct tsr_tensor *proj =
-      h->mat_mul(g, h->weight(g, fw->model, "per_layer_model_proj.weight"), e);
-  proj = h->reshape(g, h->scale(g, proj, 1.0f / sqrtf((float)hp->n_embd)), 3,
-                    (int64_t[]){P, L, n});
-  proj = h->rms_norm(g, proj, h->weight(g, fw->model, "per_layer_proj_norm.weight"), hp->eps);
-  return h->scale(g, h->add(g, proj, tok), 1.0f / sqrtf(2.0f));
+      h->graph->mat_mul(g, h->graph->weight(g, fw->model, "per_layer_model_proj.weight"), e);
+  proj = h->graph->reshape(g, h->graph->scale(g, proj, 1.0f / sqrtf((float)hp->n_embd)), 3,
+                           (int64_t[]){P, L, n});
+  proj = h->graph->rms_norm(g, proj, h->graph->weight(g, fw->model, "per_layer_proj_norm.weight"),
+                            hp->eps);
+  return h->graph->scale(g, h->graph->add(g, proj, tok), 1.0f / sqrtf(2.0f));
 }
 
 static struct tsr_tensor *per_layer_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
@@ -275,12 +283,13 @@ static struct tsr_tensor *per_layer_block(const struct tsr_host *h, struct tsr_a
   struct tsr_graph *g = fw->g;
   const int64_t P = hp->n_embd_per_layer, n = fw->n_tokens;
   struct tsr_tensor_info info;
-  h->tensor_info(ple, &info);
-  struct tsr_tensor *pl = h->cont(g, h->view(g, ple, 2, (int64_t[]){P, n},
-                                             (size_t[]){info.nb[0], info.nb[2]},
-                                             (size_t)il * info.nb[1]));
-  struct tsr_tensor *gate = h->unary(g, gemma_linear(h, fw, il, "inp_gate.weight", x), 0 /* gelu */);
-  struct tsr_tensor *y = gemma_linear(h, fw, il, "proj.weight", h->mul(g, gate, pl));
+  h->graph->tensor_info(ple, &info);
+  struct tsr_tensor *pl = h->graph->cont(g, h->graph->view(g, ple, 2, (int64_t[]){P, n},
+                                                           (size_t[]){info.nb[0], info.nb[2]},
+                                                           (size_t)il * info.nb[1]));
+  struct tsr_tensor *gate =
+      h->graph->unary(g, gemma_linear(h, fw, il, "inp_gate.weight", x), 0 /* gelu */);
+  struct tsr_tensor *y = gemma_linear(h, fw, il, "proj.weight", h->graph->mul(g, gate, pl));
   return gemma_norm(h, fw, hp->eps, il, "post_norm.weight", y);
 }
 
@@ -292,17 +301,17 @@ static struct tsr_tensor *decoder_layer(const struct tsr_host *h, struct tsr_arc
   struct tsr_graph *g = fw->g;
   struct tsr_tensor *a = attention_block(h, fw, hp, rope_op, il, kv,
                                          gemma_norm(h, fw, hp->eps, il, "attn_norm.weight", x));
-  x = h->add(g, x, gemma_norm(h, fw, hp->eps, il, "post_attention_norm.weight", a));
+  x = h->graph->add(g, x, gemma_norm(h, fw, hp->eps, il, "post_attention_norm.weight", a));
   struct tsr_tensor *m = gemma_mlp_block(h, fw, il, gemma_norm(h, fw, hp->eps, il, "ffn_norm.weight", x));
   if (hp->n_expert && has_layer_weight(h, fw, il, "ffn_gate_inp.weight")) {
     m = gemma_norm(h, fw, hp->eps, il, "post_ffw_norm_1.weight", m);
     struct tsr_tensor *e = gemma_norm(h, fw, hp->eps, il, "post_ffw_norm_2.weight",
                                       moe_block(h, fw, hp, il, x));
-    m = h->add(g, m, e);
+    m = h->graph->add(g, m, e);
   }
-  x = h->add(g, x, gemma_norm(h, fw, hp->eps, il, "post_ffw_norm.weight", m));
-  if (ple) x = h->add(g, x, per_layer_block(h, fw, hp, il, ple, x));
-  x = h->mul(g, x, gemma_layer_weight(h, fw, il, "layer_output_scale.weight"));
+  x = h->graph->add(g, x, gemma_norm(h, fw, hp->eps, il, "post_ffw_norm.weight", m));
+  if (ple) x = h->graph->add(g, x, per_layer_block(h, fw, hp, il, ple, x));
+  x = h->graph->mul(g, x, gemma_layer_weight(h, fw, il, "layer_output_scale.weight"));
   if (fw->hidden) fw->hidden[il] = x;
   return x;
 }
@@ -315,27 +324,30 @@ static struct tsr_tensor *decoder_layer(const struct tsr_host *h, struct tsr_arc
 **   logits = the ordered-embedding head over E . output_norm(x), no softcap */
 static tsr_status drafter_build(const struct tsr_host *h, struct tsr_arch_forward *fw,
                                 const struct g4_hparams *hp, const struct gemma4_ops *ops) {
-  if (fw->struct_size <= offsetof(struct tsr_arch_forward, target_kv_pos) || !fw->target ||
-      !fw->nextn_hidden)
+  if (!fw->target || !fw->nextn_hidden)
     return h->set_error(TSR_ERR_INVALID_ARG, "arch_gemma4: a gemma4-assistant drafter needs "
                         "its target model and the target's hidden state");
   struct tsr_graph *g = fw->g;
-  struct tsr_tensor *e = h->get_rows(g, h->weight(g, fw->target, "token_embd.weight"), fw->tokens);
-  e = h->scale(g, e, sqrtf((float)hp->n_embd_out));
-  struct tsr_tensor *x = h->mat_mul(g, h->weight(g, fw->model, "nextn.pre_projection.weight"),
-                                    h->concat(g, e, fw->nextn_hidden, 0));
+  struct tsr_tensor *e =
+      h->graph->get_rows(g, h->graph->weight(g, fw->target, "token_embd.weight"), fw->tokens);
+  e = h->graph->scale(g, e, sqrtf((float)hp->n_embd_out));
+  struct tsr_tensor *x =
+      h->graph->mat_mul(g, h->graph->weight(g, fw->model, "nextn.pre_projection.weight"),
+                        h->graph->concat(g, e, fw->nextn_hidden, 0));
   struct g4_kv kv[GEMMA4_MAX_LAYERS] = {{0}};
   const int32_t *rope_op = ops ? &ops->rope : NULL;
   for (int il = 0; il < fw->n_layers; il++)
     x = decoder_layer(h, fw, hp, rope_op, il, kv, NULL, x);
-  x = h->rms_norm(g, x, h->weight(g, fw->model, "output_norm.weight"), hp->eps);
-  fw->hidden_final = h->mat_mul(g, h->weight(g, fw->model, "nextn.post_projection.weight"), x);
-  struct tsr_tensor *logits = h->mat_mul(g, h->weight(g, fw->model, "token_embd.weight"), x);
+  x = h->graph->rms_norm(g, x, h->graph->weight(g, fw->model, "output_norm.weight"), hp->eps);
+  fw->hidden_final =
+      h->graph->mat_mul(g, h->graph->weight(g, fw->model, "nextn.post_projection.weight"), x);
+  struct tsr_tensor *logits =
+      h->graph->mat_mul(g, h->graph->weight(g, fw->model, "token_embd.weight"), x);
   if (hp->centroid_top_k)
     logits = gemma4_ordered_logits(
         h, g, ops ? ops->ordered_logits : -1, logits,
-        h->mat_mul(g, h->weight(g, fw->model, "masked_embd_centroids.weight"), x),
-        h->weight(g, fw->model, "masked_embd_ordering"), (int32_t)hp->centroid_top_k);
+        h->graph->mat_mul(g, h->graph->weight(g, fw->model, "masked_embd_centroids.weight"), x),
+        h->graph->weight(g, fw->model, "masked_embd_ordering"), (int32_t)hp->centroid_top_k);
   fw->logits = logits;
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
 }
@@ -357,22 +369,23 @@ tsr_status gemma4_build(void *ctx, const struct tsr_host *h, struct tsr_arch_for
   }
   if (hp.assistant) return drafter_build(h, fw, &hp, ops);
   struct tsr_graph *g = fw->g;
-  struct tsr_tensor *emb = h->weight(g, fw->model, "token_embd.weight");
-  struct tsr_tensor *x = h->scale(g, h->get_rows(g, emb, fw->tokens), sqrtf((float)hp.n_embd));
+  struct tsr_tensor *emb = h->graph->weight(g, fw->model, "token_embd.weight");
+  struct tsr_tensor *x =
+      h->graph->scale(g, h->graph->get_rows(g, emb, fw->tokens), sqrtf((float)hp.n_embd));
   fw->embed = x;
   struct tsr_tensor *ple = NULL;
-  if (hp.n_embd_per_layer > 0 && h->has_weight(fw->model, "per_layer_token_embd.weight"))
+  if (hp.n_embd_per_layer > 0 && h->gguf->has_weight(fw->model, "per_layer_token_embd.weight"))
     ple = per_layer_inputs(h, fw, &hp, x);
 
   struct g4_kv kv[GEMMA4_MAX_LAYERS] = {{0}}; /* 8 KB */
   for (int il = 0; il < fw->n_layers; il++) x = decoder_layer(h, fw, &hp, rope_op, il, kv, ple, x);
-  x = h->rms_norm(g, tsr_arch_output_rows(h, fw, x), h->weight(g, fw->model, "output_norm.weight"),
-                 hp.eps);
-  if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
+  x = h->graph->rms_norm(g, tsr_arch_output_rows(h, fw, x),
+                         h->graph->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  fw->hidden_final = x;
   const char *head =
-      h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
-  struct tsr_tensor *logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
-  if (logits && hp.softcap > 0) logits = h->softcap(g, logits, hp.softcap);
+      h->gguf->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+  struct tsr_tensor *logits = h->graph->mat_mul(g, h->graph->weight(g, fw->model, head), x);
+  if (logits && hp.softcap > 0) logits = h->graph->softcap(g, logits, hp.softcap);
   fw->logits = logits;
   /* on failure the graph holds the first builder error and its message */
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;

@@ -92,17 +92,14 @@ struct tsr_tensor *gemma4_ordered_logits(const struct tsr_host *host, struct tsr
                                          struct tsr_tensor *ordering, int32_t top_k_clusters);
 
 /* The cuda kernel of op id: symbol in arch_gemma4_cuda.so (cuda/), which the
-** host opens only when a cuda run checks a graph holding the op; a host
-** without the call (older ABI 1.x) runs these ops on the cpu only. Each is a
+** host opens only when a cuda run checks a graph holding the op. Each is a
 ** launch made from its node alone, so it is declared replayable: a decode graph
 ** holding it is captured as a CUDA graph. */
 static inline tsr_status gemma4_register_cuda(const struct tsr_host *host, struct tsr_plugin *self,
                                               int32_t id, const char *symbol) {
-  if (host->struct_size < offsetof(struct tsr_host, device_call) + sizeof host->device_call)
-    return TSR_OK;
-  tsr_status st =
-      host->register_kernel_lib(self, id, "cuda", "arch_gemma4_cuda.so", symbol, (void *)host);
-  return st == TSR_OK ? tsr_declare_replayable(host, self, id, "cuda") : st;
+  tsr_status st = host->kernel->register_kernel_lib(self, id, "cuda", "arch_gemma4_cuda.so", symbol,
+                                                    (void *)host);
+  return st == TSR_OK ? host->kernel->declare_replayable(self, id, "cuda") : st;
 }
 
 /* RoPE rounded as transformers rounds it (rope_gemma4.c): registers the op

@@ -66,8 +66,8 @@ tsr_status gemma4_ordered_register(const struct tsr_host *host, struct tsr_plugi
                                    int32_t *op_id) {
   if (*op_id >= 0) return TSR_OK; /* a second host in one process keeps the first id */
   int32_t id;
-  tsr_status st = host->register_op(self, "ordered_logits", &id);
-  if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", ordered_kernel, NULL);
+  tsr_status st = host->kernel->register_op(self, "ordered_logits", &id);
+  if (st == TSR_OK) st = host->kernel->register_kernel(self, id, "cpu", ordered_kernel, NULL);
   if (st == TSR_OK) st = gemma4_register_cuda(host, self, id, "gemma4_ordered_logits_cuda");
   if (st == TSR_OK) *op_id = id;
   return st;
@@ -79,23 +79,23 @@ struct tsr_tensor *gemma4_ordered_logits(const struct tsr_host *host, struct tsr
                                          struct tsr_tensor *ordering, int32_t top_k_clusters) {
   if (!full || !centroid_logits || !ordering) return NULL;
   struct tsr_tensor_info fi, ci, oi;
-  host->tensor_info(full, &fi);
-  host->tensor_info(centroid_logits, &ci);
-  host->tensor_info(ordering, &oi);
+  host->graph->tensor_info(full, &fi);
+  host->graph->tensor_info(centroid_logits, &ci);
+  host->graph->tensor_info(ordering, &oi);
   if (fi.dtype != GGUF_TYPE_F32 || ci.dtype != GGUF_TYPE_F32 || oi.dtype != GGUF_TYPE_I32 ||
       oi.ne[0] != fi.ne[0] || ci.ne[1] != fi.ne[1] || ci.ne[0] <= 0 ||
       ci.ne[0] > MAX_CENTROIDS || fi.ne[0] % ci.ne[0] || top_k_clusters <= 0 ||
       top_k_clusters > ci.ne[0] || top_k_clusters > 64 || oi.nb[0] != sizeof(int32_t)) {
-    host->graph_fail(g, TSR_ERR_FORMAT, "arch_gemma4 ordered logits: %lld logits, %lld "
-                     "centroids, an ordering of %lld and top-k %d do not make whole clusters",
-                     (long long)fi.ne[0], (long long)ci.ne[0], (long long)oi.ne[0],
-                     top_k_clusters);
+    host->graph->fail(g, TSR_ERR_FORMAT, "arch_gemma4 ordered logits: %lld logits, %lld "
+                      "centroids, an ordering of %lld and top-k %d do not make whole clusters",
+                      (long long)fi.ne[0], (long long)ci.ne[0], (long long)oi.ne[0],
+                      top_k_clusters);
     return NULL;
   }
   if (op_id < 0) {
-    host->graph_fail(g, TSR_ERR_INTERNAL, "arch_gemma4: the ordered_logits op is not registered");
+    host->graph->fail(g, TSR_ERR_INTERNAL, "arch_gemma4: the ordered_logits op is not registered");
     return NULL;
   }
   struct tsr_tensor *src[3] = {full, centroid_logits, ordering};
-  return host->custom_op(g, op_id, 2, fi.ne, src, 3, &top_k_clusters, 1);
+  return host->graph->custom_op(g, op_id, 2, fi.ne, src, 3, &top_k_clusters, 1);
 }

@@ -68,8 +68,8 @@ tsr_status gemma4_rope_register(const struct tsr_host *host, struct tsr_plugin *
   ** initialised again (a second host in one process) keeps its first id */
   if (*op_id >= 0) return TSR_OK;
   int32_t id;
-  tsr_status st = host->register_op(self, "rope_f32", &id);
-  if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", rope_kernel, NULL);
+  tsr_status st = host->kernel->register_op(self, "rope_f32", &id);
+  if (st == TSR_OK) st = host->kernel->register_kernel(self, id, "cpu", rope_kernel, NULL);
   if (st == TSR_OK) st = gemma4_register_cuda(host, self, id, "gemma4_rope_f32_cuda");
   if (st == TSR_OK) *op_id = id;
   return st;
@@ -80,8 +80,8 @@ struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g,
                                struct tsr_tensor *ff, float base) {
   if (!x || !pos) return NULL;
   struct tsr_tensor_info xi, pi;
-  host->tensor_info(x, &xi);
-  host->tensor_info(pos, &pi);
+  host->graph->tensor_info(x, &xi);
+  host->graph->tensor_info(pos, &pi);
   if (xi.dtype != GGUF_TYPE_F32 || pi.dtype != GGUF_TYPE_I32 || xi.ne[0] % 2 ||
       xi.nb[0] != sizeof(float) || pi.ne[0] != xi.ne[2]) {
     host->set_error(TSR_ERR_INVALID_ARG, "arch_gemma4 rope: x must be f32 [D even, H, N] with "
@@ -91,7 +91,7 @@ struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g,
   }
   if (ff) {
     struct tsr_tensor_info fi;
-    host->tensor_info(ff, &fi);
+    host->graph->tensor_info(ff, &fi);
     if (fi.dtype != GGUF_TYPE_F32 || fi.ne[0] != xi.ne[0] / 2) {
       host->set_error(TSR_ERR_FORMAT, "arch_gemma4 rope: rope_freqs has %lld entries for head "
                       "dim %lld (needs head dim / 2, f32)", (long long)fi.ne[0],
@@ -102,7 +102,7 @@ struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g,
   int32_t params[1];
   memcpy(&params[0], &base, sizeof base);
   struct tsr_tensor *src[3] = {x, pos, ff};
-  return host->custom_op(g, op_id, 4, xi.ne, src, ff ? 3 : 2, params, 1);
+  return host->graph->custom_op(g, op_id, 4, xi.ne, src, ff ? 3 : 2, params, 1);
 }
 
 struct tsr_tensor *gemma4_rope_rotate(const struct tsr_attn_rope *rope, const struct tsr_host *host,

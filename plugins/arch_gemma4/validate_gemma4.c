@@ -45,8 +45,8 @@ static tsr_status opt_u32(const struct gcheck *c, const char *suffix, int64_t df
   char key[128];
   uint32_t v;
   *out = dflt;
-  if (!c->h->gguf_has(c->m, key_of(key, sizeof key, c->arch, suffix))) return TSR_OK;
-  tsr_status st = c->h->gguf_u32(c->m, key, &v);
+  if (!c->h->gguf->has_key(c->m, key_of(key, sizeof key, c->arch, suffix))) return TSR_OK;
+  tsr_status st = c->h->gguf->get_u32(c->m, key, &v);
   if (st == TSR_OK) *out = v;
   return st;
 }
@@ -54,13 +54,13 @@ static tsr_status opt_u32(const struct gcheck *c, const char *suffix, int64_t df
 static tsr_status positive(const struct gcheck *c, const char *suffix) {
   char key[128];
   float v;
-  if (!c->h->gguf_has(c->m, key_of(key, sizeof key, c->arch, suffix))) return TSR_OK;
-  return c->h->gguf_f32_positive(c->m, key, &v);
+  if (!c->h->gguf->has_key(c->m, key_of(key, sizeof key, c->arch, suffix))) return TSR_OK;
+  return c->h->gguf->f32_positive(c->m, key, &v);
 }
 
 static tsr_status tensor(const struct gcheck *c, const char *name, int n_dims, const int64_t *ne,
                          const char *const *why) {
-  return c->h->check_weight(c->m, name, n_dims, ne, why);
+  return c->h->gguf->check_weight(c->m, name, n_dims, ne, why);
 }
 
 static tsr_status layer_tensor(const struct gcheck *c, int il, const char *suffix, int n_dims,
@@ -92,17 +92,17 @@ static tsr_status check_globals(struct gcheck *c) {
   int64_t ne[4];
   tsr_status st = tensor(c, "token_embd.weight", 2, (int64_t[]){c->n_embd, -1},
                          (const char *[]){c->k_embd, NULL});
-  if (st == TSR_OK) st = h->weight_shape(c->m, "token_embd.weight", &n_dims, ne);
+  if (st == TSR_OK) st = h->gguf->weight_shape(c->m, "token_embd.weight", &n_dims, ne);
   if (st != TSR_OK) return st;
   c->n_vocab = ne[1];
-  if (h->gguf_has(c->m, "tokenizer.ggml.tokens")) {
+  if (h->gguf->has_key(c->m, "tokenizer.ggml.tokens")) {
     int64_t n_tokens;
-    st = h->gguf_arr_len(c->m, "tokenizer.ggml.tokens", &n_tokens);
+    st = h->gguf->arr_len(c->m, "tokenizer.ggml.tokens", &n_tokens);
     if (st == TSR_OK)
       st = tensor(c, "token_embd.weight", 2, (int64_t[]){c->n_embd, n_tokens},
                   (const char *[]){c->k_embd, "tokenizer.ggml.tokens' count"});
   }
-  if (st == TSR_OK && h->has_weight(c->m, "output.weight"))
+  if (st == TSR_OK && h->gguf->has_weight(c->m, "output.weight"))
     st = tensor(c, "output.weight", 2, (int64_t[]){c->n_embd, c->n_vocab},
                 (const char *[]){c->k_embd, "the vocabulary (token_embd.weight's rows)"});
   if (st == TSR_OK)
@@ -136,7 +136,7 @@ static tsr_status check_attention(const struct gcheck *c, const struct tsr_arch_
     st = layer_tensor(c, il, "attn_k_norm.weight", 1, (int64_t[]){dk}, (const char *[]){k_dk});
   char name[128];
   snprintf(name, sizeof name, "blk.%d.attn_v.weight", il);
-  if (st == TSR_OK && (c->gemma3 || c->h->has_weight(c->m, name)))
+  if (st == TSR_OK && (c->gemma3 || c->h->gguf->has_weight(c->m, name)))
     st = from_embd(c, il, "attn_v.weight", nkv * dv, why_v);
   return st;
 }
@@ -149,11 +149,11 @@ static tsr_status check_mlp(const struct gcheck *c, int il, int32_t n_layers) {
   tsr_status st = TSR_OK;
   key_of(key, sizeof key, c->arch, "feed_forward_length");
   snprintf(why, sizeof why, "%s", key);
-  if (h->gguf_has(c->m, key) && h->gguf_arr_len(c->m, key, &len) == TSR_OK) {
+  if (h->gguf->has_key(c->m, key) && h->gguf->arr_len(c->m, key, &len) == TSR_OK) {
     if (len != n_layers)
       return h->set_error(TSR_ERR_FORMAT, "%s has %lld elements for %d layers", key,
                           (long long)len, n_layers);
-    st = h->gguf_arr_i64(c->m, key, il, &n_ff);
+    st = h->gguf->arr_i64(c->m, key, il, &n_ff);
     snprintf(why, sizeof why, "%s[%d]", key, il);
   } else {
     st = opt_u32(c, "feed_forward_length", -1, &n_ff);
@@ -251,7 +251,7 @@ static tsr_status check_v_uniform(const struct gcheck *c, const struct tsr_arch_
     for (int32_t il = 0; il < n_layers; il++)
       if ((int)layers[il].kind == kind && !layers[il].kv_shared_from) owning[n++] = il;
     bool present;
-    st = c->h->check_layer_weights(c->m, "attn_v.weight", owning, n, &present);
+    st = c->h->gguf->check_layer_weights(c->m, "attn_v.weight", owning, n, &present);
   }
   return st;
 }
@@ -259,9 +259,8 @@ static tsr_status check_v_uniform(const struct gcheck *c, const struct tsr_arch_
 tsr_status gemma4_validate(void *ctx, const struct tsr_host *h, const struct tsr_gguf *m,
                            const struct tsr_arch_layer *layers, int32_t n_layers) {
   (void)ctx;
-  if (!tsr_host_has_model_checks(h)) return TSR_OK;
   struct gcheck c = {.h = h, .m = m};
-  tsr_status st = h->gguf_str(m, "general.architecture", &c.arch);
+  tsr_status st = h->gguf->get_str(m, "general.architecture", &c.arch);
   if (st != TSR_OK) return st;
   c.gemma3 = !strcmp(c.arch, "gemma3");
   c.assistant = !strcmp(c.arch, "gemma4-assistant");
@@ -269,7 +268,7 @@ tsr_status gemma4_validate(void *ctx, const struct tsr_host *h, const struct tsr
     return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: %d layers", n_layers);
   key_of(c.k_embd, sizeof c.k_embd, c.arch, "embedding_length");
   uint32_t n_embd;
-  st = h->gguf_u32(m, c.k_embd, &n_embd);
+  st = h->gguf->get_u32(m, c.k_embd, &n_embd);
   static const char *const floats[] = {"attention.layer_norm_rms_epsilon", "rope.freq_base",
                                        "rope.freq_base_swa", "rope.scaling.factor",
                                        "final_logit_softcapping", "attn_logit_softcapping"};
@@ -291,7 +290,7 @@ tsr_status gemma4_validate(void *ctx, const struct tsr_host *h, const struct tsr
     return h->set_error(TSR_ERR_FORMAT, "%s.expert_used_count is %lld: must be 1..%s."
                         "expert_count (%lld)", c.arch, (long long)n_used, c.arch,
                         (long long)n_expert);
-  if (h->has_weight(m, "rope_freqs.weight")) {
+  if (h->gguf->has_weight(m, "rope_freqs.weight")) {
     /* it scales the full layers' rotated pairs: half their rotary dims */
     int64_t full_rot = n_rot;
     for (int32_t il = 0; il < n_layers && !full_rot; il++)
@@ -308,7 +307,7 @@ tsr_status gemma4_validate(void *ctx, const struct tsr_host *h, const struct tsr
   if (st == TSR_OK && n_expert) {
     int32_t all[GEMMA4_MAX_LAYERS];
     for (int32_t il = 0; il < n_layers; il++) all[il] = il;
-    st = h->check_layer_weights(m, "ffn_gate_inp.weight", all, n_layers, &moe);
+    st = h->gguf->check_layer_weights(m, "ffn_gate_inp.weight", all, n_layers, &moe);
   }
   for (int32_t il = 0; il < n_layers && st == TSR_OK; il++) {
     st = check_attention(&c, &layers[il], il);

@@ -30,14 +30,14 @@ static tsr_status get_u32(const struct tsr_host *host, const struct tsr_gguf *m,
                           const char *suffix, uint32_t *out) {
   char key[MAX_KEY];
   snprintf(key, sizeof key, "%s.%s", arch, suffix);
-  return host->gguf_u32(m, key, out);
+  return host->gguf->get_u32(m, key, out);
 }
 
 static int has_key(const struct tsr_host *host, const struct tsr_gguf *m, const char *arch,
                    const char *suffix) {
   char key[MAX_KEY];
   snprintf(key, sizeof key, "%s.%s", arch, suffix);
-  return host->gguf_has(m, key);
+  return host->gguf->has_key(m, key);
 }
 
 static int is_hybrid(const char *arch) {
@@ -69,7 +69,7 @@ static tsr_status qwen_describe(void *ctx, const struct tsr_host *host, const st
                                 struct tsr_arch_layer *layers, int32_t n_max, int32_t *n_layers) {
   (void)ctx;
   const char *arch;
-  tsr_status st = host->gguf_str(m, "general.architecture", &arch);
+  tsr_status st = host->gguf->get_str(m, "general.architecture", &arch);
   if (st != TSR_OK) return st;
   uint32_t n_layer, n_head, n_head_kv, n_embd, head_k, head_v;
   st = get_u32(host, m, arch, "block_count", &n_layer);
@@ -151,7 +151,7 @@ static tsr_status qwen_build_nextn(void *ctx, const struct tsr_host *host,
                                    struct tsr_arch_forward *fw) {
   struct qwen_instance *inst = ctx;
   const char *arch;
-  tsr_status st = host->gguf_str(fw->model, "general.architecture", &arch);
+  tsr_status st = host->gguf->get_str(fw->model, "general.architecture", &arch);
   if (st != TSR_OK) return st;
   if (strcmp(arch, "qwen35") && strcmp(arch, "qwen35moe"))
     return host->set_error(TSR_ERR_UNSUPPORTED, "arch_qwen: %s models have no NextN / MTP "
@@ -171,8 +171,6 @@ static const struct tsr_arch_v1 g_arch = {
     .names = "qwen2,qwen3,qwen3moe,qwen3next,qwen35,qwen35moe",
     .ctx = NULL, /* each registration carries its own struct qwen_instance */
     .describe = qwen_describe,
-    .hf_types = QWEN_HF_TYPES, /* convert_qwen.c */
-    .convert = qwen_convert,
     .build = qwen_build,
     .shift_keys = tsr_qwen_shift_keys, /* forward_qwen3.c */
     .chat_template = qwen_chat_template,
@@ -180,34 +178,40 @@ static const struct tsr_arch_v1 g_arch = {
     .validate = tsr_qwen_validate, /* validate_qwen.c */
 };
 
+/* Hugging Face checkpoints of every generation the arch runs (convert_qwen.c). */
+static const struct tsr_convert_v1 g_convert = {
+    .struct_size = sizeof(struct tsr_convert_v1),
+    .hf_types = QWEN_HF_TYPES,
+    .convert = qwen_convert,
+};
+
 /* The cuda kernel of op id: symbol in arch_qwen_cuda.so (cuda/), which the
-** host opens only when a cuda run checks a graph holding the op; a host
-** without the call (older ABI 1.x) runs these ops on the cpu only. Each is a
+** host opens only when a cuda run checks a graph holding the op. Each is a
 ** launch made from its node alone (a state written in place stays at its
 ** address), so it is declared replayable: a Qwen3.5 decode step is captured as a
 ** CUDA graph. */
 static tsr_status register_cuda(const struct tsr_host *host, struct tsr_plugin *self, int32_t id,
                                 const char *symbol) {
-  if (host->struct_size < offsetof(struct tsr_host, device_call) + sizeof host->device_call)
-    return TSR_OK;
-  tsr_status st =
-      host->register_kernel_lib(self, id, "cuda", "arch_qwen_cuda.so", symbol, (void *)host);
-  return st == TSR_OK ? tsr_declare_replayable(host, self, id, "cuda") : st;
+  tsr_status st = host->kernel->register_kernel_lib(self, id, "cuda", "arch_qwen_cuda.so", symbol,
+                                                    (void *)host);
+  return st == TSR_OK ? host->kernel->declare_replayable(self, id, "cuda") : st;
 }
 
 static tsr_status register_ops(const struct tsr_host *host, struct tsr_plugin *self) {
   tsr_status st = TSR_OK;
   if (g_ops.conv1d < 0) {
     int32_t id;
-    st = host->register_op(self, "conv1d", &id);
-    if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", tsr_qwen_conv1d_cpu, NULL);
+    st = host->kernel->register_op(self, "conv1d", &id);
+    if (st == TSR_OK)
+      st = host->kernel->register_kernel(self, id, "cpu", tsr_qwen_conv1d_cpu, NULL);
     if (st == TSR_OK) st = register_cuda(host, self, id, "qwen_conv1d_cuda");
     if (st == TSR_OK) g_ops.conv1d = id;
   }
   if (st == TSR_OK && g_ops.delta_rule < 0) {
     int32_t id;
-    st = host->register_op(self, "delta_rule", &id);
-    if (st == TSR_OK) st = host->register_kernel(self, id, "cpu", tsr_qwen_delta_rule_cpu, NULL);
+    st = host->kernel->register_op(self, "delta_rule", &id);
+    if (st == TSR_OK)
+      st = host->kernel->register_kernel(self, id, "cpu", tsr_qwen_delta_rule_cpu, NULL);
     if (st == TSR_OK) st = register_cuda(host, self, id, "qwen_delta_rule_cuda");
     if (st == TSR_OK) g_ops.delta_rule = id;
   }
@@ -224,14 +228,15 @@ static tsr_status qwen_init(const struct tsr_host *host, struct tsr_plugin *self
   host->set_state(self, inst);
   struct tsr_arch_v1 arch = g_arch; /* the host keeps its own copy */
   arch.ctx = inst;
-  return host->register_arch(self, &arch);
+  st = host->register_arch(self, &arch);
+  return st == TSR_OK ? host->register_convert(self, &g_convert) : st;
 }
 
 static void qwen_destroy(const struct tsr_host *host, struct tsr_plugin *self) {
   free(host->get_state(self));
 }
 
-static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}};
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ARCH, 1}, {TSR_IFACE_CONVERT, 1}};
 
 static const struct tsr_plugin_descriptor g_descriptor = {
     .abi_major = TSR_PLUGIN_ABI_MAJOR,
@@ -241,7 +246,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .version = "0.1.0",
     .description = "Qwen 2/3/3-MoE/3.5/Next: layer plans, HF conversion, qwen2/qwen3/qwen3moe/qwen35/qwen35moe forward passes",
     .provides = g_provides,
-    .n_provides = 1,
+    .n_provides = 2,
     .init = qwen_init,
     .destroy = qwen_destroy,
 };

@@ -64,7 +64,7 @@ const char *qfmt(char *out, const char *f, ...) {
 static const char *cfg_path(const struct qc *q, const char *key, char *path) {
   if (q->text_config) {
     qfmt(path, "text_config.%.*s", (int)strcspn(key, "."), key);
-    if (q->h->hf_has(q->cv, path)) return qfmt(path, "text_config.%s", key);
+    if (q->h->convert->hf_has(q->cv, path)) return qfmt(path, "text_config.%s", key);
   }
   return qfmt(path, "%s", key);
 }
@@ -74,30 +74,30 @@ static const char *cfg_path(const struct qc *q, const char *key, char *path) {
 ** belongs) is then the reader's error, never "absent". */
 static bool cfg_where(const struct qc *q, const char *key, char *path) {
   cfg_path(q, key, path);
-  return q->h->hf_has(q->cv, path) != 0;
+  return q->h->convert->hf_has(q->cv, path) != 0;
 }
 
 /* The optional readers: *found false when absent or null, an error for a
 ** value of another type. */
 static tsr_status cfg_i64(const struct qc *q, const char *key, bool *found, int64_t *v) {
   char path[NAME_LEN];
-  return (*found = cfg_where(q, key, path)) ? q->h->hf_i64(q->cv, path, v) : TSR_OK;
+  return (*found = cfg_where(q, key, path)) ? q->h->convert->hf_i64(q->cv, path, v) : TSR_OK;
 }
 
 static tsr_status cfg_f64(const struct qc *q, const char *key, bool *found, double *v) {
   char path[NAME_LEN];
-  return (*found = cfg_where(q, key, path)) ? q->h->hf_f64(q->cv, path, v) : TSR_OK;
+  return (*found = cfg_where(q, key, path)) ? q->h->convert->hf_f64(q->cv, path, v) : TSR_OK;
 }
 
 static tsr_status cfg_str(const struct qc *q, const char *key, bool *found, const char **v) {
   char path[NAME_LEN];
-  return (*found = cfg_where(q, key, path)) ? q->h->hf_str(q->cv, path, v) : TSR_OK;
+  return (*found = cfg_where(q, key, path)) ? q->h->convert->hf_str(q->cv, path, v) : TSR_OK;
 }
 
 static tsr_status cfg_bool(const struct qc *q, const char *key, bool *found, bool *v) {
   char path[NAME_LEN];
   *v = false;
-  return (*found = cfg_where(q, key, path)) ? q->h->hf_bool(q->cv, path, v) : TSR_OK;
+  return (*found = cfg_where(q, key, path)) ? q->h->convert->hf_bool(q->cv, path, v) : TSR_OK;
 }
 
 static tsr_status cfg_need_i64(const struct qc *q, const char *key, int64_t *v) {
@@ -137,17 +137,17 @@ static tsr_status put_u32(struct qc *q, const char *suffix, int64_t v) {
   qfmt(key, "%s.%s", q->arch, suffix);
   if (v < 0 || v > (int64_t)UINT32_MAX)
     return q->h->set_error(TSR_ERR_FORMAT, "%s = %lld does not fit a u32", key, (long long)v);
-  return q->h->out_u32(q->cv, key, (uint32_t)v);
+  return q->h->convert->out_u32(q->cv, key, (uint32_t)v);
 }
 
 static tsr_status put_f32(struct qc *q, const char *suffix, double v) {
   char key[NAME_LEN];
-  return q->h->out_f32(q->cv, qfmt(key, "%s.%s", q->arch, suffix), (float)v);
+  return q->h->convert->out_f32(q->cv, qfmt(key, "%s.%s", q->arch, suffix), (float)v);
 }
 
 static tsr_status put_str(struct qc *q, const char *suffix, const char *v) {
   char key[NAME_LEN];
-  return q->h->out_str(q->cv, qfmt(key, "%s.%s", q->arch, suffix), v);
+  return q->h->convert->out_str(q->cv, qfmt(key, "%s.%s", q->arch, suffix), v);
 }
 
 /* Writes the first present of keys as a u32, as llama.cpp does. */
@@ -211,8 +211,8 @@ static tsr_status count_mtp(struct qc *q) {
   char prefix[NAME_LEN];
   size_t plen = strlen(qfmt(prefix, "%slayers.", q->mtp));
   bool any = false;
-  for (int64_t i = 0; i < q->h->hf_n_tensors(q->cv); i++) {
-    const char *name = q->h->hf_tensor_name(q->cv, i);
+  for (int64_t i = 0; i < q->h->convert->hf_n_tensors(q->cv); i++) {
+    const char *name = q->h->convert->hf_tensor_name(q->cv, i);
     if (!name || strncmp(name, q->mtp, strlen(q->mtp))) continue;
     any = true;
     if (!strncmp(name, prefix, plen)) {
@@ -242,13 +242,13 @@ static tsr_status read_layer_kinds(struct qc *q, int64_t *interval, bool *listed
     return TSR_OK;
   }
   int64_t n;
-  if ((st = q->h->hf_arr_len(q->cv, path, &n)) != TSR_OK) return st;
+  if ((st = q->h->convert->hf_arr_len(q->cv, path, &n)) != TSR_OK) return st;
   if (n != q->n_layer)
     return q->h->set_error(TSR_ERR_FORMAT, "config.json: %s has %lld entries for %lld layers",
                            path, (long long)n, (long long)q->n_layer);
   for (int64_t i = 0; i < n; i++) {
     const char *kind;
-    if ((st = q->h->hf_arr_str(q->cv, path, i, &kind)) != TSR_OK) return st;
+    if ((st = q->h->convert->hf_arr_str(q->cv, path, i, &kind)) != TSR_OK) return st;
     if (strcmp(kind, "linear_attention") && strcmp(kind, "full_attention"))
       return q->h->set_error(TSR_ERR_UNSUPPORTED, "config.json: %s[%lld] is '%s' (%s has "
                              "linear_attention and full_attention layers)", path, (long long)i,
@@ -270,7 +270,7 @@ static tsr_status read_layer_kinds(struct qc *q, int64_t *interval, bool *listed
 static tsr_status put_recurrent_layers(struct qc *q) {
   char key[NAME_LEN];
   qfmt(key, "%s.attention.recurrent_layers", q->arch);
-  return q->h->out_arr_bool(q->cv, key, q->linear, q->n_layer + q->n_mtp);
+  return q->h->convert->out_arr_bool(q->cv, key, q->linear, q->n_layer + q->n_mtp);
 }
 
 /* What the runtime's attention needs of the head layout: whole GQA groups,
@@ -355,8 +355,8 @@ static tsr_status read_hparams(struct qc *q) {
 /* The RoPE dict: rope_parameters (transformers 5), else rope_scaling. */
 static const char *rope_dict(const struct qc *q) {
   char path[NAME_LEN];
-  return q->h->hf_has(q->cv, cfg_path(q, "rope_parameters", path)) ? "rope_parameters"
-                                                                    : "rope_scaling";
+  return q->h->convert->hf_has(q->cv, cfg_path(q, "rope_parameters", path)) ? "rope_parameters"
+                                                                            : "rope_scaling";
 }
 
 /* RoPE keys from rope_parameters (transformers 5) or rope_scaling (older),
@@ -412,21 +412,23 @@ static tsr_status write_rope(struct qc *q) {
   if (cfg_where(q, qfmt(key, "%s.mrope_section", rp), path)) {
     /* padded to [time, height, width, extra] */
     int32_t sec[4] = {0, 0, 0, 0};
-    st = q->h->hf_arr_len(q->cv, path, &n_sec);
+    st = q->h->convert->hf_arr_len(q->cv, path, &n_sec);
     if (st == TSR_OK && n_sec > 4)
       st = q->h->set_error(TSR_ERR_FORMAT, "config.json: %s has %lld sections; at most 4 "
                            "(time, height, width, extra)", path, (long long)n_sec);
     for (int64_t i = 0; i < n_sec && i < 4 && st == TSR_OK; i++) {
       int64_t s;
-      st = q->h->hf_arr_i64(q->cv, path, i, &s);
+      st = q->h->convert->hf_arr_i64(q->cv, path, i, &s);
       sec[i] = (int32_t)s;
     }
-    if (st == TSR_OK) st = q->h->out_arr_i32(q->cv, qfmt(key, "%s.rope.dimension_sections",
-                                                        q->arch), sec, 4);
+    if (st == TSR_OK)
+      st = q->h->convert->out_arr_i32(q->cv, qfmt(key, "%s.rope.dimension_sections", q->arch), sec,
+                                      4);
   } else if (q->hybrid) {
     /* Qwen3.5 always applies interleaved M-RoPE; llama.cpp requires the key */
     static const int32_t sec[4] = {11, 11, 10, 0};
-    st = q->h->out_arr_i32(q->cv, qfmt(key, "%s.rope.dimension_sections", q->arch), sec, 4);
+    st =
+        q->h->convert->out_arr_i32(q->cv, qfmt(key, "%s.rope.dimension_sections", q->arch), sec, 4);
   }
   if (st != TSR_OK) return st;
 
@@ -473,7 +475,7 @@ static tsr_status write_hybrid_keys(struct qc *q) {
 
 static tsr_status write_keys(struct qc *q) {
   char key[NAME_LEN];
-  tsr_status st = q->h->out_str(q->cv, "general.architecture", q->arch);
+  tsr_status st = q->h->convert->out_str(q->cv, "general.architecture", q->arch);
   if (st == TSR_OK) st = put_u32(q, "block_count", q->n_layer + q->n_mtp);
   if (st == TSR_OK) st = copy_u32(q, k_ctx, "context_length");
   if (st == TSR_OK) st = copy_u32(q, k_embd, "embedding_length");
@@ -504,7 +506,7 @@ static tsr_status write_keys(struct qc *q) {
     bool norm;
     st = cfg_bool(q, "norm_topk_prob", &found, &norm);
     if (st == TSR_OK && found && !norm)
-      st = q->h->out_bool(q->cv, qfmt(key, "%s.expert_weights_norm", q->arch), false);
+      st = q->h->convert->out_bool(q->cv, qfmt(key, "%s.expert_weights_norm", q->arch), false);
   }
   if (st == TSR_OK && q->hybrid) st = write_hybrid_keys(q);
   return st;
@@ -524,7 +526,7 @@ static tsr_status check_tied(const struct qc *q) {
 tsr_status qwen_convert(void *ctx, const struct tsr_host *host, struct tsr_convert *cv) {
   (void)ctx;
   const char *model_type;
-  tsr_status st = host->hf_str(cv, "model_type", &model_type);
+  tsr_status st = host->convert->hf_str(cv, "model_type", &model_type);
   if (st != TSR_OK) return st;
   struct qc q = {.h = host, .cv = cv};
   const char *pre = NULL;
@@ -538,20 +540,20 @@ tsr_status qwen_convert(void *ctx, const struct tsr_host *host, struct tsr_conve
     return host->set_error(TSR_ERR_UNSUPPORTED, "arch_qwen converts model_type %s, not '%s'",
                            QWEN_HF_TYPES, model_type);
   q.hybrid = q.family == QWEN35 || q.family == QWEN35MOE;
-  q.text_config = host->hf_has(cv, "text_config") != 0;
-  q.tp = host->hf_tensor_has(cv, "model.language_model.embed_tokens.weight")
+  q.text_config = host->convert->hf_has(cv, "text_config") != 0;
+  q.tp = host->convert->hf_tensor_has(cv, "model.language_model.embed_tokens.weight")
              ? "model.language_model."
              : "model.";
-  q.mtp = host->hf_tensor_has(cv, "model.mtp.fc.weight") ? "model.mtp." : "mtp.";
-  host->hf_skip_prefix(cv, "model.visual.");
+  q.mtp = host->convert->hf_tensor_has(cv, "model.mtp.fc.weight") ? "model.mtp." : "mtp.";
+  host->convert->hf_skip_prefix(cv, "model.visual.");
 
   st = read_hparams(&q);
   if (st == TSR_OK) st = write_keys(&q);
-  if (st == TSR_OK) st = host->convert_tokenizer(cv, pre);
+  if (st == TSR_OK) st = host->convert->tokenizer(cv, pre);
   if (st == TSR_OK) st = qwen_write_tensors(&q);
   /* tied embeddings: no output tensor (llama.cpp reuses token_embd); a
   ** config that says untied must come with its lm_head */
-  if (st == TSR_OK && !host->hf_tensor_has(cv, "lm_head.weight")) st = check_tied(&q);
+  if (st == TSR_OK && !host->convert->hf_tensor_has(cv, "lm_head.weight")) st = check_tied(&q);
   free(q.linear);
   return st;
 }

@@ -25,7 +25,7 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 static bool has_tensor(const struct qc *q, const char *name) {
-  return q->h->hf_tensor_has(q->cv, name) != 0;
+  return q->h->convert->hf_tensor_has(q->cv, name) != 0;
 }
 
 /* Reads a checkpoint tensor into dst after checking its shape (dims past
@@ -34,7 +34,7 @@ static tsr_status read_into(struct qc *q, const char *name, float *dst, int nd, 
                             int64_t s1, int64_t s2) {
   int32_t got_nd;
   int64_t shape[4];
-  tsr_status st = q->h->hf_tensor_shape(q->cv, name, &got_nd, shape);
+  tsr_status st = q->h->convert->hf_tensor_shape(q->cv, name, &got_nd, shape);
   if (st != TSR_OK) return st;
   const int64_t want[3] = {s0, s1, s2};
   bool ok = got_nd == nd;
@@ -54,7 +54,7 @@ static tsr_status read_into(struct qc *q, const char *name, float *dst, int nd, 
     return q->h->set_error(TSR_ERR_FORMAT, "tensor %s has shape [%s]; config.json implies [%s]",
                            name, got, exp);
   }
-  return q->h->hf_tensor_read(q->cv, name, dst, n);
+  return q->h->convert->hf_tensor_read(q->cv, name, dst, n);
 }
 
 static tsr_status load(struct qc *q, const char *name, struct buf *b, int nd, int64_t s0,
@@ -86,7 +86,7 @@ static bool quantizable(const char *name, int nd) {
 
 static tsr_status emit_ne(struct qc *q, const char *name, int nd, const int64_t *ne,
                           const float *data) {
-  return q->h->out_tensor(q->cv, name, quantizable(name, nd), nd, ne, data);
+  return q->h->convert->out_tensor(q->cv, name, quantizable(name, nd), nd, ne, data);
 }
 
 /* Emits b under name with the reversed (GGUF) shape and frees it. */
@@ -252,7 +252,7 @@ static tsr_status dense_ffn(struct qc *q, int64_t blk, const char *hp, const cha
 static tsr_status rows_of(struct qc *q, const char *name, int64_t *rows) {
   int32_t nd;
   int64_t shape[4];
-  tsr_status st = q->h->hf_tensor_shape(q->cv, name, &nd, shape);
+  tsr_status st = q->h->convert->hf_tensor_shape(q->cv, name, &nd, shape);
   if (st == TSR_OK) *rows = shape[0];
   return st;
 }
@@ -269,7 +269,7 @@ static tsr_status experts(struct qc *q, int64_t blk, const char *hp) {
   if (fused) {
     int32_t nd;
     int64_t shape[4];
-    st = q->h->hf_tensor_shape(q->cv, hn, &nd, shape);
+    st = q->h->convert->hf_tensor_shape(q->cv, hn, &nd, shape);
     if (st != TSR_OK) return st;
     I = nd == 3 ? shape[1] / 2 : 0;
   } else if ((st = rows_of(q, qfmt(hn, "%smlp.experts.0.gate_proj.weight", hp), &I)) != TSR_OK) {
@@ -354,7 +354,7 @@ static tsr_status block(struct qc *q, int64_t blk, const char *hp, bool linear) 
   int norm = q->hybrid ? PLUS_ONE : PLAIN;
   /* older checkpoints carry RoPE's inverse frequencies; llama.cpp drops them */
   if (has_tensor(q, qfmt(hn, "%sself_attn.rotary_emb.inv_freq", hp)))
-    q->h->hf_skip_prefix(q->cv, hn);
+    q->h->convert->hf_skip_prefix(q->cv, hn);
   tsr_status st = pass(q, qfmt(hn, "%sinput_layernorm.weight", hp),
                        qfmt(gn, "blk.%lld.attn_norm.weight", (long long)blk), norm, 1, q->n_embd,
                        0, 0);

@@ -5,7 +5,7 @@
 ** pre-norm SwiGLU MLP or a top-k mixture of SwiGLU experts; final norm; LM
 ** head (tied to the embedding when output.weight is absent).
 ** With a KV cache (fw->kv) attention writes the batch's k/v into it and
-** attends over every cell of the sequence (host->kv_attend); without one,
+** attends over every cell of the sequence (host->arch->kv_attend); without one,
 ** over the batch alone. Context shift (tsr_qwen_shift_keys) rotates cached
 ** keys with the same RoPE (rope_keys) the forward pass applies.
 */
@@ -44,7 +44,7 @@ tsr_status tsr_qwen_rope_hints(const struct tsr_host *h, const struct tsr_gguf *
     char key[128];
     uint32_t v = 0;
     snprintf(key, sizeof key, "%s.%s", arch, keys[i].suffix);
-    if (h->gguf_has(m, key)) st = h->gguf_u32(m, key, &v);
+    if (h->gguf->has_key(m, key)) st = h->gguf->get_u32(m, key, &v);
     *(int32_t *)((char *)rope + keys[i].off) = v > INT32_MAX ? INT32_MAX : (int32_t)v;
   }
   return st;
@@ -53,11 +53,11 @@ tsr_status tsr_qwen_rope_hints(const struct tsr_host *h, const struct tsr_gguf *
 static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *m,
                                const struct tsr_arch_layer *layers, struct qwen_hparams *hp) {
   char key[96];
-  tsr_status st = h->gguf_str(m, "general.architecture", &hp->arch);
-#define U32(suffix, out)                                          \
-  (snprintf(key, sizeof key, "%s." suffix, hp->arch), h->gguf_u32(m, key, out))
-#define F32(suffix, out)                                          \
-  (snprintf(key, sizeof key, "%s." suffix, hp->arch), h->gguf_f32(m, key, out))
+  tsr_status st = h->gguf->get_str(m, "general.architecture", &hp->arch);
+#define U32(suffix, out)                                                                           \
+  (snprintf(key, sizeof key, "%s." suffix, hp->arch), h->gguf->get_u32(m, key, out))
+#define F32(suffix, out)                                                                           \
+  (snprintf(key, sizeof key, "%s." suffix, hp->arch), h->gguf->get_f32(m, key, out))
   if (st == TSR_OK) st = U32("embedding_length", &hp->n_embd);
   if (st == TSR_OK) st = F32("attention.layer_norm_rms_epsilon", &hp->eps);
   if (st == TSR_OK) st = F32("rope.freq_base", &hp->rope_base);
@@ -69,11 +69,11 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
   hp->n_expert = hp->n_expert_used = 0;
   hp->expert_norm = true; /* what Qwen3-MoE checkpoints ship; a file may say otherwise */
   snprintf(key, sizeof key, "%s.expert_count", hp->arch);
-  if (h->gguf_has(m, key)) {
+  if (h->gguf->has_key(m, key)) {
     st = U32("expert_count", &hp->n_expert);
     if (st == TSR_OK) st = U32("expert_used_count", &hp->n_expert_used);
     snprintf(key, sizeof key, "%s.expert_weights_norm", hp->arch);
-    if (st == TSR_OK && h->gguf_has(m, key)) st = h->gguf_bool(m, key, &hp->expert_norm);
+    if (st == TSR_OK && h->gguf->has_key(m, key)) st = h->gguf->get_bool(m, key, &hp->expert_norm);
   }
 #undef U32
 #undef F32
@@ -87,7 +87,7 @@ struct tsr_tensor *tsr_qwen_layer_weight(const struct tsr_host *h, struct tsr_ar
                                          int il, const char *name) {
   char full[96];
   snprintf(full, sizeof full, "blk.%d.%s", il, name);
-  return h->weight(fw->g, fw->model, full);
+  return h->graph->weight(fw->g, fw->model, full);
 }
 
 struct tsr_tensor *tsr_qwen_optional_layer_weight(const struct tsr_host *h,
@@ -95,7 +95,7 @@ struct tsr_tensor *tsr_qwen_optional_layer_weight(const struct tsr_host *h,
                                                   const char *name) {
   char full[96];
   snprintf(full, sizeof full, "blk.%d.%s", il, name);
-  return h->has_weight(fw->model, full) ? h->weight(fw->g, fw->model, full) : NULL;
+  return h->gguf->has_weight(fw->model, full) ? h->graph->weight(fw->g, fw->model, full) : NULL;
 }
 
 /* x·W (+ b when the file has the bias, as Qwen2's q/k/v do) */
@@ -104,9 +104,9 @@ struct tsr_tensor *tsr_qwen_linear(const struct tsr_host *h, struct tsr_arch_for
   char w_name[64], b_name[64];
   snprintf(w_name, sizeof w_name, "%s.weight", name);
   snprintf(b_name, sizeof b_name, "%s.bias", name);
-  struct tsr_tensor *y = h->mat_mul(fw->g, tsr_qwen_layer_weight(h, fw, il, w_name), x);
+  struct tsr_tensor *y = h->graph->mat_mul(fw->g, tsr_qwen_layer_weight(h, fw, il, w_name), x);
   struct tsr_tensor *b = tsr_qwen_optional_layer_weight(h, fw, il, b_name);
-  return b ? h->add(fw->g, y, b) : y;
+  return b ? h->graph->add(fw->g, y, b) : y;
 }
 
 static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_arch_forward *fw,
@@ -117,21 +117,21 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
   struct tsr_tensor *q = tsr_qwen_linear(h, fw, il, "attn_q", x);
   struct tsr_tensor *k = tsr_qwen_linear(h, fw, il, "attn_k", x);
   struct tsr_tensor *v = tsr_qwen_linear(h, fw, il, "attn_v", x);
-  q = h->reshape(g, q, 3, (int64_t[]){hd, hp->n_head, n});
-  k = h->reshape(g, k, 3, (int64_t[]){hd, hp->n_head_kv, n});
-  v = h->reshape(g, v, 3, (int64_t[]){hd, hp->n_head_kv, n});
+  q = h->graph->reshape(g, q, 3, (int64_t[]){hd, hp->n_head, n});
+  k = h->graph->reshape(g, k, 3, (int64_t[]){hd, hp->n_head_kv, n});
+  v = h->graph->reshape(g, v, 3, (int64_t[]){hd, hp->n_head_kv, n});
   /* Qwen3 normalises q and k per head before RoPE; Qwen2 has no such norm */
   struct tsr_tensor *q_norm = tsr_qwen_optional_layer_weight(h, fw, il, "attn_q_norm.weight");
   struct tsr_tensor *k_norm = tsr_qwen_optional_layer_weight(h, fw, il, "attn_k_norm.weight");
-  if (q_norm) q = h->rms_norm(g, q, q_norm, hp->eps);
-  if (k_norm) k = h->rms_norm(g, k, k_norm, hp->eps);
+  if (q_norm) q = h->graph->rms_norm(g, q, q_norm, hp->eps);
+  if (k_norm) k = h->graph->rms_norm(g, k, k_norm, hp->eps);
   /* RoPE at each token's position, or as the attention places q and k itself */
-  q = h->attn_rope(fw, il, &hp->rope, q, false);
-  k = h->attn_rope(fw, il, &hp->rope, k, true);
+  q = h->arch->attn_rope(fw, il, &hp->rope, q, false);
+  k = h->arch->attn_rope(fw, il, &hp->rope, k, true);
   /* attention wants [head_dim, tokens, heads] */
-  q = h->permute(g, q, 0, 2, 1, 3);
-  k = h->permute(g, k, 0, 2, 1, 3);
-  v = h->permute(g, v, 0, 2, 1, 3);
+  q = h->graph->permute(g, q, 0, 2, 1, 3);
+  k = h->graph->permute(g, k, 0, 2, 1, 3);
+  v = h->graph->permute(g, v, 0, 2, 1, 3);
   struct tsr_layer_desc desc = {
       .struct_size = sizeof desc, .layer = il, .kind = TSR_LAYER_FULL, .n_head = (int32_t)hp->n_head,
       .n_head_kv = (int32_t)hp->n_head_kv, .head_dim_k = (int32_t)hd, .head_dim_v = (int32_t)hd,
@@ -141,9 +141,9 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
       .causal = true, .rope = &hp->rope};
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
-  if (fw->kv && h->kv_attend(fw, il, k, v, &call) != TSR_OK) return NULL;
-  struct tsr_tensor *o = h->attn_build(fw, il, &call);
-  o = h->reshape(g, o, 2, (int64_t[]){hd * hp->n_head, n});
+  if (fw->kv && h->arch->kv_attend(fw, il, k, v, &call) != TSR_OK) return NULL;
+  struct tsr_tensor *o = h->arch->attn_build(fw, il, &call);
+  o = h->graph->reshape(g, o, 2, (int64_t[]){hd * hp->n_head, n});
   return tsr_qwen_linear(h, fw, il, "attn_output", o);
 }
 
@@ -155,7 +155,7 @@ struct tsr_tensor *tsr_qwen_mlp_block(const struct tsr_host *h, struct tsr_arch_
   snprintf(name, sizeof name, "ffn_up%s", suffix);
   struct tsr_tensor *up = tsr_qwen_linear(h, fw, il, name, x);
   snprintf(name, sizeof name, "ffn_down%s", suffix);
-  return tsr_qwen_linear(h, fw, il, name, h->glu(fw->g, gate, up, 0 /* swiglu */, false));
+  return tsr_qwen_linear(h, fw, il, name, h->graph->glu(fw->g, gate, up, 0 /* swiglu */, false));
 }
 
 /* Top-k routed SwiGLU experts: p = softmax(router·x); the k largest are
@@ -166,42 +166,44 @@ struct tsr_tensor *tsr_qwen_moe_block(const struct tsr_host *h, struct tsr_arch_
   struct tsr_graph *g = fw->g;
   const int64_t n = fw->n_tokens, k = moe->n_expert_used, e = moe->n_expert;
   struct tsr_tensor *router = tsr_qwen_layer_weight(h, fw, il, "ffn_gate_inp.weight");
-  struct tsr_tensor *logits = h->mat_mul(g, router, x);
-  struct tsr_tensor *probs = h->softmax(g, logits, NULL, 1.0f);
-  struct tsr_tensor *ids = h->top_k(g, probs, (int32_t)k); /* [k, n] */
+  struct tsr_tensor *logits = h->graph->mat_mul(g, router, x);
+  struct tsr_tensor *probs = h->graph->softmax(g, logits, NULL, 1.0f);
+  struct tsr_tensor *ids = h->graph->top_k(g, probs, (int32_t)k); /* [k, n] */
   /* renormalised top-k probabilities are the softmax of the chosen logits */
   struct tsr_tensor *source = moe->expert_norm ? logits : probs;
-  struct tsr_tensor *chosen =
-      h->get_rows(g, h->reshape(g, source, 3, (int64_t[]){1, e, n}), ids); /* [1, k, n] */
+  struct tsr_tensor *chosen = h->graph->get_rows(
+      g, h->graph->reshape(g, source, 3, (int64_t[]){1, e, n}), ids); /* [1, k, n] */
   if (moe->expert_norm)
-    chosen = h->reshape(g, h->softmax(g, h->reshape(g, chosen, 2, (int64_t[]){k, n}), NULL, 1.0f),
-                        3, (int64_t[]){1, k, n});
+    chosen = h->graph->reshape(
+        g, h->graph->softmax(g, h->graph->reshape(g, chosen, 2, (int64_t[]){k, n}), NULL, 1.0f), 3,
+        (int64_t[]){1, k, n});
 
-  struct tsr_tensor *xe = h->reshape(g, x, 3, (int64_t[]){moe->n_embd, 1, n});
+  struct tsr_tensor *xe = h->graph->reshape(g, x, 3, (int64_t[]){moe->n_embd, 1, n});
   struct tsr_tensor *gate_exps = tsr_qwen_layer_weight(h, fw, il, "ffn_gate_exps.weight");
   struct tsr_tensor *up_exps = tsr_qwen_layer_weight(h, fw, il, "ffn_up_exps.weight");
   struct tsr_tensor *down_exps = tsr_qwen_layer_weight(h, fw, il, "ffn_down_exps.weight");
-  struct tsr_tensor *gate = h->mat_mul_id(g, gate_exps, xe, ids);
-  struct tsr_tensor *up = h->mat_mul_id(g, up_exps, xe, ids);
-  struct tsr_tensor *act = h->glu(g, gate, up, 0 /* swiglu */, false); /* [ff, k, n] */
-  struct tsr_tensor *down = h->mat_mul_id(g, down_exps, act, ids); /* [embd, k, n] */
-  struct tsr_tensor *weighted = h->mul(g, down, chosen);
+  struct tsr_tensor *gate = h->graph->mat_mul_id(g, gate_exps, xe, ids);
+  struct tsr_tensor *up = h->graph->mat_mul_id(g, up_exps, xe, ids);
+  struct tsr_tensor *act = h->graph->glu(g, gate, up, 0 /* swiglu */, false); /* [ff, k, n] */
+  struct tsr_tensor *down = h->graph->mat_mul_id(g, down_exps, act, ids);     /* [embd, k, n] */
+  struct tsr_tensor *weighted = h->graph->mul(g, down, chosen);
   if (!weighted) return NULL;
   /* sum over the k experts: k strided views added together */
   struct tsr_tensor_info info;
-  h->tensor_info(weighted, &info);
+  h->graph->tensor_info(weighted, &info);
   struct tsr_tensor *sum = NULL;
   for (int64_t j = 0; j < k; j++) {
-    struct tsr_tensor *slice = h->view(g, weighted, 2, (int64_t[]){moe->n_embd, n},
-                                       (size_t[]){info.nb[0], info.nb[2]}, (size_t)j * info.nb[1]);
-    sum = sum ? h->add(g, sum, slice) : h->cont(g, slice);
+    struct tsr_tensor *slice =
+        h->graph->view(g, weighted, 2, (int64_t[]){moe->n_embd, n},
+                       (size_t[]){info.nb[0], info.nb[2]}, (size_t)j * info.nb[1]);
+    sum = sum ? h->graph->add(g, sum, slice) : h->graph->cont(g, slice);
   }
   return sum;
 }
 
 tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
   const char *arch;
-  tsr_status st = h->gguf_str(fw->model, "general.architecture", &arch);
+  tsr_status st = h->gguf->get_str(fw->model, "general.architecture", &arch);
   if (st != TSR_OK) return st;
   if (!strcmp(arch, "qwen35") || !strcmp(arch, "qwen35moe")) return tsr_qwen35_build(ctx, h, fw);
   struct qwen_hparams hp;
@@ -213,23 +215,26 @@ tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_f
                                    .n_expert_used = hp.n_expert_used,
                                    .expert_norm = hp.expert_norm};
   struct tsr_graph *g = fw->g;
-  struct tsr_tensor *x = h->get_rows(g, h->weight(g, fw->model, "token_embd.weight"), fw->tokens);
+  struct tsr_tensor *x =
+      h->graph->get_rows(g, h->graph->weight(g, fw->model, "token_embd.weight"), fw->tokens);
   fw->embed = x;
   for (int il = 0; il < fw->n_layers; il++) {
     struct tsr_tensor *a =
-        h->rms_norm(g, x, tsr_qwen_layer_weight(h, fw, il, "attn_norm.weight"), hp.eps);
-    x = h->add(g, x, attention_block(h, fw, &hp, il, a));
+        h->graph->rms_norm(g, x, tsr_qwen_layer_weight(h, fw, il, "attn_norm.weight"), hp.eps);
+    x = h->graph->add(g, x, attention_block(h, fw, &hp, il, a));
     struct tsr_tensor *m =
-        h->rms_norm(g, x, tsr_qwen_layer_weight(h, fw, il, "ffn_norm.weight"), hp.eps);
-    x = h->add(g, x, hp.n_expert ? tsr_qwen_moe_block(h, fw, &moe, il, m)
-                                 : tsr_qwen_mlp_block(h, fw, il, "", m));
+        h->graph->rms_norm(g, x, tsr_qwen_layer_weight(h, fw, il, "ffn_norm.weight"), hp.eps);
+    x = h->graph->add(g, x,
+                      hp.n_expert ? tsr_qwen_moe_block(h, fw, &moe, il, m)
+                                  : tsr_qwen_mlp_block(h, fw, il, "", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
-  x = h->rms_norm(g, tsr_arch_output_rows(h, fw, x), h->weight(g, fw->model, "output_norm.weight"),
-                 hp.eps);
-  if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
-  const char *head = h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
-  fw->logits = h->mat_mul(g, h->weight(g, fw->model, head), x);
+  x = h->graph->rms_norm(g, tsr_arch_output_rows(h, fw, x),
+                         h->graph->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  fw->hidden_final = x;
+  const char *head =
+      h->gguf->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+  fw->logits = h->graph->mat_mul(g, h->graph->weight(g, fw->model, head), x);
   /* on failure the graph holds the first builder error and its message */
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
 }
@@ -237,7 +242,7 @@ tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_f
 tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *h, struct tsr_kv_shift *sh) {
   (void)ctx;
   const char *arch;
-  tsr_status st = h->gguf_str(sh->model, "general.architecture", &arch);
+  tsr_status st = h->gguf->get_str(sh->model, "general.architecture", &arch);
   if (st != TSR_OK) return st;
   if (strcmp(arch, "qwen2") && strcmp(arch, "qwen3") && strcmp(arch, "qwen3moe"))
     return h->set_error(TSR_ERR_UNSUPPORTED, "arch_qwen: '%s' cannot shift its context (its "
@@ -247,9 +252,9 @@ tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *h, struct tsr_k
   if ((st = read_hparams(h, sh->model, sh->layers, &hp)) != TSR_OK) return st;
   for (int32_t il = 0; il < sh->n_layers && st == TSR_OK; il++) {
     struct tsr_tensor *k, *delta_pos;
-    st = h->kv_shift_k(sh, il, &k, &delta_pos);
+    st = h->arch->kv_shift_k(sh, il, &k, &delta_pos);
     if (st == TSR_OK && k)
-      st = h->kv_shift_store(sh, il, h->kv_shift_rope(sh, il, &hp.rope, k, delta_pos));
+      st = h->arch->kv_shift_store(sh, il, h->arch->kv_shift_rope(sh, il, &hp.rope, k, delta_pos));
   }
   return st;
 }

@@ -14,8 +14,8 @@
 **
 ** Without a KV cache (fw->kv NULL) the batch is the whole sequence: the conv
 ** and delta-rule states start at zero and are dropped. With one, full
-** attention reads the cache through host->kv_attend and each Gated DeltaNet
-** layer carries its state in its slot (host->kv_state), laid out in f32 as
+** attention reads the cache through host->arch->kv_attend and each Gated DeltaNet
+** layer carries its state in its slot (host->arch->kv_state), laid out in f32 as
 **   [K-1, C]       conv history: the last conv_kernel-1 inputs of each of
 **                  the C = 2*Hk*dk + Hv*dv conv channels, oldest first;
 **   [dv, Hv, dk]   the delta-rule state S (slot[j, h, i] = S_h[i][j]),
@@ -47,27 +47,27 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_arch_f
   const struct tsr_gguf *m = fw->model;
   char key[96];
   uint32_t inner = 0, n_expert = 0, n_used = 0;
-  tsr_status st = h->gguf_str(m, "general.architecture", &hp->arch);
+  tsr_status st = h->gguf->get_str(m, "general.architecture", &hp->arch);
   if (st != TSR_OK) return st;
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, hp->arch), key)
-  st = h->gguf_u32(m, KEY("embedding_length"), &hp->n_embd);
-  if (st == TSR_OK) st = h->gguf_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
-  if (st == TSR_OK) st = h->gguf_f32(m, KEY("rope.freq_base"), &hp->rope_base);
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("rope.dimension_count"), &hp->n_rot);
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.conv_kernel"), &hp->conv_kernel);
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.state_size"), &hp->dk);
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.group_count"), &hp->hk);
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.time_step_rank"), &hp->hv);
-  if (st == TSR_OK) st = h->gguf_u32(m, KEY("ssm.inner_size"), &inner);
+  st = h->gguf->get_u32(m, KEY("embedding_length"), &hp->n_embd);
+  if (st == TSR_OK) st = h->gguf->get_f32(m, KEY("attention.layer_norm_rms_epsilon"), &hp->eps);
+  if (st == TSR_OK) st = h->gguf->get_f32(m, KEY("rope.freq_base"), &hp->rope_base);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("rope.dimension_count"), &hp->n_rot);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("ssm.conv_kernel"), &hp->conv_kernel);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("ssm.state_size"), &hp->dk);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("ssm.group_count"), &hp->hk);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("ssm.time_step_rank"), &hp->hv);
+  if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("ssm.inner_size"), &inner);
   hp->n_nextn = 0;
-  if (st == TSR_OK && h->gguf_has(m, KEY("nextn_predict_layers")))
-    st = h->gguf_u32(m, key, &hp->n_nextn);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("nextn_predict_layers")))
+    st = h->gguf->get_u32(m, key, &hp->n_nextn);
   hp->moe = (struct tsr_qwen_moe){.n_embd = hp->n_embd, .expert_norm = true};
-  if (st == TSR_OK && h->gguf_has(m, KEY("expert_count"))) {
-    st = h->gguf_u32(m, key, &n_expert);
-    if (st == TSR_OK) st = h->gguf_u32(m, KEY("expert_used_count"), &n_used);
-    if (st == TSR_OK && h->gguf_has(m, KEY("expert_weights_norm")))
-      st = h->gguf_bool(m, key, &hp->moe.expert_norm);
+  if (st == TSR_OK && h->gguf->has_key(m, KEY("expert_count"))) {
+    st = h->gguf->get_u32(m, key, &n_expert);
+    if (st == TSR_OK) st = h->gguf->get_u32(m, KEY("expert_used_count"), &n_used);
+    if (st == TSR_OK && h->gguf->has_key(m, KEY("expert_weights_norm")))
+      st = h->gguf->get_bool(m, key, &hp->moe.expert_norm);
   }
 #undef KEY
   hp->rope = (struct tsr_attn_rope){.struct_size = sizeof hp->rope, .n_rot = (int32_t)hp->n_rot,
@@ -103,42 +103,41 @@ static struct tsr_tensor *gated_attention(const struct tsr_host *h, struct tsr_a
                                           struct tsr_tensor *x) {
   struct tsr_graph *g = fw->g;
   const int64_t n = fw->n_tokens, hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
-  struct tsr_tensor *qg = h->reshape(g, tsr_qwen_linear(h, fw, il, "attn_q", x), 3,
-                                     (int64_t[]){2 * hd, nh, n});
+  struct tsr_tensor *qg =
+      h->graph->reshape(g, tsr_qwen_linear(h, fw, il, "attn_q", x), 3, (int64_t[]){2 * hd, nh, n});
   if (!qg) return NULL;
   struct tsr_tensor_info qi;
-  h->tensor_info(qg, &qi);
+  h->graph->tensor_info(qg, &qi);
   const size_t f = sizeof(float);
   const int64_t half[3] = {hd, nh, n};
   const size_t nb[3] = {f, qi.nb[1], qi.nb[2]};
-  struct tsr_tensor *q = h->view(g, qg, 3, half, nb, 0);
-  struct tsr_tensor *gate = h->view(g, qg, 3, half, nb, (size_t)hd * f);
-  struct tsr_tensor *k = h->reshape(g, tsr_qwen_linear(h, fw, il, "attn_k", x), 3,
-                                    (int64_t[]){hd, nkv, n});
-  struct tsr_tensor *v = h->reshape(g, tsr_qwen_linear(h, fw, il, "attn_v", x), 3,
-                                    (int64_t[]){hd, nkv, n});
-  q = h->rms_norm(g, q, W("attn_q_norm.weight"), hp->eps);
-  k = h->rms_norm(g, k, W("attn_k_norm.weight"), hp->eps);
+  struct tsr_tensor *q = h->graph->view(g, qg, 3, half, nb, 0);
+  struct tsr_tensor *gate = h->graph->view(g, qg, 3, half, nb, (size_t)hd * f);
+  struct tsr_tensor *k =
+      h->graph->reshape(g, tsr_qwen_linear(h, fw, il, "attn_k", x), 3, (int64_t[]){hd, nkv, n});
+  struct tsr_tensor *v =
+      h->graph->reshape(g, tsr_qwen_linear(h, fw, il, "attn_v", x), 3, (int64_t[]){hd, nkv, n});
+  q = h->graph->rms_norm(g, q, W("attn_q_norm.weight"), hp->eps);
+  k = h->graph->rms_norm(g, k, W("attn_k_norm.weight"), hp->eps);
   /* Qwen3.5's interleaved M-RoPE is plain partial NeoX RoPE for text: all
   ** three position components are the token position */
-  q = h->attn_rope(fw, il, &hp->rope, q, false);
-  k = h->attn_rope(fw, il, &hp->rope, k, true);
+  q = h->arch->attn_rope(fw, il, &hp->rope, q, false);
+  k = h->arch->attn_rope(fw, il, &hp->rope, k, true);
   struct tsr_layer_desc desc = {
       .struct_size = sizeof desc, .layer = il, .kind = TSR_LAYER_FULL, .n_head = (int32_t)nh,
       .n_head_kv = (int32_t)nkv, .head_dim_k = (int32_t)hd, .head_dim_v = (int32_t)hd,
       .k_codec = "f32", .v_codec = "f32", .backend = "cpu"};
   struct tsr_attn_call call = {
-      .struct_size = sizeof call, .layer = &desc, .q = h->permute(g, q, 0, 2, 1, 3),
-      .k = h->permute(g, k, 0, 2, 1, 3), .v = h->permute(g, v, 0, 2, 1, 3),
+      .struct_size = sizeof call, .layer = &desc, .q = h->graph->permute(g, q, 0, 2, 1, 3),
+      .k = h->graph->permute(g, k, 0, 2, 1, 3), .v = h->graph->permute(g, v, 0, 2, 1, 3),
       .q_pos = fw->positions, .kv_pos = fw->positions, .scale = 1.0f / sqrtf((float)hd),
       .causal = true, .rope = &hp->rope};
   if (!call.q || !call.k || !call.v) return NULL;
   /* with a cache: write this batch's k/v, attend over every cell of the sequence */
-  if (fw->kv && h->kv_attend(fw, il, call.k, call.v, &call) != TSR_OK)
-    return NULL;
-  struct tsr_tensor *o = h->attn_build(fw, il, &call); /* [hd, nh, n] */
-  o = h->mul(g, o, h->unary(g, gate, 2 /* sigmoid */));
-  o = h->reshape(g, o, 2, (int64_t[]){hd * nh, n});
+  if (fw->kv && h->arch->kv_attend(fw, il, call.k, call.v, &call) != TSR_OK) return NULL;
+  struct tsr_tensor *o = h->arch->attn_build(fw, il, &call); /* [hd, nh, n] */
+  o = h->graph->mul(g, o, h->graph->unary(g, gate, 2 /* sigmoid */));
+  o = h->graph->reshape(g, o, 2, (int64_t[]){hd * nh, n});
   return tsr_qwen_linear(h, fw, il, "attn_output", o);
 }
 
@@ -165,44 +164,48 @@ static struct tsr_tensor *gated_deltanet(const struct tsr_host *h, struct tsr_ar
   struct tsr_tensor *conv_hist = NULL, *s_state = NULL;
   if (fw->kv) {
     const int64_t k1 = hp->conv_kernel - 1, n_conv = k1 * n_ch;
-    struct tsr_tensor *slot = h->kv_state(fw, il, n_conv + hv * dk * dv);
+    struct tsr_tensor *slot = h->arch->kv_state(fw, il, n_conv + hv * dk * dv);
     if (!slot) return NULL;
-    conv_hist = h->view(g, slot, 2, (int64_t[]){k1, n_ch}, (size_t[]){f, (size_t)k1 * f}, 0);
-    s_state = h->view(g, slot, 3, (int64_t[]){dv, hv, dk},
-                      (size_t[]){f, (size_t)dv * f, (size_t)(dv * hv) * f}, (size_t)n_conv * f);
+    conv_hist = h->graph->view(g, slot, 2, (int64_t[]){k1, n_ch}, (size_t[]){f, (size_t)k1 * f}, 0);
+    s_state =
+        h->graph->view(g, slot, 3, (int64_t[]){dv, hv, dk},
+                       (size_t[]){f, (size_t)dv * f, (size_t)(dv * hv) * f}, (size_t)n_conv * f);
     if (!conv_hist || !s_state) return NULL;
   }
   struct tsr_tensor *conv_src[4] = {qkv, conv_w, conv_hist, conv_hist};
-  struct tsr_tensor *mixed = h->custom_op(g, ops->conv1d, 2, (int64_t[]){n_ch, n}, conv_src,
-                                          conv_hist ? 4 : 2, NULL, 0);
-  mixed = h->unary(g, mixed, 1 /* silu */);
+  struct tsr_tensor *mixed = h->graph->custom_op(g, ops->conv1d, 2, (int64_t[]){n_ch, n}, conv_src,
+                                                 conv_hist ? 4 : 2, NULL, 0);
+  mixed = h->graph->unary(g, mixed, 1 /* silu */);
   const size_t row = (size_t)n_ch * f;
   const size_t qk_nb[3] = {f, (size_t)dk * f, row};
-  struct tsr_tensor *q = h->view(g, mixed, 3, (int64_t[]){dk, hk, n}, qk_nb, 0);
-  struct tsr_tensor *k = h->view(g, mixed, 3, (int64_t[]){dk, hk, n}, qk_nb, (size_t)(hk * dk) * f);
-  struct tsr_tensor *v = h->view(g, mixed, 3, (int64_t[]){dv, hv, n}, (size_t[]){f, dv * f, row},
-                                 (size_t)(2 * hk * dk) * f);
-  q = h->scale(g, h->l2_norm(g, q, 1e-6f), 1.0f / sqrtf((float)dk));
-  k = h->l2_norm(g, k, 1e-6f);
-  struct tsr_tensor *beta = h->unary(g, b, 2 /* sigmoid */);
-  struct tsr_tensor *decay = h->unary(g, h->add(g, a, W("ssm_dt.bias")), 3 /* softplus */);
-  decay = h->mul(g, decay, W("ssm_a"));
+  struct tsr_tensor *q = h->graph->view(g, mixed, 3, (int64_t[]){dk, hk, n}, qk_nb, 0);
+  struct tsr_tensor *k =
+      h->graph->view(g, mixed, 3, (int64_t[]){dk, hk, n}, qk_nb, (size_t)(hk * dk) * f);
+  struct tsr_tensor *v = h->graph->view(g, mixed, 3, (int64_t[]){dv, hv, n},
+                                        (size_t[]){f, dv * f, row}, (size_t)(2 * hk * dk) * f);
+  q = h->graph->scale(g, h->graph->l2_norm(g, q, 1e-6f), 1.0f / sqrtf((float)dk));
+  k = h->graph->l2_norm(g, k, 1e-6f);
+  struct tsr_tensor *beta = h->graph->unary(g, b, 2 /* sigmoid */);
+  struct tsr_tensor *decay =
+      h->graph->unary(g, h->graph->add(g, a, W("ssm_dt.bias")), 3 /* softplus */);
+  decay = h->graph->mul(g, decay, W("ssm_a"));
   /* from the carried state, and back into it */
   struct tsr_tensor *delta_src[6] = {q, k, v, decay, beta, s_state};
   for (int i = 0; i < 5; i++)
     if (!delta_src[i]) return NULL;
   const int32_t params[2] = {TSR_DELTA_TILED, s_state != NULL /* write the state back */};
-  struct tsr_tensor *od = h->custom_op(g, ops->delta_rule, 3, (int64_t[]){dv, hv, n + dk},
-                                       delta_src, s_state ? 6 : 5, params, 2);
+  struct tsr_tensor *od = h->graph->custom_op(g, ops->delta_rule, 3, (int64_t[]){dv, hv, n + dk},
+                                              delta_src, s_state ? 6 : 5, params, 2);
   if (!od) return NULL;
   struct tsr_tensor_info oi;
-  h->tensor_info(od, &oi);
+  h->graph->tensor_info(od, &oi);
   /* the outputs are the first n steps; the final state after them is in the slot already */
-  struct tsr_tensor *o = h->view(g, od, 3, (int64_t[]){dv, hv, n},
-                                 (size_t[]){oi.nb[0], oi.nb[1], oi.nb[2]}, 0);
-  o = h->rms_norm(g, o, W("ssm_norm.weight"), hp->eps);
-  o = h->mul(g, o, h->reshape(g, h->unary(g, z, 1 /* silu */), 3, (int64_t[]){dv, hv, n}));
-  o = h->reshape(g, o, 2, (int64_t[]){hv * dv, n});
+  struct tsr_tensor *o =
+      h->graph->view(g, od, 3, (int64_t[]){dv, hv, n}, (size_t[]){oi.nb[0], oi.nb[1], oi.nb[2]}, 0);
+  o = h->graph->rms_norm(g, o, W("ssm_norm.weight"), hp->eps);
+  o = h->graph->mul(
+      g, o, h->graph->reshape(g, h->graph->unary(g, z, 1 /* silu */), 3, (int64_t[]){dv, hv, n}));
+  o = h->graph->reshape(g, o, 2, (int64_t[]){hv * dv, n});
   return tsr_qwen_linear(h, fw, il, "ssm_out", o);
 }
 
@@ -213,11 +216,11 @@ static struct tsr_tensor *moe_ffn(const struct tsr_host *h, struct tsr_arch_forw
   struct tsr_tensor *routed = tsr_qwen_moe_block(h, fw, &hp->moe, il, x);
   char name[64];
   snprintf(name, sizeof name, "blk.%d.ffn_gate_inp_shexp.weight", il);
-  if (!h->has_weight(fw->model, name)) return routed;
+  if (!h->gguf->has_weight(fw->model, name)) return routed;
   struct tsr_tensor *shared = tsr_qwen_mlp_block(h, fw, il, "_shexp", x);
   struct tsr_tensor *gate_logit = tsr_qwen_linear(h, fw, il, "ffn_gate_inp_shexp", x); /* [1, n] */
-  struct tsr_tensor *gate = h->unary(g, gate_logit, 2 /* sigmoid */);
-  return h->add(g, routed, h->mul(g, shared, gate));
+  struct tsr_tensor *gate = h->graph->unary(g, gate_logit, 2 /* sigmoid */);
+  return h->graph->add(g, routed, h->graph->mul(g, shared, gate));
 }
 
 /* The conv kernel reads its weight as f32 {K, channels}; the converter
@@ -226,10 +229,10 @@ static tsr_status check_conv_weight(const struct tsr_host *h, struct tsr_arch_fo
                                     const struct qwen35_hparams *hp, int il) {
   char name[64];
   snprintf(name, sizeof name, "blk.%d.ssm_conv1d.weight", il);
-  struct tsr_tensor *w = h->weight(fw->g, fw->model, name);
+  struct tsr_tensor *w = h->graph->weight(fw->g, fw->model, name);
   if (!w) return TSR_ERR_FORMAT; /* the graph holds the error naming it */
   struct tsr_tensor_info wi;
-  h->tensor_info(w, &wi);
+  h->graph->tensor_info(w, &wi);
   const int64_t n_ch = 2 * (int64_t)hp->hk * hp->dk + (int64_t)hp->hv * hp->dv;
   if (wi.dtype != 0 /* f32 */ || wi.ne[0] != hp->conv_kernel || wi.ne[1] != n_ch)
     return h->set_error(TSR_ERR_FORMAT, "%s: want f32 {%u, %lld}, have dtype %d {%lld, %lld}",
@@ -243,8 +246,8 @@ static tsr_status check_conv_weight(const struct tsr_host *h, struct tsr_arch_fo
 static const char *lm_head(const struct tsr_host *h, const struct tsr_arch_forward *fw, int il) {
   static __thread char own[64];
   snprintf(own, sizeof own, "blk.%d.nextn.shared_head_head.weight", il);
-  if (il >= 0 && h->has_weight(fw->model, own)) return own;
-  return h->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
+  if (il >= 0 && h->gguf->has_weight(fw->model, own)) return own;
+  return h->gguf->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
 }
 
 tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
@@ -253,27 +256,28 @@ tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *h, struct tsr_arch
   tsr_status st = read_hparams(h, fw, &hp);
   if (st != TSR_OK) return st;
   struct tsr_graph *g = fw->g;
-  struct tsr_tensor *x = h->get_rows(g, h->weight(g, fw->model, "token_embd.weight"), fw->tokens);
+  struct tsr_tensor *x =
+      h->graph->get_rows(g, h->graph->weight(g, fw->model, "token_embd.weight"), fw->tokens);
   fw->embed = x;
   /* the NextN block(s) after the trunk belong to the speculator, not this pass */
   const int n_trunk = fw->n_layers - (int)hp.n_nextn;
   for (int il = 0; il < n_trunk; il++) {
     if (fw->layers[il].kind == TSR_LAYER_LINEAR && (st = check_conv_weight(h, fw, &hp, il)))
       return st;
-    struct tsr_tensor *a = h->rms_norm(g, x, W("attn_norm.weight"), hp.eps);
+    struct tsr_tensor *a = h->graph->rms_norm(g, x, W("attn_norm.weight"), hp.eps);
     a = fw->layers[il].kind == TSR_LAYER_LINEAR ? gated_deltanet(h, fw, ops, &hp, il, a)
                                                 : gated_attention(h, fw, &hp, il, a);
-    x = h->add(g, x, a);
+    x = h->graph->add(g, x, a);
     /* llama.cpp's name for the pre-FFN norm in the hybrids */
-    struct tsr_tensor *m = h->rms_norm(g, x, W("post_attention_norm.weight"), hp.eps);
-    x = h->add(g, x, hp.moe.n_expert ? moe_ffn(h, fw, &hp, il, m)
-                                     : tsr_qwen_mlp_block(h, fw, il, "", m));
+    struct tsr_tensor *m = h->graph->rms_norm(g, x, W("post_attention_norm.weight"), hp.eps);
+    x = h->graph->add(
+        g, x, hp.moe.n_expert ? moe_ffn(h, fw, &hp, il, m) : tsr_qwen_mlp_block(h, fw, il, "", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
-  x = h->rms_norm(g, tsr_arch_output_rows(h, fw, x), h->weight(g, fw->model, "output_norm.weight"),
-                 hp.eps);
-  if (fw->struct_size > offsetof(struct tsr_arch_forward, hidden_final)) fw->hidden_final = x;
-  fw->logits = h->mat_mul(g, h->weight(g, fw->model, lm_head(h, fw, -1)), x);
+  x = h->graph->rms_norm(g, tsr_arch_output_rows(h, fw, x),
+                         h->graph->weight(g, fw->model, "output_norm.weight"), hp.eps);
+  fw->hidden_final = x;
+  fw->logits = h->graph->mat_mul(g, h->graph->weight(g, fw->model, lm_head(h, fw, -1)), x);
   /* on failure the graph holds the first builder error and its message */
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
 }
@@ -292,28 +296,33 @@ tsr_status tsr_qwen35_build_nextn(void *ctx, const struct tsr_host *h,
   if (!hp.n_nextn)
     return h->set_error(TSR_ERR_UNSUPPORTED, "the model has no NextN block (%s."
                         "nextn_predict_layers is absent or 0)", hp.arch);
-  if (fw->struct_size <= offsetof(struct tsr_arch_forward, nextn_hidden) || !fw->nextn_hidden)
+  if (!fw->nextn_hidden)
     return h->set_error(TSR_ERR_INVALID_ARG, "NextN: no trunk hidden state given");
   struct tsr_graph *g = fw->g;
   const int il = fw->n_layers - (int)hp.n_nextn;
   char own_embd[64];
   snprintf(own_embd, sizeof own_embd, "blk.%d.nextn.embed_tokens.weight", il);
-  struct tsr_tensor *e = h->get_rows(
-      g, h->weight(g, fw->model, h->has_weight(fw->model, own_embd) ? own_embd
-                                                                    : "token_embd.weight"),
+  struct tsr_tensor *e = h->graph->get_rows(
+      g,
+      h->graph->weight(g, fw->model,
+                       h->gguf->has_weight(fw->model, own_embd) ? own_embd : "token_embd.weight"),
       fw->tokens);
-  e = h->rms_norm(g, e, W("nextn.enorm.weight"), hp.eps);
-  struct tsr_tensor *hh = h->rms_norm(g, fw->nextn_hidden, W("nextn.hnorm.weight"), hp.eps);
-  struct tsr_tensor *x = h->mat_mul(g, W("nextn.eh_proj.weight"), h->concat(g, e, hh, 0));
-  struct tsr_tensor *a = h->rms_norm(g, x, W("attn_norm.weight"), hp.eps);
-  x = h->add(g, x, gated_attention(h, fw, &hp, il, a));
-  struct tsr_tensor *m = h->rms_norm(g, x, W("post_attention_norm.weight"), hp.eps);
-  x = h->add(g, x, hp.moe.n_expert ? moe_ffn(h, fw, &hp, il, m)
-                                   : tsr_qwen_mlp_block(h, fw, il, "", m));
+  e = h->graph->rms_norm(g, e, W("nextn.enorm.weight"), hp.eps);
+  struct tsr_tensor *hh = h->graph->rms_norm(g, fw->nextn_hidden, W("nextn.hnorm.weight"), hp.eps);
+  struct tsr_tensor *x =
+      h->graph->mat_mul(g, W("nextn.eh_proj.weight"), h->graph->concat(g, e, hh, 0));
+  struct tsr_tensor *a = h->graph->rms_norm(g, x, W("attn_norm.weight"), hp.eps);
+  x = h->graph->add(g, x, gated_attention(h, fw, &hp, il, a));
+  struct tsr_tensor *m = h->graph->rms_norm(g, x, W("post_attention_norm.weight"), hp.eps);
+  x = h->graph->add(
+      g, x, hp.moe.n_expert ? moe_ffn(h, fw, &hp, il, m) : tsr_qwen_mlp_block(h, fw, il, "", m));
   char norm[64];
   snprintf(norm, sizeof norm, "blk.%d.nextn.shared_head_norm.weight", il);
-  x = h->rms_norm(g, x, h->weight(g, fw->model, h->has_weight(fw->model, norm)
-                                                    ? norm : "output_norm.weight"), hp.eps);
-  fw->logits = h->mat_mul(g, h->weight(g, fw->model, lm_head(h, fw, il)), x);
+  x = h->graph->rms_norm(
+      g, x,
+      h->graph->weight(g, fw->model,
+                       h->gguf->has_weight(fw->model, norm) ? norm : "output_norm.weight"),
+      hp.eps);
+  fw->logits = h->graph->mat_mul(g, h->graph->weight(g, fw->model, lm_head(h, fw, il)), x);
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
 }

@@ -1,7 +1,7 @@
 /*
 ** Gated DeltaNet's two ops that the core does not have, as plugin ops with
 ** CPU kernels (ops_deltanet.c); forward_qwen35.c appends them through
-** host->custom_op.
+** host->graph->custom_op.
 **
 **   conv1d      depthwise causal convolution over time, no bias:
 **               x f32 [C, N], w [K, C] (GGUF ssm_conv1d) -> [C, N],

@@ -42,8 +42,8 @@ static tsr_status opt_u32(const struct qcheck *c, const char *suffix, int64_t df
   char key[96];
   uint32_t v;
   *out = dflt;
-  if (!c->h->gguf_has(c->m, key_of(key, sizeof key, c->arch, suffix))) return TSR_OK;
-  tsr_status st = c->h->gguf_u32(c->m, key, &v);
+  if (!c->h->gguf->has_key(c->m, key_of(key, sizeof key, c->arch, suffix))) return TSR_OK;
+  tsr_status st = c->h->gguf->get_u32(c->m, key, &v);
   if (st == TSR_OK) *out = v;
   return st;
 }
@@ -52,8 +52,8 @@ static tsr_status opt_u32(const struct qcheck *c, const char *suffix, int64_t df
 static tsr_status positive(const struct qcheck *c, const char *suffix) {
   char key[96];
   float v;
-  if (!c->h->gguf_has(c->m, key_of(key, sizeof key, c->arch, suffix))) return TSR_OK;
-  return c->h->gguf_f32_positive(c->m, key, &v);
+  if (!c->h->gguf->has_key(c->m, key_of(key, sizeof key, c->arch, suffix))) return TSR_OK;
+  return c->h->gguf->f32_positive(c->m, key, &v);
 }
 
 /* blk.IL.SUFFIX with dims ne (-1: any), each implied by why[i] */
@@ -61,7 +61,7 @@ static tsr_status layer_tensor(const struct qcheck *c, int il, const char *suffi
                                const int64_t *ne, const char *const *why) {
   char name[96];
   snprintf(name, sizeof name, "blk.%d.%s", il, suffix);
-  return c->h->check_weight(c->m, name, n_dims, ne, why);
+  return c->h->gguf->check_weight(c->m, name, n_dims, ne, why);
 }
 
 /* A norm over the residual: [embedding_length]. */
@@ -88,30 +88,32 @@ static tsr_status check_globals(struct qcheck *c) {
   const struct tsr_host *h = c->h;
   int32_t n_dims;
   int64_t ne[4];
-  tsr_status st = h->check_weight(c->m, "token_embd.weight", 2, (int64_t[]){c->n_embd, -1},
-                                  (const char *[]){c->k_embd, NULL});
-  if (st == TSR_OK) st = h->weight_shape(c->m, "token_embd.weight", &n_dims, ne);
+  tsr_status st = h->gguf->check_weight(c->m, "token_embd.weight", 2, (int64_t[]){c->n_embd, -1},
+                                        (const char *[]){c->k_embd, NULL});
+  if (st == TSR_OK) st = h->gguf->weight_shape(c->m, "token_embd.weight", &n_dims, ne);
   if (st != TSR_OK) return st;
   c->n_vocab = ne[1];
   char key[96];
   int64_t v;
   if ((st = opt_u32(c, "vocab_size", -1, &v)) != TSR_OK) return st;
   if (v >= 0)
-    st = h->check_weight(c->m, "token_embd.weight", 2, (int64_t[]){c->n_embd, v},
-                         (const char *[]){c->k_embd, key_of(key, sizeof key, c->arch, "vocab_size")});
-  if (st == TSR_OK && h->gguf_has(c->m, "tokenizer.ggml.tokens")) {
+    st = h->gguf->check_weight(
+        c->m, "token_embd.weight", 2, (int64_t[]){c->n_embd, v},
+        (const char *[]){c->k_embd, key_of(key, sizeof key, c->arch, "vocab_size")});
+  if (st == TSR_OK && h->gguf->has_key(c->m, "tokenizer.ggml.tokens")) {
     int64_t n_tokens;
-    st = h->gguf_arr_len(c->m, "tokenizer.ggml.tokens", &n_tokens);
+    st = h->gguf->arr_len(c->m, "tokenizer.ggml.tokens", &n_tokens);
     if (st == TSR_OK)
-      st = h->check_weight(c->m, "token_embd.weight", 2, (int64_t[]){c->n_embd, n_tokens},
-                           (const char *[]){c->k_embd, "tokenizer.ggml.tokens' count"});
+      st = h->gguf->check_weight(c->m, "token_embd.weight", 2, (int64_t[]){c->n_embd, n_tokens},
+                                 (const char *[]){c->k_embd, "tokenizer.ggml.tokens' count"});
   }
-  if (st == TSR_OK && h->has_weight(c->m, "output.weight"))
-    st = h->check_weight(c->m, "output.weight", 2, (int64_t[]){c->n_embd, c->n_vocab},
-                         (const char *[]){c->k_embd, "the vocabulary (token_embd.weight's rows)"});
+  if (st == TSR_OK && h->gguf->has_weight(c->m, "output.weight"))
+    st = h->gguf->check_weight(
+        c->m, "output.weight", 2, (int64_t[]){c->n_embd, c->n_vocab},
+        (const char *[]){c->k_embd, "the vocabulary (token_embd.weight's rows)"});
   if (st == TSR_OK)
-    st = h->check_weight(c->m, "output_norm.weight", 1, (int64_t[]){c->n_embd},
-                         (const char *[]){c->k_embd});
+    st = h->gguf->check_weight(c->m, "output_norm.weight", 1, (int64_t[]){c->n_embd},
+                               (const char *[]){c->k_embd});
   return st;
 }
 
@@ -156,7 +158,7 @@ static tsr_status check_attention(const struct qcheck *c, const struct tsr_arch_
              {"attn_v.bias", "attn_v.weight", nkv * dv}};
   for (size_t k = 0; k < sizeof opt / sizeof opt[0] && st == TSR_OK; k++) {
     bool present;
-    st = h->check_layer_weights(c->m, opt[k].suffix, full, n_full, &present);
+    st = h->gguf->check_layer_weights(c->m, opt[k].suffix, full, n_full, &present);
     for (int32_t i = 0; i < n_full && st == TSR_OK && present; i++) {
       char why[96];
       if (opt[k].proj) snprintf(why, sizeof why, "blk.%d.%s's rows", full[i], opt[k].proj);
@@ -251,11 +253,11 @@ static tsr_status check_nextn(const struct qcheck *c, int il) {
   for (int k = 0; k < 2 && st == TSR_OK; k++) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s", il, heads[k]);
-    if (c->h->has_weight(c->m, name))
+    if (c->h->gguf->has_weight(c->m, name))
       st = from_embd(c, il, heads[k], c->n_vocab, "the vocabulary (token_embd.weight's rows)");
   }
   snprintf(why, sizeof why, "blk.%d.nextn.shared_head_norm.weight", il);
-  if (st == TSR_OK && c->h->has_weight(c->m, why))
+  if (st == TSR_OK && c->h->gguf->has_weight(c->m, why))
     st = embd_vector(c, il, "nextn.shared_head_norm.weight");
   return st;
 }
@@ -263,13 +265,12 @@ static tsr_status check_nextn(const struct qcheck *c, int il) {
 tsr_status tsr_qwen_validate(void *ctx, const struct tsr_host *h, const struct tsr_gguf *m,
                              const struct tsr_arch_layer *layers, int32_t n_layers) {
   (void)ctx;
-  if (!tsr_host_has_model_checks(h)) return TSR_OK;
   struct qcheck c = {.h = h, .m = m};
-  tsr_status st = h->gguf_str(m, "general.architecture", &c.arch);
+  tsr_status st = h->gguf->get_str(m, "general.architecture", &c.arch);
   if (st != TSR_OK) return st;
   key_of(c.k_embd, sizeof c.k_embd, c.arch, "embedding_length");
   uint32_t n_embd;
-  st = h->gguf_u32(m, c.k_embd, &n_embd);
+  st = h->gguf->get_u32(m, c.k_embd, &n_embd);
   if (st == TSR_OK) st = positive(&c, "attention.layer_norm_rms_epsilon");
   if (st == TSR_OK) st = positive(&c, "rope.freq_base");
   if (st == TSR_OK) st = positive(&c, "rope.scaling.factor");
@@ -296,7 +297,7 @@ tsr_status tsr_qwen_validate(void *ctx, const struct tsr_host *h, const struct t
   st = check_attention(&c, layers, full, n_full, hybrid);
   bool shexp = false;
   if (st == TSR_OK && n_expert)
-    st = h->check_layer_weights(m, "ffn_gate_inp_shexp.weight", all, n_layers, &shexp);
+    st = h->gguf->check_layer_weights(m, "ffn_gate_inp_shexp.weight", all, n_layers, &shexp);
   for (int32_t il = 0; il < n_layers && st == TSR_OK; il++) {
     st = check_ffn(&c, il, hybrid, n_expert, shexp);
     if (st == TSR_OK && layers[il].kind == TSR_LAYER_LINEAR) st = check_linear(&c, il);

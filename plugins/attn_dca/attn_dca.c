@@ -73,13 +73,13 @@ static const struct dca_geometry *geometry_for(struct dca_state *st, struct tsr_
                                                struct dca_geometry *out) {
   char why[256];
   if (!rope) {
-    st->host->graph_fail(g, TSR_ERR_UNSUPPORTED, "attention dca positions q and k itself and "
-                         "needs the arch to describe its RoPE (tsr_attn_call.rope, "
-                         "host->attn_rope); this arch does not");
+    st->host->graph->fail(g, TSR_ERR_UNSUPPORTED, "attention dca positions q and k itself and "
+                          "needs the arch to describe its RoPE (tsr_attn_call.rope, "
+                          "host->arch->attn_rope); this arch does not");
     return NULL;
   }
   if (geometry(st, rope, out, why, sizeof why)) {
-    st->host->graph_fail(g, TSR_ERR_INVALID_ARG, "%s", why);
+    st->host->graph->fail(g, TSR_ERR_INVALID_ARG, "%s", why);
     return NULL;
   }
   if (!st->logged) {
@@ -100,15 +100,13 @@ static struct tsr_tensor *positions(struct dca_state *st, struct tsr_graph *g,
                                     enum dca_pos_mode mode, int32_t delta) {
   const struct tsr_host *h = st->host;
   struct tsr_tensor_info pi;
-  h->tensor_info(pos, &pi);
-  if (pi.dtype != DCA_I32 || pi.ne[1] * pi.ne[2] * pi.ne[3] != 1) {
-    h->graph_fail(g, TSR_ERR_INVALID_ARG, "attn_dca: positions must be i32 [N]");
+  h->graph->tensor_info(pos, &pi);
+  if (pi.dtype != TSR_DTYPE_ID_I32 || pi.ne[1] * pi.ne[2] * pi.ne[3] != 1) {
+    h->graph->fail(g, TSR_ERR_INVALID_ARG, "attn_dca: positions must be i32 [N]");
     return NULL;
   }
   const int32_t params[4] = {mode, geo->c, geo->cs, delta};
-  const bool numbered = h->struct_size >= offsetof(struct tsr_host, graph_serial) +
-                                              sizeof h->graph_serial && h->graph_serial;
-  const uint64_t serial = numbered ? h->graph_serial(g) : 0;
+  const uint64_t serial = h->graph->serial(g);
   const int n_memo = (int)(sizeof st->pos_memo / sizeof st->pos_memo[0]);
   struct dca_pos_memo *slot = NULL; /* an entry of another graph, to reuse */
   for (int i = 0; serial && i < n_memo; i++) {
@@ -118,7 +116,8 @@ static struct tsr_tensor *positions(struct dca_state *st, struct tsr_graph *g,
     if (!slot && m->serial != serial) slot = m;
   }
   const int64_t n = mode == DCA_POS_QUERY ? 3 * pi.ne[0] : pi.ne[0];
-  struct tsr_tensor *out = h->custom_op_typed(g, g_pos_op, DCA_I32, 1, &n, &pos, 1, params, 4);
+  struct tsr_tensor *out =
+      h->graph->custom_op_typed(g, g_pos_op, TSR_DTYPE_ID_I32, 1, &n, &pos, 1, params, 4);
   if (out && slot) {
     *slot = (struct dca_pos_memo){.serial = serial, .pos = pos, .out = out};
     memcpy(slot->params, params, sizeof params);
@@ -164,14 +163,14 @@ static tsr_status dca_negotiate(void *ctx, const struct tsr_layer_desc *layer,
                           (long long)c->block_size, (int)dims[i]);
     if (cuda) {
       /* a codec of its own layout that runs on cuda is lifted to f16 by its kernel */
-      const bool own_layout = c->dtype >= DCA_CODEC_DTYPE_BASE;
+      const bool own_layout = c->dtype >= TSR_DTYPE_ID_CODEC_FIRST;
       if (!cuda_reads(c->dtype) && !own_layout)
         return h->set_error(TSR_ERR_UNSUPPORTED, "dca on cuda reads the scalar KV dtypes in its "
                             "kernel; %s codec %s is not one of them", i ? "V" : "K", codecs[i]);
       *paths[i] = own_layout                                    ? TSR_READ_LIFT
-                  : c->dtype == DCA_F32 || c->dtype == DCA_F16 ? TSR_READ_NATIVE
+                  : c->dtype == TSR_DTYPE_ID_F32 || c->dtype == TSR_DTYPE_ID_F16 ? TSR_READ_NATIVE
                                                                 : TSR_READ_IN_REGISTER;
-    } else if (c->dtype == DCA_F32 || c->dtype == DCA_F16)
+    } else if (c->dtype == TSR_DTYPE_ID_F32 || c->dtype == TSR_DTYPE_ID_F16)
       *paths[i] = TSR_READ_NATIVE;
     else if (c->decode_f32 || c->decode_f16)
       *paths[i] = TSR_READ_IN_REGISTER; /* a row at a time through the codec */
@@ -188,7 +187,7 @@ static struct tsr_tensor *dca_prepare_k(void *ctx, const struct tsr_host *h, str
   struct dca_geometry geo;
   if (!k || !pos || !geometry_for(ctx, g, rope, &geo)) return NULL;
   struct tsr_tensor *kp = positions(ctx, g, pos, &geo, DCA_POS_KEY, 0);
-  return kp ? h->rope_apply(g, rope, k, kp) : NULL;
+  return kp ? h->graph->rope_apply(g, rope, k, kp) : NULL;
 }
 
 static struct tsr_tensor *dca_shift_k(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
@@ -198,69 +197,67 @@ static struct tsr_tensor *dca_shift_k(void *ctx, const struct tsr_host *h, struc
   if (!k || !geometry_for(ctx, g, rope, &geo)) return NULL;
   if (delta % geo.c == 0) return k; /* every key keeps its position within its chunk */
   if (!pos) {
-    h->graph_fail(g, TSR_ERR_UNSUPPORTED, "dca: a context shift by %d moves keys across "
-                  "chunks of %d unevenly, and this host does not give the moved keys' positions "
-                  "to re-rotate each one; refused (a shift by a multiple of %d needs none)",
-                  delta, geo.c, geo.c);
+    h->graph->fail(g, TSR_ERR_UNSUPPORTED, "dca: a context shift by %d moves keys across "
+                   "chunks of %d unevenly, and this host does not give the moved keys' positions "
+                   "to re-rotate each one; refused (a shift by a multiple of %d needs none)",
+                   delta, geo.c, geo.c);
     return NULL;
   }
   struct tsr_tensor *dp = positions(ctx, g, pos, &geo, DCA_POS_SHIFT, delta);
-  return dp ? h->rope_apply(g, rope, k, dp) : NULL;
+  return dp ? h->graph->rope_apply(g, rope, k, dp) : NULL;
 }
 
 static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
                                     const struct tsr_attn_call *call) {
   struct dca_state *st = ctx;
-  const size_t need = offsetof(struct tsr_attn_call, rope) + sizeof call->rope;
   struct dca_geometry geo;
-  if (!geometry_for(st, g, call->struct_size >= need ? call->rope : NULL, &geo)) return NULL;
+  if (!geometry_for(st, g, call->rope, &geo)) return NULL;
   const int32_t layer = call->layer ? call->layer->layer : -1;
   if (call->window > 0 || (call->layer && call->layer->kind != TSR_LAYER_FULL)) {
-    h->graph_fail(g, TSR_ERR_UNSUPPORTED, "dca runs full-attention layers only; layer %d is a "
-                  "sliding-window layer: keep flash there (attention: {full: dca, sliding: "
-                  "flash})", layer);
+    h->graph->fail(g, TSR_ERR_UNSUPPORTED, "dca runs full-attention layers only; layer %d is a "
+                   "sliding-window layer: keep flash there (attention: {full: dca, sliding: "
+                   "flash})", layer);
     return NULL;
   }
   if (!call->causal || !call->q_pos || !call->kv_pos) {
-    h->graph_fail(g, TSR_ERR_UNSUPPORTED, "dca (layer %d) needs causal attention with query "
-                  "and key positions", layer);
+    h->graph->fail(g, TSR_ERR_UNSUPPORTED, "dca (layer %d) needs causal attention with query "
+                   "and key positions", layer);
     return NULL;
   }
   /* the K codec's query transform, applied to each query band once it is positioned */
   struct tsr_tensor *(*prepare_q)(const struct tsr_attn_call *, struct tsr_graph *,
-                                  struct tsr_tensor *) =
-      call->struct_size >= offsetof(struct tsr_attn_call, prepare_q_ctx) + sizeof(void *)
-          ? call->prepare_q
-          : NULL;
+                                  struct tsr_tensor *) = call->prepare_q;
   struct tsr_tensor_info qi, ki, vi;
-  h->tensor_info(call->q, &qi);
-  h->tensor_info(call->k, &ki);
-  h->tensor_info(call->v, &vi);
-  if (qi.dtype != DCA_F32 || (!prepare_q && qi.ne[0] != ki.ne[0]) || ki.ne[2] <= 0 ||
+  h->graph->tensor_info(call->q, &qi);
+  h->graph->tensor_info(call->k, &ki);
+  h->graph->tensor_info(call->v, &vi);
+  if (qi.dtype != TSR_DTYPE_ID_F32 || (!prepare_q && qi.ne[0] != ki.ne[0]) || ki.ne[2] <= 0 ||
       qi.ne[2] % ki.ne[2] ||
       vi.ne[1] != ki.ne[1] || vi.ne[2] != ki.ne[2]) {
-    h->graph_fail(g, TSR_ERR_INVALID_ARG, "dca (layer %d): q [%lld,%lld,%lld] k [%lld,%lld,%lld] "
-                  "v [%lld,%lld,%lld] do not fit", layer, (long long)qi.ne[0],
-                  (long long)qi.ne[1], (long long)qi.ne[2], (long long)ki.ne[0],
-                  (long long)ki.ne[1], (long long)ki.ne[2], (long long)vi.ne[0],
-                  (long long)vi.ne[1], (long long)vi.ne[2]);
+    h->graph->fail(g, TSR_ERR_INVALID_ARG, "dca (layer %d): q [%lld,%lld,%lld] k [%lld,%lld,%lld] "
+                   "v [%lld,%lld,%lld] do not fit", layer, (long long)qi.ne[0],
+                   (long long)qi.ne[1], (long long)qi.ne[2], (long long)ki.ne[0],
+                   (long long)ki.ne[1], (long long)ki.ne[2], (long long)vi.ne[0],
+                   (long long)vi.ne[1], (long long)vi.ne[2]);
     return NULL;
   }
   /* the codecs of what the cache holds; f32 and f16 are read in place */
   const struct tsr_kv_codec_v1 *kc = NULL, *vc = NULL;
-  if (ki.dtype != DCA_F32 && ki.dtype != DCA_F16) kc = h->find_kv_codec(st->self, NULL, ki.dtype);
-  if (vi.dtype != DCA_F32 && vi.dtype != DCA_F16) vc = h->find_kv_codec(st->self, NULL, vi.dtype);
-  if ((ki.dtype != DCA_F32 && ki.dtype != DCA_F16 && !kc) ||
-      (vi.dtype != DCA_F32 && vi.dtype != DCA_F16 && !vc) ||
+  if (ki.dtype != TSR_DTYPE_ID_F32 && ki.dtype != TSR_DTYPE_ID_F16)
+    kc = h->find_kv_codec(st->self, NULL, ki.dtype);
+  if (vi.dtype != TSR_DTYPE_ID_F32 && vi.dtype != TSR_DTYPE_ID_F16)
+    vc = h->find_kv_codec(st->self, NULL, vi.dtype);
+  if ((ki.dtype != TSR_DTYPE_ID_F32 && ki.dtype != TSR_DTYPE_ID_F16 && !kc) ||
+      (vi.dtype != TSR_DTYPE_ID_F32 && vi.dtype != TSR_DTYPE_ID_F16 && !vc) ||
       (kc && !kc->decode_f32 && !kc->decode_f16) || (vc && !vc->decode_f32 && !vc->decode_f16)) {
-    h->graph_fail(g, TSR_ERR_UNSUPPORTED, "dca (layer %d): no CPU decoder for K dtype %d or V "
-                  "dtype %d", layer, ki.dtype, vi.dtype);
+    h->graph->fail(g, TSR_ERR_UNSUPPORTED, "dca (layer %d): no CPU decoder for K dtype %d or V "
+                   "dtype %d", layer, ki.dtype, vi.dtype);
     return NULL;
   }
 
   /* q [D, Nq, Hq] -> [D, Hq, Nq], rotated at each band's positions (the three runs of
   ** qpos3): three tensors of one layout, no copy of q beside the rotations */
-  struct tsr_tensor *qv = h->permute(g, call->q, 0, 2, 1, 3);
+  struct tsr_tensor *qv = h->graph->permute(g, call->q, 0, 2, 1, 3);
   struct tsr_tensor *qpos3 = positions(st, g, call->q_pos, &geo, DCA_POS_QUERY, 0);
   if (!qv || !qpos3) return NULL;
   struct tsr_tensor *qb[3];
@@ -271,35 +268,35 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   struct tsr_tensor_info q3i;
   if (qi.ne[1] == 1) {
     struct tsr_tensor_info qvi;
-    h->tensor_info(qv, &qvi);
+    h->graph->tensor_info(qv, &qvi);
     const int64_t ne3[3] = {qvi.ne[0], qvi.ne[1], 3};
     const size_t nb3[3] = {qvi.nb[0], qvi.nb[1], 0};
-    struct tsr_tensor *x3 = h->view(g, qv, 3, ne3, nb3, 0);
-    if (!x3 || !(q3 = h->rope_apply(g, call->rope, x3, qpos3))) return NULL;
+    struct tsr_tensor *x3 = h->graph->view(g, qv, 3, ne3, nb3, 0);
+    if (!x3 || !(q3 = h->graph->rope_apply(g, call->rope, x3, qpos3))) return NULL;
     if (prepare_q && !(q3 = prepare_q(call, g, q3))) return NULL;
-    h->tensor_info(q3, &q3i);
+    h->graph->tensor_info(q3, &q3i);
   }
   for (int b = 0; b < 3; b++) {
     if (q3) {
       const int64_t ne1[3] = {q3i.ne[0], q3i.ne[1], 1};
-      qb[b] = h->view(g, q3, 3, ne1, q3i.nb, (size_t)b * q3i.nb[2]);
+      qb[b] = h->graph->view(g, q3, 3, ne1, q3i.nb, (size_t)b * q3i.nb[2]);
     } else { /* band b's run of qpos3 */
       const int64_t n = qi.ne[1];
       const size_t nb = sizeof(int32_t);
-      struct tsr_tensor *pos = h->view(g, qpos3, 1, &n, &nb, (size_t)b * (size_t)n * nb);
-      qb[b] = pos ? h->rope_apply(g, call->rope, qv, pos) : NULL;
+      struct tsr_tensor *pos = h->graph->view(g, qpos3, 1, &n, &nb, (size_t)b * (size_t)n * nb);
+      qb[b] = pos ? h->graph->rope_apply(g, call->rope, qv, pos) : NULL;
       if (qb[b] && prepare_q) qb[b] = prepare_q(call, g, qb[b]);
     }
     if (!qb[b]) return NULL;
-    h->tensor_info(qb[b], &qbi[b]);
+    h->graph->tensor_info(qb[b], &qbi[b]);
     if (qbi[b].ne[0] != ki.ne[0]) {
-      h->graph_fail(g, TSR_ERR_INVALID_ARG, "dca (layer %d): queries of head dim %lld against "
-                    "keys stored at %lld", layer, (long long)qbi[b].ne[0], (long long)ki.ne[0]);
+      h->graph->fail(g, TSR_ERR_INVALID_ARG, "dca (layer %d): queries of head dim %lld against "
+                     "keys stored at %lld", layer, (long long)qbi[b].ne[0], (long long)ki.ne[0]);
       return NULL;
     }
     if (b && memcmp(qbi[b].nb, qbi[0].nb, sizeof qbi[0].nb)) {
-      h->graph_fail(g, TSR_ERR_INTERNAL, "dca (layer %d): the rotated query bands differ in "
-                    "layout", layer);
+      h->graph->fail(g, TSR_ERR_INTERNAL, "dca (layer %d): the rotated query bands differ in "
+                     "layout", layer);
       return NULL;
     }
   }
@@ -319,14 +316,14 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   const int64_t extra =
       st->on_cuda ? dca_split_rows(qi.ne[1], qi.ne[2], ki.ne[2], vi.ne[0], ki.ne[1]) : 0;
   const int64_t ne[3] = {vi.ne[0], qi.ne[2], qi.ne[1] + extra};
-  struct tsr_tensor *out = h->custom_op(g, g_attn_op, 3, ne, src,
+  struct tsr_tensor *out = h->graph->custom_op(g, g_attn_op, 3, ne, src,
                                         call->mask ? DCA_SRC_MASK + 1 : DCA_SRC_MASK, params,
                                         DCA_P_COUNT);
   if (!out || !extra) return out;
   struct tsr_tensor_info oi;
-  h->tensor_info(out, &oi);
+  h->graph->tensor_info(out, &oi);
   const int64_t ne_out[3] = {vi.ne[0], qi.ne[2], qi.ne[1]};
-  return h->view(g, out, 3, ne_out, oi.nb, 0);
+  return h->graph->view(g, out, 3, ne_out, oi.nb, 0);
 }
 
 static const struct tsr_attention_v1 g_dca = {
@@ -364,13 +361,14 @@ static tsr_status register_op(const struct tsr_host *h, struct tsr_plugin *self,
                               tsr_plugin_kernel_fn cpu, const char *cuda_symbol, int32_t *op) {
   if (*op >= 0) return TSR_OK;
   int32_t id;
-  tsr_status st = h->register_op(self, name, &id);
-  if (st == TSR_OK) st = h->register_kernel(self, id, "cpu", cpu, NULL);
+  tsr_status st = h->kernel->register_op(self, name, &id);
+  if (st == TSR_OK) st = h->kernel->register_kernel(self, id, "cpu", cpu, NULL);
   if (st == TSR_OK)
-    st = h->register_kernel_lib(self, id, "cuda", "attn_dca_cuda.so", cuda_symbol, (void *)h);
+    st = h->kernel->register_kernel_lib(self, id, "cuda", "attn_dca_cuda.so", cuda_symbol,
+                                        (void *)h);
   /* both kernels launch from their node alone and count on replay (cuda/dca_cuda.cu):
   ** a decode step holding them is captured as a CUDA graph, as flash's is */
-  if (st == TSR_OK) st = tsr_declare_replayable(h, self, id, "cuda");
+  if (st == TSR_OK) st = h->kernel->declare_replayable(self, id, "cuda");
   if (st == TSR_OK) *op = id;
   return st;
 }
@@ -384,10 +382,6 @@ static tsr_status register_ops(const struct tsr_host *h, struct tsr_plugin *self
 }
 
 static tsr_status dca_init(const struct tsr_host *h, struct tsr_plugin *self) {
-  const size_t need = offsetof(struct tsr_host, device_call) + sizeof h->device_call;
-  if (h->struct_size < need)
-    return h->set_error(TSR_ERR_UNSUPPORTED, "attn_dca needs a host with attention RoPE and "
-                        "plugin cuda kernel services (plugin ABI 1.0 as of attn_dca 0.2.0)");
   tsr_status st = register_ops(h, self);
   if (st != TSR_OK) return st;
   struct dca_state *s = calloc(1, sizeof *s);

@@ -18,13 +18,6 @@
 
 #include "tessera/plugin.h"
 
-/* GGUF type ids the kernels read in place (the rest through the codec) */
-#define DCA_F32 0
-#define DCA_F16 1
-#define DCA_I32 26
-/* the first dtype id the host assigns to a codec of its own layout (kv_codec, ABI 1.1) */
-#define DCA_CODEC_DTYPE_BASE 1100
-
 /* Per host: the plugin's settings and where it counts what it did. */
 struct dca_state {
   const struct tsr_host *host;
@@ -36,7 +29,7 @@ struct dca_state {
   int logged;              /* the geometry was logged once */
   int on_cuda; /* some layer was negotiated for cuda: graphs plan the split rows (dca_split_rows;
                ** a cpu graph of a host that also runs cuda only carries them unused) */
-  /* positions ops of the graph being built (host->graph_serial; a host builds one graph at a
+  /* positions ops of the graph being built (host->graph->serial; a host builds one graph at a
   ** time): every layer rotates at the same positions, so each op is built once a graph */
   struct dca_pos_memo {
     uint64_t serial; /* 0: empty */

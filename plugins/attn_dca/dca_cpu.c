@@ -5,7 +5,7 @@
 ** KV head, run of the q heads sharing it), built like the core's flash kernel
 ** (core/cpu/ops_attention.c) so that, with every key in the intra band, it
 ** does the same arithmetic in the same order with the same vector primitives
-** (host->vec_*): DCA over a context of at most one chunk is bit-identical to
+** (host->kernel->vec_*): DCA over a context of at most one chunk is bit-identical to
 ** flash. What it adds: each visible key picks the query rotation of its band
 ** from its absolute position (analytic bounds, no mask tensor), and the
 ** logits of queries past `temp_from` positions get the YaRN temperature.
@@ -102,8 +102,8 @@ static size_t pad16(int64_t n) { return ((size_t)n + 15) & ~(size_t)15; }
 
 static struct rows rows_of(const struct tsr_tensor_info *t, const struct tsr_kv_codec_v1 *codec) {
   struct rows r = {.dtype = t->dtype, .nb0 = t->nb[0], .codec = codec};
-  if (t->dtype == DCA_F32) r.read = t->nb[0] == 4 ? READ_F32 : READ_GATHER;
-  else if (t->dtype == DCA_F16) r.read = t->nb[0] == 2 ? READ_F16 : READ_GATHER;
+  if (t->dtype == TSR_DTYPE_ID_F32) r.read = t->nb[0] == 4 ? READ_F32 : READ_GATHER;
+  else if (t->dtype == TSR_DTYPE_ID_F16) r.read = t->nb[0] == 2 ? READ_F16 : READ_GATHER;
   else r.read = READ_CODEC;
   return r;
 }
@@ -133,7 +133,8 @@ static void row_to_f32(const struct rows *r, const struct scratch *s, const char
   if (r->read == READ_GATHER) {
     for (int64_t i = 0; i < n; i++) {
       const char *e = row + (size_t)i * r->nb0;
-      out[i] = r->dtype == DCA_F16 ? half_to_float(*(const uint16_t *)e) : *(const float *)e;
+      out[i] =
+          r->dtype == TSR_DTYPE_ID_F16 ? half_to_float(*(const uint16_t *)e) : *(const float *)e;
     }
   } else if (r->codec->decode_f32) {
     r->codec->decode_f32(r->codec->ctx, row, out, n);
@@ -148,7 +149,7 @@ static int32_t pos_at(const struct tsr_tensor_info *t, int64_t i) {
 }
 
 static float load_mask(const struct tsr_tensor_info *m, const char *p) {
-  return m->dtype == DCA_F16 ? half_to_float(*(const uint16_t *)p) : *(const float *)p;
+  return m->dtype == TSR_DTYPE_ID_F16 ? half_to_float(*(const uint16_t *)p) : *(const float *)p;
 }
 
 /* Visibility and band of keys [j0, j0+n) for query iq at position qp; the
@@ -184,9 +185,10 @@ static void tile_logits(const struct node *a, const struct scratch *s, int64_t h
     const float *qb = s->q + (size_t)s->band[t] * (size_t)a->group * s->Dp;
     for (int64_t g = 0; g < nh; g++) {
       const float *q = qb + (size_t)g * s->Dp;
-      float x = a->k_rows.read == READ_F32   ? h->vec_dot_f32((const float *)krow, q, a->D)
-                : a->k_rows.read == READ_F16 ? h->vec_dot_f16_f32((const uint16_t *)krow, q, a->D)
-                                             : h->vec_dot_f32(s->k, q, a->D);
+      float x = a->k_rows.read == READ_F32 ? h->kernel->vec_dot_f32((const float *)krow, q, a->D)
+                : a->k_rows.read == READ_F16
+                    ? h->kernel->vec_dot_f16_f32((const uint16_t *)krow, q, a->D)
+                    : h->kernel->vec_dot_f32(s->k, q, a->D);
       x *= a->scale;
       if (gain != 1.0f) x *= gain;
       if (a->softcap > 0.0f) x = a->softcap * tanhf(x / a->softcap);

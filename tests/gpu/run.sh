@@ -69,7 +69,7 @@ build)
   # the out-of-tree example codec, built against the installed headers (codec section)
   cp "$b/tests/plugins/test_codec_hooks" "$run/" &&
     bash tests/plugins/build_out_of_tree.sh "$b" "$run/oot" >/dev/null &&
-    rm -rf "$run/oot/root" "$run/oot/next_major" "$run/oot/newer_minor" ||
+    rm -rf "$run/oot/root" "$run/oot/abi1" "$run/oot/next_major" "$run/oot/newer_minor" ||
     { echo "building the example codec failed"; exit 1; }
   echo "built $b; the GPU machine needs $run ($(du -sh "$run" | cut -f1)):"
   echo "  carry [\"$run\"], run: bash tests/gpu/run.sh check $run"

@@ -2,6 +2,7 @@
 ** In-tree plugins that misbehave on purpose, one per BAD_* define, to test
 ** that the host refuses each with a precise message and rolls back.
 */
+#include <stddef.h>
 #include <string.h>
 
 #include "tessera/plugin.h"
@@ -15,16 +16,21 @@ static tsr_status negotiate(void *ctx, const struct tsr_layer_desc *layer,
 static struct tsr_tensor *build(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                 const struct tsr_attn_call *call) {
   (void)ctx;
-  return host->flash_attn(g, call);
+  return host->graph->flash_attn(g, call);
 }
 __attribute__((unused)) static struct tsr_tensor *
 prepare_k(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
           const struct tsr_attn_rope *rope, struct tsr_tensor *k, struct tsr_tensor *pos) {
   (void)ctx;
-  return host->rope_apply(g, rope, k, pos);
+  return host->graph->rope_apply(g, rope, k, pos);
 }
 static const struct tsr_attention_v1 g_attention = {
+#if defined(BAD_SHORT)
+    /* a struct that ends before ABI 2.0's last field (as ABI 1.0's did) */
+    .struct_size = offsetof(struct tsr_attention_v1, applies_prepare_q),
+#else
     .struct_size = sizeof(struct tsr_attention_v1),
+#endif
 #if defined(BAD_ROTATES)
     /* positions q itself, and never applies a K codec's query transform */
     .rotates = true,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the example plugin the way a third party would: install tessera into
 # a staging root, then compile against the installed header through
-# pkg-config alone. Three copies: the real one, one claiming the next ABI
-# major and one claiming a newer ABI minor.
+# pkg-config alone. Four copies: the real one, one claiming ABI 1.1 (what a
+# plugin built before major 2 says), one claiming the next ABI major and one
+# claiming a newer ABI minor.
 # usage: build_out_of_tree.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 build=$1
@@ -16,7 +17,7 @@ pc=$(find "$out/root" -name tessera-plugin.pc | head -1)
 export PKG_CONFIG_PATH=$(dirname "$pc")
 export PKG_CONFIG_SYSROOT_DIR="$out/root"
 cflags=$(pkg-config --cflags tessera-plugin)
-for variant in good:0:0:1.1 next_major:1:0:2.1 newer_minor:0:1:1.2; do
+for variant in good:0:0:2.0 abi1:-1:1:1.1 next_major:1:0:3.0 newer_minor:0:1:2.1; do
   IFS=: read -r name major minor abi <<<"$variant"
   dir="$out/$name/example_attention"
   mkdir -p "$dir"
@@ -41,14 +42,14 @@ example() {
   mkdir -p "$dir"
   cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
     "$here/$1/$1.c" -o "$dir/lib$1.so" -lm
-  printf '[plugin]\nname = %s\nversion = 1.0.0\nabi = 1.1\nprovides = %s\nrequires =\nlibrary = lib%s.so\ndescription = %s\n' \
+  printf '[plugin]\nname = %s\nversion = 1.0.0\nabi = 2.0\nprovides = %s\nrequires =\nlibrary = lib%s.so\ndescription = %s\n' \
     "$1" "$2" "$1" "$3" >"$dir/plugin.ini"
 }
-example example_codec kv_codec:2 \
+example example_codec kv_codec:1 \
   "rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block layout)"
-example example_policy decode_policy:2 \
+example example_policy decode_policy:1 \
   "V rows below a threshold skipped on decode steps, with sink and recent guards"
-example example_speculator speculator:2 \
+example example_speculator speculator:1 \
   "prompt lookup: proposes what followed the sequence's last n-gram before"
 # the codec's cuda kernels where nvcc is on the machine: the same installed headers
 nvcc=$(command -v nvcc || { [ -x /usr/local/cuda/bin/nvcc ] && echo /usr/local/cuda/bin/nvcc; } || true)

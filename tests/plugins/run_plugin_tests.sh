@@ -63,7 +63,7 @@ gemma="$4/gemma4_dense.f32.gguf"
 # decode_policy parameters: the out-of-tree example policy through the cpu's flash
 "$6" "$4" "$4/good" "$model" "$fixture/golden.gguf" || status=1
 
-# speculator version 2: the out-of-tree prompt-lookup speculator, lossless greedy
+# the speculator interface: the out-of-tree prompt-lookup speculator, lossless greedy
 recurrent="$4/qwen3_5.f32.gguf"
 "$tessera" convert "$here/../reference/fixtures/qwen3_5" "$recurrent" --outtype f32 >/dev/null
 "$7" "$4" "$4/good" "$model" "$fixture/golden.gguf" "$recurrent" || status=1

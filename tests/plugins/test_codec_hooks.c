@@ -1,5 +1,5 @@
 /*
-** kv_codec version 2 hooks, proven with the out-of-tree example codec
+** kv_codec hooks, proven with the out-of-tree example codec
 ** (example_codec/, rot_f16: K and V rotated, stored in f16). Per model and
 ** attention (flash; dca on the full layers, with a chunk small enough that
 ** its three bands act), the golden sequence runs in ubatches of 16, so every

@@ -55,8 +55,18 @@ static void test_abi_major_mismatch_names_both_versions(void) {
   struct tsr_plugin_host *h;
   CHECK_OK(tsr_plugin_host_new(&h));
   const char *dir = example_dir("next_major");
-  CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "ABI 2.1");
-  CHECK(strstr(tsr_error_message(), "ABI 1.1") != NULL);
+  CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "ABI 3.0");
+  CHECK(strstr(tsr_error_message(), "ABI 2.0") != NULL);
+  CHECK(tsr_plugin_host_attention(h, "example_attention", NULL) == NULL);
+  tsr_plugin_host_free(h);
+}
+
+static void test_abi1_plugin_is_refused_naming_both_versions(void) {
+  struct tsr_plugin_host *h;
+  CHECK_OK(tsr_plugin_host_new(&h));
+  const char *dir = example_dir("abi1");
+  CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "ABI 1.1");
+  CHECK(strstr(tsr_error_message(), "ABI 2.0 (majors must match)") != NULL);
   CHECK(tsr_plugin_host_attention(h, "example_attention", NULL) == NULL);
   tsr_plugin_host_free(h);
 }
@@ -66,7 +76,7 @@ static void test_newer_abi_minor_is_refused(void) {
   CHECK_OK(tsr_plugin_host_new(&h));
   const char *dir = example_dir("newer_minor");
   CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "newer");
-  CHECK(strstr(tsr_error_message(), "1.2") != NULL);
+  CHECK(strstr(tsr_error_message(), "2.1") != NULL);
   tsr_plugin_host_free(h);
 }
 
@@ -80,6 +90,7 @@ static void test_misbehaving_plugins_are_refused_precisely(void) {
       {"bad_undeclared.ini", "does not provide kv_codec"},
       {"bad_counts.ini", "lists 1 interfaces it provides, the library bad_counts counts 1000000"},
       {"bad_no_entry.ini", "does not export tsr_plugin_entry"},
+      {"bad_short.ini", "less than ABI 2.0's"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     struct tsr_plugin_host *h;
@@ -109,7 +120,7 @@ static void test_plugin_without_code_and_missing_plugin(void) {
   FILE *f = fopen(ini, "w");
   CHECK(f != NULL);
   if (f) {
-    fputs("[plugin]\nname = no_code_yet\nversion = 0.0.0\nabi = 1.0\nprovides = attention:1\n"
+    fputs("[plugin]\nname = no_code_yet\nversion = 0.0.0\nabi = 2.0\nprovides = attention:1\n"
           "requires =\ndescription = not written yet\n", f);
     fclose(f);
   }
@@ -307,6 +318,7 @@ int main(int argc, char **argv) {
   g_build = argv[1], g_bad = argv[2], g_oot = argv[3];
   TSR_RUN(test_core_plugin_registers_flash_and_codecs);
   TSR_RUN(test_abi_major_mismatch_names_both_versions);
+  TSR_RUN(test_abi1_plugin_is_refused_naming_both_versions);
   TSR_RUN(test_newer_abi_minor_is_refused);
   TSR_RUN(test_misbehaving_plugins_are_refused_precisely);
   TSR_RUN(test_unmet_requirement_is_named);

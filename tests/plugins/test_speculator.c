@@ -1,5 +1,5 @@
 /*
-** speculator version 2, proven with the out-of-tree example speculator
+** the speculator interface, proven with the out-of-tree example speculator
 ** (example_speculator/: prompt lookup) on reference fixtures:
 **   - greedy decoding through tsr_engine_speculate gives the tokens plain greedy
 **     decoding gives, while the speculator drafted and the target kept some of

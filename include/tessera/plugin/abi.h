@@ -1,7 +1,16 @@
 /*
-** tessera plugin ABI: versions, the descriptor a plugin exports, interface
+** tessera plugin ABI: its version, the descriptor a plugin exports, interface
 ** names and the vocabulary the interfaces share. tessera/plugin.h describes
 ** the ABI as a whole.
+**
+** Growth: every struct of the ABI but struct tsr_arch_layer (an array
+** element) carries a struct_size. Within a major, a later minor only appends
+** fields at the end of a struct or of a services sub-table, each group under a
+** comment "ABI 2.N" naming the minor that added it, and bumps
+** TSR_PLUGIN_ABI_MINOR; nothing is removed or reordered. Whoever reads a
+** struct the other side filled checks its struct_size before touching a
+** field appended after the minor that side was built for. Every field in the
+** headers today is ABI 2.0's, present in every struct of major 2.
 */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -16,8 +25,8 @@
 extern "C" {
 #endif
 
-#define TSR_PLUGIN_ABI_MAJOR 1
-#define TSR_PLUGIN_ABI_MINOR 1
+#define TSR_PLUGIN_ABI_MAJOR 2
+#define TSR_PLUGIN_ABI_MINOR 0
 #define TSR_PLUGIN_ENTRY_SYMBOL "tsr_plugin_entry"
 
 #if defined(__GNUC__)
@@ -26,8 +35,9 @@ extern "C" {
 #define TSR_PLUGIN_EXPORT
 #endif
 
-/* Interface names. */
+/* Interface names (each interface is version 1 in ABI major 2). */
 #define TSR_IFACE_ARCH "arch"
+#define TSR_IFACE_CONVERT "convert"
 #define TSR_IFACE_ATTENTION "attention"
 #define TSR_IFACE_KV_CODEC "kv_codec"
 #define TSR_IFACE_DECODE_POLICY "decode_policy"
@@ -40,6 +50,7 @@ struct tsr_tensor;
 struct tsr_gguf;   /* the host's validated GGUF reader, read through host calls */
 struct tsr_convert; /* the host's context for one `tessera convert` run */
 struct tsr_kv_cache; /* the host's KV cache */
+struct tsr_host;     /* the services table (host.h) */
 
 /* ---- descriptor ---------------------------------------------------------- */
 
@@ -67,9 +78,6 @@ struct tsr_plugin_setting {
   const char *choices;       /* ENUM: "a|b|c" */
   const char *description;
 };
-
-struct tsr_host;
-struct tsr_attn_rope;
 
 struct tsr_plugin_descriptor {
   uint32_t abi_major;  /* TSR_PLUGIN_ABI_MAJOR the plugin was built with */

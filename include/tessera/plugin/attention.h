@@ -13,6 +13,8 @@ extern "C" {
 
 /* ---- attention, version 1 ---------------------------------------------- */
 
+struct tsr_attn_rope;
+
 /* The inputs of one layer's attention, for build(). Shapes as the core's
 ** flash op: q f32 [D, Nq, Hq]; k, v [D, Nkv, Hkv] in their codec's dtype
 ** (or already lifted to f16 when negotiation chose LIFT); mask, positions
@@ -24,12 +26,12 @@ struct tsr_attn_call {
   float scale, softcap;
   bool causal;
   int32_t window;
-  /* Appended: the layer's RoPE (struct tsr_attn_rope), or NULL when it has
+  /* The layer's RoPE (struct tsr_attn_rope), or NULL when it has
   ** none. For an implementation that rotates (tsr_attention_v1.rotates) q
   ** arrives unrotated and k holds what its prepare_k stored; for any other,
   ** both are already rotated at their positions. */
   const struct tsr_attn_rope *rope;
-  /* ABI 1.1. For an implementation that rotates: the K codec's query
+  /* For an implementation that rotates: the K codec's query
   ** transform (tsr_kv_codec_v1.prepare_q), which it applies to every q it
   ** positions, before reading keys: q = call->prepare_q(call, g, q) (f32,
   ** head dim first, any layout; the result is contiguous with head dim
@@ -39,7 +41,7 @@ struct tsr_attn_call {
   struct tsr_tensor *(*prepare_q)(const struct tsr_attn_call *call, struct tsr_graph *g,
                                   struct tsr_tensor *q);
   const void *prepare_q_ctx; /* the host's */
-  /* ABI 1.1: the layer's decode parameters on a decode step, for an attention that
+  /* The layer's decode parameters on a decode step, for an attention that
   ** honours them; NULL otherwise */
   const struct tsr_decode_params *decode;
 };
@@ -86,8 +88,8 @@ struct tsr_attention_v1 {
   struct tsr_tensor *(*build)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                               const struct tsr_attn_call *call);
   bool v_skip; /* honours decode_policy V skipping */
-  /* Appended. rotates: this implementation positions q and k itself from
-  ** call->rope. The arch then hands it q before RoPE (host->attn_rope returns
+  /* rotates: this implementation positions q and k itself from
+  ** call->rope. The arch then hands it q before RoPE (host->arch->attn_rope returns
   ** q as it is) and the cache stores prepare_k's keys rather than keys
   ** rotated at their positions. */
   bool rotates;
@@ -103,11 +105,11 @@ struct tsr_attention_v1 {
   struct tsr_tensor *(*shift_k)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                 const struct tsr_attn_rope *rope, struct tsr_tensor *k,
                                 struct tsr_tensor *pos, int32_t delta);
-  /* ABI 1.1. An implementation that rotates applies tsr_attn_call.prepare_q
+  /* An implementation that rotates applies tsr_attn_call.prepare_q
   ** to the queries it positions; without this the host refuses a K codec
   ** with a query transform under it, naming both. */
   bool applies_prepare_q;
-  /* ABI 1.1. Whether its kernels for this layer (its backend, its codecs) act on
+  /* Whether its kernels for this layer (its backend, its codecs) act on
   ** tsr_attn_call.decode; NULL or false: the host refuses a decode policy on the
   ** layer, naming both. */
   bool (*honours_decode)(void *ctx, const struct tsr_layer_desc *layer);

@@ -11,7 +11,7 @@
 extern "C" {
 #endif
 
-/* ---- decode policies' parameters (ABI 1.1) --------------------------------- */
+/* ---- decode policies' parameters ------------------------------------------ */
 
 /* What an attention kernel did under a layer's decode parameters; the kernel adds
 ** to it (atomically: threads share it), the host reports it to the policy. */
@@ -47,7 +47,7 @@ struct tsr_decode_policy_v1 {
   ** implementation (e.g. needs v_skip). */
   tsr_status (*negotiate)(void *ctx, const struct tsr_layer_desc *layer,
                           const struct tsr_attention_v1 *attention);
-  /* ABI 1.1: its parameters for the layer (p arrives zeroed but for struct_size
+  /* Its parameters for the layer (p arrives zeroed but for struct_size
   ** and counters; leaving it so keeps the policy off the layer). Two policies
   ** setting the same parameter of a layer are refused. */
   tsr_status (*params)(void *ctx, const struct tsr_layer_desc *layer,

@@ -10,13 +10,13 @@
 extern "C" {
 #endif
 
-/* ---- kv_codec, version 2 ----------------------------------------------- */
+/* ---- kv_codec, version 1 ----------------------------------------------- */
 
-/* One device backend's kernels for a codec of its own block layout (ABI 1.1):
+/* One device backend's kernels for a codec of its own block layout:
 ** entry points (tsr_plugin_kernel_fn) in a shared object of the plugin's, as
 ** register_kernel_lib takes them (file beside the plugin's .so). The backend
 ** calls them where its own set_rows and cast would run, with device addresses,
-** ctx, and host->device_call() as for a plugin op; they enqueue launches only
+** ctx, and host->kernel->device_call() as for a plugin op; they enqueue launches only
 ** (no host-side work, no synchronization), so a CUDA graph may capture them. */
 struct tsr_kv_codec_kernels {
   const char *backend; /* "cuda" */
@@ -44,12 +44,11 @@ struct tsr_kv_codec_kernels {
 **   k_stored = K.prepare_rows(k)      v_stored = V.prepare_rows(v)
 **   out = V.finish_out(attention(K.prepare_q(q), k_stored, v_stored))
 ** A rotation R (orthogonal) needs all three: (Rq).(Rk) = q.k, and the output
-** sum of p_j R v_j is R o, so finish_out applies R^T.
-** Version 2 is version 1 with the hooks appended (ABI 1.1). */
+** sum of p_j R v_j is R o, so finish_out applies R^T. */
 struct tsr_kv_codec_v1 {
   uint32_t struct_size;
   const char *name;      /* "q8_0", "turbo3" */
-  /* the type id its rows are stored in (GGUF or tessera's), or (ABI 1.1)
+  /* the type id its rows are stored in (GGUF or tessera's), or
   ** TSR_KV_CODEC_OWN_DTYPE: blocks of the codec's own layout, for which the
   ** host assigns an id (find_kv_codec reads it back). The CPU then writes and
   ** reads them through encode_rows and decode_f32, both required, and their
@@ -63,10 +62,10 @@ struct tsr_kv_codec_v1 {
   /* CPU reference: encode n floats (n a multiple of block_size) / lift to f16. */
   void (*encode_rows)(void *ctx, const float *src, void *dst, int64_t n);
   void (*decode_f16)(void *ctx, const void *src, uint16_t *dst, int64_t n);
-  /* Appended. CPU: decode n values (whole blocks) to f32, as an attention
+  /* CPU: decode n values (whole blocks) to f32, as an attention
   ** kernel reads them in register; NULL: the codec decodes to f16 only. */
   void (*decode_f32)(void *ctx, const void *src, float *dst, int64_t n);
-  /* ABI 1.1: graph hooks, each NULL for none. Every hook appends ops to g and
+  /* Graph hooks, each NULL for none. Every hook appends ops to g and
   ** returns their f32 result, or NULL with the graph's error set; its input is
   ** contiguous f32 with the head dim first. */
   /* The head dim rows of head_dim values are stored (and q and the output
@@ -82,7 +81,7 @@ struct tsr_kv_codec_v1 {
   /* as V codec: attention output f32 [storage_dim, a, b] -> f32 [head_dim, a, b] */
   struct tsr_tensor *(*finish_out)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                    struct tsr_tensor *out, int32_t head_dim);
-  /* ABI 1.1, a codec of its own layout: its kernels on each device backend its
+  /* A codec of its own layout: its kernels on each device backend its
   ** `backends` names (the cpu uses encode_rows and decode_f32). Attention reads
   ** it there by lifting (TSR_READ_LIFT): the host casts the layer's K or V to
   ** f16 before the attention call. */
@@ -90,14 +89,8 @@ struct tsr_kv_codec_v1 {
   uint32_t n_kernels;
 };
 
-/* tsr_kv_codec_v1.dtype of a codec with its own block layout (ABI 1.1). */
+/* tsr_kv_codec_v1.dtype of a codec with its own block layout. */
 #define TSR_KV_CODEC_OWN_DTYPE (-1)
-
-/* A codec's hooks, NULL where the codec has none or was built before them. */
-#define TSR_KV_CODEC_HOOK(c, field)                                                               \
-  ((c) && (c)->struct_size >= offsetof(struct tsr_kv_codec_v1, field) + sizeof (c)->field        \
-       ? (c)->field                                                                               \
-       : NULL)
 
 #ifdef __cplusplus
 }

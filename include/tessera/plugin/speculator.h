@@ -12,7 +12,7 @@ extern "C" {
 
 /* ---- speculator, version 1 --------------------------------------------- */
 
-/* One draft the host asks of a speculator (ABI 1.1). */
+/* One draft the host asks of a speculator. */
 struct tsr_spec_request {
   uint32_t struct_size;
   int32_t seq;
@@ -33,7 +33,7 @@ struct tsr_speculator_v1 {
   void *ctx;
   /* Whether it can speculate for this model (e.g. needs a NextN head). */
   tsr_status (*negotiate)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model);
-  /* ABI 1.1 (speculator version 2). Proposes up to r->max_draft tokens (*n_draft,
+  /* Proposes up to r->max_draft tokens (*n_draft,
   ** 0 when it has none). The host evaluates the last token and the proposals in one
   ** batch and keeps the longest prefix the target's own sampling agrees with, then
   ** its token at the first disagreement: the drafter is taken as certain of each

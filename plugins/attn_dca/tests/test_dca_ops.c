@@ -180,7 +180,7 @@ static tsr_status attend(const struct dcase *c, const struct data *d,
   struct tsr_tensor *ff =
       d->ff ? tsr_new_external(g, TSR_F32, 1, (int64_t[]){c->n_rot / 2}, d->ff) : NULL;
   struct tsr_attn_rope rope = rope_of(c, ff);
-  if (!a->rotates) q = tsr_plugin_host_services()->rope_apply(g, &rope, q, qp);
+  if (!a->rotates) q = tsr_plugin_host_services()->graph->rope_apply(g, &rope, q, qp);
   struct tsr_layer_desc desc = {.struct_size = sizeof desc, .kind = TSR_LAYER_FULL,
                                 .n_head = c->Hq, .n_head_kv = c->Hkv, .head_dim_k = c->D,
                                 .head_dim_v = c->Dv, .backend = g_backend};

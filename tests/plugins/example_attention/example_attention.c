@@ -6,7 +6,8 @@
 ** engaged (--require-engaged example_attention).
 **
 ** Build flags it honours:
-**   -DEXAMPLE_ABI_MAJOR_SKEW=1  claims the next ABI major (the host refuses it)
+**   -DEXAMPLE_ABI_MAJOR_SKEW=1  claims the next ABI major, -1 the previous one (the
+**                               host refuses both)
 **   -DEXAMPLE_ABI_MINOR_SKEW=1  claims a newer minor (the host refuses it)
 */
 #include <string.h>
@@ -32,7 +33,7 @@ static tsr_status example_negotiate(void *ctx, const struct tsr_layer_desc *laye
 
 static struct tsr_tensor *example_build(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
                                         const struct tsr_attn_call *call) {
-  struct tsr_tensor *out = host->flash_attn(g, call);
+  struct tsr_tensor *out = host->graph->flash_attn(g, call);
   /* ctx is this registration's plugin handle: one library may serve
   ** several hosts in a process, so no global holds it */
   if (out) host->engaged(ctx, "layers_built", 1);

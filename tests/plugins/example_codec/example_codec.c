@@ -1,7 +1,7 @@
 /*
 ** A KV codec written the way a third party would, against the installed
 ** <tessera/plugin.h> alone: rot_f16 stores each K and V row rotated
-** (example_codec.h) in f16. Its hooks (kv_codec version 2) do the rotation in the
+** (example_codec.h) in f16. Its hooks (kv_codec interface) do the rotation in the
 ** graph: prepare_rows rotates the rows a layer stores, prepare_q rotates the
 ** queries, finish_out rotates the attention output back. A rotation keeps dot
 ** products, so the logits equal plain f16 KV's within f16 rounding, through
@@ -74,11 +74,12 @@ static struct tsr_tensor *rotate(struct codec_state *st, const struct tsr_host *
                                  struct tsr_graph *g, struct tsr_tensor *x, int64_t out_dim,
                                  bool inverse) {
   struct tsr_tensor_info xi;
-  h->tensor_info(x, &xi);
+  h->graph->tensor_info(x, &xi);
   const int64_t ne[4] = {out_dim, xi.ne[1], xi.ne[2], xi.ne[3]};
   int32_t params[ROT_P_COUNT] = {inverse, (int32_t)out_dim};
   memcpy(&params[ROT_P_STATE], &st, sizeof st);
-  return h->custom_op(g, g_op, xi.n_dims > 3 ? xi.n_dims : 3, ne, &x, 1, params, ROT_P_COUNT);
+  return h->graph->custom_op(g, g_op, xi.n_dims > 3 ? xi.n_dims : 3, ne, &x, 1, params,
+                             ROT_P_COUNT);
 }
 
 static int32_t codec_storage_dim(void *ctx, int32_t head_dim) {
@@ -89,7 +90,7 @@ static int32_t codec_storage_dim(void *ctx, int32_t head_dim) {
 static struct tsr_tensor *codec_prepare(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
                                         struct tsr_tensor *x) {
   struct tsr_tensor_info xi;
-  h->tensor_info(x, &xi);
+  h->graph->tensor_info(x, &xi);
   return rotate(ctx, h, g, x, codec_storage_dim(ctx, (int32_t)xi.ne[0]), false);
 }
 
@@ -183,13 +184,13 @@ static tsr_status codec_init(const struct tsr_host *h, struct tsr_plugin *self) 
   h->set_state(self, cs);
   if (g_op < 0) {
     int32_t op;
-    st = h->register_op(self, "rotate", &op);
-    if (st == TSR_OK) st = h->register_kernel(self, op, "cpu", rotate_cpu, NULL);
+    st = h->kernel->register_op(self, "rotate", &op);
+    if (st == TSR_OK) st = h->kernel->register_kernel(self, op, "cpu", rotate_cpu, NULL);
     if (st == TSR_OK)
-      st = h->register_kernel_lib(self, op, "cuda", "example_codec_cuda.so",
-                                  "example_codec_rotate_cuda", NULL);
+      st = h->kernel->register_kernel_lib(self, op, "cuda", "example_codec_cuda.so",
+                                          "example_codec_rotate_cuda", NULL);
     /* its launches depend on the node alone, and it counts on replay */
-    if (st == TSR_OK) st = h->declare_replayable(self, op, "cuda");
+    if (st == TSR_OK) st = h->kernel->declare_replayable(self, op, "cuda");
     if (st == TSR_OK) g_op = op;
   }
   const struct tsr_kv_codec_v1 codec = {
@@ -237,7 +238,7 @@ static void codec_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
   free(h->get_state(self));
 }
 
-static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_KV_CODEC, 2}};
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_KV_CODEC, 1}};
 
 static const struct tsr_plugin_descriptor g_descriptor = {
     .abi_major = TSR_PLUGIN_ABI_MAJOR,

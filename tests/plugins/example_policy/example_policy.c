@@ -67,7 +67,7 @@ static void policy_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
   free(h->get_state(self));
 }
 
-static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_DECODE_POLICY, 2}};
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_DECODE_POLICY, 1}};
 
 static const struct tsr_plugin_descriptor g_descriptor = {
     .abi_major = TSR_PLUGIN_ABI_MAJOR,

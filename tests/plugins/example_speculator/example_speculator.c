@@ -3,7 +3,7 @@
 ** <tessera/plugin.h> alone: prompt lookup. It finds the latest earlier place
 ** where the sequence's last `ngram` tokens occurred and proposes the tokens that
 ** followed them there (no model, no state). The host verifies the proposals in
-** one batch and keeps what the target agrees with (speculator version 2). A test
+** one batch and keeps what the target agrees with (the speculator interface). A test
 ** instrument for the interface; spec_mtp's lookup engine is the real one.
 */
 #include <stdlib.h>
@@ -63,7 +63,7 @@ static void lookup_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
   free(h->get_state(self));
 }
 
-static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_SPECULATOR, 2}};
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_SPECULATOR, 1}};
 
 static const struct tsr_plugin_descriptor g_descriptor = {
     .abi_major = TSR_PLUGIN_ABI_MAJOR,

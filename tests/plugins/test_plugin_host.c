@@ -51,24 +51,22 @@ static void test_core_plugin_registers_flash_and_codecs(void) {
   tsr_plugin_host_free(h);
 }
 
+/* A plugin built for ABI 1 (what every plugin said before major 2) or for the next
+** major is refused, naming its version and the host's. */
 static void test_abi_major_mismatch_names_both_versions(void) {
-  struct tsr_plugin_host *h;
-  CHECK_OK(tsr_plugin_host_new(&h));
-  const char *dir = example_dir("next_major");
-  CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "ABI 3.0");
-  CHECK(strstr(tsr_error_message(), "ABI 2.0") != NULL);
-  CHECK(tsr_plugin_host_attention(h, "example_attention", NULL) == NULL);
-  tsr_plugin_host_free(h);
-}
-
-static void test_abi1_plugin_is_refused_naming_both_versions(void) {
-  struct tsr_plugin_host *h;
-  CHECK_OK(tsr_plugin_host_new(&h));
-  const char *dir = example_dir("abi1");
-  CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL), "ABI 1.1");
-  CHECK(strstr(tsr_error_message(), "ABI 2.0 (majors must match)") != NULL);
-  CHECK(tsr_plugin_host_attention(h, "example_attention", NULL) == NULL);
-  tsr_plugin_host_free(h);
+  static const struct {
+    const char *dir, *plugin_abi;
+  } cases[] = {{"abi1", "ABI 1.1"}, {"next_major", "ABI 3.0"}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    struct tsr_plugin_host *h;
+    CHECK_OK(tsr_plugin_host_new(&h));
+    const char *dir = example_dir(cases[i].dir);
+    CHECK_ERR_HAS(tsr_plugin_host_load(h, "example_attention", dir, NULL, 0, NULL),
+                  cases[i].plugin_abi);
+    CHECK(strstr(tsr_error_message(), "ABI 2.0 (majors must match)") != NULL);
+    CHECK(tsr_plugin_host_attention(h, "example_attention", NULL) == NULL);
+    tsr_plugin_host_free(h);
+  }
 }
 
 static void test_newer_abi_minor_is_refused(void) {
@@ -318,7 +316,6 @@ int main(int argc, char **argv) {
   g_build = argv[1], g_bad = argv[2], g_oot = argv[3];
   TSR_RUN(test_core_plugin_registers_flash_and_codecs);
   TSR_RUN(test_abi_major_mismatch_names_both_versions);
-  TSR_RUN(test_abi1_plugin_is_refused_naming_both_versions);
   TSR_RUN(test_newer_abi_minor_is_refused);
   TSR_RUN(test_misbehaving_plugins_are_refused_precisely);
   TSR_RUN(test_unmet_requirement_is_named);

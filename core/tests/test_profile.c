@@ -471,6 +471,17 @@ static void test_print_round_trips_long_values_and_line_breaks(void) {
   free(text);
   tsr_profile_free(a);
   tsr_profile_free(b);
+  /* nor one nested deeper than a file may be: the printout could not be loaded */
+  char deep[400] = "plugins.0.settings";
+  for (int i = 0; i < 60; i++) strcat(deep, ".a");
+  strcat(deep, "=[[1]]");
+  const char *deep_sets[] = {"plugins=[{name: a}]", deep};
+  expect_error_sets(conf("example-deployment.yaml"), deep_sets, 2, "nested deeper than 64",
+                    (const char *)NULL);
+  deep[strlen(deep) - 6] = '\0';
+  strcat(deep, "=1"); /* 63 maps and the value: as deep as a file may go */
+  struct tsr_profile *ok = load_ok(conf("example-deployment.yaml"), deep_sets, 2);
+  tsr_profile_free(ok);
   /* a --set key path that is not UTF-8 could not be printed: refused, as in a file */
   const char *bad[] = {"plugins.0.settings.\xff=1"};
   expect_error_sets(conf("example-deployment.yaml"), bad, 1, "not UTF-8", (const char *)NULL);

@@ -155,6 +155,14 @@ static void print_entries(struct printer *pr, const struct tsr_pnode *n, int ind
     const char *ld = i == 0 && lead ? lead : "";
     int ind = indent - (int)strlen(ld);
     const char *key = n->kind == TSR_PNODE_MAP ? fmt(pr, "%s:", scalar(pr, n->keys[i]->str, 0)) : "-";
+    if (strlen(key) > 1000) {
+      /* YAML reads at most 1024 characters as an implicit key: "? KEY" on a line
+      ** of its own, the value after ": " on the next */
+      line(pr->f, ind, fmt(pr, "%s? %.*s", ld, (int)strlen(key) - 1, key), NULL);
+      ld = "";
+      ind = indent;
+      key = ":";
+    }
     if (v->kind == TSR_PNODE_SCALAR || v->n == 0) {
       const char *text = v->kind == TSR_PNODE_MAP   ? "{}"
                          : v->kind == TSR_PNODE_SEQ ? "[]"

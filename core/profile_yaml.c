@@ -534,6 +534,16 @@ size_t tsr_profile_utf8_len(const char *str) {
   return n;
 }
 
+/* Collections nested in N: 0 for a scalar. */
+static int depth_of(const struct tsr_pnode *n) {
+  int d = 0;
+  for (size_t i = 0; i < n->n; i++) {
+    int c = depth_of(n->items[i]);
+    if (c > d) d = c;
+  }
+  return n->kind == TSR_PNODE_SCALAR ? 0 : d + 1;
+}
+
 /* Values given with --set have no line in any file: they are named by the flag. */
 static void relabel(struct tsr_pnode *n, const char *label) {
   n->file = n->where = label;
@@ -574,6 +584,13 @@ static tsr_status apply_set(struct tsr_parena *a, struct tsr_pnode *root, const 
   struct tsr_pnode *value;
   tsr_status st = tsr_profile_parse_yaml(a, label, eq + 1, strlen(eq + 1), &value);
   if (st) return st;
+  /* each key of the path is one map (or list) deeper, as in a file: the tree stays
+  ** within the depth a file may have, which bounds merge and print */
+  int levels = 1;
+  for (const char *c = path; *c; c++) levels += *c == '.';
+  if (levels + depth_of(value) > MAX_DEPTH)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: nested deeper than %d levels", label,
+                         MAX_DEPTH);
   relabel(value, label);
 
   struct tsr_pnode *cur = root;

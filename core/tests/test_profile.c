@@ -438,7 +438,8 @@ static void test_print_round_trips_long_values_and_line_breaks(void) {
   memset(model, 'm', 2000);
   model[2000] = '\0';
   int n = snprintf(text, 8192, "model: \"%s\"\nplugins:\n  - name: a\n    settings:\n"
-                   "      \"k\\Nj\": \"%s\"\n      deep: ", model, "\u00e9\u00e9\u00e9");
+                   "      \"k\\Nj\": \"%s\"\n      ? %s\n      : {x: 1}\n      deep: ", model,
+                   "\u00e9\u00e9\u00e9", model); /* a key too long to be implicit */
   for (int i = 0; i < 40; i++) n += snprintf(text + n, 8192 - (size_t)n, "[");
   n += snprintf(text + n, 8192 - (size_t)n, "1");
   for (int i = 0; i < 40; i++) n += snprintf(text + n, 8192 - (size_t)n, "]");
@@ -457,7 +458,9 @@ static void test_print_round_trips_long_values_and_line_breaks(void) {
   if (a && b) {
     CHECK(!strcmp(b->model_path, model));
     const struct tsr_pnode *s = b->plugins[0].settings;
-    CHECK(tsr_profile_settings_count(s) == 3);
+    CHECK(tsr_profile_settings_count(s) == 4);
+    const struct tsr_pnode *lk = tsr_pnode_get(s, model);
+    CHECK(lk && lk->kind == TSR_PNODE_MAP && !strcmp(tsr_pnode_get(lk, "x")->str, "1"));
     struct tsr_profile_setting e;
     CHECK(tsr_profile_settings_get(s, 0, &e) && !strcmp(e.key, "k\xC2\x85j") &&
           !strcmp(e.value, "\xC3\xA9\xC3\xA9\xC3\xA9"));
@@ -465,12 +468,23 @@ static void test_print_round_trips_long_values_and_line_breaks(void) {
     int depth = 0;
     for (; deep && deep->kind == TSR_PNODE_SEQ && deep->n == 1; deep = deep->items[0]) depth++;
     CHECK(depth == 40 && deep && !strcmp(deep->str, "1"));
-    CHECK(tsr_profile_settings_get(s, 2, &e) && !strcmp(e.key, "x\ry") && !strcmp(e.value, "2"));
+    CHECK(tsr_profile_settings_get(s, 3, &e) && !strcmp(e.key, "x\ry") && !strcmp(e.value, "2"));
   }
   free(printed);
   free(text);
   tsr_profile_free(a);
   tsr_profile_free(b);
+  /* nor one nested deeper than a file may be: the printout could not be loaded */
+  char deep[400] = "plugins.0.settings";
+  for (int i = 0; i < 60; i++) strcat(deep, ".a");
+  strcat(deep, "=[[1]]");
+  const char *deep_sets[] = {"plugins=[{name: a}]", deep};
+  expect_error_sets(conf("example-deployment.yaml"), deep_sets, 2, "nested deeper than 64",
+                    (const char *)NULL);
+  deep[strlen(deep) - 6] = '\0';
+  strcat(deep, "=1"); /* 63 maps and the value: as deep as a file may go */
+  struct tsr_profile *ok = load_ok(conf("example-deployment.yaml"), deep_sets, 2);
+  tsr_profile_free(ok);
   /* a --set key path that is not UTF-8 could not be printed: refused, as in a file */
   const char *bad[] = {"plugins.0.settings.\xff=1"};
   expect_error_sets(conf("example-deployment.yaml"), bad, 1, "not UTF-8", (const char *)NULL);

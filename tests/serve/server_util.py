@@ -411,20 +411,34 @@ def raw_exchange(port, data, read_timeout=5.0, close_write=False):
     return got
 
 
-def abandon_stream(port, path, body, timeout=30):
-    """Starts a streaming request, reads until its first data event, then closes the socket:
-    a client that leaves mid-stream."""
-    data = json.dumps(body).encode()
+def open_stream(port, path, body, timeout=120):
+    """A streaming POST on a raw socket, read until its headers: (socket, bytes so far)."""
+    data = json.dumps({**body, "stream": True}).encode()
     sock = socket.create_connection((HOST, port), timeout=timeout)
     try:
         sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % (path.encode(), len(data)) + data)
         got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = sock.recv(4096)
+            assert chunk, f"{path}: closed before its headers: {got[:300]!r}"
+            got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got[:300]
+    except BaseException:
+        sock.close()
+        raise
+    return sock, got
+
+
+def abandon_stream(port, path, body, timeout=30):
+    """Starts a streaming request, reads until its first data event, then closes the socket:
+    a client that leaves mid-stream."""
+    sock, got = open_stream(port, path, body, timeout)
+    try:
         while b"data:" not in got:
             chunk = sock.recv(4096)
             assert chunk, f"{path}: closed before the first data event: {got[:300]!r}"
             got += chunk
-        assert got.startswith(b"HTTP/1.1 200"), got[:300]
     finally:
         sock.close()
 

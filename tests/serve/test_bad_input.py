@@ -208,7 +208,7 @@ with su.Server(TESSERA, MODEL, ["--parallel", "2", "--max-body", str(MAX_BODY)],
         half = "d" * (N_CTX // 2)
         n_half = len(s.post("/tokenize", {"content": half})["tokens"])
         r = s.post(COMPL, {"prompt": half, "max_tokens": N_CTX - n_half, "temperature": 0},
-                   timeout=120)
+                   timeout=600)
         u = r["usage"]
         assert u["prompt_tokens"] + u["completion_tokens"] <= N_CTX, u
         assert r["choices"][0]["finish_reason"] == "stop" or u["completion_tokens"] == N_CTX - n_half
@@ -379,21 +379,6 @@ with su.Server(TESSERA, MODEL, ["--parallel", "2", "--max-body", str(MAX_BODY)],
         assert m["tessera_slots_busy"] == 0 and m["tessera_requests_waiting"] == 0, m
 
 
-def open_stream(port, body):
-    """A streaming completion on a raw socket, read until its headers: (socket, bytes so far)."""
-    data = json.dumps({**body, "stream": True}).encode()
-    sock = socket.create_connection((su.HOST, port), timeout=120)
-    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n" % (COMPL.encode(), len(data)) + data)
-    got = b""
-    while b"\r\n\r\n" not in got:
-        chunk = sock.recv(4096)
-        assert chunk, f"closed before its headers: {got[:300]!r}"
-        got += chunk
-    assert got.startswith(b"HTTP/1.1 200"), got[:300]
-    return sock, got
-
-
 def wait_for(what, pred, timeout=120):
     t_end = time.monotonic() + timeout
     while not pred():
@@ -424,11 +409,11 @@ with su.Server(TESSERA, MODEL, ["--parallel", "1", "--queue", "1"], label="busy"
         n_ctx = s.slots()[0]["n_ctx"]
         body = {"prompt": "Busy", "max_tokens": n_ctx - 8, "temperature": 0}
         for round_ in range(5):
-            running, _ = open_stream(s.port, body)
+            running, _ = su.open_stream(s.port, COMPL, body)
             waiting = None
             try:
                 wait_for("the slot busy", lambda: s.metrics()["tessera_slots_busy"] == 1)
-                waiting, _ = open_stream(s.port, body)
+                waiting, _ = su.open_stream(s.port, COMPL, body)
                 wait_for("a request queued", lambda: s.metrics()["tessera_requests_waiting"] == 1)
                 status, doc = s.json("POST", COMPL, {"prompt": "x", "max_tokens": 1})
                 overlapped = still_streaming(running)

@@ -213,7 +213,8 @@ with server as s:
     @case
     def test_llama_completion_without_limit_stops_within_the_slot_context():
         n_ctx = s.slots()[0]["n_ctx"]
-        d = s.post("/completion", {"prompt": "Go on", "n_predict": -1, "temperature": 0})
+        d = s.post("/completion", {"prompt": "Go on", "n_predict": -1, "temperature": 0},
+                   timeout=600)  # a whole slot of tokens: minutes on a loaded machine
         assert d["tokens_predicted"] >= 1, d
         assert d["tokens_evaluated"] + d["tokens_predicted"] <= n_ctx, \
             f"{d['tokens_evaluated']} + {d['tokens_predicted']} tokens in a slot of {n_ctx}"

@@ -398,19 +398,28 @@ out:
 }
 
 /* what `profile check` prints loads back to the same profile */
+/* a's printout (*text, freed by the caller) loaded back as *b; NULL *b when a is NULL
+** or the printout does not load (the CHECK has failed). */
+static void print_and_reload(const struct tsr_profile *a, char **text, struct tsr_profile **b) {
+  size_t len = 0;
+  *text = NULL;
+  *b = NULL;
+  if (!a) return;
+  FILE *f = open_memstream(text, &len);
+  tsr_profile_print(a, f);
+  fclose(f);
+  CHECK_OK(tsr_profile_load_mem("printed.yaml", *text, len, NULL, 0, b));
+}
+
 static void test_print_round_trips(void) {
   const char *sets[] = {"plugins=[a, {name: b, settings: {x: \"1\", y: [1, {z: 2}], w: null}}]",
                         "speculator.name=mtp", "sampling.temperature=0.1"};
   struct tsr_profile *a = load_ok(conf("example-deployment.yaml"), sets, 3), *b = NULL;
   if (!a) return;
   char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  tsr_profile_print(a, f);
-  fclose(f);
+  print_and_reload(a, &text, &b);
   CHECK(strstr(text, "context: 131072") && strstr(text, "example-deployment.yaml:13:10"));
   CHECK(strstr(text, "memory_limit: 120GiB"));
-  CHECK_OK(tsr_profile_load_mem("printed.yaml", text, len, NULL, 0, &b));
   if (b) {
     CHECK(!strcmp(a->backend, b->backend) && a->context == b->context && a->batch == b->batch);
     CHECK(a->memory_limit == b->memory_limit && !strcmp(a->attention, b->attention));
@@ -448,14 +457,8 @@ static void test_print_round_trips_long_values_and_line_breaks(void) {
   struct tsr_profile *a = NULL, *b = NULL;
   CHECK_OK(tsr_profile_load_mem("long.yaml", text, strlen(text), sets, 1, &a));
   char *printed = NULL;
-  size_t len = 0;
-  if (a) {
-    FILE *f = open_memstream(&printed, &len);
-    tsr_profile_print(a, f);
-    fclose(f);
-    CHECK_OK(tsr_profile_load_mem("printed.yaml", printed, len, NULL, 0, &b));
-  }
-  if (a && b) {
+  print_and_reload(a, &printed, &b);
+  if (b) {
     CHECK(!strcmp(b->model_path, model));
     const struct tsr_pnode *s = b->plugins[0].settings;
     CHECK(tsr_profile_settings_count(s) == 4);
@@ -497,13 +500,7 @@ static void test_print_keeps_how_null_is_spelled(void) {
   struct tsr_profile *a = NULL, *b = NULL;
   CHECK_OK(tsr_profile_load_mem("null.yaml", text, strlen(text), NULL, 0, &a));
   char *printed = NULL;
-  size_t len = 0;
-  if (a) {
-    FILE *f = open_memstream(&printed, &len);
-    tsr_profile_print(a, f);
-    fclose(f);
-    CHECK_OK(tsr_profile_load_mem("printed.yaml", printed, len, NULL, 0, &b));
-  }
+  print_and_reload(a, &printed, &b);
   if (b) {
     const char *want[] = {"", "~", "Null"};
     struct tsr_profile_setting e;

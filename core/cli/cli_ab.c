@@ -7,7 +7,7 @@
 **    B against A position by position (KL(A || B), real_frac, same top-1,
 **    top-k TV); speed is each side's prefill tokens/s over the windows, and
 **    its decode tokens/s over --decode greedy tokens after the last window.
-**  - --task T: the same RULER items (core/ruler.h) through both; quality is
+**  - --task T: the same RULER items (core/quality/ruler.h) through both; quality is
 **    each side's accuracy and how many items they scored differently; speed
 **    comes from the same runs.
 **
@@ -21,8 +21,8 @@
 
 #include "cli.h"
 #include "cli_quality.h"
-#include "error.h"
-#include "logprobs.h"
+#include "common/error.h"
+#include "quality/logprobs.h"
 
 #define MAX_SETS 64
 

@@ -22,7 +22,7 @@
 ** --op-times also splits each test's time per token: outside the backend's
 ** computes (graph building, sampling, cache bookkeeping), inside them but
 ** outside the nodes (uploads, downloads), and per kind of node
-** (core/op_times.h; on cuda a node's time includes the GPU waiting for its
+** (core/graph/op_times.h; on cuda a node's time includes the GPU waiting for its
 ** launch).
 ** On a backend that replays decode steps as CUDA graphs, each tg test also says how
 ** many of its timed steps replayed (a step that did not ran node by node) and how
@@ -40,13 +40,13 @@
 #include <string.h>
 #include <sys/resource.h>
 
-#include "backend.h"
+#include "graph/backend.h"
 #include "bench_eta.h"
 #include "cli.h"
 #include "cli_quality.h"
-#include "error.h"
-#include "kv_cache.h"
-#include "plugin_host.h"
+#include "common/error.h"
+#include "kv/kv_cache.h"
+#include "abi/plugin_host.h"
 
 #define MAX_LIST 16
 

@@ -1,11 +1,11 @@
-/* `tessera convert`: Hugging Face checkpoint -> GGUF (core/convert.h). */
+/* `tessera convert`: Hugging Face checkpoint -> GGUF (core/model/convert.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
-#include "convert.h"
-#include "error.h"
-#include "plugin_host.h"
+#include "model/convert.h"
+#include "common/error.h"
+#include "abi/plugin_host.h"
 
 static void usage(FILE *f) {
   fprintf(f,

@@ -49,7 +49,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "error.h"
+#include "common/error.h"
 #include "gen_model.h"
 
 /* qwen3 presets keep std 0.02 and their one-stream generator: the build's

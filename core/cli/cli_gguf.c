@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "error.h"
-#include "gguf.h"
+#include "common/error.h"
+#include "model/gguf.h"
 
 #define MAX_SHOWN_ELEMS 8   /* array elements printed before "..." */
 #define MAX_SHOWN_CHARS 64  /* string bytes printed before "..." */

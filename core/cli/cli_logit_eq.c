@@ -27,8 +27,8 @@
 
 #include "cli.h"
 #include "cli_quality.h"
-#include "error.h"
-#include "logprobs.h"
+#include "common/error.h"
+#include "quality/logprobs.h"
 
 #define MAX_SETS 64
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "parity.h"
+#include "quality/parity.h"
 
 static void parity_usage(FILE *f) {
   fprintf(f,

@@ -40,9 +40,9 @@
 
 #include "cli.h"
 #include "cli_quality.h"
-#include "error.h"
-#include "gguf.h"
-#include "logprobs.h"
+#include "common/error.h"
+#include "model/gguf.h"
+#include "quality/logprobs.h"
 
 #define MAX_SETS 64
 #define LOGPROB_RANGE_MAX 40.0f

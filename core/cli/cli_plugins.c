@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "plugin_host.h"
+#include "abi/plugin_host.h"
 
 static void report_bad_manifest(void *user, const char *message) {
   int *bad = user;

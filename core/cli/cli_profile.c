@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "setup.h"
+#include "abi/setup.h"
 
 static void profile_usage(FILE *f) {
   fprintf(f, "usage: tessera profile check FILE [--set key.path=value]...\n"

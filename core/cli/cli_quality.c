@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "file.h"
-#include "logprobs.h"
-#include "op_times.h"
+#include "common/error.h"
+#include "common/file.h"
+#include "quality/logprobs.h"
+#include "graph/op_times.h"
 
 /* NULL with the error set when the file cannot be read */
 static char *slurp(const char *path, size_t *len) {

@@ -6,11 +6,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "chat.h"
-#include "engine.h"
-#include "json.h"
-#include "ruler.h"
-#include "tokenizer.h"
+#include "model/chat.h"
+#include "engine/engine.h"
+#include "model/json.h"
+#include "quality/ruler.h"
+#include "model/tokenizer.h"
 
 struct tsr_qtext {
   char *bytes;        /* the file, NUL-terminated */

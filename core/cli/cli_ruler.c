@@ -1,5 +1,5 @@
 /*
-** `tessera ruler`: RULER-style tasks (core/ruler.h) at a given context
+** `tessera ruler`: RULER-style tasks (core/quality/ruler.h) at a given context
 ** length, greedy generation, string_match_all scoring.
 **
 ** Each item is fitted to the context: its haystack grows until the prompt
@@ -13,13 +13,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chat.h"
+#include "model/chat.h"
 #include "cli.h"
 #include "cli_quality.h"
-#include "error.h"
-#include "json.h"
-#include "logprobs.h"
-#include "ruler.h"
+#include "common/error.h"
+#include "model/json.h"
+#include "quality/logprobs.h"
+#include "quality/ruler.h"
 
 
 /* The prompt text of an item: chat-rendered user message then the answer

@@ -8,14 +8,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "chat.h"
+#include "graph/backend.h"
+#include "model/chat.h"
 #include "cli.h"
-#include "engine.h"
-#include "file.h"
-#include "error.h"
-#include "sampler.h"
-#include "tokenizer.h"
+#include "engine/engine.h"
+#include "common/file.h"
+#include "common/error.h"
+#include "engine/sampler.h"
+#include "model/tokenizer.h"
 
 #define MAX_SETS 64
 #define MAX_REQUIRED 16

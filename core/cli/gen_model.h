@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "dtype.h"
-#include "gguf.h"
+#include "graph/dtype.h"
+#include "model/gguf.h"
 
 /* A model's shape as its config.json states it (names as in transformers). */
 struct gen_shape {

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "cpu/threadpool.h"
-#include "error.h"
+#include "common/error.h"
 #include "gen_model.h"
 
 double gen_now(void) {

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "gen_model.h"
 
 /* ---- the tensor list ---------------------------------------------------- */

@@ -2,9 +2,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../backend.h"
-#include "../error.h"
-#include "../op_registry.h"
+#include "graph/backend.h"
+#include "common/error.h"
+#include "abi/op_registry.h"
 #include "cpu_ops.h"
 #include "threadpool.h"
 

@@ -8,8 +8,8 @@
 #ifndef TSR_CPU_OPS_H
 #define TSR_CPU_OPS_H
 
-#include "../error.h"
-#include "../tensor.h"
+#include "common/error.h"
+#include "graph/tensor.h"
 
 struct tsr_cpu_compute {
   int ith, nth;

@@ -23,9 +23,9 @@
 #include <math.h>
 #include <string.h>
 
-#include "../dtype.h"
-#include "../graph.h"
-#include "../plugin_host.h"
+#include "graph/dtype.h"
+#include "graph/graph.h"
+#include "abi/plugin_host.h"
 #include "cpu_ops.h"
 #include "tessera/cpu_attn_tile.h"
 #include "vec.h"

@@ -1,6 +1,6 @@
 /* Plugin-registered ops on the CPU: hand the kernel plain tensor infos. */
-#include "../op_registry.h"
-#include "../tensor.h"
+#include "abi/op_registry.h"
+#include "graph/tensor.h"
 #include "cpu_ops.h"
 
 static void fill_info(const struct tsr_tensor *t, struct tsr_tensor_info *info) {

@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "../dtype.h"
+#include "graph/dtype.h"
 #include "cpu_ops.h"
 
 

@@ -1,6 +1,6 @@
 #include "vec.h"
 
-#include "../dtype.h"
+#include "graph/dtype.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>

@@ -1,7 +1,7 @@
 /*
 ** The one door between the core and libtessera-cuda.so. The core dlopens the
 ** shared object, looks up TSR_CUDA_ENTRY and calls it with a host table; the
-** shared object returns a filled struct tsr_backend (core/backend.h).
+** shared object returns a filled struct tsr_backend (core/graph/backend.h).
 **
 ** The shared object is built from this same tree and reads core structs
 ** (tensors, planned graphs) directly, so the table carries their sizes and a
@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "../cuda_settings.h"
+#include "graph/cuda_settings.h"
 #include "tessera/plugin.h"
 #include "tessera/tessera.h"
 
@@ -25,7 +25,7 @@ struct tsr_dtype_traits;
 ** tsr_backend_i, times in struct tsr_backend; 6: memory in struct tsr_backend_i,
 ** backend_size checked; 7: custom_op_replayable; 8: graph_counts in struct tsr_backend_i;
 ** 9: gemm_how of struct tsr_backend_ceilings 384 bytes; 10: dtype_traits, codec_ops;
-** 11: the open function takes the settings (core/cuda_settings.h) */
+** 11: the open function takes the settings (core/graph/cuda_settings.h) */
 #define TSR_CUDA_ABI_VERSION 11
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
@@ -35,11 +35,11 @@ struct tsr_cuda_host {
   uint32_t abi_version; /* TSR_CUDA_ABI_VERSION */
   uint32_t struct_size; /* sizeof(struct tsr_cuda_host) */
   uint32_t tensor_size; /* sizeof(struct tsr_tensor) */
-  uint32_t graph_size;  /* sizeof(struct tsr_graph) (core/graph_internal.h) */
-  uint32_t backend_size; /* sizeof(struct tsr_backend) (core/backend.h): the .so fills one */
+  uint32_t graph_size;  /* sizeof(struct tsr_graph) (core/graph/graph_internal.h) */
+  uint32_t backend_size; /* sizeof(struct tsr_backend) (core/graph/backend.h): the .so fills one */
   void (*set_error)(const char *message);
   const char *(*get_error)(void);
-  /* name of a plugin-registered op, or NULL (core/op_registry.h) */
+  /* name of a plugin-registered op, or NULL (core/abi/op_registry.h) */
   const char *(*custom_op_name)(int32_t op_id);
   /* a plugin op's kernel for `backend` (its library opened on first use), or
   ** an error naming the op and what is missing (op_registry.h) */

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend.h"
+#include "graph/backend.h"
 #include "cuda_graphs.h"
 #include "cuda_internal.h"
 
@@ -780,7 +780,7 @@ static tsr_status open_device(struct cu_ctx *c, const struct tsr_cuda_settings *
   CU_RT(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
   CU_BLAS(cublasCreate(&c->blas));
   CU_BLAS(cublasSetStream(c->blas, c->stream));
-  /* the profile's choices, overrides applied (core/cuda_settings.h) */
+  /* the profile's choices, overrides applied (core/graph/cuda_settings.h) */
   c->gemm_f32 = set->gemm_f32;
   c->gemv_x8 = !set->gemv_f32;
   c->sync_nodes = set->sync;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "graph_internal.h"
+#include "graph/graph_internal.h"
 
 bool tsr_cuda_graph_capturable(const struct tsr_graph *g, int64_t max_n, int64_t max_pairs,
                                int (*replayable)(int32_t op_id, const char *backend), char *why,

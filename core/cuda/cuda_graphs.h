@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph.h"
+#include "graph/graph.h"
 
 /* Whether every node of g launches the same kernels from the same signature
 ** without the host reading device memory or waiting: plugin ops only where

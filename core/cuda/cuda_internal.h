@@ -10,8 +10,8 @@
 #include <cuda_runtime_api.h>
 #include <stdbool.h>
 
-#include "../error.h"
-#include "../graph_internal.h"
+#include "common/error.h"
+#include "graph/graph_internal.h"
 #include "cuda_abi.h"
 #include "cuda_kernels.h"
 
@@ -91,7 +91,7 @@ struct cu_ctx {
 
   struct tsr_op_times *times; /* node timing on: an event after each node */
   cudaEvent_t *events;        /* [0] before the first node, [k] after the k-th */
-  double *stamps;             /* the events as seconds since [0], for core/op_times.h */
+  double *stamps;             /* the events as seconds since [0], for core/graph/op_times.h */
   int n_events;
 };
 

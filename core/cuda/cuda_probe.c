@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend.h"
+#include "graph/backend.h"
 #include "cuda_internal.h"
 
 #define PROBE_COPY_BYTES ((size_t)1 << 30)

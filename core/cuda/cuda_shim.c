@@ -2,13 +2,13 @@
 ** The shared object compiles a few core files of its own (dtype, quant,
 ** tensor: names, sizes and byte spans). Their errors, and the backend's,
 ** must reach the core's per-thread message, not a copy of it inside the
-** .so: these definitions replace core/error.c here and forward to the host.
+** .so: these definitions replace core/common/error.c here and forward to the host.
 */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../error.h"
+#include "common/error.h"
 #include "cuda_abi.h"
 
 const struct tsr_cuda_host *tsr_cuda_host_table;

@@ -2,7 +2,7 @@
 ** What the CUDA backend refuses, before anything runs: each refusal names the
 ** op, the tensor and what is missing. There is no fallback to the CPU.
 */
-#include "../op_registry.h"
+#include "abi/op_registry.h"
 #include "cuda_internal.h"
 
 static const char *label(const struct tsr_tensor *t) { return t->name[0] ? t->name : "(unnamed)"; }

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "engine.h"
+#include "engine/engine.h"
 
 struct tsr_server_options {
   struct tsr_engine_options engine;

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
-#include "json.h"
+#include "common/error.h"
+#include "model/json.h"
 #include "server_internal.h"
 
 /* ---- text ---- */

@@ -20,9 +20,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "server_internal.h"
-#include "setup.h"
+#include "abi/setup.h"
 #include "../cli/cli.h"
 
 struct conn {

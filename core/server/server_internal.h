@@ -19,12 +19,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat.h"
-#include "engine.h"
-#include "profile.h"
-#include "sampler.h"
+#include "model/chat.h"
+#include "engine/engine.h"
+#include "profile/profile.h"
+#include "engine/sampler.h"
 #include "server.h"
-#include "tokenizer.h"
+#include "model/tokenizer.h"
 
 #define SRV_MAX_SLOTS 64
 #define SRV_MAX_STOP 16

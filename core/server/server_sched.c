@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "server_internal.h"
 
 double srv_now(void) {

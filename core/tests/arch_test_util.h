@@ -3,8 +3,8 @@
 #ifndef TSR_ARCH_TEST_UTIL_H
 #define TSR_ARCH_TEST_UTIL_H
 
-#include "gguf.h"
-#include "plugin_host.h"
+#include "model/gguf.h"
+#include "abi/plugin_host.h"
 
 /* Loads plugin from plugin_dir into a fresh host, opens path and describes
 ** it with the arch its general.architecture names (up to 64 layers). */

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "op_test_util.h"
 
 static struct tsr_backend *g_be[2]; /* 1 thread, 3 threads */

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "error.h"
-#include "gguf.h"
+#include "common/error.h"
+#include "model/gguf.h"
 
 /* max |a-b| / max |b| over one row: the parity tool's measure (NaN fails). */
 static inline double tsr_test_row_rel(const float *a, const float *b, int64_t n) {

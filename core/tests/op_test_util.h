@@ -25,8 +25,8 @@
 
 #include <string.h>
 
-#include "backend.h"
-#include "graph.h"
+#include "graph/backend.h"
+#include "graph/graph.h"
 #include "harness.h"
 
 struct tsr_test_graph {

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "error.h"
-#include "ruler.h"
+#include "common/error.h"
+#include "quality/ruler.h"
 
 int main(int argc, char **argv) {
   enum tsr_ruler_task t;

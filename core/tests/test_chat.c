@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
-#include "error.h"
+#include "model/chat.h"
+#include "common/error.h"
 #include "harness.h"
 
 static const char *g_fixtures = NULL;

@@ -16,13 +16,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "convert.h"
-#include "dtype.h"
-#include "error.h"
-#include "gguf.h"
+#include "model/convert.h"
+#include "graph/dtype.h"
+#include "common/error.h"
+#include "model/gguf.h"
 #include "harness.h"
-#include "json.h"
-#include "plugin_host.h"
+#include "model/json.h"
+#include "abi/plugin_host.h"
 
 static char g_root[256];
 static const char *g_fixtures; /* tests/reference/fixtures, or NULL */

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "graph/backend.h"
 #include "harness.h"
 
 static const char *g_so = "";

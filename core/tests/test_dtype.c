@@ -12,10 +12,10 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "dtype.h"
-#include "error.h"
+#include "graph/dtype.h"
+#include "common/error.h"
 #include "harness.h"
-#include "quant_blocks.h"
+#include "graph/quant_blocks.h"
 
 typedef void (*dequant_fn)(const void *, float *, int64_t);
 typedef void (*quant_fn)(const float *, void *, int64_t);

@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "gguf.h"
+#include "common/error.h"
+#include "model/gguf.h"
 #include "harness.h"
 
 static char g_dir[256];

@@ -2,9 +2,9 @@
 #include <stdatomic.h>
 #include <string.h>
 
-#include "backend.h"
+#include "graph/backend.h"
 #include "cpu/threadpool.h"
-#include "graph.h"
+#include "graph/graph.h"
 #include "harness.h"
 
 static void test_views_share_bytes_without_copy(void) {

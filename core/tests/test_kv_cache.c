@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "harness.h"
-#include "kv_cache.h"
+#include "kv/kv_cache.h"
 #include "op_test_util.h"
 
 /* ---- codecs straight from the dtype traits (as the built-in plugin does) -- */

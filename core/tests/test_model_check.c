@@ -7,12 +7,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "gguf.h"
-#include "graph.h"
+#include "common/error.h"
+#include "model/gguf.h"
+#include "graph/graph.h"
 #include "harness.h"
-#include "model_check.h"
-#include "plugin_graph_api.h"
+#include "model/model_check.h"
+#include "abi/plugin_graph_api.h"
 
 #define N_LAYERS 10
 

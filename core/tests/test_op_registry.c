@@ -11,11 +11,11 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "harness.h"
-#include "op_registry.h"
-#include "plugin_host.h"
-#include "plugin_host_internal.h"
+#include "abi/op_registry.h"
+#include "abi/plugin_host.h"
+#include "abi/plugin_host_internal.h"
 
 static void a_library_kernel_resolves_to_its_symbol_on_first_lookup(void) {
   int32_t id = -1;

@@ -1,10 +1,10 @@
-/* Node timing (core/op_times.h): kinds, their overflow, the order of the report, and
+/* Node timing (core/graph/op_times.h): kinds, their overflow, the order of the report, and
 ** the cpu backend adding exactly the nodes of the computes made while timing is on. */
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "op_test_util.h"
-#include "op_times.h"
+#include "graph/op_times.h"
 
 static const char *registered_name(int32_t op_id) { return op_id == 7 ? "dca_rotate_query" : NULL; }
 

@@ -6,10 +6,10 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "backend.h"
-#include "composition.h"
-#include "dtype.h"
-#include "graph.h"
+#include "graph/backend.h"
+#include "abi/composition.h"
+#include "graph/dtype.h"
+#include "graph/graph.h"
 #include "harness.h"
 
 enum kv_layout {

@@ -1,7 +1,7 @@
 /* CPU cpy/cast, set_rows, concat, top_k and argmax against naive references. */
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "op_test_util.h"
 
 static const int g_threads[] = {1, 3};

@@ -1,7 +1,7 @@
 /* CPU get_rows, mat_mul and mat_mul_id against naive double-precision references. */
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "op_test_util.h"
 
 static const int g_threads[] = {1, 3};
@@ -67,7 +67,7 @@ static struct tsr_tensor *make_x(struct tsr_graph *g, const int64_t ne[4], enum 
 }
 
 /* Relative RMS error of dot products with N(0,1) weights against the
-** unquantized weights: the type's round-trip error (core/quant.c), times 1.6
+** unquantized weights: the type's round-trip error (core/graph/quant.c), times 1.6
 ** because a few dozen dot products estimate it only to some 30%. */
 static double type_error_bound(enum tsr_dtype t) {
   switch (t) {

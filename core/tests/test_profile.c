@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "profile.h"
+#include "profile/profile.h"
 
 static const char *g_fixtures = "core/tests/profiles";
 static const char *g_conf = "conf";

@@ -1,5 +1,5 @@
 /*
-** q6_0, tessera's own KV codec (layout in core/KV_CODECS.md): its dtype id
+** q6_0, tessera's own KV codec (layout in core/kv/KV_CODECS.md): its dtype id
 ** stays out of GGUF's range and out of files, hand-built blocks decode to the
 ** documented values, the reference quantizer writes the documented bytes,
 ** its error sits between q8_0's and q5_0's, an all-zero block stays zero,
@@ -10,18 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtype.h"
-#include "error.h"
-#include "gguf.h"
+#include "graph/dtype.h"
+#include "common/error.h"
+#include "model/gguf.h"
 #include "harness.h"
-#include "kv_cache.h"
+#include "kv/kv_cache.h"
 #include "op_test_util.h"
 
 #define QK 32
 #define BLOCK 26
 
 /* Packs 32 six-bit codes as KV_CODECS.md states it, written independently of
-** core/quant.c: d, ql (low nibbles: j low, j+16 high), qh (2 bits of j,
+** core/graph/quant.c: d, ql (low nibbles: j low, j+16 high), qh (2 bits of j,
 ** j+8, j+16, j+24 in bit pairs 0-1, 2-3, 4-5, 6-7). */
 static void pack_by_hand(uint16_t d, const int *q, uint8_t *blk) {
   blk[0] = (uint8_t)(d & 0xff), blk[1] = (uint8_t)(d >> 8);

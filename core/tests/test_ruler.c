@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ruler.h"
+#include "quality/ruler.h"
 #include "tests/harness.h"
 
 static size_t count(const char *hay, const char *needle) {

@@ -14,9 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "harness.h"
-#include "sampler.h"
+#include "engine/sampler.h"
 
 #define P(t, k, tp, mp, sd) ((struct tsr_sampler_params){(t), (k), (tp), (mp), (sd)})
 

@@ -26,13 +26,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "convert.h"
-#include "error.h"
-#include "gguf.h"
+#include "model/convert.h"
+#include "common/error.h"
+#include "model/gguf.h"
 #include "harness.h"
-#include "json.h"
-#include "tokenizer.h"
-#include "tokenizer_internal.h"
+#include "model/json.h"
+#include "model/tokenizer.h"
+#include "model/tokenizer_internal.h"
 
 /* ---- building tiny tokenizers ----------------------------------------------- */
 

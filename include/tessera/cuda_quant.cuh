@@ -4,7 +4,7 @@
 ** plugin's CUDA kernels read the scalar KV tiers in place the way the core's
 ** flash kernel does (dq_rt).
 **
-** Layouts are core/quant_blocks.h and core/quant.c / quant_k.c byte for byte;
+** Layouts are core/graph/quant_blocks.h and core/graph/quant.c / quant_k.c byte for byte;
 ** offsets are spelled out here because the C header's _Static_asserts are not
 ** C++. Dequantizers repeat the CPU's arithmetic order (scale products first),
 ** quantizers repeat it with explicit round-to-nearest operations so no fused
@@ -22,7 +22,7 @@
 #include <string.h>
 
 /* Host and device both: core/cuda/tests/test_cuda_quant.cu runs these on the
-** CPU against core/quant.c, so the layouts are checked where CI runs. */
+** CPU against core/graph/quant.c, so the layouts are checked where CI runs. */
 #define CU_HD __host__ __device__
 
 /* Round-to-nearest arithmetic that no compiler may fuse (the host side is
@@ -59,7 +59,7 @@ CU_HD static inline uint32_t f2u(float f) {
 #endif
 }
 
-/* The core's dtype ids (core/dtype.h), as device constants. */
+/* The core's dtype ids (core/graph/dtype.h), as device constants. */
 enum {
   T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
   T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_Q8_K = 15,
@@ -519,7 +519,7 @@ CU_HD static inline void q5_pack(const int *q, uint8_t *qh, uint8_t *qs) {
   for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
 }
 
-/* One 32-value block of type t from x, as core/quant.c's reference quantizers. */
+/* One 32-value block of type t from x, as core/graph/quant.c's reference quantizers. */
 CU_HD static inline void quant_block32(int t, const float *x, uint8_t *b) {
   int q[32];
   if (t == T_Q8_0) {

@@ -1,6 +1,6 @@
-/* libFuzzer target: chat template rendering (core/chat.c) with arbitrary
+/* libFuzzer target: chat template rendering (core/model/chat.c) with arbitrary
 ** messages and template choice, the messages given either as raw fields or
-** as a JSON request body read with core/json.c, the way `tessera serve` reads
+** as a JSON request body read with core/model/json.c, the way `tessera serve` reads
 ** /v1/chat/completions.
 **
 ** Input: one flag byte, then the payload.
@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat.h"
-#include "error.h"
-#include "json.h"
+#include "model/chat.h"
+#include "common/error.h"
+#include "model/json.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)
 

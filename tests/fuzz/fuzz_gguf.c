@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)
 

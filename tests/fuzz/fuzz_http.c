@@ -17,8 +17,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "error.h"
-#include "gguf.h"
+#include "common/error.h"
+#include "model/gguf.h"
 #include "server/server_internal.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)

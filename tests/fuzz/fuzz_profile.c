@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "profile.h"
+#include "profile/profile.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)
 

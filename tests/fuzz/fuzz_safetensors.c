@@ -23,9 +23,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "convert_safetensors.h"
-#include "error.h"
-#include "json.h"
+#include "model/convert_safetensors.h"
+#include "common/error.h"
+#include "model/json.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)
 

@@ -23,10 +23,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "gguf.h"
-#include "tokenizer.h"
-#include "tokenizer_internal.h"
+#include "common/error.h"
+#include "model/gguf.h"
+#include "model/tokenizer.h"
+#include "model/tokenizer_internal.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)
 

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "op_times.h"
+#include "graph/backend.h"
+#include "graph/op_times.h"
 #include "op_test_util.h"
 
 static int cmp_d(const void *a, const void *b) {

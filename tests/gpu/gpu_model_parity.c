@@ -1,9 +1,9 @@
 /*
 ** Whole-model parity on the GPU: a reference fixture's forward pass, built
-** exactly as core/parity.c builds it (arch plugin, built-in `flash`
+** exactly as core/quality/parity.c builds it (arch plugin, built-in `flash`
 ** attention, every golden sequence in one ubatch, positions 0..n-1), run on
 ** the cpu backend and on the cuda backend; the cuda logits are compared with
-** the golden ones (argmax agreement and mean KL, core/parity.c's measures)
+** the golden ones (argmax agreement and mean KL, core/quality/parity.c's measures)
 ** and with the cpu's. The engine (KV cache, decode steps) is not involved:
 ** the engine still creates a cpu backend itself (core/cuda/README.md).
 **
@@ -17,12 +17,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "error.h"
-#include "gguf.h"
-#include "parity.h"
-#include "plugin_host.h"
-#include "setup.h"
+#include "graph/backend.h"
+#include "common/error.h"
+#include "model/gguf.h"
+#include "quality/parity.h"
+#include "abi/plugin_host.h"
+#include "abi/setup.h"
 
 struct model {
   struct tsr_plugin_host *host;

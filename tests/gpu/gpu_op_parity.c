@@ -58,10 +58,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "op_registry.h"
+#include "graph/backend.h"
+#include "abi/op_registry.h"
 #include "op_test_util.h"
-#include "plugin_host.h"
+#include "abi/plugin_host.h"
 
 #define MAX_T 24
 #define MAX_OUT 4

@@ -6,7 +6,7 @@
 ** distributions over all positions, and the fraction of positions whose
 ** argmax agrees. Asserted: KL grows as bits shrink across the symmetric
 ** tiers (q8_0, q6_0, q5_*, q4_*), and a q8_0 K with a q4_0 V is at least as
-** good as q4_0 for both. The table is printed (core/KV_CODECS.md records it).
+** good as q4_0 for both. The table is printed (core/kv/KV_CODECS.md records it).
 ** usage: test_kv_tiers MODEL.gguf GOLDEN.gguf (a fixture converted at f32;
 ** run_kv_tiers.sh converts it).
 */
@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
-#include "gguf.h"
+#include "engine/engine.h"
+#include "common/error.h"
+#include "model/gguf.h"
 #include "tests/harness.h"
 #include "tests/logits_test_util.h"
 

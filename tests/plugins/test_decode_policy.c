@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
-#include "gguf.h"
-#include "plugin_host.h"
-#include "setup.h"
+#include "engine/engine.h"
+#include "common/error.h"
+#include "model/gguf.h"
+#include "abi/plugin_host.h"
+#include "abi/setup.h"
 #include "tests/harness.h"
 #include "tests/logits_test_util.h"
 

@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "composition.h"
-#include "setup.h"
+#include "graph/backend.h"
+#include "abi/composition.h"
+#include "abi/setup.h"
 #include "tests/harness.h"
 
 static const char *g_build, *g_bad, *g_oot;

@@ -10,7 +10,7 @@
 
 #include "cuda_graphs.h"
 #include "harness.h"
-#include "op_registry.h"
+#include "abi/op_registry.h"
 
 enum { K = 64, M = 32, E = 4 };
 

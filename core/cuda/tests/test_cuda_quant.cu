@@ -1,6 +1,6 @@
 /*
 ** The CUDA backend's element decoders and block quantizers (cuda_quant.cuh),
-** compiled for the host and run on the CPU against core/quant.c: every
+** compiled for the host and run on the CPU against core/graph/quant.c: every
 ** readable type decodes to exactly the cpu's values, every writable block
 ** type encodes to exactly the cpu's bytes. The layouts are thus checked
 ** where CI runs (no GPU there); tests/gpu/gpu_op_parity checks the same
@@ -9,7 +9,7 @@
 #include <string.h>
 
 extern "C" {
-#include "dtype.h"
+#include "graph/dtype.h"
 #include "harness.h"
 }
 #include "tessera/cuda_quant.cuh"
@@ -127,7 +127,7 @@ static void every_writable_block_type_encodes_the_cpus_bytes(void) {
     CHECK_OK(tsr_dtype_from_f32((enum tsr_dtype)t, x, ref, N));
     for (int b = 0; b < N / 32; b++) quant_block32(t, x + 32 * b, ours + b * cu_block_bytes(t));
     const size_t bytes = (size_t)(N / 32) * cu_block_bytes(t);
-    CHECK_MSG(memcmp(ours, ref, bytes) == 0, "%s: blocks differ from core/quant.c",
+    CHECK_MSG(memcmp(ours, ref, bytes) == 0, "%s: blocks differ from core/graph/quant.c",
               tsr_dtype_name((enum tsr_dtype)t));
   }
 }

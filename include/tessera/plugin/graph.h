@@ -1,7 +1,7 @@
 /*
 ** tessera plugin ABI: building graphs (host->graph). The core's builders, with
 ** which an arch's forward pass, an attention implementation or a codec's hooks
-** append ops: shapes as core/graph.h documents them, dims innermost first. A
+** append ops: shapes as core/graph/graph.h documents them, dims innermost first. A
 ** failure returns NULL and records the graph's error.
 */
 #ifndef TESSERA_PLUGIN_GRAPH_H

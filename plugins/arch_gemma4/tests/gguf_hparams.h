@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 #include "gemma4.h"
-#include "gguf.h"
+#include "model/gguf.h"
 
 static tsr_status hp_u32(const struct tsr_gguf *g, const char *arch, const char *suffix,
                          int32_t *out) {

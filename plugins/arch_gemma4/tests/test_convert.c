@@ -25,10 +25,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "gguf_hparams.h"
-#include "json.h"
-#include "plugin_host.h"
+#include "model/json.h"
+#include "abi/plugin_host.h"
 #include "tests/harness.h"
 
 extern char **environ;

@@ -3,9 +3,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "gguf_hparams.h"
-#include "plugin_host.h"
+#include "abi/plugin_host.h"
 #include "tests/harness.h"
 #include "tests/arch_test_util.h"
 

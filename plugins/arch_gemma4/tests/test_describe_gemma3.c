@@ -5,8 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "plugin_host.h"
+#include "model/gguf.h"
+#include "abi/plugin_host.h"
 #include "tests/harness.h"
 #include "tests/arch_test_util.h"
 

@@ -12,11 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "error.h"
-#include "gguf.h"
-#include "graph.h"
-#include "setup.h"
+#include "graph/backend.h"
+#include "common/error.h"
+#include "model/gguf.h"
+#include "graph/graph.h"
+#include "abi/setup.h"
 #include "tests/harness.h"
 #include "tests/logits_test_util.h"
 

@@ -3,10 +3,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
+#include "model/gguf.h"
 #include "tests/harness.h"
 #include "tests/arch_test_util.h"
-#include "plugin_host.h"
+#include "abi/plugin_host.h"
 
 static const char *g_plugin_dir;
 

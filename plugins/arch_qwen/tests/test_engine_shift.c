@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
-#include "error.h"
-#include "gguf.h"
+#include "engine/engine.h"
+#include "common/error.h"
+#include "model/gguf.h"
 #include "tests/harness.h"
 #include "tests/logits_test_util.h"
 

@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "engine.h"
-#include "error.h"
-#include "graph.h"
-#include "op_registry.h"
+#include "graph/backend.h"
+#include "engine/engine.h"
+#include "common/error.h"
+#include "graph/graph.h"
+#include "abi/op_registry.h"
 #include "tests/harness.h"
 #include "tests/logits_test_util.h"
 

@@ -22,12 +22,12 @@
 #include <time.h>
 
 #include "../dca.h"
-#include "backend.h"
-#include "dtype.h"
-#include "graph.h"
-#include "graph_internal.h"
-#include "op_registry.h"
-#include "plugin_host.h"
+#include "graph/backend.h"
+#include "graph/dtype.h"
+#include "graph/graph.h"
+#include "graph/graph_internal.h"
+#include "abi/op_registry.h"
+#include "abi/plugin_host.h"
 #include "tests/harness.h"
 
 static struct tsr_plugin_host *g_host, *g_host_yarn;

@@ -1,0 +1,62 @@
+/*
+** Negotiation: for every layer of the model, the chosen attention
+** implementation says how it reads that layer's K and V codecs on the
+** active backend; each decode policy and the speculator say whether they
+** can act. Any gap is an error naming the layer, the plugin, the codec and
+** what is missing. The result is printed per layer kind.
+*/
+#ifndef TSR_COMPOSITION_H
+#define TSR_COMPOSITION_H
+
+#include <stdio.h>
+
+#include "abi/plugin_host.h"
+
+#define TSR_COMPOSE_MAX_POLICIES 8
+
+struct tsr_composition_request {
+  const char *backend;
+  const char *attention;                          /* every layer kind's ... */
+  const char *attention_kind[TSR_LAYER_KIND_COUNT]; /* ... unless named here per kind */
+  const char *k_codec[TSR_LAYER_KIND_COUNT]; /* per layer kind */
+  const char *v_codec[TSR_LAYER_KIND_COUNT];
+  const char *const *policies;
+  int n_policies;
+  const char *speculator; /* NULL: none */
+  const struct tsr_gguf *model; /* the speculator's negotiate reads it */
+  const struct tsr_arch_layer *layers;
+  int n_layers;
+};
+
+struct tsr_composition_group {
+  enum tsr_layer_kind kind;
+  int n_layers;
+  char layer_list[96];     /* "0-4,6-10,..." */
+  bool uniform_heads;      /* every layer of the group has the same head shape */
+  struct tsr_arch_layer first; /* head shape of the group's first layer */
+  char k_codec[32], v_codec[32];
+  enum tsr_read_path k_path, v_path;
+  /* how each is read, as printed: "in-register", or for a plugin's codec
+  ** "example_codec 1.0.0; native as f16; hooks prepare_rows, prepare_q" */
+  char k_how[160], v_how[160];
+  char attention[160];     /* "dca (attn_dca 1.0.0)"; "" for linear layers */
+};
+
+struct tsr_composition {
+  char backend[16];
+  char attention[160];       /* the request's `attention`: "flash (core 0.1.0)" */
+  char policies[256];        /* "sparse_v (sparse_v 0.1.0)" or "none" */
+  char speculator[128];      /* or "none" */
+  struct tsr_composition_group groups[TSR_LAYER_KIND_COUNT];
+  int n_groups;
+};
+
+tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composition_request *r,
+                       struct tsr_composition *out);
+void tsr_composition_print(const struct tsr_composition *c, FILE *f);
+const char *tsr_layer_kind_name(enum tsr_layer_kind kind);
+/* Parses "full", "sliding", "linear"; -1 if none. */
+int tsr_layer_kind_from_name(const char *name);
+const char *tsr_read_path_name(enum tsr_read_path path);
+
+#endif

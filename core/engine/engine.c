@@ -1,0 +1,939 @@
+/*
+** The engine (engine.h): a tsr_setup, the KV cache it planned, the backend
+** the profile names (cpu, or cuda opened from libtessera-cuda.so), and one
+** forward graph per ubatch.
+**
+** A device backend (cuda) keeps its own copy of the model's tensor data and
+** of every KV cache buffer (tsr_backend_keep), and that copy is the one that
+** counts: the engine pushes every host write into those buffers (the
+** recurrent state seq_rm zeroes) with tsr_backend_sync_to_device. Other
+** external tensors of a graph (the context shift's cell lists) are uploaded
+** with each compute. Before anything runs, a one-token forward graph is
+** checked against the backend, so a model using an op the backend has no
+** kernel for (a plugin op on cuda) fails at load naming it.
+**
+** Profile. With profile_path NULL the engine loads a minimal built-in
+** profile from memory (`model: default`, plugins arch_qwen and arch_gemma4
+** when the latter is on the plugin search path): conf/default.yaml is not
+** installed anywhere. model_path is appended to the overrides as
+** `model=PATH`, so messages name it as a --set and relative paths resolve
+** against the working directory.
+**
+** Per ubatch: tsr_kv_cache_prepare picks the cells; the graph gets the
+** tokens, positions, each used pool's cells (i32 [n]) and kv_pos (i32
+** [cells]) as inputs; the arch appends its forward pass with fw.kv set; the
+** graph is planned into the engine's arena (grown when a plan needs more),
+** filled and run, and the logits are
+** copied out. A ubatch of one sequence hides the other sequences' cells in
+** kv_pos; a ubatch of several gets each pool's sequence mask
+** (tsr_kv_cache_fill_mask) as well, which attention adds to the causal and
+** window rules it applies from the positions. A model with linear layers
+** runs each sequence of a batch as its own pass (one state slot each).
+**
+** Rollback. A full context is found before anything runs (the full pool's
+** free cells are counted), so the call fails with the cache untouched. Any
+** later failure removes the positions this call added (seq_rm). A model with
+** linear layers cannot drop part of a sequence (its recurrent state holds
+** it): there such a failure leaves the sequence as it was only when it was
+** empty before the call, and otherwise says that the state moved on.
+**
+** Token ids. Per sequence the engine remembers the ids at positions 0..known
+** (eval appends, seq_rm and context shift cut), which is all prompt-prefix
+** reuse needs: tsr_engine_common_prefix compares a new prompt with them.
+**
+** Context shift. The moved cells are found first (both pools); the arch's
+** shift_keys appends, per owning layer, get_rows of those cells' K, a RoPE
+** by -n_discard and set_rows back in the K codec; the graph runs; only then
+** do the cells' positions change (seq_rm of the dropped span, seq_add of
+** the rest), so every refusal leaves the cache as it was. A failure while
+** the graph runs leaves keys half rotated: the sequence is dropped whole.
+*/
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/backend.h"
+#include "common/error.h"
+#include "graph/graph.h"
+#include "kv/kv_cache.h"
+#include "abi/plugin_manifest.h"
+#include "engine/sampler.h"
+
+struct tsr_engine {
+  struct tsr_setup *setup;
+  struct tsr_kv_cache *kv;
+  struct tsr_backend *backend;
+  bool device; /* the backend keeps device copies of external memory */
+  const struct tsr_attention_v1 *attention;
+  int32_t n_vocab, n_ubatch;
+  bool has_linear;
+  int64_t logits_rows; /* rows the LM head computed, every ubatch so far (bench's FLOPs) */
+  void *arena;        /* kept across steps: a fresh one per step is page faults */
+  size_t arena_bytes;
+  int32_t n_seq;
+  struct seq_ids {    /* the token ids at positions 0..n of one sequence */
+    int32_t *ids;
+    int32_t n, cap;
+  } *seq_ids;
+  /* the decode policies' parameters per layer (plugin.h), NULL where a layer has
+  ** none; the counters its attention adds to, what of them was reported, and the
+  ** policy plugin they are reported to */
+  struct layer_decode {
+    struct tsr_decode_params params;
+    struct tsr_decode_counters counters, reported;
+    struct tsr_plugin *owner;
+  } *decode;
+  const struct tsr_decode_params **decode_of; /* [n_layers] */
+  /* the profile's speculator and its plugin, or NULL; the target's final hidden
+  ** rows of the last compute's read tokens (only with a speculator: they are what a
+  ** NextN or assistant drafter reads) and the row the next draft starts from */
+  const struct tsr_speculator_v1 *spec;
+  struct tsr_plugin *spec_owner;
+  float *hidden;
+  int32_t n_embd, hidden_rows, hidden_last;
+};
+
+static enum tsr_profile_layer_kind profile_kind(enum tsr_layer_kind k) {
+  return k == TSR_LAYER_SLIDING ? TSR_PROFILE_LAYER_SLIDING
+         : k == TSR_LAYER_LINEAR ? TSR_PROFILE_LAYER_LINEAR
+                                 : TSR_PROFILE_LAYER_FULL;
+}
+
+/* Whether plugin `name` has a manifest on the default search path. */
+static bool plugin_available(const char *name) {
+  struct tsr_plugin_host *h = NULL;
+  struct tsr_manifest *list = NULL;
+  int n = 0;
+  bool found = false;
+  if (tsr_plugin_host_new(&h) == TSR_OK && tsr_plugin_host_scan(h, &list, &n, NULL, NULL) == TSR_OK)
+    for (int i = 0; i < n && !found; i++) found = !strcmp(list[i].name, name);
+  free(list);
+  tsr_plugin_host_free(h);
+  return found;
+}
+
+static tsr_status load_setup(const struct tsr_engine_options *opt, struct tsr_setup **out) {
+  *out = NULL;
+  int n_sets = opt->n_sets > 0 ? opt->n_sets : 0;
+  const char **sets = calloc((size_t)n_sets + 1, sizeof *sets);
+  char *model_set = NULL;
+  if (!sets) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int i = 0; i < n_sets; i++) sets[i] = opt->sets[i];
+  if (opt->model_path) {
+    size_t len = strlen(opt->model_path) + 8;
+    if (!(model_set = malloc(len))) {
+      free(sets);
+      return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+    }
+    snprintf(model_set, len, "model=%s", opt->model_path);
+    sets[n_sets++] = model_set;
+  }
+  tsr_status st;
+  if (opt->profile_path) {
+    st = tsr_setup_from_profile(opt->profile_path, sets, n_sets, out);
+  } else {
+    /* the built-in default profile: the default model, every arch plugin built */
+    char text[256];
+    snprintf(text, sizeof text, "model: default\nplugins:\n  - arch_qwen\n%s",
+             plugin_available("arch_gemma4") ? "  - arch_gemma4\n" : "");
+    st = tsr_setup_from_profile_text("(built-in default profile)", text, sets, n_sets, out);
+  }
+  free(model_set);
+  free(sets);
+  return st;
+}
+
+static tsr_status new_kv_cache(struct tsr_engine *e) {
+  const struct tsr_setup *s = e->setup;
+  const struct tsr_profile *p = s->profile;
+  struct tsr_kv_layer_codecs *codecs =
+      calloc(s->n_layers > 0 ? (size_t)s->n_layers : 1, sizeof *codecs);
+  if (!codecs) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  tsr_status st = TSR_OK;
+  for (int i = 0; i < s->n_layers && st == TSR_OK; i++) {
+    const struct tsr_arch_layer *l = &s->layers[i];
+    if (l->kind == TSR_LAYER_LINEAR) e->has_linear = true;
+    if (l->kind == TSR_LAYER_LINEAR || l->kv_shared_from) continue; /* owns no K/V */
+    const char *k = tsr_profile_k_codec(p, profile_kind(l->kind));
+    const char *v = tsr_profile_v_codec(p, profile_kind(l->kind));
+    codecs[i].k = tsr_plugin_host_kv_codec(s->host, k, NULL);
+    codecs[i].v = tsr_plugin_host_kv_codec(s->host, v, NULL);
+    if (!codecs[i].k || !codecs[i].v)
+      st = tsr_error_set(TSR_ERR_INTERNAL, "layer %d: codec %s vanished after negotiation", i,
+                         codecs[i].k ? v : k);
+    /* what the layer kind's attention negotiated to lift to f16 before reading */
+    for (int gi = 0; gi < s->composition.n_groups; gi++) {
+      const struct tsr_composition_group *cg = &s->composition.groups[gi];
+      if (cg->kind != l->kind) continue;
+      codecs[i].k_lift = cg->k_path == TSR_READ_LIFT;
+      codecs[i].v_lift = cg->v_path == TSR_READ_LIFT;
+    }
+  }
+  /* the memory plan (setup.c) used these same params, so it is what this allocates */
+  struct tsr_kv_cache_params params = {
+      .n_ctx = (int32_t)p->context,
+      .n_seq = p->server.parallel > 0 ? (int32_t)p->server.parallel : 1,
+      .n_ubatch = e->n_ubatch,
+  };
+  if (st == TSR_OK) st = tsr_kv_cache_new(s->layers, s->n_layers, codecs, &params, &e->kv);
+  if (st != TSR_OK) tsr_error_prefix("%s: KV cache", p->path);
+  free(codecs);
+  return st;
+}
+
+/* Each layer's decode parameters from the profile's decode policies (their params
+** hooks); two policies setting a layer's threshold are refused. */
+static tsr_status setup_decode(struct tsr_engine *e) {
+  const struct tsr_setup *s = e->setup;
+  const struct tsr_profile *p = s->profile;
+  if (!p->n_decode_policies) return TSR_OK;
+  const size_t n = s->n_layers > 0 ? (size_t)s->n_layers : 1;
+  if (!(e->decode = calloc(n, sizeof *e->decode)) || !(e->decode_of = calloc(n, sizeof *e->decode_of)))
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; i < s->n_layers; i++) {
+    const struct tsr_arch_layer *l = &s->layers[i];
+    if (l->kind == TSR_LAYER_LINEAR) continue;
+    struct layer_decode *d = &e->decode[i];
+    const struct tsr_layer_desc desc = {
+        .struct_size = sizeof desc, .layer = i, .kind = l->kind, .n_head = l->n_head,
+        .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
+        .window = l->window, .k_codec = tsr_profile_k_codec(p, profile_kind(l->kind)),
+        .v_codec = tsr_profile_v_codec(p, profile_kind(l->kind)), .backend = p->backend};
+    for (size_t k = 0; k < p->n_decode_policies; k++) {
+      const struct tsr_plugin *owner = NULL;
+      const struct tsr_decode_policy_v1 *pol =
+          tsr_plugin_host_decode_policy(s->host, p->decode_policies[k], &owner);
+      if (!pol || !pol->params) continue;
+      struct tsr_decode_params q = {.struct_size = sizeof q, .counters = &d->counters};
+      tsr_status st = pol->params(pol->ctx, &desc, &q);
+      if (st != TSR_OK) {
+        tsr_error_prefix("layer %d: decode policy %s", i, pol->name);
+        return st;
+      }
+      if (!(q.v_skip_threshold > 0.0f)) continue;
+      if (d->owner)
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policies %s and %s both set "
+                             "its V-skip threshold", i, tsr_plugin_name(d->owner), pol->name);
+      if (q.v_skip_threshold >= 1.0f || q.sink < 0 || q.recent < 0)
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policy %s asks a V-skip "
+                             "threshold %g (0 < t < 1) with guards %d, %d (>= 0)", i, pol->name,
+                             (double)q.v_skip_threshold, q.sink, q.recent);
+      q.counters = &d->counters;
+      d->params = q;
+      d->owner = (struct tsr_plugin *)owner;
+      e->decode_of[i] = &d->params;
+    }
+  }
+  return TSR_OK;
+}
+
+/* What the layers' attention did under their decode parameters since the last
+** report, counted as each owning policy's engagement. */
+static void report_decode(struct tsr_engine *e) {
+  for (int32_t i = 0; e->decode && i < e->setup->n_layers; i++) {
+    struct layer_decode *d = &e->decode[i];
+    if (!d->owner) continue;
+    const struct tsr_host *h = tsr_plugin_host_services();
+    const uint64_t read = d->counters.v_rows_read - d->reported.v_rows_read;
+    const uint64_t skipped = d->counters.v_rows_skipped - d->reported.v_rows_skipped;
+    if (read) h->engaged(d->owner, "v_rows_read", read);
+    if (skipped) h->engaged(d->owner, "v_rows_skipped", skipped);
+    d->reported = d->counters;
+  }
+}
+
+/* n_vocab from the logits of a one-token graph that is built, never run. */
+static tsr_status read_n_vocab(struct tsr_engine *e) {
+  const struct tsr_setup *s = e->setup;
+  struct tsr_graph *g = tsr_graph_new(64 * (s->n_layers + 4) + 4096);
+  if (!g) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  struct tsr_arch_forward fw = {
+      .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = 1,
+      .tokens = tsr_new_tensor_1d(g, TSR_I32, 1), .positions = tsr_new_tensor_1d(g, TSR_I32, 1),
+      .attention = e->attention, .layers = s->layers, .n_layers = s->n_layers};
+  tsr_setup_attention_kinds(s, fw.attention_kind);
+  tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
+  if (st == TSR_OK) st = tsr_graph_status(g);
+  if (st == TSR_OK && (!fw.logits || fw.logits->ne[0] <= 0 || fw.logits->ne[0] > INT32_MAX))
+    st = tsr_error_set(TSR_ERR_INTERNAL, "the arch built no logits of a usable shape");
+  if (st == TSR_OK) e->n_vocab = (int32_t)fw.logits->ne[0];
+  /* every op this model's forward pass uses must have a kernel on the backend */
+  if (st == TSR_OK && (st = tsr_backend_check_graph(e->backend, g)) != TSR_OK)
+    tsr_error_prefix("%s: backend %s cannot run %s (arch plugin %s, attention %s)",
+                     tsr_profile_where(s->profile, "backend"), tsr_backend_name(e->backend),
+                     s->model_path, tsr_plugin_name(s->arch_owner), s->profile->attention);
+  tsr_graph_free(g);
+  return st;
+}
+
+static tsr_status open_backend(struct tsr_engine *e, const struct tsr_engine_options *opt) {
+  const struct tsr_profile *p = e->setup->profile;
+  tsr_status st;
+  if (!strcmp(p->backend, "cuda")) {
+    st = tsr_backend_cuda_open(&p->cuda, &e->backend);
+    if (st != TSR_OK) tsr_error_prefix("%s", tsr_profile_where(p, "backend"));
+  } else {
+    st = tsr_backend_cpu_new(opt->n_threads > 0 ? opt->n_threads : p->threads, &e->backend);
+  }
+  e->device = st == TSR_OK && tsr_backend_has_device_copies(e->backend);
+  return st;
+}
+
+static tsr_status keep_buffer(void *ctx, void *p, size_t bytes) {
+  return tsr_backend_keep(ctx, p, bytes);
+}
+
+/* The model's tensor data (one span of the mapping) and every KV cache buffer. */
+static tsr_status keep_on_device(struct tsr_engine *e) {
+  const struct tsr_gguf *model = e->setup->model;
+  const char *lo = NULL, *hi = NULL;
+  for (int64_t i = 0; i < tsr_gguf_n_tensors(model); i++) {
+    const struct tsr_gguf_tensor *t = tsr_gguf_tensor_at(model, i);
+    const char *d = t->data;
+    if (!d || !t->nbytes) continue;
+    if (!lo || d < lo) lo = d;
+    if (!hi || d + t->nbytes > hi) hi = d + t->nbytes;
+  }
+  tsr_status st = lo ? tsr_backend_keep(e->backend, lo, (size_t)(hi - lo)) : TSR_OK;
+  if (st == TSR_OK) st = tsr_kv_cache_each_buffer(e->kv, keep_buffer, e->backend);
+  return st;
+}
+
+/* The cache zeroes the recurrent state of a sequence it empties (seq_rm of
+** seq, or of all when seq < 0): the device copy must hear of it. */
+static void push_zeroed_state(struct tsr_engine *e, int32_t seq) {
+  if (!e->device || !e->has_linear) return;
+  for (int32_t s = 0; s < e->n_seq; s++) {
+    if ((seq >= 0 && s != seq) || tsr_kv_cache_seq_pos_max(e->kv, s) >= 0) continue;
+    for (int32_t l = 0; l < e->setup->n_layers; l++) {
+      float *state = tsr_kv_cache_state(e->kv, l, s);
+      if (state)
+        tsr_backend_sync_to_device(e->backend, state, (size_t)e->setup->layers[l].state_bytes);
+    }
+  }
+}
+
+/* seq_rm, and the device hears of the state it zeroed. */
+static tsr_status kv_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1) {
+  tsr_status st = tsr_kv_cache_seq_rm(e->kv, seq, p0, p1);
+  if (st == TSR_OK) push_zeroed_state(e, seq);
+  return st;
+}
+
+tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engine **out) {
+  *out = NULL;
+  struct tsr_engine *e = calloc(1, sizeof *e);
+  if (!e) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  tsr_status st = load_setup(opt, &e->setup);
+  const struct tsr_profile *p = e->setup ? e->setup->profile : NULL;
+  if (st == TSR_OK && !e->setup->arch->build)
+    st = tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: arch plugin %s builds no forward graphs in this "
+                       "version", e->setup->model_path, tsr_plugin_name(e->setup->arch_owner));
+  if (st == TSR_OK) {
+    e->attention = tsr_plugin_host_attention(e->setup->host, p->attention, NULL);
+    if (!e->attention)
+      st = tsr_error_set(TSR_ERR_INTERNAL, "attention %s vanished after negotiation",
+                         p->attention);
+  }
+  if (st == TSR_OK) {
+    e->n_ubatch = (int32_t)(p->ubatch < p->context ? p->ubatch : p->context);
+    e->n_seq = p->server.parallel > 0 ? (int32_t)p->server.parallel : 1;
+    if (!(e->seq_ids = calloc((size_t)e->n_seq, sizeof *e->seq_ids)))
+      st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  }
+  if (st == TSR_OK) st = setup_decode(e);
+  if (st == TSR_OK && p->has_speculator) {
+    const struct tsr_plugin *owner = NULL;
+    e->spec = tsr_plugin_host_speculator(e->setup->host, p->speculator.name, &owner);
+    e->spec_owner = (struct tsr_plugin *)owner;
+    if (!e->spec)
+      st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s vanished after negotiation",
+                         p->speculator.name);
+  }
+  if (st == TSR_OK) st = open_backend(e, opt);
+  if (st == TSR_OK) st = new_kv_cache(e);
+  if (st == TSR_OK && e->device) st = keep_on_device(e);
+  if (st == TSR_OK) st = read_n_vocab(e);
+  if (st != TSR_OK) {
+    tsr_engine_free(e);
+    return st;
+  }
+  *out = e;
+  return TSR_OK;
+}
+
+void tsr_engine_free(struct tsr_engine *e) {
+  if (!e) return;
+  /* first: a device backend holds copies of the cache and of the model mapping */
+  if (e->backend) tsr_backend_free(e->backend);
+  tsr_kv_cache_free(e->kv);
+  tsr_setup_free(e->setup);
+  free(e->arena);
+  for (int32_t i = 0; e->seq_ids && i < e->n_seq; i++) free(e->seq_ids[i].ids);
+  free(e->seq_ids);
+  free(e->decode);
+  free(e->decode_of);
+  free(e->hidden);
+  free(e);
+}
+
+const struct tsr_setup *tsr_engine_setup(const struct tsr_engine *e) { return e->setup; }
+int32_t tsr_engine_n_vocab(const struct tsr_engine *e) { return e->n_vocab; }
+int64_t tsr_engine_logits_rows(const struct tsr_engine *e) { return e->logits_rows; }
+struct tsr_backend *tsr_engine_backend(const struct tsr_engine *e) { return e->backend; }
+
+int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq) {
+  return tsr_kv_cache_seq_pos_max(e->kv, seq) + 1;
+}
+
+void tsr_engine_seq_lens(const struct tsr_engine *e, int32_t *lens) {
+  tsr_kv_cache_seq_pos_max_all(e->kv, lens);
+  for (int32_t s = 0; s < e->n_seq; s++) lens[s]++;
+}
+
+/* Forgets the remembered ids from position p on (seq < 0: every sequence). */
+static void ids_cut(struct tsr_engine *e, int32_t seq, int32_t p) {
+  if (p < 0) p = 0;
+  for (int32_t s = 0; s < e->n_seq; s++)
+    if ((seq < 0 || s == seq) && e->seq_ids[s].n > p) e->seq_ids[s].n = p;
+}
+
+/* Remembers tokens at positions p0.. of seq when they extend what is known. */
+static void ids_add(struct tsr_engine *e, int32_t seq, int32_t p0, const int32_t *t, int32_t n) {
+  struct seq_ids *q = &e->seq_ids[seq];
+  if (p0 != q->n) return; /* a gap (middle removal): positions and ids no longer pair */
+  if (q->n + n > q->cap) {
+    int32_t cap = q->cap ? q->cap : 256;
+    while (cap < q->n + n) cap *= 2;
+    int32_t *grown = realloc(q->ids, (size_t)cap * sizeof *grown);
+    if (!grown) return; /* forgetting ids only costs a later re-evaluation */
+    q->ids = grown;
+    q->cap = cap;
+  }
+  memcpy(q->ids + q->n, t, (size_t)n * sizeof *t);
+  q->n += n;
+}
+
+tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1) {
+  tsr_status st = kv_seq_rm(e, seq, p0, p1);
+  if (st == TSR_OK) ids_cut(e, seq, p0);
+  return st;
+}
+
+int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const int32_t *tokens,
+                                 int32_t n) {
+  if (seq < 0 || seq >= e->n_seq || !tokens || n <= 0) return 0;
+  const struct seq_ids *q = &e->seq_ids[seq];
+  int32_t held = tsr_engine_seq_len(e, seq), k = 0;
+  while (k < n && k < q->n && k < held && q->ids[k] == tokens[k]) k++;
+  /* resuming below what the sliding ring still holds would attend to
+  ** released keys: then nothing can be reused */
+  if (k < held && k < tsr_kv_cache_seq_resume_min(e->kv, seq)) return 0;
+  return k;
+}
+
+/* The final hidden rows of the tokens whose logits were read (rows of them, as the
+** logits'), for the speculator's next draft. */
+static tsr_status keep_hidden(struct tsr_engine *e, const struct tsr_tensor *h, int64_t rows) {
+  e->hidden_rows = 0;
+  if (!h || h->dtype != TSR_F32 || h->ne[1] != rows || h->nb[0] != sizeof(float) || !h->data)
+    return TSR_OK; /* an arch that exports none: drafters that need it refuse */
+  const size_t row = (size_t)h->ne[0] * sizeof(float);
+  float *grown = realloc(e->hidden, row * (size_t)rows);
+  if (!grown) return tsr_error_set(TSR_ERR_NOMEM, "out of memory for %lld hidden rows",
+                                   (long long)rows);
+  e->hidden = grown;
+  for (int64_t r = 0; r < rows; r++)
+    memcpy((char *)e->hidden + row * (size_t)r, (const char *)h->data + (size_t)r * h->nb[1], row);
+  e->n_embd = (int32_t)h->ne[0];
+  e->hidden_rows = (int32_t)rows;
+  e->hidden_last = (int32_t)rows - 1;
+  return TSR_OK;
+}
+
+/* Grows the kept compute arena to bytes. */
+static tsr_status arena_reserve(struct tsr_engine *e, size_t bytes) {
+  if (bytes <= e->arena_bytes) return TSR_OK;
+  void *grown = NULL;
+  if (posix_memalign(&grown, TSR_ARENA_ALIGN, bytes))
+    return tsr_error_set(TSR_ERR_NOMEM, "cannot allocate a %zu-byte compute arena", bytes);
+  free(e->arena);
+  e->arena = grown;
+  e->arena_bytes = bytes;
+  return TSR_OK;
+}
+
+/* One ubatch of n tokens whose cells prepare picked: build, plan, fill, run.
+** seq is the sequence of every token, or -1 when they belong to several
+** (seqs[] per token; attention then gets each pool's sequence mask). The
+** logits of token i go to rows[i] when it is not NULL. */
+static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *tokens,
+                             const int32_t *pos, const int32_t *seqs, int32_t n,
+                             const struct tsr_kv_slots *slots, float *const *rows) {
+  const struct tsr_setup *s = e->setup;
+  struct tsr_graph *g = tsr_graph_new(96 * (s->n_layers + 4) + 4096);
+  if (!g) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  /* the tokens whose logits are read: the LM head runs for those rows only (at least
+  ** one, which a ubatch nobody reads from still computes: the last) */
+  int32_t n_out = 0;
+  for (int32_t i = 0; i < n; i++) n_out += rows[i] != NULL;
+  struct tsr_arch_forward fw = {
+      .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = n,
+      .tokens = tsr_new_tensor_1d(g, TSR_I32, n), .positions = tsr_new_tensor_1d(g, TSR_I32, n),
+      .attention = e->attention, .layers = s->layers, .n_layers = s->n_layers,
+      .kv = e->kv, .seq = seq,
+      .output_rows = n_out < n ? tsr_new_tensor_1d(g, TSR_I32, n_out ? n_out : 1) : NULL,
+      .decode = e->decode_of};
+  for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
+    if (!slots->cells[pl]) continue;
+    const int32_t cells = tsr_kv_cache_span(e->kv, pl); /* attention reads these only */
+    fw.kv_cells[pl] = tsr_new_tensor_1d(g, TSR_I32, n);
+    fw.kv_pos[pl] = tsr_new_tensor_1d(g, TSR_I32, cells);
+    if (seq < 0) fw.kv_mask[pl] = tsr_new_tensor(g, TSR_F32, 2, (int64_t[]){cells, n});
+  }
+  tsr_setup_attention_kinds(s, fw.attention_kind);
+  tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
+  if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g); /* the first builder error */
+  if (st != TSR_OK) tsr_error_prefix("building the forward pass of %d tokens", n);
+  struct tsr_graph_plan plan;
+  /* rows of the logits: every token's, or (an arch that took output_rows) the read ones' */
+  const int64_t n_rows = fw.output_rows ? fw.output_rows->ne[0] : n;
+  const bool selected = fw.logits && fw.output_rows && fw.logits->ne[1] == n_rows && n_rows != n;
+  if (st == TSR_OK) {
+    /* the ABI's shape: f32 [n_vocab, n_tokens or n_out], rows of n_vocab floats */
+    if (!fw.logits || fw.logits->dtype != TSR_F32 || fw.logits->ne[0] != e->n_vocab ||
+        (fw.logits->ne[1] != n && !selected) || fw.logits->ne[2] != 1 ||
+        fw.logits->ne[3] != 1 || fw.logits->nb[0] != sizeof(float))
+      st = tsr_error_set(TSR_ERR_INTERNAL, "arch plugin %s returned logits that are not f32 "
+                         "[%d, %d] (or [%d, %lld], the output rows)",
+                         tsr_plugin_name(s->arch_owner), e->n_vocab, n, e->n_vocab,
+                         (long long)n_rows);
+    if (st == TSR_OK) tsr_graph_mark_output(fw.logits);
+    if (st == TSR_OK && e->spec && fw.hidden_final) tsr_graph_mark_output(fw.hidden_final);
+    if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
+  }
+  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
+  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
+  if (st == TSR_OK) {
+    memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
+    memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);
+    if (fw.output_rows) {
+      int32_t *out = fw.output_rows->data, k = 0;
+      for (int32_t i = 0; i < n; i++)
+        if (rows[i]) out[k++] = i;
+      if (!k) out[0] = n - 1;
+    }
+    for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
+      if (!fw.kv_cells[pl]) continue;
+      memcpy(fw.kv_cells[pl]->data, slots->cells[pl], (size_t)n * sizeof(int32_t));
+      const int32_t span = (int32_t)fw.kv_pos[pl]->ne[0];
+      tsr_kv_cache_fill_kv_pos(e->kv, pl, seq, span, fw.kv_pos[pl]->data);
+      /* the mask says only which cells a token's sequence holds: flash still
+      ** applies causality and the window from the positions */
+      if (fw.kv_mask[pl] && fw.kv_mask[pl]->data)
+        tsr_kv_cache_fill_mask(e->kv, pl, pos, seqs, n, false, 0, span, fw.kv_mask[pl]->data);
+    }
+    st = tsr_backend_compute(e->backend, g);
+    report_decode(e);
+  }
+  if (st == TSR_OK && e->spec) st = keep_hidden(e, fw.hidden_final, fw.logits->ne[1]);
+  if (st == TSR_OK) {
+    e->logits_rows += fw.logits->ne[1];
+    const size_t row = (size_t)e->n_vocab * sizeof(float);
+    for (int32_t i = 0, k = 0; i < n; i++) {
+      if (!rows[i]) continue;
+      const int32_t r = selected ? k++ : i;
+      memcpy(rows[i], (const char *)fw.logits->data + (size_t)r * fw.logits->nb[1], row);
+    }
+  }
+  tsr_graph_free(g);
+  return st;
+}
+
+/* The batch's tokens idx[0..n) in ubatches: positions from pos[], logits to rows[]. */
+static tsr_status eval_tokens(struct tsr_engine *e, const struct tsr_engine_batch *b,
+                              const int32_t *idx, int32_t n, const int32_t *pos,
+                              float *const *rows, bool *prepared) {
+  const int32_t nu = e->n_ubatch;
+  int32_t *buf = malloc((size_t)nu * 3 * sizeof *buf);
+  float **ub_rows = malloc((size_t)nu * sizeof *ub_rows);
+  tsr_status st = buf && ub_rows ? TSR_OK : tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  int32_t *tok = buf, *p = buf + nu, *sq = buf + 2 * nu;
+  for (int32_t i0 = 0; i0 < n && st == TSR_OK; i0 += nu) {
+    const int32_t nb = n - i0 < nu ? n - i0 : nu;
+    bool one_seq = true;
+    for (int32_t j = 0; j < nb; j++) {
+      const int32_t t = idx[i0 + j];
+      tok[j] = b->tokens[t], p[j] = pos[t], sq[j] = b->seq[t], ub_rows[j] = rows[t];
+      one_seq = one_seq && sq[j] == sq[0];
+    }
+    struct tsr_kv_slots slots;
+    st = tsr_kv_cache_prepare(e->kv, p, sq, nb, &slots);
+    if (st != TSR_OK) break;
+    *prepared = true;
+    st = run_ubatch(e, one_seq ? sq[0] : -1, tok, p, sq, nb, &slots, ub_rows);
+  }
+  free(buf);
+  free(ub_rows);
+  return st;
+}
+
+/* After a failed batch: each sequence it touched goes back to p0[seq] (its
+** length before), or is dropped whole when its tail cannot be cut. */
+static tsr_status roll_back(struct tsr_engine *e, tsr_status st, const int32_t *p0,
+                            const bool *touched) {
+  char msg[1024], why[512] = "";
+  snprintf(msg, sizeof msg, "%s", tsr_error_message());
+  int32_t dropped = -1;
+  for (int32_t s = 0; s < e->n_seq; s++) {
+    if (!touched[s]) continue;
+    /* an empty sequence is dropped whole, which also zeroes any recurrent state */
+    if (kv_seq_rm(e, s, p0[s] > 0 ? p0[s] : -1, -1) == TSR_OK) {
+      ids_cut(e, s, p0[s]);
+      continue;
+    }
+    /* the tail cannot be cut (recurrent state, or ring keys released by this
+    ** call's earlier ubatches): drop the sequence whole rather than leave
+    ** cells whose contents were never written */
+    if (dropped < 0) snprintf(why, sizeof why, "%s", tsr_error_message());
+    dropped = s;
+    kv_seq_rm(e, s, -1, -1);
+    ids_cut(e, s, 0);
+  }
+  if (dropped < 0) return tsr_error_set(st, "%s", msg);
+  return tsr_error_set(st, "%s (sequence %d was dropped whole: %s)", msg, dropped, why);
+}
+
+tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_batch *b,
+                                 float *logits) {
+  const struct tsr_profile *p = e->setup->profile;
+  if (!b || b->n <= 0 || !b->tokens || !b->seq)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: an empty batch");
+  for (int32_t i = 0; i < b->n; i++) {
+    if (b->seq[i] < 0 || b->seq[i] >= e->n_seq)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: token %d names sequence %d (of %d)", i,
+                           b->seq[i], e->n_seq);
+    if (b->tokens[i] < 0 || b->tokens[i] >= e->n_vocab)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: token %d at %d is outside the vocabulary "
+                           "of %d", b->tokens[i], i, e->n_vocab);
+  }
+  const int32_t n_free = tsr_kv_cache_n_free(e->kv, TSR_KV_POOL_FULL);
+  if (b->n > n_free)
+    return tsr_error_set(TSR_ERR_NOMEM, "context full: %d tokens need %d cells, %d of n_ctx "
+                         "%lld are free", b->n, b->n, n_free, (long long)p->context);
+  const size_t n = (size_t)b->n, ns = (size_t)e->n_seq;
+  int32_t *p0 = calloc(ns * 2 + n * 2, sizeof *p0);
+  bool *touched = calloc(ns, sizeof *touched);
+  float **rows = calloc(n, sizeof *rows);
+  if (!p0 || !touched || !rows) {
+    free(p0), free(touched), free(rows);
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  }
+  int32_t *next = p0 + ns, *pos = next + ns, *idx = pos + n;
+  tsr_engine_seq_lens(e, p0);
+  memcpy(next, p0, ns * sizeof *next);
+  int32_t n_rows = 0, n_touched = 0;
+  for (int32_t i = 0; i < b->n; i++) {
+    const int32_t s = b->seq[i];
+    n_touched += !touched[s];
+    touched[s] = true;
+    pos[i] = next[s]++;
+    bool last_of_seq = true;
+    for (int32_t j = i + 1; j < b->n && last_of_seq; j++) last_of_seq = b->seq[j] != s;
+    if (logits && (b->logits ? b->logits[i] : last_of_seq)) rows[i] = logits + (size_t)n_rows++ * e->n_vocab;
+  }
+  tsr_status st = TSR_OK;
+  bool prepared = false;
+  if (e->has_linear && n_touched > 1) {
+    /* recurrent state is one slot per sequence read whole by each layer: a
+    ** model with linear layers runs each sequence's tokens as their own pass */
+    for (int32_t s = 0; s < e->n_seq && st == TSR_OK; s++) {
+      int32_t m = 0;
+      for (int32_t i = 0; i < b->n; i++)
+        if (b->seq[i] == s) idx[m++] = i;
+      if (m) st = eval_tokens(e, b, idx, m, pos, rows, &prepared);
+    }
+  } else {
+    for (int32_t i = 0; i < b->n; i++) idx[i] = i;
+    st = eval_tokens(e, b, idx, b->n, pos, rows, &prepared);
+  }
+  if (st == TSR_OK) {
+    for (int32_t s = 0; s < e->n_seq; s++) {
+      if (!touched[s]) continue;
+      int32_t m = 0;
+      for (int32_t i = 0; i < b->n; i++)
+        if (b->seq[i] == s) idx[m++] = b->tokens[i];
+      ids_add(e, s, p0[s], idx, m);
+    }
+  } else if (prepared) {
+    st = roll_back(e, st, p0, touched);
+  }
+  free(p0), free(touched), free(rows);
+  return st;
+}
+
+tsr_status tsr_engine_fill_positions(struct tsr_engine *e, int32_t seq, int32_t n) {
+  if (seq < 0 || seq >= e->n_seq)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "fill: sequence %d is not one of the %d the "
+                         "profile holds", seq, e->n_seq);
+  if (n <= 0) return tsr_error_set(TSR_ERR_INVALID_ARG, "fill: %d positions (at least 1)", n);
+  if (e->has_linear)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "a fill of positions only: %s has recurrent "
+                         "layers, whose state only a computed fill gives", e->setup->model_path);
+  const int32_t n_free = tsr_kv_cache_n_free(e->kv, TSR_KV_POOL_FULL);
+  if (n > n_free)
+    return tsr_error_set(TSR_ERR_NOMEM, "context full: a fill of %d positions, %d of n_ctx %lld "
+                         "cells free", n, n_free, (long long)e->setup->profile->context);
+  const int32_t nu = e->n_ubatch, p0 = tsr_engine_seq_len(e, seq);
+  int32_t *buf = malloc((size_t)nu * 2 * sizeof *buf);
+  if (!buf) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  int32_t *pos = buf, *seqs = buf + nu, next = p0, added = 0;
+  tsr_status st = TSR_OK;
+  for (int32_t i0 = 0; i0 < n && st == TSR_OK; i0 += nu) {
+    const int32_t nb = n - i0 < nu ? n - i0 : nu;
+    for (int32_t j = 0; j < nb; j++) pos[j] = next++, seqs[j] = seq;
+    struct tsr_kv_slots slots;
+    st = tsr_kv_cache_prepare(e->kv, pos, seqs, nb, &slots);
+    /* the cpu reads these rows itself: written, as a store would (a device backend reads
+    ** its own copy, whose cells keep what they held) */
+    if (st == TSR_OK && !e->device) tsr_kv_cache_zero_rows(e->kv, &slots);
+    if (st == TSR_OK) added += nb;
+  }
+  free(buf);
+  if (st != TSR_OK && added) { /* a later ubatch refused: the earlier ones go again */
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tsr_error_message());
+    kv_seq_rm(e, seq, p0 > 0 ? p0 : -1, -1);
+    st = tsr_error_set(st, "%s", msg);
+  }
+  return st;
+}
+
+tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
+                           float *logits_last, float *logits_all) {
+  if (seq < 0 || seq >= e->n_seq || n <= 0 || !tokens)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "eval: sequence %d (of %d), %d tokens", seq,
+                         e->n_seq, n);
+  int32_t *seqs = malloc((size_t)n * sizeof *seqs);
+  bool *want = logits_all ? malloc((size_t)n * sizeof *want) : NULL;
+  if (!seqs || (logits_all && !want)) {
+    free(seqs), free(want);
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  }
+  for (int32_t i = 0; i < n; i++) seqs[i] = seq;
+  if (want)
+    for (int32_t i = 0; i < n; i++) want[i] = true;
+  struct tsr_engine_batch b = {.n = n, .tokens = tokens, .seq = seqs, .logits = want};
+  tsr_status st = tsr_engine_eval_batch(e, &b, logits_all ? logits_all : logits_last);
+  if (st == TSR_OK && logits_all && logits_last)
+    memcpy(logits_last, logits_all + (size_t)(n - 1) * e->n_vocab,
+           (size_t)e->n_vocab * sizeof *logits_last);
+  free(seqs), free(want);
+  return st;
+}
+
+/* ---- speculative decoding --------------------------------------------------- */
+
+tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
+                                struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
+                                int32_t *n_out) {
+  *n_out = 0;
+  if (!e->spec)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: the profile names no speculator");
+  if (seq < 0 || seq >= e->n_seq || max_draft < 0 || max_draft + 1 > e->n_ubatch)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d (of %d), %d drafts (the "
+                         "draft and its token fit one ubatch of %d)", seq, e->n_seq, max_draft,
+                         e->n_ubatch);
+  const struct seq_ids *q = &e->seq_ids[seq];
+  const int32_t held = tsr_engine_seq_len(e, seq);
+  if (q->n != held)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d holds %d positions but "
+                         "%d known tokens (filled by positions?)", seq, held, q->n);
+  int32_t *ctx = malloc(((size_t)q->n + 1 + (size_t)max_draft + 1) * sizeof *ctx);
+  float *logits = malloc((size_t)(max_draft + 1) * (size_t)e->n_vocab * sizeof *logits);
+  if (!ctx || !logits) {
+    free(ctx), free(logits);
+    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  }
+  memcpy(ctx, q->ids, (size_t)q->n * sizeof *ctx);
+  ctx[q->n] = next;
+  int32_t *batch = ctx + q->n, n_draft = 0;
+  struct tsr_spec_request r = {
+      .struct_size = sizeof r, .seq = seq, .tokens = ctx, .n_tokens = q->n + 1,
+      .hidden = e->hidden_rows ? e->hidden + (size_t)e->hidden_last * (size_t)e->n_embd : NULL,
+      .n_embd = e->hidden_rows ? e->n_embd : 0, .max_draft = max_draft, .draft = batch + 1};
+  tsr_status st = e->spec->draft(e->spec->ctx, tsr_plugin_host_services(), &r, &n_draft);
+  if (st == TSR_OK && (n_draft < 0 || n_draft > max_draft))
+    st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted %d tokens of at most %d",
+                       e->spec->name, n_draft, max_draft);
+  for (int32_t i = 0; st == TSR_OK && i < n_draft; i++)
+    if (batch[1 + i] < 0 || batch[1 + i] >= e->n_vocab)
+      st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted token %d, outside the "
+                         "vocabulary of %d", e->spec->name, batch[1 + i], e->n_vocab);
+  /* next and the drafts in one batch, every row's logits read */
+  if (st == TSR_OK) st = tsr_engine_eval(e, seq, batch, n_draft + 1, NULL, logits);
+  /* the target's own token after each kept one; a draft is kept while it is that token */
+  int32_t kept = 0;
+  while (st == TSR_OK) {
+    int32_t y;
+    st = tsr_sampler_sample(sampler, logits + (size_t)kept * e->n_vocab, &y);
+    if (st != TSR_OK) break;
+    out[(*n_out)++] = y;
+    if (kept == n_draft || y != batch[1 + kept]) break;
+    kept++;
+  }
+  /* forget the cells of the drafts after the kept ones */
+  if (st == TSR_OK && kept < n_draft) st = tsr_engine_seq_rm(e, seq, held + 1 + kept, -1);
+  if (st == TSR_OK) {
+    if (e->hidden_rows) e->hidden_last = kept;
+    if (e->spec->accepted) e->spec->accepted(e->spec->ctx, seq, kept);
+    const struct tsr_host *h = tsr_plugin_host_services();
+    if (n_draft) h->engaged(e->spec_owner, "tokens_drafted", (uint64_t)n_draft);
+    if (kept) h->engaged(e->spec_owner, "tokens_accepted", (uint64_t)kept);
+  }
+  free(ctx), free(logits);
+  return st;
+}
+
+/* ---- context shift ----------------------------------------------------------- */
+
+/* Why the model cannot shift seq by n_discard after n_keep, or TSR_OK. */
+static tsr_status shift_refusal(struct tsr_engine *e, int32_t seq, int32_t n_keep,
+                                int32_t n_discard, int32_t len) {
+  const struct tsr_setup *s = e->setup;
+  int32_t window = 0;
+  for (int32_t i = 0; i < s->n_layers; i++) {
+    if (s->layers[i].kind == TSR_LAYER_LINEAR)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift: %s: layer %d is linear "
+                           "(recurrent): its state holds the dropped tokens and cannot forget "
+                           "them", s->model_path, i);
+    if (s->layers[i].kind == TSR_LAYER_SLIDING && s->layers[i].window > window)
+      window = s->layers[i].window;
+  }
+  if (!s->arch->shift_keys)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift: arch plugin %s cannot re-rotate "
+                         "the cached keys of %s (it has no shift_keys)",
+                         tsr_plugin_name(s->arch_owner), s->arch_name ? s->arch_name : "?");
+  if (!window) return TSR_OK;
+  /* the next query after the shift sees new positions from len - n_discard - window + 1 on:
+  ** each must still be on the sliding ring, which releases cells for good */
+  const int32_t ring = tsr_kv_cache_n_cells(e->kv, TSR_KV_POOL_SLIDING);
+  bool *on_ring = calloc((size_t)len, sizeof *on_ring);
+  if (!on_ring) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; i < ring; i++) {
+    int32_t p = tsr_kv_cache_cell_pos(e->kv, TSR_KV_POOL_SLIDING, i);
+    if (p >= 0 && p < len && (tsr_kv_cache_cell_seqs(e->kv, TSR_KV_POOL_SLIDING, i) >> seq & 1))
+      on_ring[p] = true;
+  }
+  int32_t missing = -1;
+  for (int32_t q = len - n_discard - window + 1; q < len - n_discard && missing < 0; q++) {
+    if (q < 0) continue;
+    int32_t orig = q < n_keep ? q : q + n_discard;
+    if (!on_ring[orig]) missing = orig;
+  }
+  free(on_ring);
+  if (missing >= 0)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift: %s: the sliding layers' ring (%d "
+                         "cells, window %d) has released position %d, which the shifted "
+                         "sequence would see again", s->model_path, ring, window, missing);
+  return TSR_OK;
+}
+
+/* The cells of seq at positions >= from, per pool: sh->cells repeated per kv head, and
+** sh->delta_pos. Cells shared with another sequence are refused. buf is freed by the
+** caller. */
+static tsr_status moved_cells(struct tsr_engine *e, int32_t seq, int32_t from,
+                              struct tsr_kv_shift *sh, int32_t **buf) {
+  int32_t heads = 1, total = 0;
+  for (int32_t i = 0; i < e->setup->n_layers; i++)
+    if (e->setup->layers[i].n_head_kv > heads) heads = e->setup->layers[i].n_head_kv;
+  sh->max_heads = heads;
+  for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) total += tsr_kv_cache_n_cells(e->kv, pl);
+  int32_t *b = *buf = malloc(((size_t)heads + 2) * (size_t)(total > 0 ? total : 1) * sizeof *b);
+  if (!b) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
+    const int32_t cells = tsr_kv_cache_n_cells(e->kv, pl);
+    int32_t n = 0;
+    for (int32_t i = 0; i < cells; i++) {
+      uint64_t m = tsr_kv_cache_cell_seqs(e->kv, pl, i);
+      if (!(m >> seq & 1) || tsr_kv_cache_cell_pos(e->kv, pl, i) < from) continue;
+      if (m != 1ull << seq)
+        return tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift: position %d of sequence %d is "
+                             "shared with another sequence", tsr_kv_cache_cell_pos(e->kv, pl, i),
+                             seq);
+      b[n++] = i;
+    }
+    for (int32_t h = 1; h < heads; h++) memcpy(b + (size_t)h * n, b, (size_t)n * sizeof *b);
+    int32_t *dp = b + (size_t)heads * n, *old = dp + n;
+    for (int32_t i = 0; i < n; i++) {
+      dp[i] = sh->delta;
+      old[i] = tsr_kv_cache_cell_pos(e->kv, pl, b[i]); /* DCA re-rotates by chunk */
+    }
+    sh->n_cells[pl] = n;
+    sh->cells[pl] = b;
+    sh->delta_pos[pl] = dp;
+    sh->pos[pl] = old;
+    b = old + n;
+  }
+  return TSR_OK;
+}
+
+tsr_status tsr_engine_context_shift(struct tsr_engine *e, int32_t seq, int32_t n_keep,
+                                    int32_t n_discard) {
+  if (seq < 0 || seq >= e->n_seq)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "context shift: sequence %d (of %d)", seq,
+                         e->n_seq);
+  const int32_t len = tsr_engine_seq_len(e, seq);
+  if (n_keep < 0 || n_discard < 1 || (int64_t)n_keep + n_discard > len)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "context shift: keeping %d and dropping %d of the "
+                         "%d positions of sequence %d", n_keep, n_discard, len, seq);
+  tsr_status st = shift_refusal(e, seq, n_keep, n_discard, len);
+  if (st != TSR_OK) return st;
+  const struct tsr_setup *s = e->setup;
+  struct tsr_kv_shift sh = {.struct_size = sizeof sh, .model = s->model, .layers = s->layers,
+                            .n_layers = s->n_layers, .seq = seq, .delta = -n_discard,
+                            .kv = e->kv};
+  tsr_setup_attention_kinds(s, sh.attention_kind);
+  int32_t *buf = NULL;
+  st = moved_cells(e, seq, n_keep + n_discard, &sh, &buf);
+  struct tsr_graph *g = NULL;
+  if (st == TSR_OK && !(g = sh.g = tsr_graph_new(16 * (s->n_layers + 4) + 64)))
+    st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  if (st == TSR_OK) st = s->arch->shift_keys(s->arch->ctx, tsr_plugin_host_services(), &sh);
+  if (g && tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g);
+  if (st != TSR_OK) tsr_error_prefix("context shift of sequence %d", seq);
+  struct tsr_graph_plan plan;
+  if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
+  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
+  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
+  bool ran = false;
+  if (st == TSR_OK) {
+    ran = true;
+    st = tsr_backend_compute(e->backend, g);
+  }
+  tsr_graph_free(g);
+  free(buf);
+  if (st != TSR_OK && ran) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", tsr_error_message());
+    kv_seq_rm(e, seq, -1, -1); /* half-rotated keys must not be read */
+    ids_cut(e, seq, 0);
+    return tsr_error_set(st, "%s (sequence %d was dropped)", msg, seq);
+  }
+  if (st != TSR_OK) return st;
+  /* the keys are rotated: now the positions follow (neither call can refuse here: no linear
+  ** layers, no shared cells, and the dropped span leaves room below the moved one) */
+  st = kv_seq_rm(e, seq, n_keep, n_keep + n_discard);
+  if (st == TSR_OK) st = tsr_kv_cache_seq_add(e->kv, seq, n_keep + n_discard, -1, -n_discard);
+  if (st != TSR_OK) return st;
+  struct seq_ids *q = &e->seq_ids[seq];
+  if (q->n >= n_keep + n_discard) {
+    memmove(q->ids + n_keep, q->ids + n_keep + n_discard,
+            (size_t)(q->n - n_keep - n_discard) * sizeof *q->ids);
+    q->n -= n_discard;
+  } else if (q->n > n_keep) {
+    q->n = n_keep;
+  }
+  return TSR_OK;
+}

@@ -15,6 +15,22 @@ static const enum tsr_dtype g_codec_types[] = {TSR_F32,  TSR_F16,  TSR_BF16, TSR
 
 /* ---- flash -------------------------------------------------------------- */
 
+/* Whether a codec's own kernel reads this layer's K and V in register on its
+** backend in place of the core's flash kernel (plugin.h, tsr_kv_codec_kernels.read):
+** K's codec's when it has one, else V's, the order the cuda backend picks it in. */
+static bool codec_reads_layer(void *ctx, const struct tsr_layer_desc *layer) {
+  const char *codecs[2] = {layer->k_codec, layer->v_codec};
+  for (int i = 0; i < 2; i++) {
+    const struct tsr_kv_codec_v1 *c = tsr_plugin_host_services()->find_kv_codec(ctx, codecs[i], 0);
+    if (!c || !tsr_dtype_is_codec(c->dtype)) continue;
+    for (uint32_t j = 0; j < c->n_kernels; j++) {
+      const struct tsr_kv_codec_kernels *k = &c->kernels[j];
+      if (k->read && !strcmp(k->backend, layer->backend)) return k->reads(k->ctx, layer);
+    }
+  }
+  return false;
+}
+
 static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
                                   enum tsr_read_path *k_path, enum tsr_read_path *v_path) {
   const bool cuda = !strcmp(layer->backend, "cuda");
@@ -26,12 +42,22 @@ static tsr_status flash_negotiate(void *ctx, const struct tsr_layer_desc *layer,
   const char *codecs[2] = {layer->k_codec, layer->v_codec};
   const int32_t dims[2] = {layer->head_dim_k, layer->head_dim_v};
   enum tsr_read_path *paths[2] = {k_path, v_path};
+  if (cuda && codec_reads_layer(ctx, layer)) {
+    /* the codec's kernel reads both sides as stored, in place of the core's */
+    for (int i = 0; i < 2; i++) {
+      const struct tsr_kv_codec_v1 *codec =
+          tsr_plugin_host_services()->find_kv_codec(ctx, codecs[i], 0);
+      const bool as_is = codec && (codec->dtype == TSR_F32 || codec->dtype == TSR_F16);
+      *paths[i] = as_is ? TSR_READ_NATIVE : TSR_READ_IN_REGISTER;
+    }
+    return TSR_OK;
+  }
   for (int i = 0; i < 2; i++) {
     /* What the kernel reads is the codec's storage dtype, whoever registered it.
     ** f32 and f16 are read as stored; bf16, the GGUF block types and (on the
     ** cpu) codecs of their own layout are decoded by the kernel itself, a tile
-    ** at a time (cpu/ops_attention.c); on cuda a codec of its own layout is
-    ** lifted to f16 by its kernel first. */
+    ** at a time (cpu/ops_attention.c); on cuda a codec of its own layout
+    ** without a read kernel taking the layer is lifted to f16 by its kernel first. */
     const struct tsr_kv_codec_v1 *codec =
         tsr_plugin_host_services()->find_kv_codec(ctx, codecs[i], 0);
     const int dt = codec ? codec->dtype : -1;

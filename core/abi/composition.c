@@ -76,15 +76,21 @@ static tsr_status check_codec_runs(const struct tsr_plugin_host *h,
 
 /* The attention reads the codec by some path. A lift is a cast to f16, which
 ** every codec has where it runs (check_codec_runs): the cpu's through its
-** reference decoder, a device's through its kernels. */
+** reference decoder, a device's through its kernels; the profile may forbid it
+** (kv.lift: false), so that no layer pays a copy of its cache per step unseen. */
 static tsr_status check_codec(const struct tsr_plugin_host *h, const struct tsr_layer_desc *d,
                               const char *side, const char *name, enum tsr_read_path path,
-                              const char *attn_label) {
-  if (path != TSR_READ_NONE) return TSR_OK;
+                              const char *attn_label, bool refuse_lift) {
+  if (path != TSR_READ_NONE && (path != TSR_READ_LIFT || !refuse_lift)) return TSR_OK;
   const struct tsr_plugin *owner;
   tsr_plugin_host_kv_codec(h, name, &owner);
   char label[96];
   owner_label(owner, label, sizeof label);
+  if (path == TSR_READ_LIFT)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s reads %s codec %s (%s) "
+                         "on %s only by lifting it to f16 (neither has an in-register read of "
+                         "it there), and the profile forbids lifting (kv.lift: false)", d->layer,
+                         tsr_layer_kind_name(d->kind), attn_label, side, name, label, d->backend);
   return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s cannot read %s codec "
                        "%s (%s) on %s", d->layer, tsr_layer_kind_name(d->kind), attn_label, side,
                        name, label, d->backend);
@@ -129,7 +135,7 @@ static tsr_status codec_hooks(const struct tsr_plugin_host *h, struct tsr_layer_
 ** another plugin registered, that plugin, the dtype it is stored in and its
 ** hooks. */
 static void codec_how(const struct tsr_plugin_host *h, const char *name, enum tsr_read_path path,
-                      char *out, size_t cap) {
+                      const char *backend, char *out, size_t cap) {
   const struct tsr_plugin *owner = NULL;
   const struct tsr_kv_codec_v1 *c = tsr_plugin_host_kv_codec(h, name, &owner);
   if (!c || !owner || !strcmp(tsr_plugin_name(owner), "core")) {
@@ -138,8 +144,11 @@ static void codec_how(const struct tsr_plugin_host *h, const char *name, enum ts
   }
   const struct tsr_dtype_traits *tr = tsr_dtype_traits(c->dtype);
   int n = tsr_dtype_is_codec(c->dtype)
-              ? snprintf(out, cap, "%s %s; %s, its own layout", tsr_plugin_name(owner),
-                         tsr_plugin_version(owner), tsr_read_path_name(path))
+              ? snprintf(out, cap, "%s %s; %s%s, its own layout", tsr_plugin_name(owner),
+                         tsr_plugin_version(owner), tsr_read_path_name(path),
+                         path != TSR_READ_IN_REGISTER ? ""
+                         : strcmp(backend, "cpu")    ? " by its read kernel"
+                                                     : " through its decoder")
               : snprintf(out, cap, "%s %s; %s as %s", tsr_plugin_name(owner),
                          tsr_plugin_version(owner), tsr_read_path_name(path), tr ? tr->name : "?");
   const char *hooks[3] = {c->prepare_rows ? "prepare_rows" : NULL,
@@ -280,15 +289,15 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
                        tsr_layer_kind_name(l->kind), kc, vc, attn_label);
       return st;
     }
-    if ((st = check_codec(h, &d, "K", kc, kp, attn_label)) != TSR_OK) return st;
-    if ((st = check_codec(h, &d, "V", vc, vp, attn_label)) != TSR_OK) return st;
+    if ((st = check_codec(h, &d, "K", kc, kp, attn_label, r->refuse_lift)) != TSR_OK) return st;
+    if ((st = check_codec(h, &d, "V", vc, vp, attn_label, r->refuse_lift)) != TSR_OK) return st;
     if (g->n_layers == 1) {
       snprintf(g->k_codec, sizeof g->k_codec, "%s", kc);
       snprintf(g->v_codec, sizeof g->v_codec, "%s", vc);
       g->k_path = kp;
       g->v_path = vp;
-      codec_how(h, kc, kp, g->k_how, sizeof g->k_how);
-      codec_how(h, vc, vp, g->v_how, sizeof g->v_how);
+      codec_how(h, kc, kp, r->backend, g->k_how, sizeof g->k_how);
+      codec_how(h, vc, vp, r->backend, g->v_how, sizeof g->v_how);
       snprintf(g->attention, sizeof g->attention, "%s", attn_label);
     } else if (kp != g->k_path || vp != g->v_path) {
       return tsr_error_set(TSR_ERR_INTERNAL, "layer %d (%s): attention %s chose read paths "

@@ -20,6 +20,7 @@ struct tsr_composition_request {
   const char *attention_kind[TSR_LAYER_KIND_COUNT]; /* ... unless named here per kind */
   const char *k_codec[TSR_LAYER_KIND_COUNT]; /* per layer kind */
   const char *v_codec[TSR_LAYER_KIND_COUNT];
+  bool refuse_lift; /* a codec attention reads only by lifting it to f16 is refused */
   const char *const *policies;
   int n_policies;
   const char *speculator; /* NULL: none */

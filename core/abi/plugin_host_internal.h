@@ -9,6 +9,7 @@
 #define TSR_HOST_MAX_PLUGINS 64
 #define TSR_HOST_MAX_DIRS 16
 #define TSR_HOST_MAX_CAPS 64
+#define TSR_CODEC_MAX_KERNEL_SETS 8 /* device backends one kv codec has kernels for */
 #define TSR_PLUGIN_MAX_SETTINGS 32
 #define TSR_PLUGIN_MAX_COUNTERS 16
 
@@ -46,6 +47,9 @@ struct registered {
     struct tsr_decode_policy_v1 policy;
     struct tsr_speculator_v1 speculator;
   } u;
+  /* a kv codec's kernel sets, copied: u.codec.kernels points here (the plugin's
+  ** array need not outlive its registration) */
+  struct tsr_kv_codec_kernels codec_kernels[TSR_CODEC_MAX_KERNEL_SETS];
 };
 
 struct cap_list {

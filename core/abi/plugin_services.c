@@ -197,21 +197,30 @@ static tsr_status codec_kernels(struct tsr_plugin *self, const struct tsr_kv_cod
                                 int dtype) {
   const struct tsr_kv_codec_kernels *k = c->kernels;
   const uint32_t n = k ? c->n_kernels : 0;
-  if (n > 8) return tsr_error_set(TSR_ERR_INVALID_ARG, "%u kernel sets (at most 8)", n);
-  int32_t enc = -1, lift = -1;
+  if (n > TSR_CODEC_MAX_KERNEL_SETS)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%u kernel sets (at most %d)", n,
+                         TSR_CODEC_MAX_KERNEL_SETS);
+  int32_t enc = -1, lift = -1, read = -1;
   tsr_status st = TSR_OK;
   for (uint32_t i = 0; i < n && st == TSR_OK; i++) {
     if (!k[i].backend || !k[i].file || !k[i].encode || !k[i].lift || !strcmp(k[i].backend, "cpu"))
       return tsr_error_set(TSR_ERR_INVALID_ARG, "kernels[%u] needs a device backend, a file, "
                            "and encode and lift symbols", i);
-    if (enc < 0) st = codec_op(self, c->name, "encode", &enc);
+    if (!k[i].read != !k[i].reads)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "kernels[%u] has a %s without %s: a read kernel "
+                           "comes with the reads() that says which layers it takes", i,
+                           k[i].read ? "read symbol" : "reads()", k[i].read ? "reads()" : "read");
+    if (k[i].read && read < 0) st = codec_op(self, c->name, "read", &read);
+    if (st == TSR_OK && k[i].read && !tsr_op_registry_kernel(read, k[i].backend, &(void *){NULL}))
+      st = host_register_kernel_lib(self, read, k[i].backend, k[i].file, k[i].read, k[i].ctx);
+    if (st == TSR_OK && enc < 0) st = codec_op(self, c->name, "encode", &enc);
     if (st == TSR_OK && lift < 0) st = codec_op(self, c->name, "lift", &lift);
     if (st == TSR_OK && !tsr_op_registry_kernel(enc, k[i].backend, &(void *){NULL}))
       st = host_register_kernel_lib(self, enc, k[i].backend, k[i].file, k[i].encode, k[i].ctx);
     if (st == TSR_OK && !tsr_op_registry_kernel(lift, k[i].backend, &(void *){NULL}))
       st = host_register_kernel_lib(self, lift, k[i].backend, k[i].file, k[i].lift, k[i].ctx);
   }
-  if (st == TSR_OK && enc >= 0) st = tsr_dtype_codec_set_ops(dtype, enc, lift);
+  if (st == TSR_OK && enc >= 0) st = tsr_dtype_codec_set_ops(dtype, enc, lift, read);
   /* each backend it names but the cpu needs a kernel set */
   for (const char *b = c->backends; st == TSR_OK && b && *b;) {
     const size_t len = strcspn(b, ",");
@@ -262,7 +271,15 @@ static tsr_status host_register_kv_codec(struct tsr_plugin *self, const struct t
                          (int)c->dtype, (long long)c->block_size, c->block_bytes);
   tsr_status st = add_cap(self, &self->host->codecs, TSR_IFACE_KV_CODEC, c ? c->name : NULL, c,
                           c ? c->struct_size : 0, sizeof(struct tsr_kv_codec_v1), base);
-  if (st == TSR_OK) self->host->codecs.items[self->host->codecs.n - 1].u.codec.dtype = dtype;
+  if (st == TSR_OK) {
+    struct registered *r = &self->host->codecs.items[self->host->codecs.n - 1];
+    r->u.codec.dtype = dtype;
+    /* only an own-layout codec's kernels were checked (codec_kernels) and are kept */
+    const uint32_t n = tsr_dtype_is_codec(dtype) && c->kernels ? c->n_kernels : 0;
+    if (n) memcpy(r->codec_kernels, c->kernels, n * sizeof *c->kernels);
+    r->u.codec.kernels = n ? r->codec_kernels : NULL;
+    r->u.codec.n_kernels = n;
+  }
   return st;
 }
 

@@ -106,6 +106,7 @@ static tsr_status negotiate(struct tsr_setup *s) {
   struct tsr_composition_request r = {
       .backend = p->backend,
       .attention = p->attention,
+      .refuse_lift = !strcmp(p->kv_lift, "false"),
       .policies = p->decode_policies,
       .n_policies = (int)p->n_decode_policies,
       .speculator = p->has_speculator ? p->speculator.name : NULL,

@@ -25,8 +25,9 @@ struct tsr_dtype_traits;
 ** tsr_backend_i, times in struct tsr_backend; 6: memory in struct tsr_backend_i,
 ** backend_size checked; 7: custom_op_replayable; 8: graph_counts in struct tsr_backend_i;
 ** 9: gemm_how of struct tsr_backend_ceilings 384 bytes; 10: dtype_traits, codec_ops;
-** 11: the open function takes the settings (core/graph/cuda_settings.h) */
-#define TSR_CUDA_ABI_VERSION 11
+** 11: the open function takes the settings (core/graph/cuda_settings.h); 12: codec_ops
+** returns the read op */
+#define TSR_CUDA_ABI_VERSION 12
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;
@@ -52,7 +53,7 @@ struct tsr_cuda_host {
   /* the core's dtype traits, for the codec dtypes its plugins registered (dtype.h) */
   const struct tsr_dtype_traits *(*dtype_traits)(int type_id);
   /* 1 and the plugin ops of a codec dtype's device kernels (dtype.h), else 0 */
-  int (*codec_ops)(int type_id, int32_t *encode_op, int32_t *lift_op);
+  int (*codec_ops)(int type_id, int32_t *encode_op, int32_t *lift_op, int32_t *read_op);
 };
 
 /* settings: the profile's, with the environment's overrides applied (the .so reads no

@@ -320,7 +320,15 @@ static struct cu_t cu_of(const struct cu_ctx *c, const struct tsr_tensor *t) {
   return r;
 }
 
+static tsr_status call_kernel(struct cu_ctx *c, int32_t op_id, const struct tsr_tensor *dst_t,
+                              const struct tsr_tensor *const *src_t, int n_src,
+                              const int32_t *params, int64_t graph);
+
 static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
+  const int32_t read_op = tsr_cuda_codec_read_op(c, t);
+  if (read_op >= 0) /* a codec's own kernel reads its rows in register */
+    return call_kernel(c, read_op, t, (const struct tsr_tensor *const *)t->src, 6, t->op_params,
+                       c->capturing ? TSR_DEVICE_CALL_CAPTURE : TSR_DEVICE_CALL_EAGER);
   struct cu_t dst = cu_of(c, t);
   struct cu_attn a = {
       .q = cu_of(c, t->src[0]), .k = cu_of(c, t->src[1]), .v = cu_of(c, t->src[2]),
@@ -346,7 +354,12 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
   return TSR_OK;
 }
 
+/* An absent source (an optional input left out) has data NULL and no dims. */
 static void info_of(const struct cu_ctx *c, const struct tsr_tensor *t, struct tsr_tensor_info *i) {
+  if (!t) {
+    *i = (struct tsr_tensor_info){.struct_size = sizeof *i};
+    return;
+  }
   *i = (struct tsr_tensor_info){.struct_size = sizeof *i, .dtype = (int32_t)t->dtype, .n_dims = 4,
                                 .data = c->dptr[t->index], .name = t->name};
   for (int d = 0; d < 4; d++) i->ne[d] = t->ne[d], i->nb[d] = t->nb[d];
@@ -401,8 +414,8 @@ static tsr_status run_custom(struct cu_ctx *c, const struct tsr_tensor *t, bool 
 ** like the core's own (no replay call). */
 static tsr_status run_codec(struct cu_ctx *c, const struct tsr_tensor *t, int role) {
   const int32_t dtype = role ? (int32_t)t->src[0]->dtype : (int32_t)t->dtype;
-  int32_t op[2];
-  if (!c->host->codec_ops(dtype, &op[0], &op[1]))
+  int32_t op[3];
+  if (!c->host->codec_ops(dtype, &op[0], &op[1], &op[2]))
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: dtype %d has no codec kernels", dtype);
   const struct tsr_tensor *const *src = (const struct tsr_tensor *const *)t->src + (role ? 0 : 1);
   return call_kernel(c, op[role], t, src, role ? 1 : 2, NULL,

@@ -34,13 +34,25 @@ static tsr_status refuse(const struct tsr_tensor *t, const char *what, const str
 ** refuses the graph at load, naming the op and file. */
 static tsr_status codec_kernel(struct cu_ctx *c, const struct tsr_tensor *t, int32_t dtype,
                                int role) {
-  int32_t op[2];
-  if (!c->host->codec_ops(dtype, op, op + 1))
+  int32_t op[3];
+  if (!c->host->codec_ops(dtype, op, op + 1, op + 2))
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: op %s, tensor '%s': dtype %s has "
                          "no cuda kernels", tsr_op_name(t->op), label(t), tsr_dtype_name(dtype));
   tsr_plugin_kernel_fn fn;
   void *kctx;
   return c->host->custom_op_kernel(op[role], "cuda", &fn, &kctx);
+}
+
+int32_t tsr_cuda_codec_read_op(const struct cu_ctx *c, const struct tsr_tensor *t) {
+  /* K's codec when it has a read kernel, else V's: the order negotiation asked
+  ** them in (plugin.h, tsr_kv_codec_kernels.reads) */
+  for (int i = 1; i <= 2; i++) {
+    int32_t op[3];
+    if (tsr_dtype_is_codec((int)t->src[i]->dtype) &&
+        c->host->codec_ops((int32_t)t->src[i]->dtype, op, op + 1, op + 2) && op[2] >= 0)
+      return op[2];
+  }
+  return -1;
 }
 
 tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
@@ -81,6 +93,17 @@ tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
     return cu_can_write(t->dtype) ? TSR_OK : refuse(t, "target", a, "set_rows into " WRITES);
   case TSR_OP_FLASH_ATTN: {
     const struct tsr_tensor *k = t->src[1], *v = t->src[2];
+    const int32_t read_op = tsr_cuda_codec_read_op(c, t);
+    if (read_op >= 0) {
+      tsr_plugin_kernel_fn fn;
+      void *kctx;
+      if (c->host->custom_op_kernel(read_op, "cuda", &fn, &kctx) != TSR_OK) {
+        tsr_error_prefix("cuda backend: op flash_attn, tensor '%s': the codec's read kernel",
+                         label(t));
+        return TSR_ERR_UNSUPPORTED;
+      }
+      return TSR_OK;
+    }
     if (!attn_reads(k->dtype)) return refuse(t, "K", k, "attention over " ATTN_READS);
     if (!attn_reads(v->dtype)) return refuse(t, "V", v, "attention over " ATTN_READS);
     if (a->ne[0] > CU_ATTN_MAX_D || v->ne[0] > CU_ATTN_MAX_D)

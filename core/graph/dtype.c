@@ -165,7 +165,7 @@ struct codec_slot {
   tsr_codec_encode_fn encode;
   tsr_codec_decode_fn decode;
   void *ctx;
-  _Atomic int32_t encode_op, lift_op; /* device kernels' plugin ops; -1: none */
+  _Atomic int32_t encode_op, lift_op, read_op; /* device kernels' plugin ops; -1: none */
 };
 static struct codec_slot g_codecs[TSR_DTYPE_CODEC_MAX];
 static _Atomic int g_n_codecs;
@@ -217,7 +217,7 @@ tsr_status tsr_dtype_register_codec(const char *owner, const char *name, int64_t
     snprintf(c->name, sizeof c->name, "%s", name);
     snprintf(c->owner, sizeof c->owner, "%s", owner);
     c->encode = encode, c->decode = decode, c->ctx = ctx;
-    c->encode_op = c->lift_op = -1;
+    c->encode_op = c->lift_op = c->read_op = -1;
     c->tr = (struct tsr_dtype_traits){c->name, block_size, type_size, 1, g_codec_to[n],
                                       g_codec_from[n]};
     at = n;
@@ -228,20 +228,23 @@ tsr_status tsr_dtype_register_codec(const char *owner, const char *name, int64_t
   return st;
 }
 
-tsr_status tsr_dtype_codec_set_ops(int type_id, int32_t encode_op, int32_t lift_op) {
+tsr_status tsr_dtype_codec_set_ops(int type_id, int32_t encode_op, int32_t lift_op,
+                                   int32_t read_op) {
   const int i = type_id - TSR_DTYPE_CODEC_BASE;
   if (i < 0 || i >= g_n_codecs)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "dtype %d is no codec dtype", type_id);
   g_codecs[i].encode_op = encode_op;
   g_codecs[i].lift_op = lift_op;
+  g_codecs[i].read_op = read_op;
   return TSR_OK;
 }
 
-int tsr_dtype_codec_ops(int type_id, int32_t *encode_op, int32_t *lift_op) {
+int tsr_dtype_codec_ops(int type_id, int32_t *encode_op, int32_t *lift_op, int32_t *read_op) {
   const int i = type_id - TSR_DTYPE_CODEC_BASE;
   if (i < 0 || i >= g_n_codecs || g_codecs[i].encode_op < 0) return 0;
   *encode_op = g_codecs[i].encode_op;
   *lift_op = g_codecs[i].lift_op;
+  *read_op = g_codecs[i].read_op;
   return 1;
 }
 

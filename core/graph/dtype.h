@@ -109,10 +109,12 @@ static inline int tsr_dtype_is_codec(int type_id) {
 }
 
 /* The plugin ops holding a codec dtype's device kernels (plugin.h,
-** tsr_kv_codec_kernels): writing rows into it, and lifting it to f16. */
-tsr_status tsr_dtype_codec_set_ops(int type_id, int32_t encode_op, int32_t lift_op);
+** tsr_kv_codec_kernels): writing rows into it, lifting it to f16, and attention
+** reading it in register (-1: none). */
+tsr_status tsr_dtype_codec_set_ops(int type_id, int32_t encode_op, int32_t lift_op,
+                                   int32_t read_op);
 /* 1 and the ops when type_id is a codec dtype with device kernels, else 0. */
-int tsr_dtype_codec_ops(int type_id, int32_t *encode_op, int32_t *lift_op);
+int tsr_dtype_codec_ops(int type_id, int32_t *encode_op, int32_t *lift_op, int32_t *read_op);
 /* Where a copy of this file linked into another shared object (the cuda
 ** backend) finds the codec-registered dtypes of the process: the core's own
 ** tsr_dtype_traits. */

@@ -218,8 +218,10 @@ static const struct field per_kind_fields[] = {
     MAP("linear", offsetof(P, kv_per_kind[TSR_PROFILE_LAYER_LINEAR]), kv_pair)};
 static const struct section per_kind = SECTION(per_kind_fields);
 
-static const struct field kv_fields[] = {STR("k", P, kv.k), STR("v", P, kv.v),
-                                         MAP("per_kind", 0, per_kind)};
+static const char *const booleans[] = {"true", "false", NULL};
+static const struct field kv_fields[] = {
+    STR("k", P, kv.k), STR("v", P, kv.v), MAP("per_kind", 0, per_kind),
+    {.name = "lift", .type = F_CHOICE, .off = offsetof(P, kv_lift), .choices = booleans}};
 static const struct section kv = SECTION(kv_fields);
 
 typedef struct tsr_profile_sampling S;
@@ -585,6 +587,7 @@ static void set_defaults(struct tsr_profile *p) {
   p->ubatch = 512;
   p->attention = "flash";
   p->kv.k = p->kv.v = "f16";
+  p->kv_lift = "true";
   p->sampling = (struct tsr_profile_sampling){.temperature = 0.8, .top_k = 40, .top_p = 0.95,
                                               .min_p = 0.05, .seed = -1, .max_tokens = 256};
   p->server = (struct tsr_profile_server){.host = "127.0.0.1", .port = 8080, .parallel = 1,

@@ -128,6 +128,7 @@ struct tsr_profile {
 
   struct tsr_profile_kv_pair kv;
   struct tsr_profile_kv_pair kv_per_kind[TSR_PROFILE_LAYER_KINDS];
+  const char *kv_lift; /* "true": attention may read a codec lifted to f16; "false": refused */
 
   struct tsr_profile_plugin *plugins;
   size_t n_plugins;

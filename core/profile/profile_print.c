@@ -258,6 +258,7 @@ void tsr_profile_print(const struct tsr_profile *p, FILE *f) {
   line(f, 0, "kv:", NULL);
   kv_line(&pr, 2, "k", str(&pr, p->kv.k), "kv.k");
   kv_line(&pr, 2, "v", str(&pr, p->kv.v), "kv.v");
+  kv_line(&pr, 2, "lift", p->kv_lift, "kv.lift");
   int any = 0;
   for (int kind = 0; kind < TSR_PROFILE_LAYER_KINDS; kind++) {
     const struct tsr_profile_kv_pair *kp = &p->kv_per_kind[kind];

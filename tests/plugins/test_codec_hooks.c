@@ -13,7 +13,11 @@
 **     outputs rotated back, so the hooks really ran;
 **   - the padded path (extra_groups 1: every row stored with 128 zeros more)
 **     gives what the unpadded one gives, within f32 summation order;
-**   - q8_f32, a codec of its own block layout, is as close to f32 KV as q8_0.
+**   - q8_f32, a codec of its own block layout, is as close to f32 KV as q8_0;
+**     on cuda read in register by its own kernel and, as q8_f32_lift, lifted;
+**   - negotiation (no GPU needed): flash hands a layer to a codec's read
+**     kernel where the codec accepts it, lifts otherwise, and a profile that
+**     forbids lifting refuses a codec only a lift reads, naming both sides.
 ** usage: test_codec_hooks [--backend cuda] [--pad N] OUT_DIR CODEC_DIR MODEL.gguf GOLDEN.gguf
 **            [MODEL GOLDEN]...   (tests/gpu/run.sh check RUN codec runs it on cuda)
 ** --pad N: the padded run's extra groups (default 1; 0 runs none, for a head dim
@@ -27,6 +31,7 @@
 #include "engine/engine.h"
 #include "common/error.h"
 #include "model/gguf.h"
+#include "abi/composition.h"
 #include "abi/plugin_host.h"
 #include "abi/setup.h"
 #include "tests/harness.h"
@@ -161,6 +166,19 @@ static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
       CHECK_MSG(d8f > 0 && max_abs_diff(q8f.logits, q8.logits, n) > 0,
                 "q8_f32 equals f32 or q8_0 KV bit for bit");
       CHECK_MSG(d8f <= 1.5 * d8, "q8_f32 is %.3e from f32 KV, q8_0 only %.3e", d8f, d8);
+      /* on cuda q8_f32 ran on its read kernel (in register, f32), q8_f32_lift was
+      ** lifted to f16 for the core's kernel: as close, and not bit for bit */
+      struct run_out lifted = {0};
+      if (strcmp(g_backend, "cpu") &&
+          run(g_model, &gs, g_backend, "q8_f32_lift", attentions[a], 0, &lifted)) {
+        const double dl = max_abs_diff(lifted.logits, f32.logits, n);
+        printf("  %s, %s, attention %s: q8_f32_lift (lifted) %.3e from f32(cpu)\n", g_model,
+               g_backend, attentions[a], dl);
+        CHECK_MSG(dl <= 1.5 * d8, "q8_f32_lift is %.3e from f32 KV, q8_0 only %.3e", dl, d8);
+        CHECK_MSG(max_abs_diff(lifted.logits, q8f.logits, n) > 0,
+                  "the read kernel's logits equal the lifted ones bit for bit");
+      }
+      free(lifted.logits);
     }
     free(f32.logits), free(q8.logits), free(q8f.logits);
   }
@@ -186,6 +204,52 @@ static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
   }
 }
 
+static void test_codec_read_kernel_is_negotiated(void) {
+  struct tsr_plugin_host *h;
+  CHECK_OK(tsr_plugin_host_new(&h));
+  CHECK_OK(tsr_plugin_host_load(h, "example_codec", g_codec_dir, NULL, 0, NULL));
+  struct tsr_arch_layer layer = {.kind = TSR_LAYER_FULL, .n_head = 4, .n_head_kv = 2,
+                                 .head_dim_k = 64, .head_dim_v = 64};
+  struct tsr_composition_request r = {.backend = "cuda", .attention = "flash", .layers = &layer,
+                                      .n_layers = 1};
+  struct tsr_composition c;
+  const struct {
+    const char *k, *v;
+    enum tsr_read_path kp, vp;
+  } cases[] = {
+      {"q8_f32", "q8_f32", TSR_READ_IN_REGISTER, TSR_READ_IN_REGISTER}, /* its kernel reads both */
+      {"q8_f32_lift", "q8_f32_lift", TSR_READ_LIFT, TSR_READ_LIFT},     /* no read kernel */
+      {"q8_f32", "f16", TSR_READ_LIFT, TSR_READ_NATIVE},                /* reads() refuses */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    r.k_codec[TSR_LAYER_FULL] = cases[i].k, r.v_codec[TSR_LAYER_FULL] = cases[i].v;
+    CHECK_OK(tsr_compose(h, &r, &c));
+    CHECK_MSG(c.groups[0].k_path == cases[i].kp && c.groups[0].v_path == cases[i].vp,
+              "K %s / V %s on cuda: read paths %s / %s", cases[i].k, cases[i].v,
+              tsr_read_path_name(c.groups[0].k_path), tsr_read_path_name(c.groups[0].v_path));
+  }
+  r.k_codec[TSR_LAYER_FULL] = r.v_codec[TSR_LAYER_FULL] = "q8_f32";
+  CHECK_OK(tsr_compose(h, &r, &c));
+  CHECK_MSG(strstr(c.groups[0].k_how, "in-register by its read kernel") != NULL, "K read: %s",
+            c.groups[0].k_how);
+  /* kv.lift: false keeps the read kernel and refuses the lift, naming both sides */
+  r.refuse_lift = true;
+  CHECK_OK(tsr_compose(h, &r, &c));
+  r.k_codec[TSR_LAYER_FULL] = r.v_codec[TSR_LAYER_FULL] = "q8_f32_lift";
+  CHECK(tsr_compose(h, &r, &c) != TSR_OK);
+  const char *msg = tsr_error_message();
+  CHECK_MSG(strstr(msg, "layer 0 (full): attention flash (core") &&
+                strstr(msg, "K codec q8_f32_lift (example_codec 1.0.0) on cuda only by lifting") &&
+                strstr(msg, "kv.lift: false"),
+            "refusal: %s", msg);
+  /* the cpu reads every codec in register through its decoder */
+  r.backend = "cpu";
+  CHECK_OK(tsr_compose(h, &r, &c));
+  CHECK(c.groups[0].k_path == TSR_READ_IN_REGISTER &&
+        strstr(c.groups[0].k_how, "through its decoder") != NULL);
+  tsr_plugin_host_free(h);
+}
+
 int main(int argc, char **argv) {
   while (argc > 2 && (!strcmp(argv[1], "--backend") || !strcmp(argv[1], "--pad"))) {
     if (!strcmp(argv[1], "--backend")) g_backend = argv[2];
@@ -199,6 +263,7 @@ int main(int argc, char **argv) {
   }
   g_out = argv[1];
   g_codec_dir = argv[2];
+  TSR_RUN(test_codec_read_kernel_is_negotiated);
   for (int i = 3; i + 1 < argc; i += 2) {
     g_model = argv[i], g_golden = argv[i + 1];
     printf("%s\n", g_model);

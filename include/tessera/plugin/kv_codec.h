@@ -30,6 +30,20 @@ struct tsr_kv_codec_kernels {
   ** codec's dtype (a view of the cache, strided as src->nb says) */
   const char *lift;
   void *ctx;
+  /* Optional: attention read in register, where the core's flash op would run
+  ** on this backend over a layer that reads () accepts: dst f32 [Dv, Hq, Nq],
+  ** src q f32 [D, Nq, Hq], k [D, Nkv, Hkv], v [Dv, Nkv, Hkv] as stored (not
+  ** lifted), mask f32/f16 [Nkv, Nq], q_pos i32 [Nq], kv_pos i32 [Nkv] (an
+  ** absent source has data NULL), params scale and softcap (f32 bits), causal,
+  ** window: the flash op's semantics (a negative kv_pos, a key past q_pos when
+  ** causal or q_pos - kv_pos >= window hidden; a fully hidden row gives zeros).
+  ** NULL: attention lifts this codec to f16 first. */
+  const char *read;
+  /* Whether read handles this layer: its K and V codecs as stored (names in
+  ** layer->k_codec / v_codec; this codec on one side at least) and head dims.
+  ** The host asks K's codec first: when K's codec has a read kernel, only that
+  ** one is asked; otherwise V's. Required with read. */
+  bool (*reads)(void *ctx, const struct tsr_layer_desc *layer);
 };
 
 /* A KV-cache storage format. Its rows are stored in dtype (a type the
@@ -83,8 +97,10 @@ struct tsr_kv_codec_v1 {
                                    struct tsr_tensor *out, int32_t head_dim);
   /* A codec of its own layout: its kernels on each device backend its
   ** `backends` names (the cpu uses encode_rows and decode_f32). Attention reads
-  ** it there by lifting (TSR_READ_LIFT): the host casts the layer's K or V to
-  ** f16 before the attention call. */
+  ** it there in register through the codec's read kernel where one accepts the
+  ** layer (TSR_READ_IN_REGISTER), else by lifting (TSR_READ_LIFT): the host casts
+  ** the layer's K or V to f16 before the attention call, unless the profile
+  ** forbids lifting (kv.lift: false). */
   const struct tsr_kv_codec_kernels *kernels;
   uint32_t n_kernels;
 };

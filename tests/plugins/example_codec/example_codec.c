@@ -13,7 +13,9 @@
 ** q8_f32 is a codec of its own block layout (TSR_KV_CODEC_OWN_DTYPE): 32
 ** int8 values with an f32 scale, a dtype the host assigns, read and written
 ** on the cpu through its reference functions and on cuda through its encode
-** and lift kernels (attention reads it lifted to f16 there).
+** and lift kernels and its read kernel, which flash runs in place of its own
+** where K and V are both q8_f32. q8_f32_lift is the same layout without the
+** read kernel: attention reads it lifted to f16 on cuda.
 **
 ** Kernels: cpu here; cuda in example_codec_cuda.cu, built into
 ** example_codec_cuda.so beside this library when nvcc is found.
@@ -169,6 +171,15 @@ static void q8f_decode(void *ctx, const void *src, float *dst, int64_t n) {
   }
 }
 
+/* Its cuda read kernel takes K and V both in q8_f32 with head dims of whole
+** warps (a lane a value of each block), at most 16 values a lane. */
+static bool q8f_reads(void *ctx, const struct tsr_layer_desc *layer) {
+  (void)ctx;
+  const int32_t dk = layer->head_dim_k, dv = layer->head_dim_v;
+  return !strcmp(layer->k_codec, "q8_f32") && !strcmp(layer->v_codec, "q8_f32") && dk > 0 &&
+         dk % 32 == 0 && dk <= 512 && dv > 0 && dv % 32 == 0 && dv <= 512;
+}
+
 static const struct tsr_plugin_setting g_settings[] = {
     {"extra_groups", TSR_SETTING_INT, 0, 4, "0", NULL,
      "groups of 128 zeros stored past each row's own (tests the padded path)"},
@@ -217,7 +228,11 @@ static tsr_status codec_init(const struct tsr_host *h, struct tsr_plugin *self) 
       .encode = "example_codec_q8f_encode_cuda",
       .lift = "example_codec_q8f_lift_cuda",
       .ctx = (void *)h,
+      .read = "example_codec_q8f_read_cuda",
+      .reads = q8f_reads,
   };
+  struct tsr_kv_codec_kernels q8f_lift_cuda = q8f_cuda;
+  q8f_lift_cuda.read = NULL, q8f_lift_cuda.reads = NULL;
   const struct tsr_kv_codec_v1 q8f = {
       .struct_size = sizeof q8f,
       .name = "q8_f32",
@@ -231,6 +246,9 @@ static tsr_status codec_init(const struct tsr_host *h, struct tsr_plugin *self) 
       .n_kernels = 1,
   };
   if (st == TSR_OK) st = h->register_kv_codec(self, &q8f);
+  struct tsr_kv_codec_v1 q8f_lift = q8f;
+  q8f_lift.name = "q8_f32_lift", q8f_lift.kernels = &q8f_lift_cuda;
+  if (st == TSR_OK) st = h->register_kv_codec(self, &q8f_lift);
   return st;
 }
 
@@ -246,7 +264,8 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .struct_size = sizeof(struct tsr_plugin_descriptor),
     .name = "example_codec",
     .version = "1.0.0",
-    .description = "rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block layout)",
+    .description = "rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block "
+                   "layout, read in register on cuda) and q8_f32_lift (the same, lifted)",
     .provides = g_provides,
     .n_provides = 1,
     .settings = g_settings,

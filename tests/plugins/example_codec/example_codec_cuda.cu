@@ -5,7 +5,9 @@
 **           value through the seven butterfly stages of the Walsh-Hadamard
 **           transform in shared memory;
 **   q8_f32 encode / lift: one warp a block of 32 values (a lane a value), the
-**           scale from a warp max.
+**           scale from a warp max;
+**   q8_f32 read: attention over a q8_f32 K and V decoded in register, one warp
+**           a (head, query).
 */
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -127,4 +129,85 @@ example_codec_q8f_lift_cuda(void *ctx, int ith, int nth, const struct tsr_tensor
                             const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ith, (void)nth, (void)n_src, (void)params;
   launch_q8f(ctx, dst, src, false, "example_codec q8_f32 lift");
+}
+
+/* ---- q8_f32 read: attention over K and V stored in q8_f32 -------------- */
+
+/* One warp a (q head, query): lane l holds dims l, l + 32, ... of q and of the
+** output, so dim d of a row is value l of block d / 32 (its scale read by every
+** lane). Keys one at a time with an online softmax: the flash op's semantics
+** (tsr_kv_codec_kernels.read), without its tiling. */
+__global__ void k_q8f_read(const char *q, int64_t q_nb0, int64_t q_nb1, int64_t q_nb2,
+                           const uint8_t *k, int64_t k_nb1, int64_t k_nb2, const uint8_t *v,
+                           int64_t v_nb1, int64_t v_nb2, const char *mask, int mask_f16,
+                           int64_t m_nb0, int64_t m_nb1, const int32_t *q_pos, int64_t qp_nb0,
+                           const int32_t *kv_pos, int64_t kp_nb0, char *out, int64_t o_nb0,
+                           int64_t o_nb1, int64_t o_nb2, int64_t D, int64_t Dv, int64_t Nkv,
+                           int64_t group, float scale, float softcap, int causal, int window) {
+  const int64_t h = blockIdx.x, iq = blockIdx.y, hk = h / group;
+  const int lane = threadIdx.x;
+  const int nd = (int)(D / 32), ndv = (int)(Dv / 32);
+  float qr[16], acc[16];
+  for (int i = 0; i < nd; i++)
+    qr[i] = *(const float *)(q + (lane + 32 * i) * q_nb0 + iq * q_nb1 + h * q_nb2);
+  for (int i = 0; i < ndv; i++) acc[i] = 0.0f;
+  const int32_t qp = q_pos ? *(const int32_t *)((const char *)q_pos + iq * qp_nb0) : 0;
+  float m = -INFINITY, l = 0.0f;
+  for (int64_t j = 0; j < Nkv; j++) {
+    float bias = 0.0f;
+    if (mask) {
+      const char *mp = mask + j * m_nb0 + iq * m_nb1;
+      bias = mask_f16 ? __half2float(*(const __half *)mp) : *(const float *)mp;
+    }
+    if (kv_pos) {
+      const int32_t kp = *(const int32_t *)((const char *)kv_pos + j * kp_nb0);
+      if (kp < 0 || (causal && kp > qp) || (window > 0 && (int64_t)qp - kp >= window))
+        bias = -INFINITY;
+    }
+    if (bias == -INFINITY) continue; /* uniform across the warp */
+    const uint8_t *kr = k + j * k_nb1 + hk * k_nb2;
+    float s = 0.0f;
+    for (int i = 0; i < nd; i++) {
+      float d;
+      memcpy(&d, kr + i * Q8F_BYTES, 4);
+      s += qr[i] * d * (float)(int8_t)kr[i * Q8F_BYTES + 4 + lane];
+    }
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    float x = s * scale;
+    if (softcap > 0.0f) x = softcap * tanhf(x / softcap);
+    x += bias;
+    const float m_new = fmaxf(m, x), corr = expf(m - m_new), p = expf(x - m_new);
+    l = l * corr + p;
+    const uint8_t *vr = v + j * v_nb1 + hk * v_nb2;
+    for (int i = 0; i < ndv; i++) {
+      float d;
+      memcpy(&d, vr + i * Q8F_BYTES, 4);
+      acc[i] = acc[i] * corr + p * d * (float)(int8_t)vr[i * Q8F_BYTES + 4 + lane];
+    }
+    m = m_new;
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f; /* a fully hidden row gives zeros */
+  for (int i = 0; i < ndv; i++)
+    *(float *)(out + (lane + 32 * i) * o_nb0 + h * o_nb1 + iq * o_nb2) = acc[i] * inv;
+}
+
+extern "C" TSR_PLUGIN_EXPORT void
+example_codec_q8f_read_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                            const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ith, (void)nth, (void)n_src;
+  const struct tsr_host *host = (const struct tsr_host *)ctx;
+  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
+  const struct tsr_tensor_info *q = &src[0], *k = &src[1], *v = &src[2], *mask = &src[3];
+  const int64_t D = q->ne[0], Nq = q->ne[1], Hq = q->ne[2], Dv = v->ne[0];
+  if (Nq <= 0 || Hq <= 0) return;
+  float scale, softcap;
+  memcpy(&scale, &params[0], 4);
+  memcpy(&softcap, &params[1], 4);
+  k_q8f_read<<<dim3((unsigned)Hq, (unsigned)Nq), 32, 0, tsr_cuda_call_stream(call)>>>(
+      (const char *)q->data, q->nb[0], q->nb[1], q->nb[2], (const uint8_t *)k->data, k->nb[1],
+      k->nb[2], (const uint8_t *)v->data, v->nb[1], v->nb[2], (const char *)mask->data,
+      mask->dtype == TSR_DTYPE_ID_F16, mask->nb[0], mask->nb[1], (const int32_t *)src[4].data, src[4].nb[0],
+      (const int32_t *)src[5].data, src[5].nb[0], (char *)dst->data, dst->nb[0], dst->nb[1],
+      dst->nb[2], D, Dv, k->ne[1], Hq / k->ne[2], scale, softcap, params[2] != 0, params[3]);
+  tsr_cuda_call_finish((void *)host, call, "example_codec q8_f32 read");
 }

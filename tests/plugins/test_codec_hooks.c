@@ -166,8 +166,9 @@ static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
       CHECK_MSG(d8f > 0 && max_abs_diff(q8f.logits, q8.logits, n) > 0,
                 "q8_f32 equals f32 or q8_0 KV bit for bit");
       CHECK_MSG(d8f <= 1.5 * d8, "q8_f32 is %.3e from f32 KV, q8_0 only %.3e", d8f, d8);
-      /* on cuda q8_f32 ran on its read kernel (in register, f32), q8_f32_lift was
-      ** lifted to f16 for the core's kernel: as close, and not bit for bit */
+      /* on cuda q8_f32 ran on its read kernel where flash reads a layer (in
+      ** register, f32), q8_f32_lift was lifted to f16 for the core's kernel: as
+      ** close, and under flash not bit for bit (dca has no codec read: it lifts both) */
       struct run_out lifted = {0};
       if (strcmp(g_backend, "cpu") &&
           run(g_model, &gs, g_backend, "q8_f32_lift", attentions[a], 0, &lifted)) {
@@ -175,8 +176,9 @@ static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
         printf("  %s, %s, attention %s: q8_f32_lift (lifted) %.3e from f32(cpu)\n", g_model,
                g_backend, attentions[a], dl);
         CHECK_MSG(dl <= 1.5 * d8, "q8_f32_lift is %.3e from f32 KV, q8_0 only %.3e", dl, d8);
-        CHECK_MSG(max_abs_diff(lifted.logits, q8f.logits, n) > 0,
-                  "the read kernel's logits equal the lifted ones bit for bit");
+        if (!strcmp(attentions[a], "flash"))
+          CHECK_MSG(max_abs_diff(lifted.logits, q8f.logits, n) > 0,
+                    "the read kernel's logits equal the lifted ones bit for bit");
       }
       free(lifted.logits);
     }

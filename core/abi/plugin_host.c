@@ -494,6 +494,17 @@ const struct tsr_plugin *tsr_plugin_host_find_plugin(const struct tsr_plugin_hos
 }
 const char *tsr_plugin_name(const struct tsr_plugin *p) { return p->desc->name; }
 const char *tsr_plugin_version(const struct tsr_plugin *p) { return p->desc->version; }
+
+void tsr_plugin_provides(const struct tsr_plugin *p, char *out, size_t cap) {
+  size_t used = 0;
+  if (cap) out[0] = '\0';
+  for (uint32_t i = 0; i < p->desc->n_provides && used < cap; i++) {
+    const int n = snprintf(out + used, cap - used, "%s%s:%u", i ? ", " : "",
+                           p->desc->provides[i].name, p->desc->provides[i].version);
+    if (n < 0) break;
+    used += (size_t)n;
+  }
+}
 const char *tsr_plugin_library(const struct tsr_plugin *p) { return p->library; }
 
 uint64_t tsr_plugin_engaged_total(const struct tsr_plugin *p) {

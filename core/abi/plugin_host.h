@@ -90,6 +90,8 @@ const struct tsr_plugin *tsr_plugin_host_find_plugin(const struct tsr_plugin_hos
                                                      const char *name);
 const char *tsr_plugin_name(const struct tsr_plugin *p);
 const char *tsr_plugin_version(const struct tsr_plugin *p);
+/* What the plugin's descriptor says it provides, "attention:1, kv_codec:1", into out. */
+void tsr_plugin_provides(const struct tsr_plugin *p, char *out, size_t cap);
 const char *tsr_plugin_library(const struct tsr_plugin *p); /* "" for built-in */
 
 /* ---- engagement ---- */

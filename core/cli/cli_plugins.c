@@ -41,8 +41,9 @@ int tsr_cli_plugins(int argc, char **argv) {
     printf("  %s\n", tsr_plugin_host_search_dir(h, i));
 
   char names[512];
-  printf("\nbuilt in:\n  core %s  provides attention:1, kv_codec:1\n",
-         tsr_plugin_version(tsr_plugin_host_find_plugin(h, "core")));
+  const struct tsr_plugin *core = tsr_plugin_host_find_plugin(h, "core");
+  tsr_plugin_provides(core, names, sizeof names);
+  printf("\nbuilt in:\n  core %s  provides %s\n", tsr_plugin_version(core), names);
   tsr_plugin_host_list_names(h, TSR_IFACE_ATTENTION, names, sizeof names);
   printf("    attention: %s\n", names);
   tsr_plugin_host_list_names(h, TSR_IFACE_KV_CODEC, names, sizeof names);

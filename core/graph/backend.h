@@ -34,7 +34,7 @@ struct tsr_backend_i {
   /* Runs every node of a planned, bound graph in order. */
   tsr_status (*compute)(void *ctx, struct tsr_graph *g);
   void (*free)(void *ctx);
-  /* Appended for device backends; NULL where the backend computes in host
+  /* Device backends only; NULL where the backend computes in host
   ** memory (cpu). External memory (tsr_new_external: weights, KV cache,
   ** recurrent state, index arrays) is of two kinds on a device backend:
   **  - kept: [host, host + size) registered with keep. Its device copy is

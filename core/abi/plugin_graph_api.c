@@ -119,30 +119,47 @@ static struct tsr_tensor *hook_result(struct tsr_graph *g, const struct tsr_kv_c
 }
 
 typedef struct tsr_tensor *(*codec_hook_fn)(void *, const struct tsr_host *, struct tsr_graph *,
-                                            struct tsr_tensor *);
+                                            const struct tsr_kv_codec_site *, struct tsr_tensor *);
+
+/* A codec and where its hooks run: the layer, the side and its state there. */
+struct codec_at {
+  const struct tsr_kv_codec_v1 *codec;
+  struct tsr_kv_codec_site site;
+};
+
+static void codec_at(const struct tsr_arch_forward *fw, int32_t layer, bool is_k,
+                     const struct tsr_kv_codec_v1 *codec, struct codec_at *at) {
+  at->codec = codec;
+  at->site = (struct tsr_kv_codec_site){
+      .struct_size = sizeof at->site, .layer = layer, .is_k = is_k,
+      .head_dim = is_k ? fw->layers[layer].head_dim_k : fw->layers[layer].head_dim_v};
+  if (codec && codec->n_state > 0) tsr_kv_cache_codec_state(fw->g, fw->kv, layer, is_k, at->site.state);
+}
 
 /* x through one of the codec's storage-dim hooks (prepare_rows, prepare_q), or x
 ** itself when the codec has none */
-static struct tsr_tensor *codec_apply(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
+static struct tsr_tensor *codec_apply(struct tsr_graph *g, const struct codec_at *at,
                                       codec_hook_fn hook, const char *name,
                                       struct tsr_tensor *x) {
   if (!hook || !x) return x;
   x = hook_input(g, x);
+  const struct tsr_kv_codec_v1 *c = at->codec;
   const int32_t dim = tsr_kv_codec_storage_dim(c, (int32_t)x->ne[0]);
-  return x ? hook_result(g, c, name, x, hook(c->ctx, tsr_plugin_host_services(), g, x), dim)
+  return x ? hook_result(g, c, name, x,
+                         hook(c->ctx, tsr_plugin_host_services(), g, &at->site, x), dim)
            : NULL;
 }
 
 /* rows as the codec stores them */
-static struct tsr_tensor *codec_rows(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
+static struct tsr_tensor *codec_rows(struct tsr_graph *g, const struct codec_at *at,
                                      struct tsr_tensor *x) {
-  return codec_apply(g, c, c ? c->prepare_rows : NULL, "prepare_rows", x);
+  return codec_apply(g, at, at->codec ? at->codec->prepare_rows : NULL, "prepare_rows", x);
 }
 
 /* queries as keys stored in the codec are scored against */
-static struct tsr_tensor *codec_q(struct tsr_graph *g, const struct tsr_kv_codec_v1 *c,
+static struct tsr_tensor *codec_q(struct tsr_graph *g, const struct codec_at *at,
                                   struct tsr_tensor *q) {
-  return codec_apply(g, c, c ? c->prepare_q : NULL, "prepare_q", q);
+  return codec_apply(g, at, at->codec ? at->codec->prepare_q : NULL, "prepare_q", q);
 }
 
 /* tsr_attn_call.prepare_q as the host hands it to an attention that positions q itself */
@@ -171,8 +188,11 @@ tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct 
   } else {
     const struct tsr_kv_codec_v1 *kc, *vc;
     layer_codecs(fw, layer, &kc, &vc);
-    k = codec_rows(fw->g, kc, k);
-    v = codec_rows(fw->g, vc, v);
+    struct codec_at k_at, v_at;
+    codec_at(fw, layer, true, kc, &k_at);
+    codec_at(fw, layer, false, vc, &v_at);
+    k = codec_rows(fw->g, &k_at, k);
+    v = codec_rows(fw->g, &v_at, v);
     if (k && v)
       tsr_kv_cache_store(fw->g, fw->kv, layer, k, v, fw->kv_cells[pool], &call->k, &call->v);
   }
@@ -380,24 +400,28 @@ struct tsr_tensor *tsr_api_attn_build(struct tsr_arch_forward *fw, int32_t layer
     hooked.decode = decode;
     call = &hooked;
   }
+  struct codec_at k_at; /* lives through build: an attention that rotates calls back */
   if (kc && kc->prepare_q) {
+    codec_at(fw, layer, true, kc, &k_at);
     if (call != &hooked) hooked = *call;
     if (attention_rotates(a)) {
       hooked.prepare_q = call_prepare_q;
-      hooked.prepare_q_ctx = kc;
-    } else if (!(hooked.q = codec_q(fw->g, kc, call->q))) {
+      hooked.prepare_q_ctx = &k_at;
+    } else if (!(hooked.q = codec_q(fw->g, &k_at, call->q))) {
       return NULL;
     }
     call = &hooked;
   }
   struct tsr_tensor *out = a->build(a->ctx, tsr_plugin_host_services(), fw->g, call);
-  struct tsr_tensor *(*finish)(void *, const struct tsr_host *, struct tsr_graph *,
-                               struct tsr_tensor *, int32_t) = vc ? vc->finish_out : NULL;
-  if (!out || !finish) return out;
+  if (!out || !vc || !vc->finish_out) return out;
+  struct codec_at v_at;
+  codec_at(fw, layer, false, vc, &v_at);
   const int32_t dv = fw->layers[layer].head_dim_v;
   struct tsr_tensor *x = hook_input(fw->g, out);
   return x ? hook_result(fw->g, vc, "finish_out", x,
-                         finish(vc->ctx, tsr_plugin_host_services(), fw->g, x, dv), dv) : NULL;
+                         vc->finish_out(vc->ctx, tsr_plugin_host_services(), fw->g, &v_at.site, x),
+                         dv)
+           : NULL;
 }
 
 struct tsr_tensor *tsr_api_kv_shift_rope(struct tsr_kv_shift *sh, int32_t layer,

@@ -273,6 +273,13 @@ static tsr_status host_register_kv_codec(struct tsr_plugin *self, const struct t
                           c ? c->struct_size : 0, sizeof(struct tsr_kv_codec_v1), base);
   if (st == TSR_OK) {
     struct registered *r = &self->host->codecs.items[self->host->codecs.n - 1];
+    const int32_t n_state = r->u.codec.n_state; /* 0 from a plugin built before it existed */
+    if (n_state < 0 || n_state > TSR_KV_CODEC_MAX_STATE || (n_state && !r->u.codec.state_shape)) {
+      self->host->codecs.n--;
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "plugin %s: kv codec '%s' declares %d state "
+                           "tensors: 0..%d, and state_shape with any", self->desc->name, c->name,
+                           n_state, TSR_KV_CODEC_MAX_STATE);
+    }
     r->u.codec.dtype = dtype;
     /* only an own-layout codec's kernels were checked (codec_kernels) and are kept */
     const uint32_t n = tsr_dtype_is_codec(dtype) && c->kernels ? c->n_kernels : 0;

@@ -79,6 +79,36 @@ static tsr_status check_shared(const struct tsr_arch_layer *layers, int32_t n_la
   return TSR_OK;
 }
 
+/* The codec's persistent state on one side of an owning layer: the dims and
+** bytes of each tensor, as its state_shape says. */
+static tsr_status codec_state_layout(int32_t layer, int side, const struct tsr_kv_codec_v1 *c,
+                                     struct tsr_kv__layer *y) {
+  const char *label = side ? "V" : "K";
+  const int32_t n = c->n_state;
+  if (n < 0 || n > TSR_KV_CODEC_MAX_STATE || (n && !c->state_shape))
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: %s codec %s declares %d state tensors "
+                         "(0..%d, with state_shape)", layer, label, c->name, n,
+                         TSR_KV_CODEC_MAX_STATE);
+  y->codec_n_state[side] = n;
+  for (int32_t i = 0; i < n; i++) {
+    const char *name = NULL;
+    int64_t *ne = y->codec_state_ne[side][i];
+    ne[0] = ne[1] = 0;
+    tsr_status st = c->state_shape(c->ctx, side ? y->desc.head_dim_v : y->desc.head_dim_k,
+                                   y->desc.n_head_kv, side == 0, i, &name, ne);
+    if (st != TSR_OK) {
+      tsr_error_prefix("layer %d: %s codec %s, state tensor %d", layer, label, c->name, i);
+      return st;
+    }
+    if (ne[0] < 1 || ne[1] < 1 || ne[0] > (1 << 24) || ne[1] > (1 << 24))
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: %s codec %s's state tensor %d (%s) has "
+                           "dims %lld x %lld (each 1..2^24)", layer, label, c->name, i,
+                           name ? name : "?", (long long)ne[0], (long long)ne[1]);
+    y->codec_state_bytes[side][i] = align64((uint64_t)ne[0] * (uint64_t)ne[1] * sizeof(float));
+  }
+  return TSR_OK;
+}
+
 /* The whole layout, without allocating: what plan_bytes sums and new
 ** allocates. lay has n_layers entries. */
 tsr_status tsr_kv__layout(const struct tsr_arch_layer *layers, int32_t n_layers,
@@ -169,6 +199,11 @@ tsr_status tsr_kv__layout(const struct tsr_arch_layer *layers, int32_t n_layers,
       return tsr_error_set(TSR_ERR_NOMEM, "layer %d: K/V size overflows", i);
     plan->kind_bytes[l->kind] += y->k_bytes + y->v_bytes;
     plan->kind_cells[l->kind] = cells;
+    for (int side = 0; side < 2; side++) {
+      if ((st = codec_state_layout(i, side, side ? y->vc : y->kc, y)) != TSR_OK) return st;
+      for (int32_t j = 0; j < y->codec_n_state[side]; j++)
+        plan->kind_bytes[l->kind] += y->codec_state_bytes[side][j];
+    }
   }
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) plan->bytes += plan->kind_bytes[k];
   return TSR_OK;
@@ -246,7 +281,28 @@ tsr_status tsr_kv_cache_new(const struct tsr_arch_layer *layers, int32_t n_layer
     } else {
       y->k = alloc_counted(c, y->k_bytes, &fail);
       y->v = alloc_counted(c, y->v_bytes, &fail);
+      for (int side = 0; side < 2; side++)
+        for (int32_t j = 0; j < y->codec_n_state[side]; j++)
+          y->codec_state[side][j] = alloc_counted(c, y->codec_state_bytes[side][j], &fail);
     }
+  }
+  /* each codec's state, from its state_init (the mapping is zeros already) */
+  for (int32_t i = 0; i < n_layers && !fail && st == TSR_OK; i++) {
+    const struct tsr_kv__layer *y = &c->layers[i];
+    for (int side = 0; side < 2 && st == TSR_OK; side++) {
+      const struct tsr_kv_codec_v1 *codec = side ? y->vc : y->kc;
+      for (int32_t j = 0; j < y->codec_n_state[side] && codec->state_init && st == TSR_OK; j++) {
+        const int64_t *ne = y->codec_state_ne[side][j];
+        st = codec->state_init(codec->ctx, i, side == 0, j, y->codec_state[side][j], ne[0] * ne[1]);
+        if (st != TSR_OK)
+          tsr_error_prefix("layer %d: %s codec %s, state tensor %d", i, side ? "V" : "K",
+                           codec->name, j);
+      }
+    }
+  }
+  if (st != TSR_OK) {
+    tsr_kv_cache_free(c);
+    return st;
   }
   if (fail) {
     uint64_t want = plan.bytes;
@@ -285,6 +341,9 @@ void tsr_kv_cache_free(struct tsr_kv_cache *c) {
     free_counted(y->k, y->k_bytes);
     free_counted(y->v, y->v_bytes);
     free_counted(y->state, y->state_bytes);
+    for (int side = 0; side < 2; side++)
+      for (int32_t j = 0; j < y->codec_n_state[side]; j++)
+        free_counted(y->codec_state[side][j], y->codec_state_bytes[side][j]);
   }
   free(c->layers);
   free(c);
@@ -731,9 +790,13 @@ tsr_status tsr_kv_cache_each_buffer(const struct tsr_kv_cache *c,
                                     tsr_status (*fn)(void *ctx, void *p, size_t bytes), void *ctx) {
   for (int32_t i = 0; i < c->n_layers; i++) {
     const struct tsr_kv__layer *y = &c->layers[i];
-    void *bufs[3] = {y->k, y->v, y->state};
-    const uint64_t sizes[3] = {y->k_bytes, y->v_bytes, y->state_bytes};
-    for (int b = 0; b < 3; b++) {
+    void *bufs[3 + 2 * TSR_KV_CODEC_MAX_STATE] = {y->k, y->v, y->state};
+    uint64_t sizes[3 + 2 * TSR_KV_CODEC_MAX_STATE] = {y->k_bytes, y->v_bytes, y->state_bytes};
+    int n = 3;
+    for (int side = 0; side < 2; side++)
+      for (int32_t j = 0; j < y->codec_n_state[side]; j++, n++)
+        bufs[n] = y->codec_state[side][j], sizes[n] = y->codec_state_bytes[side][j];
+    for (int b = 0; b < n; b++) {
       if (!bufs[b] || !sizes[b]) continue;
       tsr_status st = fn(ctx, bufs[b], (size_t)sizes[b]);
       if (st != TSR_OK) return st;

@@ -24,7 +24,8 @@
 **
 ** Bytes. tsr_kv_cache_plan_bytes computes, without allocating, exactly what
 ** tsr_kv_cache_new allocates (tsr_kv_cache_bytes): every K, V and state
-** buffer and the per-pool cell metadata, each rounded up to 64 bytes. The
+** buffer, the codecs' persistent state (kv_codec.h, n_state) and the per-pool
+** cell metadata, each rounded up to 64 bytes. The
 ** memory plan (core/abi/setup.c) calls it, so the plan and the allocation are
 ** one formula.
 **
@@ -190,6 +191,12 @@ struct tsr_tensor;
 void tsr_kv_cache_store(struct tsr_graph *g, struct tsr_kv_cache *c, int32_t layer,
                         struct tsr_tensor *k, struct tsr_tensor *v, struct tsr_tensor *cells_idx,
                         struct tsr_tensor **k_all, struct tsr_tensor **v_all);
+/* The persistent state of the layer's K (is_k) or V codec (kv_codec.h, n_state)
+** as f32 external tensors of g, its source's for a KV-shared layer; NULL past
+** the codec's n_state. */
+void tsr_kv_cache_codec_state(struct tsr_graph *g, const struct tsr_kv_cache *c, int32_t layer,
+                              bool is_k, struct tsr_tensor *state[TSR_KV_CODEC_MAX_STATE]);
+
 /* An owning layer's K buffer as an external [head_dim_k, cells, n_head_kv]
 ** tensor in its codec (what context shift reads with get_rows and writes
 ** back with set_rows); NULL with the graph's error set for a layer that

@@ -114,3 +114,17 @@ struct tsr_tensor *tsr_kv_cache_k_buffer(struct tsr_graph *g, struct tsr_kv_cach
   }
   return buffer(g, c, &c->layers[layer], layer, true);
 }
+
+void tsr_kv_cache_codec_state(struct tsr_graph *g, const struct tsr_kv_cache *c, int32_t layer,
+                              bool is_k, struct tsr_tensor *state[TSR_KV_CODEC_MAX_STATE]) {
+  for (int i = 0; i < TSR_KV_CODEC_MAX_STATE; i++) state[i] = NULL;
+  if (layer < 0 || layer >= c->n_layers || c->layers[layer].pool < 0) return;
+  const int32_t owner = c->layers[layer].owner;
+  const struct tsr_kv__layer *y = &c->layers[owner];
+  const int side = is_k ? 0 : 1;
+  for (int32_t i = 0; i < y->codec_n_state[side]; i++) {
+    const int64_t *ne = y->codec_state_ne[side][i];
+    state[i] = tsr_new_external(g, TSR_F32, 2, (int64_t[]){ne[0], ne[1]}, y->codec_state[side][i]);
+    tsr_tensor_set_name(state[i], "cache_%c_l%d.state%d", is_k ? 'k' : 'v', owner, i);
+  }
+}

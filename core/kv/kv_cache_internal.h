@@ -30,6 +30,11 @@ struct tsr_kv__layer {
   uint64_t k_bytes, v_bytes, state_bytes; /* allocation sizes (64-byte multiples) */
   void *k, *v;
   float *state; /* LINEAR: n_seq slots of desc.state_bytes */
+  /* the K (0) and V (1) codecs' persistent state (kv_codec.h, n_state) */
+  int32_t codec_n_state[2];
+  int64_t codec_state_ne[2][TSR_KV_CODEC_MAX_STATE][2];
+  uint64_t codec_state_bytes[2][TSR_KV_CODEC_MAX_STATE];
+  float *codec_state[2][TSR_KV_CODEC_MAX_STATE];
   /* the set_rows results of the last store, and the graph they belong to */
   uint64_t g_serial; /* tsr_graph_serial of that graph; 0: none */
   int g_index;

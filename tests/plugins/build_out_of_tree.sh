@@ -46,7 +46,7 @@ example() {
     "$1" "$2" "$1" "$3" >"$dir/plugin.ini"
 }
 example example_codec kv_codec:1 \
-  "rot_f16 (a rotation through kv_codec hooks), q8_f32 (an own block layout, read in register on cuda) and q8_f32_lift (the same, lifted)"
+  "rot_f16 (a rotation through kv_codec hooks), scaled_f16 (per-channel scales as codec state), q8_f32 (an own block layout, read in register on cuda) and q8_f32_lift (the same, lifted)"
 example example_policy decode_policy:1 \
   "V rows below a threshold skipped on decode steps, with sink and recent guards"
 example example_speculator speculator:1 \

@@ -13,6 +13,8 @@
 **     outputs rotated back, so the hooks really ran;
 **   - the padded path (extra_groups 1: every row stored with 128 zeros more)
 **     gives what the unpadded one gives, within f32 summation order;
+**   - scaled_f16 keeps per-channel scales as codec state: planned, filled, read
+**     by its hooks, and its logits equal f16 KV's within rounding;
 **   - q8_f32, a codec of its own block layout, is as close to f32 KV as q8_0;
 **     on cuda read in register by its own kernel and, as q8_f32_lift, lifted;
 **   - negotiation (no GPU needed): flash hands a layer to a codec's read
@@ -48,6 +50,8 @@ static int g_pad = 1;
 struct run_out {
   float *logits; /* [n][vocab] */
   uint64_t rotated, unrotated;
+  uint64_t kv_bytes; /* the memory plan's KV cache, every layer kind */
+  uint64_t two_vectors; /* two f32 head-dim vectors a side of each owning layer, 64-aligned */
 };
 
 static const char *profile(const char *model, const char *backend, const char *kv,
@@ -85,6 +89,14 @@ static bool run(const char *model, const struct tsr_test_golden *gs, const char 
   if (p) {
     out->rotated = tsr_plugin_engaged(p, "rows_rotated");
     out->unrotated = tsr_plugin_engaged(p, "rows_unrotated");
+  }
+  const struct tsr_setup *s = tsr_engine_setup(e);
+  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) out->kv_bytes += s->memory.kv[k];
+  for (int i = 0; i < s->n_layers; i++) {
+    const struct tsr_arch_layer *l = &s->layers[i];
+    if (l->kind == TSR_LAYER_LINEAR || l->kv_shared_from) continue;
+    out->two_vectors += 2 * (((uint64_t)l->head_dim_k * 4 + 63) / 64 * 64) +
+                        2 * (((uint64_t)l->head_dim_v * 4 + 63) / 64 * 64);
   }
   tsr_engine_free(e);
   return st == TSR_OK;
@@ -147,6 +159,37 @@ static void test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca(voi
   }
 }
 
+/* scaled_f16 keeps a per-channel scale and its inverse per layer and side as
+** codec state: the memory plan counts exactly those vectors more than f16's, and
+** the logits equal f16 KV's within f16 rounding (the stored rows round
+** differently), on the backend under test, through flash and dca (which applies
+** the query transform itself). */
+static void test_codec_state_is_planned_filled_and_read_by_the_hooks(void) {
+  const struct tsr_test_golden gs = g_gs;
+  const size_t n = g_n_logits;
+  for (int a = 0; a < 2; a++) {
+    struct run_out f32 = {0}, f16 = {0}, sc = {0};
+    if (run(g_model, &gs, "cpu", "f32", g_attentions[a], 0, &f32) &&
+        run(g_model, &gs, g_backend, "f16", g_attentions[a], 0, &f16) &&
+        run(g_model, &gs, g_backend, "scaled_f16", g_attentions[a], 0, &sc)) {
+      const double d16 = max_abs_diff(f16.logits, f32.logits, n);
+      const double dsc = max_abs_diff(sc.logits, f32.logits, n);
+      printf("  %s, %s, attention %s: scaled_f16 %.3e from f32(cpu) (f16 %.3e), %llu bytes of "
+             "state\n", g_model, g_backend, g_attentions[a], dsc, d16,
+             (unsigned long long)(sc.kv_bytes - f16.kv_bytes));
+      CHECK_MSG(sc.kv_bytes == f16.kv_bytes + sc.two_vectors,
+                "the plan counts %llu bytes for scaled_f16's KV, f16's %llu + state %llu",
+                (unsigned long long)sc.kv_bytes, (unsigned long long)f16.kv_bytes,
+                (unsigned long long)sc.two_vectors);
+      CHECK_MSG(dsc <= ROUNDING * d16, "scaled_f16 is %.3e from f32 KV, more than %.1f x f16's "
+                "%.3e", dsc, ROUNDING, d16);
+      CHECK_MSG(max_abs_diff(sc.logits, f16.logits, n) > 0,
+                "scaled_f16 equals f16 KV bit for bit: the scales never reached the rows");
+    }
+    free(f32.logits), free(f16.logits), free(sc.logits);
+  }
+}
+
 /* q8_f32, a codec of its own block layout (a dtype the host assigned), read and
 ** written through its own functions: as close to f32 KV as q8_0 is, give or take
 ** the scale's precision (f32 against q8_0's f16), and not q8_0 bit for bit. */
@@ -155,7 +198,7 @@ static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
   const struct tsr_test_golden gs = g_gs;
   const size_t n = g_n_logits;
   for (int a = 0; a < 2; a++) {
-    struct run_out f32, q8, q8f;
+    struct run_out f32 = {0}, q8 = {0}, q8f = {0};
     if (run(g_model, &gs, "cpu", "f32", attentions[a], 0, &f32) &&
         run(g_model, &gs, g_backend, "q8_0", attentions[a], 0, &q8) &&
         run(g_model, &gs, g_backend, "q8_f32", attentions[a], 0, &q8f)) {
@@ -189,7 +232,7 @@ static void test_own_layout_codec_stores_and_reads_like_q8_0(void) {
   ** Lifted against in-register (flash) differs by f16 rounding of the decoded
   ** values, as much for q8_f32 as for the core's q8_0 */
   if (!strcmp(g_backend, "cpu")) {
-    struct run_out in8, lift8, inf, liftf;
+    struct run_out in8 = {0}, lift8 = {0}, inf = {0}, liftf = {0};
     if (run(g_model, &gs, "cpu", "q8_0", "flash", 0, &in8) &&
         run(g_model, &gs, "cpu", "q8_0", "example_attention", 0, &lift8) &&
         run(g_model, &gs, "cpu", "q8_f32", "flash", 0, &inf) &&
@@ -274,6 +317,7 @@ int main(int argc, char **argv) {
     g_n_logits = (size_t)g_gs.n * (size_t)g_gs.vocab;
     TSR_RUN(test_rot_f16_equals_f16_kv_within_rounding_through_flash_and_dca);
     TSR_RUN(test_own_layout_codec_stores_and_reads_like_q8_0);
+    TSR_RUN(test_codec_state_is_planned_filled_and_read_by_the_hooks);
     tsr_gguf_close(gold);
   }
   return TSR_TEST_EXIT();

@@ -46,6 +46,21 @@ struct tsr_kv_codec_kernels {
   bool (*reads)(void *ctx, const struct tsr_layer_desc *layer);
 };
 
+/* State tensors a codec may keep per layer and side. */
+#define TSR_KV_CODEC_MAX_STATE 4
+
+/* Where one of a codec's graph hooks runs: the layer, the side the codec
+** stores, and the codec's persistent state there. */
+struct tsr_kv_codec_site {
+  uint32_t struct_size;
+  int32_t layer;    /* index in the model (a KV-shared layer: its own; state is its source's) */
+  bool is_k;        /* the codec stores this layer's K (else V) */
+  int32_t head_dim; /* the layer's head dim on this side, as the model has it */
+  /* the state tensors (n_state of them, state_shape's dims, f32) as graph inputs;
+  ** NULL past n_state */
+  struct tsr_tensor *state[TSR_KV_CODEC_MAX_STATE];
+};
+
 /* A KV-cache storage format. Its rows are stored in dtype (a type the
 ** backends' kernels read, or its own block layout), optionally after graph
 ** hooks that change what attention sees: prepare_rows transforms the rows a
@@ -88,13 +103,15 @@ struct tsr_kv_codec_v1 {
   int32_t (*storage_dim)(void *ctx, int32_t head_dim);
   /* rows f32 [head_dim, n, heads] -> f32 [storage_dim, n, heads], stored then */
   struct tsr_tensor *(*prepare_rows)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
+                                     const struct tsr_kv_codec_site *site,
                                      struct tsr_tensor *rows);
   /* as K codec: queries f32 [head_dim, a, b] (positioned) -> f32 [storage_dim, a, b] */
   struct tsr_tensor *(*prepare_q)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
-                                  struct tsr_tensor *q);
-  /* as V codec: attention output f32 [storage_dim, a, b] -> f32 [head_dim, a, b] */
+                                  const struct tsr_kv_codec_site *site, struct tsr_tensor *q);
+  /* as V codec: attention output f32 [storage_dim, a, b] -> f32 [head_dim, a, b]
+  ** (site->head_dim) */
   struct tsr_tensor *(*finish_out)(void *ctx, const struct tsr_host *host, struct tsr_graph *g,
-                                   struct tsr_tensor *out, int32_t head_dim);
+                                   const struct tsr_kv_codec_site *site, struct tsr_tensor *out);
   /* A codec of its own layout: its kernels on each device backend its
   ** `backends` names (the cpu uses encode_rows and decode_f32). Attention reads
   ** it there in register through the codec's read kernel where one accepts the
@@ -103,6 +120,20 @@ struct tsr_kv_codec_v1 {
   ** forbids lifting (kv.lift: false). */
   const struct tsr_kv_codec_kernels *kernels;
   uint32_t n_kernels;
+  /* Persistent state: n_state f32 tensors (at most TSR_KV_CODEC_MAX_STATE) the
+  ** codec keeps per layer and side for as long as the cache lives (per-channel
+  ** scales, codebooks). The KV cache allocates them beside the layer's rows,
+  ** the memory plan counts them, state_init fills them once, and the hooks
+  ** read them (tsr_kv_codec_site.state) on any backend. */
+  int32_t n_state;
+  /* state tensor i for a layer side of storage head dim head_dim and n_head_kv
+  ** heads: its name ("channel_scale") and dims (ne[1] 1 for a vector, each
+  ** 1..2^24); TSR_ERR_UNSUPPORTED through host set_error to refuse the layer */
+  tsr_status (*state_shape)(void *ctx, int32_t head_dim, int32_t n_head_kv, bool is_k, int32_t i,
+                            const char **name, int64_t ne[2]);
+  /* its values: n = ne[0] * ne[1] floats into host memory, once, when the
+  ** cache is made; NULL: zeros */
+  tsr_status (*state_init)(void *ctx, int32_t layer, bool is_k, int32_t i, float *data, int64_t n);
 };
 
 /* tsr_kv_codec_v1.dtype of a codec with its own block layout. */

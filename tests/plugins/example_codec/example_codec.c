@@ -10,6 +10,11 @@
 ** (storage_dim); the setting extra_groups pads further, so a test can run the
 ** padded path on any model.
 **
+** scaled_f16 keeps state: two f32 vectors per layer and side (a per-channel
+** scale s and 1 / s) that the KV cache allocates and fills through
+** state_init; its hooks store rows x s, score queries x 1/s and bring the
+** output back by 1/s, the shape of InnerQ-style channel scaling.
+**
 ** q8_f32 is a codec of its own block layout (TSR_KV_CODEC_OWN_DTYPE): 32
 ** int8 values with an f32 scale, a dtype the host assigns, read and written
 ** on the cpu through its reference functions and on cuda through its encode
@@ -90,16 +95,59 @@ static int32_t codec_storage_dim(void *ctx, int32_t head_dim) {
 }
 
 static struct tsr_tensor *codec_prepare(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                        const struct tsr_kv_codec_site *site,
                                         struct tsr_tensor *x) {
+  (void)site;
   struct tsr_tensor_info xi;
   h->graph->tensor_info(x, &xi);
   return rotate(ctx, h, g, x, codec_storage_dim(ctx, (int32_t)xi.ne[0]), false);
 }
 
 static struct tsr_tensor *codec_finish_out(void *ctx, const struct tsr_host *h,
-                                           struct tsr_graph *g, struct tsr_tensor *out,
-                                           int32_t head_dim) {
-  return rotate(ctx, h, g, out, head_dim, true);
+                                           struct tsr_graph *g,
+                                           const struct tsr_kv_codec_site *site,
+                                           struct tsr_tensor *out) {
+  return rotate(ctx, h, g, out, site->head_dim, true);
+}
+
+/* ---- scaled_f16: per-channel scales kept as the codec's state ------------ */
+
+enum { SCALE_STATE = 0, INVERSE_STATE = 1 };
+
+static tsr_status scaled_state_shape(void *ctx, int32_t head_dim, int32_t n_head_kv, bool is_k,
+                                     int32_t i, const char **name, int64_t ne[2]) {
+  (void)ctx, (void)n_head_kv, (void)is_k;
+  *name = i == SCALE_STATE ? "channel_scale" : "channel_inverse";
+  ne[0] = head_dim, ne[1] = 1;
+  return TSR_OK;
+}
+
+/* s_c = 1 + ((c + layer + side) mod 7) / 8: no power of two, so the stored rows
+** round differently from plain f16's; different per layer and side, so a hook
+** reading another layer's state would show. */
+static tsr_status scaled_state_init(void *ctx, int32_t layer, bool is_k, int32_t i, float *data,
+                                    int64_t n) {
+  (void)ctx;
+  for (int64_t c = 0; c < n; c++) {
+    const float s = 1.0f + (float)((c + layer + (is_k ? 0 : 1)) % 7) / 8.0f;
+    data[c] = i == SCALE_STATE ? s : 1.0f / s;
+  }
+  return TSR_OK;
+}
+
+/* stored rows x s (K and V alike) */
+static struct tsr_tensor *scaled_rows(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                      const struct tsr_kv_codec_site *site, struct tsr_tensor *x) {
+  (void)ctx;
+  return h->graph->mul(g, x, site->state[SCALE_STATE]);
+}
+
+/* queries / s against keys x s, and an output of values x s back by 1 / s */
+static struct tsr_tensor *scaled_inverse(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                         const struct tsr_kv_codec_site *site,
+                                         struct tsr_tensor *x) {
+  (void)ctx;
+  return h->graph->mul(g, x, site->state[INVERSE_STATE]);
 }
 
 /* The CPU reference of the stored values: f16, IEEE round to nearest even. */
@@ -221,6 +269,24 @@ static tsr_status codec_init(const struct tsr_host *h, struct tsr_plugin *self) 
       .finish_out = codec_finish_out,
   };
   if (st == TSR_OK) st = h->register_kv_codec(self, &codec);
+  const struct tsr_kv_codec_v1 scaled = {
+      .struct_size = sizeof scaled,
+      .name = "scaled_f16",
+      .dtype = 1,
+      .block_size = 1,
+      .block_bytes = 2,
+      .backends = "cpu,cuda",
+      .encode_rows = encode_rows,
+      .decode_f16 = decode_f16,
+      .decode_f32 = decode_f32,
+      .prepare_rows = scaled_rows,
+      .prepare_q = scaled_inverse,
+      .finish_out = scaled_inverse,
+      .n_state = 2,
+      .state_shape = scaled_state_shape,
+      .state_init = scaled_state_init,
+  };
+  if (st == TSR_OK) st = h->register_kv_codec(self, &scaled);
   /* its kernels' ctx is the services table, which lives as long as the process */
   const struct tsr_kv_codec_kernels q8f_cuda = {
       .backend = "cuda",
@@ -264,8 +330,9 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .struct_size = sizeof(struct tsr_plugin_descriptor),
     .name = "example_codec",
     .version = "1.0.0",
-    .description = "rot_f16 (a rotation through kv_codec hooks) and q8_f32 (an own block "
-                   "layout, read in register on cuda) and q8_f32_lift (the same, lifted)",
+    .description = "rot_f16 (a rotation through kv_codec hooks), scaled_f16 (per-channel "
+                   "scales as codec state), q8_f32 (an own block layout, read in register on "
+                   "cuda) and q8_f32_lift (the same, lifted)",
     .provides = g_provides,
     .n_provides = 1,
     .settings = g_settings,

@@ -59,6 +59,7 @@
 #include "kv/kv_cache.h"
 #include "abi/plugin_manifest.h"
 #include "engine/sampler.h"
+#include "engine/spec_verify.h"
 
 struct tsr_engine {
   struct tsr_setup *setup;
@@ -90,6 +91,9 @@ struct tsr_engine {
   ** NextN or assistant drafter reads) and the row the next draft starts from */
   const struct tsr_speculator_v1 *spec;
   struct tsr_plugin *spec_owner;
+  struct tsr_spec_scratch spec_scratch;
+  float *spec_dist; /* the drafter's distributions: spec_dist_rows rows of n_vocab */
+  int32_t spec_dist_rows;
   float *hidden;
   int32_t n_embd, hidden_rows, hidden_last;
 };
@@ -375,6 +379,8 @@ void tsr_engine_free(struct tsr_engine *e) {
   free(e->decode);
   free(e->decode_of);
   free(e->hidden);
+  tsr_spec_scratch_free(&e->spec_scratch);
+  free(e->spec_dist);
   free(e);
 }
 
@@ -750,19 +756,29 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
   if (q->n != held)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d holds %d positions but "
                          "%d known tokens (filled by positions?)", seq, held, q->n);
+  if (!e->spec_scratch.ids && tsr_spec_scratch_init(&e->spec_scratch, e->n_vocab) != TSR_OK)
+    return TSR_ERR_NOMEM;
+  if (e->spec_dist_rows < max_draft) {
+    float *d = realloc(e->spec_dist, (size_t)max_draft * (size_t)e->n_vocab * sizeof *d);
+    if (!d) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+    e->spec_dist = d, e->spec_dist_rows = max_draft;
+  }
   int32_t *ctx = malloc(((size_t)q->n + 1 + (size_t)max_draft + 1) * sizeof *ctx);
   float *logits = malloc((size_t)(max_draft + 1) * (size_t)e->n_vocab * sizeof *logits);
   if (!ctx || !logits) {
     free(ctx), free(logits);
     return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   }
+  const struct tsr_sampler_params *sp = tsr_sampler_params_of(sampler);
   memcpy(ctx, q->ids, (size_t)q->n * sizeof *ctx);
   ctx[q->n] = next;
   int32_t *batch = ctx + q->n, n_draft = 0;
   struct tsr_spec_request r = {
       .struct_size = sizeof r, .seq = seq, .tokens = ctx, .n_tokens = q->n + 1,
       .hidden = e->hidden_rows ? e->hidden + (size_t)e->hidden_last * (size_t)e->n_embd : NULL,
-      .n_embd = e->hidden_rows ? e->n_embd : 0, .max_draft = max_draft, .draft = batch + 1};
+      .n_embd = e->hidden_rows ? e->n_embd : 0, .max_draft = max_draft, .draft = batch + 1,
+      .temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p,
+      .top_k = sp->top_k, .draft_dist = e->spec_dist, .n_vocab = e->n_vocab};
   tsr_status st = e->spec->draft(e->spec->ctx, tsr_plugin_host_services(), &r, &n_draft);
   if (st == TSR_OK && (n_draft < 0 || n_draft > max_draft))
     st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted %d tokens of at most %d",
@@ -773,16 +789,11 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
                          "vocabulary of %d", e->spec->name, batch[1 + i], e->n_vocab);
   /* next and the drafts in one batch, every row's logits read */
   if (st == TSR_OK) st = tsr_engine_eval(e, seq, batch, n_draft + 1, NULL, logits);
-  /* the target's own token after each kept one; a draft is kept while it is that token */
   int32_t kept = 0;
-  while (st == TSR_OK) {
-    int32_t y;
-    st = tsr_sampler_sample(sampler, logits + (size_t)kept * e->n_vocab, &y);
-    if (st != TSR_OK) break;
-    out[(*n_out)++] = y;
-    if (kept == n_draft || y != batch[1 + kept]) break;
-    kept++;
-  }
+  if (st == TSR_OK)
+    st = tsr_spec_verify(sampler, &e->spec_scratch, logits, batch + 1, n_draft,
+                         r.dist_given ? e->spec_dist : NULL, out, n_out, &kept);
+  if (st != TSR_OK && r.dist_given) tsr_error_prefix("speculator %s", e->spec->name);
   /* forget the cells of the drafts after the kept ones */
   if (st == TSR_OK && kept < n_draft) st = tsr_engine_seq_rm(e, seq, held + 1 + kept, -1);
   if (st == TSR_OK) {

@@ -93,10 +93,10 @@ int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const 
 /* One speculative step of sequence seq through the profile's speculator:
 ** `next` is the token to evaluate next (sampled, not yet in the cache). The
 ** speculator proposes up to max_draft tokens after it; next and the proposals
-** are evaluated in one batch (max_draft + 1 must fit a ubatch), and sampler
-** draws the target's token after each: a proposal is kept while it is that
-** token (exact for a deterministic drafter; greedy at temperature 0). The
-** cache is rolled back past what was kept. out (max_draft + 1 entries) gets the
+** are evaluated in one batch (max_draft + 1 must fit a ubatch) and verified by
+** speculative sampling with sampler (engine/spec_verify.h): the output is
+** distributed as sampler's own draws would be, the target's greedy text at
+** temperature 0. The cache is rolled back past what was kept. out (max_draft + 1 entries) gets the
 ** kept proposals and then the target's own token, which is the new `next`;
 ** *n_out their count (1 at least). The speculator's plugin counts
 ** tokens_drafted and tokens_accepted. */

@@ -336,3 +336,9 @@ tsr_status tsr_sampler_distribution(struct tsr_sampler *s, const float *logits, 
   *n = k.n;
   return TSR_OK;
 }
+
+double tsr_sampler_uniform(struct tsr_sampler *s) { return next_unit(&s->rng); }
+
+const struct tsr_sampler_params *tsr_sampler_params_of(const struct tsr_sampler *s) {
+  return &s->p;
+}

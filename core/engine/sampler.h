@@ -79,4 +79,11 @@ tsr_status tsr_sampler_sample(struct tsr_sampler *s, const float *logits, int32_
 tsr_status tsr_sampler_distribution(struct tsr_sampler *s, const float *logits, int32_t *ids,
                                     double *probs, int32_t *n);
 
+/* One draw of the sampler's generator, uniform in [0, 1) (speculative sampling's
+** acceptance and residual draws share the stream with sampling). */
+double tsr_sampler_uniform(struct tsr_sampler *s);
+
+/* The parameters the sampler was made with. */
+const struct tsr_sampler_params *tsr_sampler_params_of(const struct tsr_sampler *s);
+
 #endif

@@ -25,6 +25,18 @@ struct tsr_spec_request {
   int32_t n_embd;
   int32_t max_draft;   /* propose at most this many tokens */
   int32_t *draft;      /* out: the proposed tokens, following tokens[n_tokens - 1] */
+  /* The target's sampling, for a drafter that samples its proposals: temperature
+  ** 0 is greedy; otherwise top-k, top-p and min-p cut, then temperature, as the
+  ** host's sampler does. */
+  float temperature, top_p, min_p;
+  int32_t top_k;
+  /* Optional out: the distribution proposal i was drawn from, row i of n_vocab
+  ** probabilities (summing to 1) in the host's buffer of max_draft rows; a drafter
+  ** that fills them sets dist_given. Without them the host takes the drafter as
+  ** certain of each proposal. */
+  float *draft_dist;
+  int32_t n_vocab;
+  bool dist_given;
 };
 
 struct tsr_speculator_v1 {
@@ -33,13 +45,14 @@ struct tsr_speculator_v1 {
   void *ctx;
   /* Whether it can speculate for this model (e.g. needs a NextN head). */
   tsr_status (*negotiate)(void *ctx, const struct tsr_host *host, const struct tsr_gguf *model);
-  /* Proposes up to r->max_draft tokens (*n_draft,
-  ** 0 when it has none). The host evaluates the last token and the proposals in one
-  ** batch and keeps the longest prefix the target's own sampling agrees with, then
-  ** its token at the first disagreement: the drafter is taken as certain of each
-  ** proposal, which makes this exact speculative sampling for a deterministic
-  ** drafter and greedy verification at temperature 0. The cache is rolled back
-  ** past what was kept. */
+  /* Proposes up to r->max_draft tokens (*n_draft, 0 when it has none). The host
+  ** evaluates the last token and the proposals in one batch and verifies them by
+  ** speculative sampling: proposal x is kept with probability min(1, p(x) / q(x)),
+  ** p the target's distribution there and q the drafter's (r->draft_dist, or
+  ** certainty of x), and at the first rejection the token comes from max(0, p - q)
+  ** normalised; when all are kept a bonus token comes from p. The output is
+  ** distributed as the target's own sampling, and at temperature 0 it is the
+  ** target's greedy text. The cache is rolled back past what was kept. */
   tsr_status (*draft)(void *ctx, const struct tsr_host *host, struct tsr_spec_request *r,
                       int32_t *n_draft);
   /* How many of its last proposals the target kept, so a drafter with state of

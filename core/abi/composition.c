@@ -237,13 +237,6 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
     if (!spec->draft)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "speculator %s (%s) cannot draft (it has no "
                            "draft hook)", spec->name, owner);
-    /* a rejected draft is rolled back by cell; recurrent state would need per-row
-    ** checkpoints, which the KV cache does not keep yet */
-    for (int i = 0; i < r->n_layers; i++)
-      if (r->layers[i].kind == TSR_LAYER_LINEAR)
-        return tsr_error_set(TSR_ERR_UNSUPPORTED, "speculator %s (%s): layer %d is linear "
-                             "(recurrent), and rolling back a rejected draft there needs state "
-                             "checkpoints the KV cache does not keep yet", spec->name, owner, i);
     snprintf(out->speculator, sizeof out->speculator, "%s (%s)", spec->name, owner);
   }
 

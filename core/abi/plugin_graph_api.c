@@ -229,6 +229,24 @@ struct tsr_tensor *tsr_api_kv_state(struct tsr_arch_forward *fw, int32_t layer, 
   return t;
 }
 
+struct tsr_tensor *tsr_api_kv_checkpoints(struct tsr_arch_forward *fw, int32_t layer,
+                                          int64_t n_floats) {
+  if (fw->checkpoints <= 0) return NULL;
+  float *rows = fw->kv && layer >= 0 && layer < fw->n_layers && fw->seq >= 0
+                    ? tsr_kv_cache_checkpoints(fw->kv, layer)
+                    : NULL;
+  if (!rows || n_floats <= 0 || n_floats * 4 != fw->layers[layer].state_bytes ||
+      fw->n_tokens > tsr_kv_cache_n_checkpoints(fw->kv)) {
+    tsr_graph_fail(fw->g, TSR_ERR_INVALID_ARG,
+                   "kv_checkpoints: no checkpoint rows of that size for this layer and batch");
+    return NULL;
+  }
+  struct tsr_tensor *t =
+      tsr_new_external(fw->g, TSR_F32, 2, (int64_t[]){n_floats, fw->n_tokens}, rows);
+  tsr_tensor_set_name(t, "checkpoints.%d", layer);
+  return t;
+}
+
 /* The pool of an owning attention layer's K, or -1 with the graph's error set. */
 static int shift_pool(struct tsr_kv_shift *sh, int32_t layer) {
   int pool = sh->kv && layer >= 0 && layer < sh->n_layers && !sh->layers[layer].kv_shared_from

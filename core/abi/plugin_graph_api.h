@@ -29,6 +29,8 @@ struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int3
 tsr_status tsr_api_kv_attend(struct tsr_arch_forward *fw, int32_t layer, struct tsr_tensor *k,
                              struct tsr_tensor *v, struct tsr_attn_call *call);
 struct tsr_tensor *tsr_api_kv_state(struct tsr_arch_forward *fw, int32_t layer, int64_t n_floats);
+struct tsr_tensor *tsr_api_kv_checkpoints(struct tsr_arch_forward *fw, int32_t layer,
+                                          int64_t n_floats);
 tsr_status tsr_api_kv_shift_k(struct tsr_kv_shift *sh, int32_t layer, struct tsr_tensor **k,
                               struct tsr_tensor **delta_pos);
 tsr_status tsr_api_kv_shift_store(struct tsr_kv_shift *sh, int32_t layer, struct tsr_tensor *k);

@@ -525,6 +525,7 @@ static const struct tsr_host_arch g_arch = {
     .struct_size = sizeof(struct tsr_host_arch),
     .kv_attend = tsr_api_kv_attend,
     .kv_state = tsr_api_kv_state,
+    .kv_checkpoints = tsr_api_kv_checkpoints,
     .attn_rope = tsr_api_attn_rope,
     .attn_build = tsr_api_attn_build,
     .kv_shift_k = tsr_api_kv_shift_k,

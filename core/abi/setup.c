@@ -148,11 +148,8 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
   if (p->context > INT32_MAX)
     st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: context %lld is more cells than a KV cache "
                        "indexes", tsr_profile_where(p, "context"), (long long)p->context);
-  struct tsr_kv_cache_params params = {
-      .n_ctx = (int32_t)p->context,
-      .n_seq = p->server.parallel > 0 ? (int32_t)p->server.parallel : 1,
-      .n_ubatch = (int32_t)(p->ubatch < p->context ? p->ubatch : p->context),
-  };
+  struct tsr_kv_cache_params params;
+  tsr_setup_kv_params(s, &params);
   struct tsr_kv_plan kv;
   if (st == TSR_OK) st = tsr_kv_cache_plan_bytes(s->layers, s->n_layers, codecs, &params, &kv);
   free(codecs);
@@ -165,6 +162,20 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
     m->kv_cells[k] = kv.kind_cells[k];
   }
   return TSR_OK;
+}
+
+void tsr_setup_kv_params(const struct tsr_setup *s, struct tsr_kv_cache_params *out) {
+  const struct tsr_profile *p = s->profile;
+  *out = (struct tsr_kv_cache_params){
+      .n_ctx = (int32_t)(p->context < INT32_MAX ? p->context : INT32_MAX),
+      .n_seq = p->server.parallel > 0 ? (int32_t)p->server.parallel : 1,
+      .n_ubatch = (int32_t)(p->ubatch < p->context ? p->ubatch : p->context),
+  };
+  bool linear = false;
+  for (int32_t i = 0; i < s->n_layers; i++) linear |= s->layers[i].kind == TSR_LAYER_LINEAR;
+  if (p->has_speculator && linear)
+    out->n_checkpoints = out->n_ubatch < TSR_SPEC_MAX_DRAFT + 1 ? out->n_ubatch
+                                                                 : TSR_SPEC_MAX_DRAFT + 1;
 }
 
 void tsr_setup_attention_kinds(const struct tsr_setup *s,

@@ -55,6 +55,16 @@ tsr_status tsr_setup_from_profile_text(const char *name, const char *text,
                                        struct tsr_setup **out);
 void tsr_setup_free(struct tsr_setup *s);
 
+/* Proposals one speculation step verifies at most (its batch: the token and them). */
+#define TSR_SPEC_MAX_DRAFT 8
+
+/* The KV cache's parameters for this setup, one formula for the memory plan and
+** the engine's allocation: the profile's context, parallel sequences and ubatch,
+** and with a speculator on a model with linear layers the checkpoint rows a
+** verify batch needs (TSR_SPEC_MAX_DRAFT + 1, or the ubatch when smaller). */
+struct tsr_kv_cache_params;
+void tsr_setup_kv_params(const struct tsr_setup *s, struct tsr_kv_cache_params *out);
+
 /* The attention implementation each layer kind negotiated, for a forward
 ** pass's attention_kind (struct tsr_arch_forward) or a shift's
 ** (struct tsr_kv_shift). */

@@ -454,7 +454,8 @@ static int run(const struct run_args *a, struct tsr_engine *e, const char *promp
   struct gen g = {.e = e, .verbose = a->verbose, .keep = (int32_t)a->keep};
   g.ubatch = s->profile->ubatch > 0 ? s->profile->ubatch : 512;
   /* a speculator drafts up to 8 tokens a step; a draft and its token fit one ubatch */
-  if (s->profile->has_speculator) g.max_draft = g.ubatch - 1 < 8 ? g.ubatch - 1 : 8;
+  if (s->profile->has_speculator)
+    g.max_draft = g.ubatch - 1 < TSR_SPEC_MAX_DRAFT ? g.ubatch - 1 : TSR_SPEC_MAX_DRAFT;
   g.progress = isatty(STDERR_FILENO);
   const char *where = s->model_path;
   tsr_status st = tsr_tokenizer_load(s->model, &g.tok);

@@ -92,6 +92,7 @@ struct tsr_engine {
   const struct tsr_speculator_v1 *spec;
   struct tsr_plugin *spec_owner;
   struct tsr_spec_scratch spec_scratch;
+  int32_t checkpoints; /* > 0 while a speculation step's verify batch runs (linear layers) */
   float *spec_dist; /* the drafter's distributions: spec_dist_rows rows of n_vocab */
   int32_t spec_dist_rows;
   float *hidden;
@@ -175,11 +176,8 @@ static tsr_status new_kv_cache(struct tsr_engine *e) {
     }
   }
   /* the memory plan (setup.c) used these same params, so it is what this allocates */
-  struct tsr_kv_cache_params params = {
-      .n_ctx = (int32_t)p->context,
-      .n_seq = p->server.parallel > 0 ? (int32_t)p->server.parallel : 1,
-      .n_ubatch = e->n_ubatch,
-  };
+  struct tsr_kv_cache_params params;
+  tsr_setup_kv_params(s, &params);
   if (st == TSR_OK) st = tsr_kv_cache_new(s->layers, s->n_layers, codecs, &params, &e->kv);
   if (st != TSR_OK) tsr_error_prefix("%s: KV cache", p->path);
   free(codecs);
@@ -490,7 +488,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
       .attention = e->attention, .layers = s->layers, .n_layers = s->n_layers,
       .kv = e->kv, .seq = seq,
       .output_rows = n_out < n ? tsr_new_tensor_1d(g, TSR_I32, n_out ? n_out : 1) : NULL,
-      .decode = e->decode_of};
+      .decode = e->decode_of, .checkpoints = e->checkpoints};
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     if (!slots->cells[pl]) continue;
     const int32_t cells = tsr_kv_cache_span(e->kv, pl); /* attention reads these only */
@@ -741,6 +739,27 @@ tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tok
 
 /* ---- speculative decoding --------------------------------------------------- */
 
+/* Sequence seq back to positions below p0 after a verify batch: the linear layers'
+** state from checkpoint row `row` (on a device, read from its copy and written back
+** to it), the later cells removed. */
+static tsr_status rollback(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t row) {
+  const struct tsr_setup *s = e->setup;
+  tsr_status st = TSR_OK;
+  for (int32_t l = 0; e->device && l < s->n_layers && st == TSR_OK; l++) {
+    const float *rows = tsr_kv_cache_checkpoints(e->kv, l);
+    const size_t bytes = (size_t)s->layers[l].state_bytes;
+    if (rows) st = tsr_backend_sync_to_host(e->backend, (char *)rows + (size_t)row * bytes, bytes);
+  }
+  if (st == TSR_OK) st = tsr_kv_cache_seq_rollback(e->kv, seq, p0, row);
+  for (int32_t l = 0; e->device && l < s->n_layers && st == TSR_OK; l++) {
+    float *state = tsr_kv_cache_checkpoints(e->kv, l) ? tsr_kv_cache_state(e->kv, l, seq) : NULL;
+    if (state)
+      st = tsr_backend_sync_to_device(e->backend, state, (size_t)s->layers[l].state_bytes);
+  }
+  if (st == TSR_OK) ids_cut(e, seq, p0);
+  return st;
+}
+
 tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
                                 struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
                                 int32_t *n_out) {
@@ -751,6 +770,10 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
     return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d (of %d), %d drafts (the "
                          "draft and its token fit one ubatch of %d)", seq, e->n_seq, max_draft,
                          e->n_ubatch);
+  if (e->has_linear && max_draft + 1 > tsr_kv_cache_n_checkpoints(e->kv))
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: %d drafts, and the linear layers keep "
+                         "checkpoints for %d tokens a step", max_draft,
+                         tsr_kv_cache_n_checkpoints(e->kv));
   const struct seq_ids *q = &e->seq_ids[seq];
   const int32_t held = tsr_engine_seq_len(e, seq);
   if (q->n != held)
@@ -787,15 +810,20 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
     if (batch[1 + i] < 0 || batch[1 + i] >= e->n_vocab)
       st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted token %d, outside the "
                          "vocabulary of %d", e->spec->name, batch[1 + i], e->n_vocab);
-  /* next and the drafts in one batch, every row's logits read */
+  /* next and the drafts in one batch, every row's logits read; linear layers keep
+  ** their state after each token */
+  e->checkpoints = tsr_kv_cache_n_checkpoints(e->kv);
   if (st == TSR_OK) st = tsr_engine_eval(e, seq, batch, n_draft + 1, NULL, logits);
+  e->checkpoints = 0;
   int32_t kept = 0;
   if (st == TSR_OK)
     st = tsr_spec_verify(sampler, &e->spec_scratch, logits, batch + 1, n_draft,
                          r.dist_given ? e->spec_dist : NULL, out, n_out, &kept);
   if (st != TSR_OK && r.dist_given) tsr_error_prefix("speculator %s", e->spec->name);
-  /* forget the cells of the drafts after the kept ones */
-  if (st == TSR_OK && kept < n_draft) st = tsr_engine_seq_rm(e, seq, held + 1 + kept, -1);
+  /* forget the cells of the drafts after the kept ones (and their recurrent state) */
+  if (st == TSR_OK && kept < n_draft)
+    st = e->has_linear ? rollback(e, seq, held + 1 + kept, kept)
+                       : tsr_engine_seq_rm(e, seq, held + 1 + kept, -1);
   if (st == TSR_OK) {
     if (e->hidden_rows) e->hidden_last = kept;
     if (e->spec->accepted) e->spec->accepted(e->spec->ctx, seq, kept);

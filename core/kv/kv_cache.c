@@ -165,7 +165,12 @@ tsr_status tsr_kv__layout(const struct tsr_arch_layer *layers, int32_t n_layers,
                              "f32 values", i, (long long)l->state_bytes);
       if (!bytes3((size_t)l->state_bytes, (size_t)p->n_seq, 1, &y->state_bytes))
         return tsr_error_set(TSR_ERR_NOMEM, "layer %d: state size overflows", i);
-      plan->kind_bytes[TSR_LAYER_LINEAR] += y->state_bytes;
+      if (p->n_checkpoints < 0 || p->n_checkpoints > p->n_ubatch)
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: %d checkpoint rows (0..n_ubatch %d)",
+                             p->n_checkpoints, p->n_ubatch);
+      if (!bytes3((size_t)l->state_bytes, (size_t)p->n_checkpoints, 1, &y->ckpt_bytes))
+        return tsr_error_set(TSR_ERR_NOMEM, "layer %d: checkpoint size overflows", i);
+      plan->kind_bytes[TSR_LAYER_LINEAR] += y->state_bytes + y->ckpt_bytes;
       plan->kind_cells[TSR_LAYER_LINEAR] = (uint64_t)p->n_seq;
       continue;
     }
@@ -277,6 +282,7 @@ tsr_status tsr_kv_cache_new(const struct tsr_arch_layer *layers, int32_t n_layer
     struct tsr_kv__layer *y = &c->layers[i];
     if (y->desc.kind == TSR_LAYER_LINEAR) {
       y->state = alloc_counted(c, y->state_bytes, &fail);
+      if (y->ckpt_bytes) y->ckpt = alloc_counted(c, y->ckpt_bytes, &fail);
       c->has_linear = true;
     } else {
       y->k = alloc_counted(c, y->k_bytes, &fail);
@@ -341,6 +347,7 @@ void tsr_kv_cache_free(struct tsr_kv_cache *c) {
     free_counted(y->k, y->k_bytes);
     free_counted(y->v, y->v_bytes);
     free_counted(y->state, y->state_bytes);
+    free_counted(y->ckpt, y->ckpt_bytes);
     for (int side = 0; side < 2; side++)
       for (int32_t j = 0; j < y->codec_n_state[side]; j++)
         free_counted(y->codec_state[side][j], y->codec_state_bytes[side][j]);
@@ -601,7 +608,10 @@ static void state_zero(struct tsr_kv_cache *c, int32_t seq) {
   }
 }
 
-tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t p1) {
+/* state_restored: the caller set the linear layers' state to what it was before
+** p0 (a checkpoint), so a partial removal is exact for them too */
+static tsr_status seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t p1,
+                         bool state_restored) {
   if (seq >= c->params.n_seq)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: sequence %d of %d", seq,
                          c->params.n_seq);
@@ -616,7 +626,7 @@ tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, 
                            "position %d: the sliding ring (window %d) has released its keys up "
                            "to position %d; remove the whole sequence instead", s, p0, window,
                            c->released[s]);
-  if (c->has_linear)
+  if (c->has_linear && !state_restored)
     for (int32_t s = 0; s < c->params.n_seq; s++)
       if ((which >> s & 1) && covers_part(c, s, p0, p1))
         return tsr_error_set(TSR_ERR_UNSUPPORTED, "kv cache: removing positions [%d, %d) of "
@@ -631,13 +641,40 @@ tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, 
     }
   }
   c->seq_max_valid = false;
-  /* no partial removal reached here with state, so each touched state's sequence is gone */
+  /* a partial removal reached here with state only restored: a touched state whose
+  ** sequence is gone is zeroed */
   for (int32_t s = 0; s < c->params.n_seq; s++)
     if ((which >> s & 1) && tsr_kv_cache_seq_pos_max(c, s) < 0) {
       state_zero(c, s);
       c->released[s] = -1; /* an empty sequence starts over */
     }
   return TSR_OK;
+}
+
+tsr_status tsr_kv_cache_seq_rm(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t p1) {
+  return seq_rm(c, seq, p0, p1, false);
+}
+
+float *tsr_kv_cache_checkpoints(const struct tsr_kv_cache *c, int32_t layer) {
+  return layer >= 0 && layer < c->n_layers ? c->layers[layer].ckpt : NULL;
+}
+
+int32_t tsr_kv_cache_n_checkpoints(const struct tsr_kv_cache *c) {
+  return c->has_linear ? c->params.n_checkpoints : 0;
+}
+
+tsr_status tsr_kv_cache_seq_rollback(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t row) {
+  if (seq < 0 || seq >= c->params.n_seq || p0 < 1 || row < 0 || row >= c->params.n_checkpoints)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: rollback of sequence %d (of %d) to "
+                         "position %d from checkpoint %d (of %d)", seq, c->params.n_seq, p0, row,
+                         c->params.n_checkpoints);
+  for (int32_t i = 0; i < c->n_layers; i++) {
+    const struct tsr_kv__layer *y = &c->layers[i];
+    if (!y->ckpt) continue;
+    const size_t bytes = (size_t)y->desc.state_bytes;
+    memcpy(tsr_kv_cache_state(c, i, seq), (const char *)y->ckpt + (size_t)row * bytes, bytes);
+  }
+  return seq_rm(c, seq, p0, -1, true);
 }
 
 tsr_status tsr_kv_cache_seq_cp(struct tsr_kv_cache *c, int32_t src, int32_t dst, int32_t p0,
@@ -790,9 +827,10 @@ tsr_status tsr_kv_cache_each_buffer(const struct tsr_kv_cache *c,
                                     tsr_status (*fn)(void *ctx, void *p, size_t bytes), void *ctx) {
   for (int32_t i = 0; i < c->n_layers; i++) {
     const struct tsr_kv__layer *y = &c->layers[i];
-    void *bufs[3 + 2 * TSR_KV_CODEC_MAX_STATE] = {y->k, y->v, y->state};
-    uint64_t sizes[3 + 2 * TSR_KV_CODEC_MAX_STATE] = {y->k_bytes, y->v_bytes, y->state_bytes};
-    int n = 3;
+    void *bufs[4 + 2 * TSR_KV_CODEC_MAX_STATE] = {y->k, y->v, y->state, y->ckpt};
+    uint64_t sizes[4 + 2 * TSR_KV_CODEC_MAX_STATE] = {y->k_bytes, y->v_bytes, y->state_bytes,
+                                                      y->ckpt_bytes};
+    int n = 4;
     for (int side = 0; side < 2; side++)
       for (int32_t j = 0; j < y->codec_n_state[side]; j++, n++)
         bufs[n] = y->codec_state[side][j], sizes[n] = y->codec_state_bytes[side][j];

@@ -54,9 +54,13 @@
 ** of up to n_ubatch tokens, so speculative decoding, prompt reuse and bench's
 ** repetitions at depth resume without a refill; an older rollback is refused.
 **
-** Recurrent state cannot be rolled back: seq_rm / seq_cp of part of a
-** sequence are refused when the model has linear layers; removing a whole
+** Recurrent state cannot be rolled back by position: seq_rm / seq_cp of part of
+** a sequence are refused when the model has linear layers; removing a whole
 ** sequence zeroes its state slots and copying a whole sequence copies them.
+** A speculation step keeps checkpoints instead (n_checkpoints rows per linear
+** layer, the state after each token of the verify batch, written by the
+** layer's ops), and tsr_kv_cache_seq_rollback restores the row of the last
+** kept token while it removes the rejected tokens' cells.
 **
 ** Context shift (engine.h: tsr_engine_context_shift) drops positions
 ** [n_keep, n_keep + n_discard) with seq_rm, moves the rest down with
@@ -84,6 +88,7 @@ struct tsr_kv_cache_params {
   int32_t n_ctx;    /* cells of the full-attention pool, all sequences together */
   int32_t n_seq;    /* 1..TSR_KV_MAX_SEQ */
   int32_t n_ubatch; /* most tokens one prepare writes */
+  int32_t n_checkpoints; /* per linear layer, state rows for a speculation step (0: none) */
 };
 
 /* K and V codec of one layer; read only for layers that own K/V. */
@@ -191,6 +196,15 @@ struct tsr_tensor;
 void tsr_kv_cache_store(struct tsr_graph *g, struct tsr_kv_cache *c, int32_t layer,
                         struct tsr_tensor *k, struct tsr_tensor *v, struct tsr_tensor *cells_idx,
                         struct tsr_tensor **k_all, struct tsr_tensor **v_all);
+/* A linear layer's checkpoint rows (n_checkpoints of state_bytes each), or NULL. */
+float *tsr_kv_cache_checkpoints(const struct tsr_kv_cache *c, int32_t layer);
+int32_t tsr_kv_cache_n_checkpoints(const struct tsr_kv_cache *c);
+/* Rolls sequence seq back to positions below p0 after a verify batch that kept
+** checkpoints: every linear layer's state slot of seq becomes checkpoint row
+** `row` (the state after the token at p0 - 1) and the cells at p0 and above are
+** removed. */
+tsr_status tsr_kv_cache_seq_rollback(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t row);
+
 /* The persistent state of the layer's K (is_k) or V codec (kv_codec.h, n_state)
 ** as f32 external tensors of g, its source's for a KV-shared layer; NULL past
 ** the codec's n_state. */

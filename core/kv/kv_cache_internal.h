@@ -30,6 +30,8 @@ struct tsr_kv__layer {
   uint64_t k_bytes, v_bytes, state_bytes; /* allocation sizes (64-byte multiples) */
   void *k, *v;
   float *state; /* LINEAR: n_seq slots of desc.state_bytes */
+  float *ckpt;  /* LINEAR: n_checkpoints rows of desc.state_bytes */
+  uint64_t ckpt_bytes;
   /* the K (0) and V (1) codecs' persistent state (kv_codec.h, n_state) */
   int32_t codec_n_state[2];
   int64_t codec_state_ne[2][TSR_KV_CODEC_MAX_STATE][2];

@@ -161,20 +161,31 @@ static struct tsr_tensor *gated_deltanet(const struct tsr_host *h, struct tsr_ar
   struct tsr_tensor *conv_w = W("ssm_conv1d.weight");
   if (!qkv || !conv_w) return NULL;
   /* with a cache: the state slot (layout at the top of this file) */
-  struct tsr_tensor *conv_hist = NULL, *s_state = NULL;
+  struct tsr_tensor *conv_hist = NULL, *s_state = NULL, *conv_ckpt = NULL, *s_ckpt = NULL;
   if (fw->kv) {
-    const int64_t k1 = hp->conv_kernel - 1, n_conv = k1 * n_ch;
-    struct tsr_tensor *slot = h->arch->kv_state(fw, il, n_conv + hv * dk * dv);
+    const int64_t k1 = hp->conv_kernel - 1, n_conv = k1 * n_ch, n_slot = n_conv + hv * dk * dv;
+    struct tsr_tensor *slot = h->arch->kv_state(fw, il, n_slot);
     if (!slot) return NULL;
     conv_hist = h->graph->view(g, slot, 2, (int64_t[]){k1, n_ch}, (size_t[]){f, (size_t)k1 * f}, 0);
     s_state =
         h->graph->view(g, slot, 3, (int64_t[]){dv, hv, dk},
                        (size_t[]){f, (size_t)dv * f, (size_t)(dv * hv) * f}, (size_t)n_conv * f);
     if (!conv_hist || !s_state) return NULL;
+    /* a speculation step: the state after each token, one slot image a row */
+    struct tsr_tensor *ckpt = h->arch->kv_checkpoints(fw, il, n_slot);
+    if (ckpt) {
+      const size_t rb = (size_t)n_slot * f;
+      conv_ckpt = h->graph->view(g, ckpt, 3, (int64_t[]){k1, n_ch, n},
+                                 (size_t[]){f, (size_t)k1 * f, rb}, 0);
+      s_ckpt = h->graph->view(g, ckpt, 4, (int64_t[]){dv, hv, dk, n},
+                              (size_t[]){f, (size_t)dv * f, (size_t)(dv * hv) * f, rb},
+                              (size_t)n_conv * f);
+      if (!conv_ckpt || !s_ckpt) return NULL;
+    }
   }
-  struct tsr_tensor *conv_src[4] = {qkv, conv_w, conv_hist, conv_hist};
+  struct tsr_tensor *conv_src[5] = {qkv, conv_w, conv_hist, conv_hist, conv_ckpt};
   struct tsr_tensor *mixed = h->graph->custom_op(g, ops->conv1d, 2, (int64_t[]){n_ch, n}, conv_src,
-                                                 conv_hist ? 4 : 2, NULL, 0);
+                                                 conv_ckpt ? 5 : conv_hist ? 4 : 2, NULL, 0);
   mixed = h->graph->unary(g, mixed, 1 /* silu */);
   const size_t row = (size_t)n_ch * f;
   const size_t qk_nb[3] = {f, (size_t)dk * f, row};
@@ -190,12 +201,12 @@ static struct tsr_tensor *gated_deltanet(const struct tsr_host *h, struct tsr_ar
       h->graph->unary(g, h->graph->add(g, a, W("ssm_dt.bias")), 3 /* softplus */);
   decay = h->graph->mul(g, decay, W("ssm_a"));
   /* from the carried state, and back into it */
-  struct tsr_tensor *delta_src[6] = {q, k, v, decay, beta, s_state};
+  struct tsr_tensor *delta_src[7] = {q, k, v, decay, beta, s_state, s_ckpt};
   for (int i = 0; i < 5; i++)
     if (!delta_src[i]) return NULL;
   const int32_t params[2] = {TSR_DELTA_TILED, s_state != NULL /* write the state back */};
   struct tsr_tensor *od = h->graph->custom_op(g, ops->delta_rule, 3, (int64_t[]){dv, hv, n + dk},
-                                              delta_src, s_state ? 6 : 5, params, 2);
+                                              delta_src, s_ckpt ? 7 : s_state ? 6 : 5, params, 2);
   if (!od) return NULL;
   struct tsr_tensor_info oi;
   h->graph->tensor_info(od, &oi);

@@ -37,6 +37,7 @@ void tsr_qwen_conv1d_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_in
   (void)ctx, (void)params;
   const struct tsr_tensor_info *x = &src[0], *w = &src[1];
   const struct tsr_tensor_info *hin = n_src > 3 ? &src[2] : NULL, *hout = n_src > 3 ? &src[3] : NULL;
+  const struct tsr_tensor_info *ckpt = n_src > 4 ? &src[4] : NULL;
   const int64_t n_ch = dst->ne[0], n = dst->ne[1], k = w->ne[0];
   int64_t lo, hi;
   split(n_ch, ith, nth, &lo, &hi);
@@ -48,6 +49,11 @@ void tsr_qwen_conv1d_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_in
       for (int64_t j = hin || t + 1 >= k ? 0 : k - 1 - t; j < k; j++)
         acc += at2(w, j, c) * conv_input(x, hin, c, t - (k - 1) + j, k);
       *(float *)((char *)y + t * dst->nb[1]) = acc;
+      /* the history after step t: the k-1 inputs up to t (the old history is intact
+      ** until this channel's loop over t ends) */
+      for (int64_t j = 0; ckpt && j < k - 1; j++)
+        *(float *)((char *)ckpt->data + j * ckpt->nb[0] + c * ckpt->nb[1] + t * ckpt->nb[2]) =
+            conv_input(x, hin, c, t + 1 + j - (k - 1), k);
     }
     /* new history: the last k-1 of (history ++ x); ascending j reads index n+j >= j of the
     ** old history, so hout may alias hin */
@@ -61,7 +67,8 @@ void tsr_qwen_delta_rule_cpu(void *ctx, int ith, int nth, const struct tsr_tenso
                              const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ctx;
   const struct tsr_tensor_info *q = &src[0], *k = &src[1], *v = &src[2], *g = &src[3],
-                               *beta = &src[4], *s0 = n_src > 5 ? &src[5] : NULL;
+                               *beta = &src[4], *s0 = n_src > 5 ? &src[5] : NULL,
+                               *ckpt = n_src > 6 ? &src[6] : NULL;
   const int64_t dk = q->ne[0], hk = q->ne[1], dv = v->ne[0], hv = v->ne[1], n = v->ne[2];
   const int64_t ratio = hv / hk;
   float qt[TSR_DELTA_MAX_DIM], kt[TSR_DELTA_MAX_DIM], u[TSR_DELTA_MAX_DIM];
@@ -98,6 +105,12 @@ void tsr_qwen_delta_rule_cpu(void *ctx, int ith, int nth, const struct tsr_tenso
           s[j] += kt[i] * u[j];
           o[j] += s[j] * qt[i];
         }
+      }
+      for (int64_t i = 0; ckpt && i < dk; i++) { /* the state after step t */
+        const float *s = ROW(i);
+        for (int64_t j = 0; j < dv; j++)
+          *(float *)((char *)ckpt->data + j * ckpt->nb[0] + h * ckpt->nb[1] + i * ckpt->nb[2] +
+                     t * ckpt->nb[3]) = s[j];
       }
     }
     if (s0 && params[1]) /* the final state back into the initial one: this head's only */

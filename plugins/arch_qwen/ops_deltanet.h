@@ -8,7 +8,9 @@
 **               y[c,t] = sum_j w[c,j] * x[c, t-K+1+j], x before t=0 is zero;
 **               or, with srcs 2 and 3 (history in / out, f32 [K-1, C], may be
 **               the same memory), x before t=0 is history[K-1+t, c] and the
-**               last K-1 inputs are written to history out (a decode step).
+**               last K-1 inputs are written to history out (a decode step);
+**               src 4 (with the history), checkpoints f32 [K-1, C, N]: the
+**               history after each step t into [:, :, t] (a speculation step).
 **   delta_rule  the gated delta rule per value head, state S [dk x dv]:
 **               S <- exp(g)*S; u = S^T k; S <- S + k (beta (v - u))^T; o = S^T q.
 **               srcs q [dk, Hk, N], k [dk, Hk, N], v [dv, Hv, N], g [Hv, N],
@@ -17,6 +19,8 @@
 **               (dst[j, h, N + i] = S_h[i][j]), which the kernel works in;
 **               params[1] (when the initial state is given): 1 also writes
 **               the final state back over it (the KV cache's state slot).
+**               src 6 (with the initial state), checkpoints f32 [dv, Hv, dk, N]:
+**               the state after each step t into [:, :, :, t].
 **               params[0]: how value head h picks its key head:
 **               0 tiled (h mod Hk, qwen35 GGUFs), 1 grouped (h / (Hv/Hk));
 **               both params are always read.

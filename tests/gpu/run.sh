@@ -15,7 +15,9 @@
 #       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
 #       with DCA: cpu against cuda), and the benchmarks; prints a summary table last.
 #       Exit status 0 iff nothing failed. Sections (all by default; name some after
-#       RUN_DIR to run only those): loader ops models dca codec run serve bench tbench.
+#       RUN_DIR to run only those): loader ops models dca codec spec run serve bench tbench.
+#       spec: speculation through the out-of-tree example speculator on cuda, a dense and
+#       a hybrid (linear layers) model (tests/plugins/test_speculator).
 #       codec: the out-of-tree example codec (tests/plugins/example_codec) through flash and
 #       dca on cuda, against f16 KV (tests/plugins/test_codec_hooks).
 #       tbench: `tessera bench` on a model gen-model makes (env TBENCH_LIKE, default
@@ -67,7 +69,7 @@ build)
     mkdir -p "$run/$(dirname "$f")" && cp "$b/$f" "$run/$f"
   done
   # the out-of-tree example codec, built against the installed headers (codec section)
-  cp "$b/tests/plugins/test_codec_hooks" "$run/" &&
+  cp "$b/tests/plugins/test_codec_hooks" "$b/tests/plugins/test_speculator" "$run/" &&
     bash tests/plugins/build_out_of_tree.sh "$b" "$run/oot" >/dev/null &&
     rm -rf "$run/oot/root" "$run/oot/abi1" "$run/oot/next_major" "$run/oot/newer_minor" ||
     { echo "building the example codec failed"; exit 1; }
@@ -295,6 +297,23 @@ check|sanitize)
       grep -vE '^\[attn_dca\] info' "$out/codec.log" | tail -12
       rm -f "$m"
     done
+  fi
+
+  if want spec; then
+    # speculation on cuda (the out-of-tree prompt-lookup speculator): greedy text equal
+    # to plain decoding on a dense model and on a hybrid one, whose linear layers' state
+    # a rejected draft rolls back from the verify batch's checkpoints
+    echo "== speculation on backend cuda (example_speculator)"
+    d="$out/spec" && mkdir -p "$d"
+    if "$b/core/cli/tessera" convert "$fixtures/qwen3_tied" "$d/qwen3_tied.gguf" --outtype f32 >"$d/convert.log" 2>&1 &&
+       "$b/core/cli/tessera" convert "$fixtures/qwen3_5" "$d/qwen3_5.gguf" --outtype f32 >>"$d/convert.log" 2>&1 &&
+       TESSERA_PLUGIN_PATH="$b/plugins" "$b/test_speculator" --backend cuda "$d" "$b/oot/good" \
+         "$d/qwen3_tied.gguf" "$fixtures/qwen3_tied/golden.gguf" "$d/qwen3_5.gguf" >"$d/spec.log" 2>&1; then
+      row "spec example_speculator cuda" PASS "$(grep -oE '[0-9]+ drafted, [0-9]+ accepted; the same as plain greedy for [0-9]+ of [0-9]+' "$d/spec.log" | tr "\n" " ")"
+    else
+      row "spec example_speculator cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$d/spec.log" | cut -c1-120)"
+    fi
+    tail -6 "$d/spec.log"
   fi
 
   if want serve; then

@@ -87,6 +87,10 @@ struct tsr_arch_forward {
   ** entries; NULL where none), which host->arch->attn_build hands to the layer's
   ** attention on a decode step. */
   const struct tsr_decode_params *const *decode;
+  /* Filled by the host: > 0 when this batch (one sequence) is a speculation
+  ** verify step whose linear layers must keep their state after each token
+  ** (host->arch->kv_checkpoints), so a rejected draft rolls back exactly. */
+  int32_t checkpoints;
 };
 
 /* One context shift (host->arch->kv_shift_k / kv_shift_store): every cell of one
@@ -177,6 +181,11 @@ struct tsr_host_arch {
   /* a linear layer's recurrent state for fw->seq: n_floats f32 over the
   ** cache's slot (read it; cpy the new state into it) */
   struct tsr_tensor *(*kv_state)(struct tsr_arch_forward *fw, int32_t layer, int64_t n_floats);
+  /* A linear layer's checkpoints for this batch: f32 [n_floats, n_tokens] whose
+  ** row t the layer's ops fill with its state after token t, laid out as its
+  ** kv_state slot; NULL (no error) when the batch keeps none (fw->checkpoints 0). */
+  struct tsr_tensor *(*kv_checkpoints)(struct tsr_arch_forward *fw, int32_t layer,
+                                       int64_t n_floats);
   /* Attention that positions keys itself (struct tsr_attn_rope). An arch
   ** describes each attention layer's RoPE and lets the host rotate:
   **   q = attn_rope(fw, il, &rope, q, false); k = attn_rope(fw, il, &rope, k, true);

@@ -39,6 +39,11 @@ __device__ static inline float *at(const struct ten &t, long long i0, long long 
   return (float *)(t.p + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2]);
 }
 
+__device__ static inline float *at4(const struct ten &t, long long i0, long long i1, long long i2,
+                                    long long i3) {
+  return (float *)(t.p + i0 * t.nb[0] + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3]);
+}
+
 static unsigned blocks_for(long long n, int per) {
   long long b = (n + per - 1) / per;
   return (unsigned)(b < 1 ? 1 : b > 65535 ? 65535 : b);
@@ -53,7 +58,7 @@ __device__ static inline float conv_input(const struct ten &x, const struct ten 
 }
 
 __global__ void k_conv1d(struct ten y, struct ten x, struct ten w, struct ten hin, struct ten hout,
-                         int has_h, long long n_ch, long long n, long long k) {
+                         struct ten ckpt, int has_h, long long n_ch, long long n, long long k) {
   for (long long c = blockIdx.x * (long long)blockDim.x + threadIdx.x; c < n_ch;
        c += (long long)gridDim.x * blockDim.x) {
     for (long long t = 0; t < n; t++) {
@@ -61,6 +66,8 @@ __global__ void k_conv1d(struct ten y, struct ten x, struct ten w, struct ten hi
       for (long long j = has_h || t + 1 >= k ? 0 : k - 1 - t; j < k; j++)
         acc = __fadd_rn(acc, __fmul_rn(*at(w, j, c, 0), conv_input(x, hin, has_h, c, t - (k - 1) + j, k)));
       *at(y, c, t, 0) = acc;
+      for (long long j = 0; ckpt.p && j < k - 1; j++) /* the history after step t */
+        *at(ckpt, j, c, t) = conv_input(x, hin, has_h, c, t + 1 + j - (k - 1), k);
     }
     for (long long j = 0; has_h && j < k - 1; j++)
       *at(hout, j, c, 0) = conv_input(x, hin, has_h, c, n + j - (k - 1), k);
@@ -79,14 +86,16 @@ extern "C" TSR_PLUGIN_EXPORT void qwen_conv1d_cuda(void *ctx, int ith, int nth,
   const long long n_ch = dst->ne[0];
   k_conv1d<<<blocks_for(n_ch, 128), 128, 0, tsr_cuda_call_stream(call)>>>(
       ten_of(dst), ten_of(&src[0]), ten_of(&src[1]), has_h ? ten_of(&src[2]) : none,
-      has_h ? ten_of(&src[3]) : none, has_h, n_ch, dst->ne[1], src[1].ne[0]);
+      has_h ? ten_of(&src[3]) : none, n_src > 4 ? ten_of(&src[4]) : none, has_h, n_ch,
+      dst->ne[1], src[1].ne[0]);
   tsr_cuda_call_finish(ctx, call, "arch_qwen conv1d");
 }
 
 /* ---- delta_rule -------------------------------------------------------------------- */
 
 __global__ void k_delta_rule(struct ten dst, struct ten q, struct ten k, struct ten v, struct ten g,
-                             struct ten beta, struct ten s0, int has_s0, int grouped, int write_back,
+                             struct ten beta, struct ten s0, struct ten ckpt, int has_s0,
+                             int grouped, int write_back,
                              long long dk, long long hk, long long dv, long long hv, long long n) {
   const long long h = blockIdx.x, ratio = hv / hk;
   const long long kh = grouped ? h / ratio : h % hk;
@@ -110,6 +119,7 @@ __global__ void k_delta_rule(struct ten dst, struct ten q, struct ten k, struct 
         o = __fadd_rn(o, __fmul_rn(s, *at(q, i, kh, t)));
       }
       *at(dst, j, h, t) = o;
+      for (long long i = 0; ckpt.p && i < dk; i++) *at4(ckpt, j, h, i, t) = S(i); /* after step t */
     }
     if (has_s0 && write_back)
       for (long long i = 0; i < dk; i++) *at(s0, j, h, i) = S(i);
@@ -131,7 +141,8 @@ extern "C" TSR_PLUGIN_EXPORT void qwen_delta_rule_cuda(void *ctx, int ith, int n
   const int threads = dv >= 128 ? 128 : (int)((dv + 31) / 32 * 32);
   k_delta_rule<<<(unsigned)v->ne[1], threads, 0, tsr_cuda_call_stream(call)>>>(
       ten_of(dst), ten_of(q), ten_of(&src[1]), ten_of(v), ten_of(&src[3]), ten_of(&src[4]),
-      has_s0 ? ten_of(&src[5]) : none, has_s0, params[0] == TSR_DELTA_GROUPED, params[1], q->ne[0],
+      has_s0 ? ten_of(&src[5]) : none, n_src > 6 ? ten_of(&src[6]) : none, has_s0,
+      params[0] == TSR_DELTA_GROUPED, params[1], q->ne[0],
       q->ne[1], dv, v->ne[1], v->ne[2]);
   tsr_cuda_call_finish(ctx, call, "arch_qwen delta_rule");
 }

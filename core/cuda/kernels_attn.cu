@@ -9,7 +9,8 @@
 ** Prefill and decode go through the shared kernels of tessera/cuda_attn_tile.cuh
 ** (K/V tiles staged once per block of rows of one KV head's group, keys split
 ** over blocks when rows are few; tensor cores for head dims in steps of 16,
-** tessera/cuda_attn_mma.cuh). Where positions are not one strided run
+** tessera/cuda_attn_mma.cuh) with one band (tsr_one_band: one query row a key,
+** no gain). Where positions are not one strided run
 ** (or that kernel cannot launch), a block of four warps takes one (query, q
 ** head) and a range of the keys; each warp walks every fourth key of the range with its own running max,
 ** sum and accumulator (lanes hold head dims lane, lane+32, ...), the warps
@@ -188,7 +189,7 @@ static bool tile_args(const cu_t *dst, const cu_attn *a, const fa_shape &s, int 
   t->dst = dst->p, t->dst_row = dst->nb[2], t->dst_head = dst->nb[1], t->dst_nb0 = dst->nb[0];
   t->D = s.D, t->Dv = s.Dv, t->Nq = s.Nq, t->Hq = s.Hq, t->Nkv = s.Nkv, t->group = s.group;
   t->scale = a->scale, t->softcap = a->softcap, t->causal = a->causal, t->window = a->window;
-  t->n_bands = 1, t->pipelined = a->pipelined, t->split_keys = a->split_keys;
+  t->pipelined = a->pipelined, t->split_keys = a->split_keys;
   t->gqa_decode = a->gqa_decode;
   *part_bytes = tsr_tile_attn_plan(t, n_sm);
   return true;
@@ -218,7 +219,7 @@ extern "C" int cu_flash_attn(cu_stream st, const cu_t *dst, const cu_attn *a, vo
   size_t part = 0;
   if (tile_args(dst, a, s, n_sm, &t, &part)) {
     t.part = (float *)scratch;
-    const cudaError_t e = tsr_tile_attn_launch(&t, (cudaStream_t)st);
+    const cudaError_t e = tsr_tile_attn_launch(&t, tsr_one_band{}, (cudaStream_t)st);
     if (e == cudaSuccess) return (int)cudaSuccess;
     *tiled_refused = (int)e;
   }

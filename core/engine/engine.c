@@ -907,7 +907,7 @@ static tsr_status moved_cells(struct tsr_engine *e, int32_t seq, int32_t from,
     int32_t *dp = b + (size_t)heads * n, *old = dp + n;
     for (int32_t i = 0; i < n; i++) {
       dp[i] = sh->delta;
-      old[i] = tsr_kv_cache_cell_pos(e->kv, pl, b[i]); /* DCA re-rotates by chunk */
+      old[i] = tsr_kv_cache_cell_pos(e->kv, pl, b[i]); /* for shift_k: keys the attention rotated */
     }
     sh->n_cells[pl] = n;
     sh->cells[pl] = b;

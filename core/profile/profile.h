@@ -167,8 +167,8 @@ const char *tsr_profile_v_codec(const struct tsr_profile *p, enum tsr_profile_la
 const char *tsr_profile_layer_kind_name(enum tsr_profile_layer_kind kind);
 /* The attention implementation of a layer kind: `attention: NAME` names one
 ** for every kind; `attention: {full: NAME, sliding: NAME}` one per kind, a
-** kind left out keeping flash (iSWA models: DCA on the full layers, flash on
-** the sliding window ones). */
+** kind left out keeping flash (iSWA models: another implementation on the full
+** layers, flash on the sliding window ones). */
 const char *tsr_profile_attention(const struct tsr_profile *p, enum tsr_profile_layer_kind kind);
 
 /* Plugin settings, one entry per key of a settings map, in document order. */

@@ -2,6 +2,8 @@
 ** The arguments of the GPU's attention kernels (tessera/cuda_attn_tile.cuh and
 ** tessera/cuda_attn_mma.cuh) and the host-side choices made from them alone, apart
 ** from the kernels so that they compile, and are tested, on a machine without a GPU.
+** Which staged query row a key is scored against, and a row's score gain, are the
+** band policy's (tessera/cuda_attn_tile.cuh), a kernel argument of its own.
 */
 #ifndef TESSERA_CUDA_ATTN_ARGS_CUH
 #define TESSERA_CUDA_ATTN_ARGS_CUH
@@ -15,11 +17,13 @@
 #define TSR_TILE_K 32
 #define TSR_TILE_MAX_D 512
 #define TSR_TILE_MIN_KEYS_PER_SPLIT 256
+/* The most bands a band policy has (tessera/cuda_attn_tile.cuh) */
+#define TSR_TILE_MAX_BANDS 3
 
 struct tsr_tile_args {
   /* query row (band b, query i, head h) at qb + i*q_row + h*q_head, qb q for band 0 and
-  ** q_bands[b - 1] for bands 1 and 2 (n_bands 3; the same strides); f32 */
-  const char *q, *q_bands[2];
+  ** q_bands[b - 1] for the band policy's further bands (the same strides); f32 */
+  const char *q, *q_bands[TSR_TILE_MAX_BANDS - 1];
   int64_t q_row, q_head, q_nb0;
   const char *k, *v; /* rows: j*nb1 + hk*nb2, element type k_type / v_type */
   int32_t k_type, v_type;
@@ -35,7 +39,6 @@ struct tsr_tile_args {
   int64_t D, Dv, Nq, Hq, Nkv, group;
   float scale, softcap;
   int32_t causal, window;
-  int32_t n_bands, c, temp_from; /* bands: 1, or 3 with chunk length c; YaRN past temp_from */
   int32_t pipelined; /* tensor-core kernel, opt-in until measured: the next tile's key
                      ** positions and K/V tiles loaded while this one is computed (where a
                      ** second set of buffers fits; else the V tile arriving during Q K^T

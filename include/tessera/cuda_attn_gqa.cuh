@@ -21,8 +21,8 @@
 ** merge their softmax states at the end; splits merge as the tile kernels' do
 ** (tsr_tile_combine), from the same plan (tsr_tile_attn_plan).
 **
-** Semantics are the tile kernels': bands (Dual Chunk Attention) per key from its
-** position, empty cells, causal, window, mask, softcap, the YaRN gain; a key
+** Semantics are the tile kernels': the band policy's band per key and gain
+** (tessera/cuda_attn_tile.cuh), empty cells, causal, window, mask, softcap; a key
 ** that is not seen has its logit at -inf and its V values zeroed (a removed
 ** cell's bytes are never multiplied in); a row with no key gives zeros.
 **
@@ -143,21 +143,23 @@ __host__ __device__ static inline size_t tsr_gqa_stage_bytes(const struct tsr_ti
   return tsr_mma_raw_span(TSR_GQA_KEYS, a->k_nb1) + tsr_mma_raw_span(TSR_GQA_KEYS, a->v_nb1);
 }
 
-/* Shared memory of a block: the Q rows of every band as f16 (and, staged, two steps a
-** warp), then (reusing it) the warps' softmax states for their merge. */
-static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a, bool staged) {
-  const size_t q = sizeof(__half) * (size_t)a->n_bands * 8 * (size_t)(a->D + 8) +
+/* Shared memory of a block: the Q rows of every band (n_bands) as f16 (and, staged, two
+** steps a warp), then (reusing it) the warps' softmax states for their merge. */
+static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a, int n_bands, bool staged) {
+  const size_t q = sizeof(__half) * (size_t)n_bands * 8 * (size_t)(a->D + 8) +
                    (staged ? 2 * TSR_TILE_WARPS * tsr_gqa_stage_bytes(a) : 0);
   const size_t merge = sizeof(float) * (size_t)TSR_TILE_WARPS * 8 * (size_t)(a->Dv + 2);
   return q > merge ? q : merge;
 }
 
-/* KT, VT: K and V types; NV: O^T's m tiles of 16 dims (Dv = 16 NV); STAGED: each warp copies
-** its next step's K and V rows whole into shared memory by cp.async (16-byte chunks, the
-** step's every byte in flight) while it computes this one, where unstaged the fragments
-** load their pairs of values from global memory. grid (1, KV heads, key splits). */
-template <int KT, int VT, int NV, bool STAGED>
-__global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_tile_args a) {
+/* B: the band policy; KT, VT: K and V types; NV: O^T's m tiles of 16 dims (Dv = 16 NV);
+** STAGED: each warp copies its next step's K and V rows whole into shared memory by
+** cp.async (16-byte chunks, the step's every byte in flight) while it computes this one,
+** where unstaged the fragments load their pairs of values from global memory. grid (1, KV
+** heads, key splits). */
+template <class B, int KT, int VT, int NV, bool STAGED>
+__global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_tile_args a,
+                                                                         B policy) {
   constexpr unsigned ALL = 0xffffffffu;
   extern __shared__ float tsr_gqa_smem_f[];
   __half *qs = reinterpret_cast<__half *>(tsr_gqa_smem_f); /* [bands][8][D + 8] */
@@ -166,8 +168,8 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   const int32_t qp = a.q_pos ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, 0) : 0;
-  const int64_t lo_intra = a.n_bands == 3 ? (int64_t)qp / a.c * a.c : 0;
-  const float sg = a.scale * tsr_tile_gain(qp, a.temp_from);
+  const typename B::row brow = policy.row_of(qp);
+  const float sg = a.scale * policy.gain(qp);
   const char *kbase = a.k + hk * a.k_nb2, *vbase = a.v + hk * a.v_nb2;
   int64_t j_lo, j_hi;
   tsr_tile_split_keys(a, &j_lo, &j_hi);
@@ -176,7 +178,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   ** before j_hi) copied into stage s */
   const int64_t kspan = tsr_mma_raw_span(TSR_GQA_KEYS, a.k_nb1);
   const int64_t stage = STAGED ? (int64_t)tsr_gqa_stage_bytes(&a) : 0;
-  unsigned char *raw = reinterpret_cast<unsigned char *>(qs + (size_t)a.n_bands * 8 * ldq) +
+  unsigned char *raw = reinterpret_cast<unsigned char *>(qs + (size_t)B::n * 8 * ldq) +
                        (size_t)warp * 2 * stage;
   auto start_step = [&](int64_t j, int s) {
     const int64_t n = j_hi - j < TSR_GQA_KEYS ? j_hi - j : TSR_GQA_KEYS;
@@ -192,7 +194,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   /* the group's rows of every band (rows past the group zeros), the first copies in flight:
   ** four values a thread at a time and several loads in flight, since every block waits for
   ** this before its first key (three bands' rows are a 3x longer wait than one's) */
-  const int quads = a.n_bands * 8 * (int)(ldq / 4); /* ldq = D + 8, D a multiple of 32 */
+  const int quads = B::n * 8 * (int)(ldq / 4); /* ldq = D + 8, D a multiple of 32 */
 #pragma unroll 4
   for (int e = threadIdx.x; e < quads; e += blockDim.x) {
     int d4, r;
@@ -239,8 +241,8 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
       asm volatile("cp.async.wait_group 1;\n" ::); /* this step's copies, this lane's */
       __syncwarp();                                  /* and every lane's */
     }
-    /* lane i < 16: key j0 + i's band (3: not seen) and mask bias */
-    int band = 3;
+    /* lane i < 16: key j0 + i's band (TSR_TILE_MAX_BANDS, 3: not seen) and mask bias */
+    int band = TSR_TILE_MAX_BANDS;
     float bias = 0.0f;
     if (kp >= 0) {
       bool seen = true;
@@ -254,8 +256,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
                           : *reinterpret_cast<const float *>(p);
         seen = bias != -INFINITY;
       }
-      if (seen)
-        band = a.n_bands == 1 ? 0 : kp >= lo_intra ? 0 : kp >= lo_intra - a.c ? 1 : 2;
+      if (seen) band = policy.band(brow, kp);
     }
     const unsigned bands = __reduce_or_sync(ALL, band < 3 ? 1u << band : 0u);
     if (!bands) continue;
@@ -275,12 +276,12 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     const char *krow[2] = {key_row(kstep, kbase, a.k_nb1, g), key_row(kstep, kbase, a.k_nb1, g + 8)};
 
     float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* S^T of each key's band */
-    for (int b = 0; b < a.n_bands; b++) {
+    for (int b = 0; b < B::n; b++) {
       if (!(bands >> b & 1)) continue;
       float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       const __half *qb = qs + (size_t)b * 8 * ldq;
 #pragma unroll 2 /* a few blocks' loads in flight before their products */
-      for (int64_t blk = 0; blk < D / 32; blk++) {
+      for (int blk = 0; blk < (int)(D / 32); blk++) {
 #pragma unroll
         for (int step = 0; step < 2; step++) {
           uint32_t ka[4], qf[2];
@@ -390,29 +391,35 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   }
 }
 
-template <int KT, int VT, bool STAGED>
-static inline cudaError_t tsr_gqa_decode_run(const struct tsr_tile_args *a, cudaStream_t stream) {
-  const size_t smem = tsr_gqa_smem(a, STAGED);
-  if (a->Dv == 128) return tsr_attn_run<tsr_gqa_decode<KT, VT, 8, STAGED>>(a, 16, smem, stream);
-  if (a->Dv == 256) return tsr_attn_run<tsr_gqa_decode<KT, VT, 16, STAGED>>(a, 16, smem, stream);
-  return tsr_attn_run<tsr_gqa_decode<KT, VT, 32, STAGED>>(a, 16, smem, stream);
+template <class B, int KT, int VT, bool STAGED>
+static inline cudaError_t tsr_gqa_decode_run(const struct tsr_tile_args *a, const B &policy,
+                                             cudaStream_t stream) {
+  const size_t smem = tsr_gqa_smem(a, B::n, STAGED);
+  if (a->Dv == 128)
+    return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 8, STAGED>>(a, policy, 16, smem, stream);
+  if (a->Dv == 256)
+    return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 16, STAGED>>(a, policy, 16, smem, stream);
+  return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 32, STAGED>>(a, policy, 16, smem, stream);
 }
 
 /* q8_0 and q4_0 pairs: staged where tsr_gqa_staged and two steps a warp fit */
-template <int KT, int VT>
-static inline cudaError_t tsr_gqa_decode_pick(const struct tsr_tile_args *a, cudaStream_t stream) {
-  if (tsr_gqa_staged(a) && tsr_gqa_smem(a, true) <= TSR_MMA_SMEM_MAX)
-    return tsr_gqa_decode_run<KT, VT, true>(a, stream);
-  return tsr_gqa_decode_run<KT, VT, false>(a, stream);
+template <class B, int KT, int VT>
+static inline cudaError_t tsr_gqa_decode_pick(const struct tsr_tile_args *a, const B &policy,
+                                              cudaStream_t stream) {
+  if (tsr_gqa_staged(a) && tsr_gqa_smem(a, B::n, true) <= TSR_MMA_SMEM_MAX)
+    return tsr_gqa_decode_run<B, KT, VT, true>(a, policy, stream);
+  return tsr_gqa_decode_run<B, KT, VT, false>(a, policy, stream);
 }
 
 /* Launches a planned decode (tsr_gqa_decode_fits: one of the type pairs and value head
-** dims below). */
-static inline cudaError_t tsr_gqa_decode_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
-  if (a->k_type == T_F16) return tsr_gqa_decode_run<T_F16, T_F16, false>(a, stream);
-  if (a->v_type == T_Q8_0) return tsr_gqa_decode_pick<T_Q8_0, T_Q8_0>(a, stream);
-  if (a->k_type == T_Q8_0) return tsr_gqa_decode_pick<T_Q8_0, T_Q4_0>(a, stream);
-  return tsr_gqa_decode_pick<T_Q4_0, T_Q4_0>(a, stream);
+** dims below) with the band policy `policy`. */
+template <class B>
+static inline cudaError_t tsr_gqa_decode_launch(const struct tsr_tile_args *a, const B &policy,
+                                                cudaStream_t stream) {
+  if (a->k_type == T_F16) return tsr_gqa_decode_run<B, T_F16, T_F16, false>(a, policy, stream);
+  if (a->v_type == T_Q8_0) return tsr_gqa_decode_pick<B, T_Q8_0, T_Q8_0>(a, policy, stream);
+  if (a->k_type == T_Q8_0) return tsr_gqa_decode_pick<B, T_Q8_0, T_Q4_0>(a, policy, stream);
+  return tsr_gqa_decode_pick<B, T_Q4_0, T_Q4_0>(a, policy, stream);
 }
 #endif
 

@@ -16,14 +16,16 @@
 ** they exchange the halves through shared memory, and each accumulates half
 ** of the output, so no thread holds more than 128 accumulators.
 **
-** Bands (Dual Chunk Attention): a warp computes S once per band any of its
-** (row, key) pairs falls in this tile and keeps, per element, the band's
-** value; with chunks longer than a tile most tiles need one band. Shared
+** Bands (the band policy B, tessera/cuda_attn_tile.cuh): a warp computes S
+** once per band any of its (row, key) pairs falls in this tile and keeps, per
+** element, the band's value; a tile the policy finds uniform (one band for
+** every row and key) computes it once, without per-element checks. Shared
 ** memory holds one band's Q rows at a time, restaged when a tile needs
-** another: over a cache in position order the keys meet the bands in turn
-** (inter, successive, intra), so a block stages each band once, and DCA's blocks
-** take flash's shared memory (at head dim 512 three bands of Q would halve
-** the blocks a multiprocessor holds).
+** another, so a policy of several bands takes one band's shared memory (at
+** head dim 512 three bands of Q would halve the blocks a multiprocessor
+** holds); where the bands follow key position, a cache in position order
+** meets them in turn and a block stages each once. With one band the rows are
+** staged once, before the loop.
 **
 ** Precision: Q, K, V and the probabilities are rounded to f16 (11-bit
 ** significand) before the products; sums, the softmax and the output are f32.
@@ -168,13 +170,13 @@ __device__ static inline void tsr_mma_qk(float (*s)[4], const __half *qrows, con
   }
 }
 
-/* DVW: output dims per warp at most (Dv / WPR <= DVW); WPR: warps per 16 rows;
-** TK: keys per tile (32 or 64); PIPE: the pipelined tile loop (tsr_tile_args.pipelined;
-** a template parameter, so the default loop keeps its registers); W: warps a block
-** (TSR_MMA_WARPS, or TSR_MMA_WIDE_WARPS: tsr_mma_wide). grid (row tiles of one KV head, KV
-** heads, key splits), 32 W threads. */
-template <int DVW, int WPR, int TK, bool PIPE, int W>
-__global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
+/* B: the band policy; DVW: output dims per warp at most (Dv / WPR <= DVW); WPR: warps per
+** 16 rows; TK: keys per tile (32 or 64); PIPE: the pipelined tile loop
+** (tsr_tile_args.pipelined; a template parameter, so the default loop keeps its
+** registers); W: warps a block (TSR_MMA_WARPS, or TSR_MMA_WIDE_WARPS: tsr_mma_wide). grid
+** (row tiles of one KV head, KV heads, key splits), 32 W threads. */
+template <class B, int DVW, int WPR, int TK, bool PIPE, int W>
+__global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a, B policy) {
   constexpr int RB = tsr_mma_shape<WPR, W>::rows, NT = TK / 8, NV = DVW / 8;
   constexpr float LOG2E = 1.4426950408889634f;
   extern __shared__ __align__(16) unsigned char tsr_mma_smem_raw[];
@@ -207,8 +209,8 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
   const int64_t Dw = D / WPR, Dvw = Dv / WPR, d_off = part * Dw, v_off = part * Dvw;
 
   /* the Q tile: zeros in 16-byte stores (rows past the last query, as most of a decode
-  ** tile is, stay so), then the live rows of one band a value each (stage_q): flash's at
-  ** once, DCA's band when a tile first needs it */
+  ** tile is, stay so), then the live rows of one band a value each (stage_q): the one
+  ** band's at once, else a band when a tile first needs it */
   for (int e = threadIdx.x; e < RB * (int)ldq / 8; e += blockDim.x)
     reinterpret_cast<uint4 *>(qs)[e] = make_uint4(0u, 0u, 0u, 0u);
   __syncthreads();
@@ -222,7 +224,7 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
     }
   };
   /* the band whose rows qs holds (-1: none yet); use_band stages (block-uniform calls only) */
-  int q_band = a.n_bands == 1 ? 0 : -1;
+  int q_band = B::n == 1 ? 0 : -1;
   if (q_band == 0) stage_q(0);
   auto use_band = [&](int b) {
     if (b == q_band) return;
@@ -240,7 +242,8 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
   /* this thread's two rows: g and g + 8 of its warp's 16 */
   bool row_ok[2];
   int32_t qp[2];
-  int64_t lo_intra[2], iq_of[2];
+  typename B::row brow[2];
+  int64_t iq_of[2];
   float sg[2], m[2], l[2], o[NV][4];
 #pragma unroll
   for (int rr = 0; rr < 2; rr++) {
@@ -248,8 +251,8 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
     row_ok[rr] = r < n_rows;
     iq_of[rr] = (r0 + r) / G;
     qp[rr] = a.q_pos && row_ok[rr] ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, iq_of[rr]) : 0;
-    lo_intra[rr] = a.n_bands == 3 ? (int64_t)qp[rr] / a.c * a.c : 0;
-    sg[rr] = a.scale * tsr_tile_gain(qp[rr], a.temp_from);
+    brow[rr] = policy.row_of(qp[rr]);
+    sg[rr] = a.scale * policy.gain(qp[rr]);
     m[rr] = -INFINITY, l[rr] = 0.0f;
   }
 #pragma unroll
@@ -257,8 +260,7 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
   const char *kbase = a.k + hk * a.k_nb2, *vbase = a.v + hk * a.v_nb2;
   __syncthreads();
   const int64_t qlo = q_lo, qhi = q_hi;
-  const int64_t lo_min = a.n_bands == 3 ? qlo / a.c * a.c : 0;
-  const int64_t lo_max = a.n_bands == 3 ? qhi / a.c * a.c : 0;
+  const typename B::span bspan = policy.span_of(q_lo, q_hi); /* the block's rows */
 
   int64_t j_lo, j_hi;
   tsr_tile_split_keys(a, &j_lo, &j_hi);
@@ -340,10 +342,8 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
     int full_band = -1;
     if (all_in && !a.mask &&
         (!a.kv_pos || ((!a.causal || kmax <= qlo) && (a.window <= 0 || qhi - kmin < a.window)))) {
-      if (a.n_bands == 1) full_band = 0;
-      else if (a.kv_pos && kmin >= lo_max) full_band = 0;
-      else if (a.kv_pos && kmin >= lo_max - a.c && kmax < lo_min) full_band = 1;
-      else if (a.kv_pos && kmax < lo_min - a.c) full_band = 2;
+      /* several bands: without key positions none is known uniform */
+      full_band = B::n > 1 && !a.kv_pos ? -1 : policy.uniform(bspan, kmin, kmax);
     }
     if (!dbl) {
       const char *kr = nullptr, *vr = nullptr; /* the raw rows in shared memory */
@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
     /* mixed tiles: the band of element (nt, c), row g + 8 (c / 2) and key
-    ** nt 8 + 2 t4 + c % 2; 3 is hidden */
+    ** nt 8 + 2 t4 + c % 2; TSR_TILE_MAX_BANDS (3) is hidden */
     uint8_t band_of[NT][4];
     if (full_band >= 0) {
       use_band(full_band);
@@ -399,11 +399,7 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
               if (a.causal && kp > qp[rr]) seen = false;
               if (a.window > 0 && (int64_t)qp[rr] - kp >= a.window) seen = false;
             }
-            const int band = !seen                      ? 3
-                             : a.n_bands == 1           ? 0
-                             : kp >= lo_intra[rr]       ? 0
-                             : kp >= lo_intra[rr] - a.c ? 1
-                                                        : 2;
+            const int band = !seen ? TSR_TILE_MAX_BANDS : policy.band(brow[rr], kp);
             band_of[nt][c] = (uint8_t)band;
             bands |= band < 3 ? 1u << band : 0u;
           }
@@ -411,13 +407,13 @@ __global__ void __launch_bounds__(32 * W) tsr_mma_attn(tsr_tile_args a) {
       }
       /* the block's bands, the one staged first */
       unsigned block_bands = 1u;
-      if (a.n_bands > 1)
+      if (B::n > 1)
         block_bands = (__syncthreads_or(bands & 1u) ? 1u : 0u) |
                       (__syncthreads_or(bands & 2u) ? 2u : 0u) |
                       (__syncthreads_or(bands & 4u) ? 4u : 0u);
       const int first = q_band < 0 ? 0 : q_band;
-      for (int i = 0; i < a.n_bands; i++) {
-        const int b = (first + i) % a.n_bands;
+      for (int i = 0; i < B::n; i++) {
+        const int b = (first + i) % B::n;
         if (!(block_bands >> b & 1)) continue;
         use_band(b);
         if (!computes || !(bands >> b & 1)) continue;
@@ -576,7 +572,7 @@ static inline bool tsr_mma_attn_fits(const struct tsr_tile_args *a) {
 ** the current device holds: the least of what its registers (read from the compiled
 ** kernel once, allocated 256 a warp) and its shared memory (1 KB a block is the
 ** system's) allow. 0 when the runtime does not say. */
-template <void (*K)(tsr_tile_args)>
+template <auto K>
 static inline int tsr_mma_blocks_per_sm(size_t smem, int warps) {
   static int regs = -1, sm_regs = 0, sm_smem = 0; /* per kernel: one device's figures */
   if (regs < 0) {
@@ -601,7 +597,7 @@ static inline int tsr_mma_blocks_per_sm(size_t smem, int warps) {
 /* Whether `extra` bytes of shared memory past `smem` fit a block of kernel K (of `warps`
 ** warps) and keep as many blocks a multiprocessor as without them (at head dim 512 most
 ** extras would halve them); with keep_blocks false, whether a block still fits at all. */
-template <void (*K)(tsr_tile_args)>
+template <auto K>
 static inline bool tsr_mma_extra_fits(size_t smem, size_t extra, int warps,
                                       bool keep_blocks = true) {
   const int with = tsr_mma_blocks_per_sm<K>(smem + extra, warps);
@@ -610,13 +606,14 @@ static inline bool tsr_mma_extra_fits(size_t smem, size_t extra, int warps,
 }
 
 /* W: warps a block; the wide blocks (TSR_MMA_WIDE_WARPS) run the default loop only. */
-template <int DVW, int WPR, int TK, int W = TSR_MMA_WARPS>
-static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
+template <class B, int DVW, int WPR, int TK, int W = TSR_MMA_WARPS>
+static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, const B &policy,
+                                           cudaStream_t stream) {
   constexpr int rows = tsr_mma_shape<WPR, W>::rows;
   const size_t smem = tsr_mma_smem(a, WPR, TK, W);
   struct tsr_tile_args p = *a;
   if (W != TSR_MMA_WARPS || !a->pipelined) {
-    constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, false, W>;
+    constexpr auto kernel = tsr_mma_attn<B, DVW, WPR, TK, false, W>;
     const size_t raw = tsr_mma_raw_bytes(&p, TK);
     /* a decode step's rows (one row tile a KV head) take the raw copies even where they
     ** halve the blocks a multiprocessor holds: decoding a tile from global memory, a thread
@@ -627,31 +624,35 @@ static inline cudaError_t tsr_mma_attn_run(const struct tsr_tile_args *a, cudaSt
     if (raw && !tsr_mma_extra_fits<kernel>(smem, raw, W, !one_row_tile)) p.raw_kv = 0;
     if (p.raw_kv) { /* refused (a device granting less shared memory): the decode from
                     ** global memory, the same values */
-      if (tsr_attn_run<kernel>(&p, rows, smem + raw, stream, 32 * W) == cudaSuccess)
+      if (tsr_attn_run<kernel>(&p, policy, rows, smem + raw, stream, 32 * W) == cudaSuccess)
         return cudaSuccess;
       p.raw_kv = 0;
     }
-    return tsr_attn_run<kernel>(&p, rows, smem, stream, 32 * W);
+    return tsr_attn_run<kernel>(&p, policy, rows, smem, stream, 32 * W);
   }
   if constexpr (W == TSR_MMA_WARPS) { /* the pipelined loop is compiled for 4 warps only */
     p.raw_kv = 0;
     /* the second buffers of the pipelined loop */
     const size_t second = sizeof(__half) * (size_t)TK * (size_t)(a->D + 8 + a->Dv + 8) +
                           sizeof(int32_t) * (size_t)TK;
-    constexpr auto kernel = tsr_mma_attn<DVW, WPR, TK, true, W>;
+    constexpr auto kernel = tsr_mma_attn<B, DVW, WPR, TK, true, W>;
     p.kv_double = tsr_mma_extra_fits<kernel>(smem, second, W);
-    return tsr_attn_run<kernel>(&p, rows, p.kv_double ? smem + second : smem, stream, 32 * W);
+    return tsr_attn_run<kernel>(&p, policy, rows, p.kv_double ? smem + second : smem, stream,
+                                32 * W);
   }
   return cudaErrorInvalidValue; /* not reached: wide blocks run the default loop */
 }
 
-static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, cudaStream_t stream) {
+template <class B>
+static inline cudaError_t tsr_mma_attn_launch(const struct tsr_tile_args *a, const B &policy,
+                                              cudaStream_t stream) {
   const int64_t d = a->D > a->Dv ? a->D : a->Dv;
-  if (d <= 64) return tsr_mma_attn_run<64, 1, 64>(a, stream);
-  if (d <= 128) return tsr_mma_attn_run<128, 1, 64>(a, stream);
-  if (d <= 256) return tsr_mma_attn_run<256, 1, 32>(a, stream);
-  if (tsr_mma_wide(a)) return tsr_mma_attn_run<256, 2, 32, TSR_MMA_WIDE_WARPS>(a, stream);
-  return tsr_mma_attn_run<256, 2, 32>(a, stream);
+  if (d <= 64) return tsr_mma_attn_run<B, 64, 1, 64>(a, policy, stream);
+  if (d <= 128) return tsr_mma_attn_run<B, 128, 1, 64>(a, policy, stream);
+  if (d <= 256) return tsr_mma_attn_run<B, 256, 1, 32>(a, policy, stream);
+  if (tsr_mma_wide(a))
+    return tsr_mma_attn_run<B, 256, 2, 32, TSR_MMA_WIDE_WARPS>(a, policy, stream);
+  return tsr_mma_attn_run<B, 256, 2, 32>(a, policy, stream);
 }
 
 #endif

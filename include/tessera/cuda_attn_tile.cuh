@@ -15,11 +15,27 @@
 ** split over several blocks whose partial (max, sum, accumulator) a second
 ** kernel merges.
 **
-** Bands: with n_bands 3 (Dual Chunk Attention) a key picks the query rotation
-** of its band from its absolute position (intra kp >= nC, successive
-** (n-1)C <= kp < nC, inter below); with 1 band every key uses the one query
-** row. A key is hidden by an empty cell (kv_pos < 0), the future (causal),
-** the window, or a -inf mask; a key tile hidden from every row of the block is
+** Bands: every kernel here takes a band policy B, a template parameter whose
+** value (its parameters) is the kernel's second argument. A query row is staged
+** once per band (band b's from tsr_tile_q_of); the policy says which of them a
+** visible key is scored against, from the key's and the query's positions, and
+** a gain every score of the row is multiplied by (after the scale, before the
+** softcap). A policy has
+**   B::n                                 its bands, 1 .. TSR_TILE_MAX_BANDS
+**   B::row row_of(int32_t qp)            per-row state from the query's position
+**   float gain(int32_t qp)               the row's gain (1: none)
+**   int band(const B::row &, int32_t kp) a key's band, 0 .. n - 1
+**   B::span span_of(int32_t lo, int32_t hi)  state for the rows of a block whose
+**                                        query positions lie in [lo, hi]
+**   int uniform(const B::span &, int32_t kmin, int32_t kmax): the band every key
+**                                        at a position in [kmin, kmax] has for each of
+**                                        those rows, or -1 when they differ
+** tsr_one_band (every key band 0, gain 1) is the core's flash: known at compile
+** time, it folds the band branches away. A policy of several bands places keys
+** by position, so without key positions (kv_pos NULL) no range is uniform.
+**
+** A key is hidden by an empty cell (kv_pos < 0), the future (causal), the
+** window, or a -inf mask; a key tile hidden from every row of the block is
 ** skipped whole. A row that sees no key gives zeros, never NaN.
 **
 ** Head dims up to 512. Prefill tiles hold 32 rows (16 past head dim 256, so
@@ -37,6 +53,17 @@
 
 #include "tessera/cuda_attn_args.cuh"
 
+/* The one-band policy: every key scored against the one query row, no gain. */
+struct tsr_one_band {
+  static constexpr int n = 1;
+  struct row {};
+  struct span {};
+  __device__ row row_of(int32_t) const { return {}; }
+  __device__ float gain(int32_t) const { return 1.0f; }
+  __device__ int band(const row &, int32_t) const { return 0; }
+  __device__ span span_of(int32_t, int32_t) const { return {}; }
+  __device__ int uniform(const span &, int32_t, int32_t) const { return 0; }
+};
 
 __device__ static inline int32_t tsr_tile_pos(const char *p, int64_t nb0, int64_t i) {
   return *reinterpret_cast<const int32_t *>(p + i * nb0);
@@ -75,35 +102,29 @@ __device__ static inline void tsr_tile_split_keys(const tsr_tile_args &a, int64_
   *hi = *lo + a.per_split < a.Nkv ? *lo + a.per_split : a.Nkv;
 }
 
-__device__ static inline float tsr_tile_gain(int32_t p, int32_t from) {
-  if (from <= 0 || (int64_t)p + 1 <= from) return 1.0f;
-  const double f = 0.1 * log(((double)p + 1.0) / (double)from) + 1.0;
-  return (float)(f * f);
-}
-
 /* Queries per warp: 8 rows for prefill (4 past head dim 256), 2 for decode. */
 static inline int tsr_tile_qpw(const struct tsr_tile_args *a) {
   if (a->Nq * a->group < 32) return 2;
   return (a->D > a->Dv ? a->D : a->Dv) > 256 ? 4 : 8;
 }
 
-/* Dynamic shared memory of a launch: query rows per band, K and V tiles, key
-** positions. */
-static inline size_t tsr_tile_smem(const struct tsr_tile_args *a) {
-  return sizeof(float) * ((size_t)a->n_bands * TSR_TILE_WARPS * a->qpw * (size_t)a->D +
+/* Dynamic shared memory of a launch: query rows per band (n_bands of them), K and V
+** tiles, key positions. */
+static inline size_t tsr_tile_smem(const struct tsr_tile_args *a, int n_bands) {
+  return sizeof(float) * ((size_t)n_bands * TSR_TILE_WARPS * a->qpw * (size_t)a->D +
                           TSR_TILE_K * (size_t)(a->D + 1) + TSR_TILE_K * (size_t)a->Dv) +
          sizeof(int32_t) * TSR_TILE_K;
 }
 
-/* VREG: output values per lane (Dv <= 32 VREG); QPW: rows per warp.
+/* B: the band policy; VREG: output values per lane (Dv <= 32 VREG); QPW: rows per warp.
 ** grid (row tiles of one KV head, KV heads, key splits), 128 threads. */
-template <int VREG, int QPW>
-__global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_args a) {
+template <class B, int VREG, int QPW>
+__global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_args a, B policy) {
   constexpr int TILE_R = TSR_TILE_WARPS * QPW;
   extern __shared__ float tsr_tile_smem_f[];
   const int64_t D = a.D, Dv = a.Dv, Dk = a.D + 1; /* K rows padded: lanes read column d */
   float *qs = tsr_tile_smem_f;                     /* [bands][TILE_R][D] */
-  float *ks = qs + (size_t)a.n_bands * TILE_R * D; /* [TILE_K][D + 1] */
+  float *ks = qs + (size_t)B::n * TILE_R * D;      /* [TILE_K][D + 1] */
   float *vs = ks + TSR_TILE_K * Dk;                 /* [TILE_K][Dv] */
   int32_t *kpos = reinterpret_cast<int32_t *>(vs + TSR_TILE_K * Dv);
   __shared__ int32_t tile_live, q_max;
@@ -115,7 +136,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
   tsr_tile_split_keys(a, &j_lo, &j_hi);
 
   /* row r of the tile: query (r0 + r) / G, q head hk G + (r0 + r) % G */
-  for (int e = threadIdx.x; e < a.n_bands * TILE_R * (int)D; e += blockDim.x) {
+  for (int e = threadIdx.x; e < B::n * TILE_R * (int)D; e += blockDim.x) {
     int d, r;
     const int b = cu_divmod(cu_divmod(e, (int)D, &d), TILE_R, &r);
     const int64_t iq = (r0 + r) / G, h = hk * G + (r0 + r) % G;
@@ -129,16 +150,16 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
     q_max = hi;
   }
 
-  /* per row of this warp: position, band bounds, gain, running max / sum / output */
+  /* per row of this warp: position, band state, gain, running max / sum / output */
   int32_t qp[QPW];
-  int64_t lo_intra[QPW];
+  typename B::row brow[QPW];
   float gain[QPW], m[QPW], l[QPW], acc[QPW][VREG];
 #pragma unroll
   for (int w = 0; w < QPW; w++) {
     const int64_t r = warp * QPW + w, iq = (r0 + r) / G;
     qp[w] = a.q_pos && r < n_rows ? tsr_tile_pos(a.q_pos, a.q_pos_nb0, iq) : 0;
-    lo_intra[w] = a.n_bands == 3 ? (int64_t)qp[w] / a.c * a.c : 0;
-    gain[w] = tsr_tile_gain(qp[w], a.temp_from);
+    brow[w] = policy.row_of(qp[w]);
+    gain[w] = policy.gain(qp[w]);
     m[w] = -INFINITY, l[w] = 0.0f;
 #pragma unroll
     for (int i = 0; i < VREG; i++) acc[w][i] = 0.0f;
@@ -186,10 +207,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS) tsr_tile_attn(tsr_tile_ar
       }
       float x = -INFINITY;
       if (seen && bias != -INFINITY) {
-        const int band = a.n_bands == 1             ? 0
-                         : kp >= lo_intra[w]        ? 0
-                         : kp >= lo_intra[w] - a.c ? 1
-                                                    : 2;
+        const int band = policy.band(brow[w], kp);
         const float *q = qs + ((size_t)band * TILE_R + r) * D;
         const float *kr = ks + lane * Dk;
         float dot = 0.0f;
@@ -268,14 +286,15 @@ __global__ void tsr_tile_combine(tsr_tile_args a) {
 }
 
 /* Launches K over a plan's grid (row tiles of `rows`, KV heads, key splits), blocks of
-** `threads`, with smem bytes of dynamic shared memory, then the merge of split partials. The
-** shared memory past 48 KB is asked of the driver once per kernel, device and
-** larger size, not at every launch: every attention layer of every step comes
-** through here. */
+** `threads`, with smem bytes of dynamic shared memory and the band policy `policy`, then
+** the merge of split partials. The shared memory past 48 KB is asked of the driver once
+** per kernel, device and larger size, not at every launch: every attention layer of
+** every step comes through here. */
 #define TSR_ATTN_MAX_DEVICES 16
-template <void (*K)(tsr_tile_args)>
-static inline cudaError_t tsr_attn_run(const struct tsr_tile_args *a, int64_t rows, size_t smem,
-                                       cudaStream_t stream, int threads = 32 * TSR_TILE_WARPS) {
+template <auto K, class B>
+static inline cudaError_t tsr_attn_run(const struct tsr_tile_args *a, const B &policy, int64_t rows,
+                                       size_t smem, cudaStream_t stream,
+                                       int threads = 32 * TSR_TILE_WARPS) {
   static std::atomic<size_t> granted[TSR_ATTN_MAX_DEVICES];
   int dev = -1;
   (void)cudaGetDevice(&dev);
@@ -295,7 +314,7 @@ static inline cudaError_t tsr_attn_run(const struct tsr_tile_args *a, int64_t ro
   }
   const dim3 grid((unsigned)((a->Nq * a->group + rows - 1) / rows), (unsigned)(a->Hq / a->group),
                   (unsigned)a->splits);
-  K<<<grid, threads, smem, stream>>>(*a);
+  K<<<grid, threads, smem, stream>>>(*a, policy);
   if (a->splits > 1) tsr_tile_combine<<<(unsigned)(a->Nq * a->Hq), 128, 0, stream>>>(*a);
   return cudaGetLastError();
 }
@@ -326,30 +345,34 @@ static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
                        : 0;
 }
 
-template <int VREG, int QPW>
-static inline cudaError_t tsr_tile_attn_run(const struct tsr_tile_args *a, cudaStream_t stream) {
-  return tsr_attn_run<tsr_tile_attn<VREG, QPW>>(a, TSR_TILE_WARPS * QPW, tsr_tile_smem(a), stream);
+template <class B, int VREG, int QPW>
+static inline cudaError_t tsr_tile_attn_run(const struct tsr_tile_args *a, const B &policy,
+                                            cudaStream_t stream) {
+  return tsr_attn_run<tsr_tile_attn<B, VREG, QPW>>(a, policy, TSR_TILE_WARPS * QPW,
+                                                   tsr_tile_smem(a, B::n), stream);
 }
 
 /* Launches a planned kernel (tsr_tile_attn_plan; a->part set when it asked for
-** scratch). An error (head dims past 512, shared memory the device does not
-** grant) launches nothing, and the caller keeps its own kernel. */
-static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a,
+** scratch) with the band policy `policy`. An error (head dims past 512, shared memory
+** the device does not grant) launches nothing, and the caller keeps its own kernel. */
+template <class B>
+static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a, const B &policy,
                                                cudaStream_t stream) {
+  static_assert(B::n >= 1 && B::n <= TSR_TILE_MAX_BANDS, "a band policy has 1 to 3 bands");
   if (a->D > TSR_TILE_MAX_D || a->Dv > TSR_TILE_MAX_D || a->Nq <= 0 || a->group <= 0 ||
       a->Hq % a->group || (a->splits > 1 && !a->part))
     return cudaErrorInvalidValue;
-  if (tsr_gqa_decode_fits(a)) return tsr_gqa_decode_launch(a, stream);
-  if (a->mma) return tsr_mma_attn_launch(a, stream);
+  if (tsr_gqa_decode_fits(a)) return tsr_gqa_decode_launch(a, policy, stream);
+  if (a->mma) return tsr_mma_attn_launch(a, policy, stream);
   const int64_t d = a->D > a->Dv ? a->D : a->Dv;
   if (a->qpw == 2) {
-    if (d <= 128) return tsr_tile_attn_run<4, 2>(a, stream);
-    if (d <= 256) return tsr_tile_attn_run<8, 2>(a, stream);
-    return tsr_tile_attn_run<16, 2>(a, stream);
+    if (d <= 128) return tsr_tile_attn_run<B, 4, 2>(a, policy, stream);
+    if (d <= 256) return tsr_tile_attn_run<B, 8, 2>(a, policy, stream);
+    return tsr_tile_attn_run<B, 16, 2>(a, policy, stream);
   }
-  if (d <= 128) return tsr_tile_attn_run<4, 8>(a, stream);
-  if (d <= 256) return tsr_tile_attn_run<8, 8>(a, stream);
-  return tsr_tile_attn_run<16, 4>(a, stream);
+  if (d <= 128) return tsr_tile_attn_run<B, 4, 8>(a, policy, stream);
+  if (d <= 256) return tsr_tile_attn_run<B, 8, 8>(a, policy, stream);
+  return tsr_tile_attn_run<B, 16, 4>(a, policy, stream);
 }
 
 #endif

@@ -84,13 +84,15 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
 /* NeoX RoPE with the layer kind's base. Unscaled, it rounds as transformers
 ** does (rope_gemma4.c says why); a scaled full layer uses the core's rope.
 ** rope_op points at the rounding op's id (NULL: not registered). */
-static struct tsr_attn_rope layer_rope(const struct g3_hparams *hp, const int32_t *rope_op,
+static struct tsr_attn_rope layer_rope(const struct tsr_arch_forward *fw,
+                                       const struct g3_hparams *hp, const int32_t *rope_op,
                                        const struct tsr_arch_layer *L) {
   const bool swa = L->kind == TSR_LAYER_SLIDING;
   struct tsr_attn_rope r = {.struct_size = sizeof r, .n_rot = L->head_dim_k, .neox = 1,
                             .freq_base = swa ? hp->rope_base_swa : hp->rope_base,
                             .freq_scale = swa ? 1.0f : hp->rope_scale,
-                            .n_ctx_train = hp->n_ctx_train};
+                            .n_ctx_train = hp->n_ctx_train, .model = fw->model,
+                            .arch = "gemma3"};
   if (rope_op && *rope_op >= 0 && r.freq_scale == 1.0f) {
     r.rotate = gemma4_rope_rotate;
     r.rotate_ctx = (void *)(uintptr_t)rope_op;
@@ -103,7 +105,7 @@ static struct tsr_tensor *attention_block(const struct tsr_host *h, struct tsr_a
                                           int il, struct tsr_tensor *x) {
   struct tsr_graph *g = fw->g;
   const struct tsr_arch_layer *L = &fw->layers[il];
-  const struct tsr_attn_rope rope = layer_rope(hp, rope_op, L);
+  const struct tsr_attn_rope rope = layer_rope(fw, hp, rope_op, L);
   const int64_t n = fw->n_tokens, hd = L->head_dim_k, nh = L->n_head, nkv = L->n_head_kv;
   struct tsr_tensor *q =
       h->graph->reshape(g, gemma_linear(h, fw, il, "attn_q.weight", x), 3, (int64_t[]){hd, nh, n});

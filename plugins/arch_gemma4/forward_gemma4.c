@@ -34,6 +34,7 @@ struct g4_hparams {
   uint32_t n_rot, n_rot_swa; /* rope.dimension_count(_swa); 0 when absent */
   float eps, rope_base, rope_base_swa, softcap;
   int32_t n_ctx_train; /* context_length; 0 when absent */
+  const char *arch;    /* general.architecture, its keys' prefix */
 };
 
 struct g4_kv {
@@ -51,6 +52,7 @@ static tsr_status read_hparams(const struct tsr_host *h, const struct tsr_gguf *
     return h->set_error(TSR_ERR_UNSUPPORTED, "arch_gemma4: forward pass of '%s' is not built in "
                         "this version (gemma4 and gemma4-assistant are)", arch);
   hp->assistant = st == TSR_OK && !strcmp(arch, "gemma4-assistant");
+  hp->arch = st == TSR_OK ? arch : NULL;
   if (st == TSR_OK && hp->assistant) {
     st = h->gguf->get_u32(m, KEY("embedding_length_out"), &hp->n_embd_out);
     if (st == TSR_OK && h->gguf->has_key(m, KEY("centroid_intermediate_top_k")))
@@ -119,7 +121,8 @@ static struct tsr_attn_rope layer_rope(const struct tsr_host *h, struct tsr_arch
   if (!n_rot) n_rot = (uint32_t)L->head_dim_k;
   struct tsr_attn_rope r = {.struct_size = sizeof r, .n_rot = (int32_t)n_rot, .neox = 1,
                             .freq_base = swa ? hp->rope_base_swa : hp->rope_base,
-                            .freq_scale = 1.0f, .n_ctx_train = hp->n_ctx_train};
+                            .freq_scale = 1.0f, .n_ctx_train = hp->n_ctx_train,
+                            .model = fw->model, .arch = hp->arch};
   if (!swa && h->gguf->has_weight(fw->model, "rope_freqs.weight"))
     r.freq_factors = h->graph->weight(fw->g, fw->model, "rope_freqs.weight");
   if (rope_op && *rope_op >= 0 && n_rot == (uint32_t)L->head_dim_k) {

@@ -20,7 +20,7 @@ tsr_status tsr_qwen_shift_keys(void *ctx, const struct tsr_host *host, struct ts
 tsr_status tsr_qwen_validate(void *ctx, const struct tsr_host *host, const struct tsr_gguf *m,
                              const struct tsr_arch_layer *layers, int32_t n_layers);
 
-/* the trained context and dual_chunk_attention_config of arch's keys, into rope */
+/* the trained context of arch's keys, and the file m and key prefix arch, into rope */
 tsr_status tsr_qwen_rope_hints(const struct tsr_host *h, const struct tsr_gguf *m,
                                const char *arch, struct tsr_attn_rope *rope);
 

@@ -25,28 +25,18 @@ struct qwen_hparams {
 };
 
 /* What the file says about positions, for attention implementations that
-** extend the context (struct tsr_attn_rope): the trained context and
-** Qwen2.5-1M's dual_chunk_attention_config, where the converter kept them. */
+** extend the context (struct tsr_attn_rope): the trained context, and the file
+** and key prefix where such an implementation reads keys of its own. */
 tsr_status tsr_qwen_rope_hints(const struct tsr_host *h, const struct tsr_gguf *m,
                                const char *arch, struct tsr_attn_rope *rope) {
-  static const struct {
-    const char *suffix;
-    size_t off;
-  } keys[] = {
-      {"context_length", offsetof(struct tsr_attn_rope, n_ctx_train)},
-      {"dual_chunk_attention.chunk_size", offsetof(struct tsr_attn_rope, dca_chunk_size)},
-      {"dual_chunk_attention.local_size", offsetof(struct tsr_attn_rope, dca_local_size)},
-      {"dual_chunk_attention.original_context_length",
-       offsetof(struct tsr_attn_rope, dca_original_length)},
-  };
+  char key[128];
+  uint32_t v = 0;
   tsr_status st = TSR_OK;
-  for (size_t i = 0; i < sizeof keys / sizeof keys[0] && st == TSR_OK; i++) {
-    char key[128];
-    uint32_t v = 0;
-    snprintf(key, sizeof key, "%s.%s", arch, keys[i].suffix);
-    if (h->gguf->has_key(m, key)) st = h->gguf->get_u32(m, key, &v);
-    *(int32_t *)((char *)rope + keys[i].off) = v > INT32_MAX ? INT32_MAX : (int32_t)v;
-  }
+  snprintf(key, sizeof key, "%s.context_length", arch);
+  if (h->gguf->has_key(m, key)) st = h->gguf->get_u32(m, key, &v);
+  rope->n_ctx_train = v > INT32_MAX ? INT32_MAX : (int32_t)v;
+  rope->model = m;
+  rope->arch = arch;
   return st;
 }
 

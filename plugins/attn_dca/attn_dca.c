@@ -27,44 +27,66 @@ static int32_t g_pos_op = -1, g_attn_op = -1;
 
 /* ---- geometry ---------------------------------------------------------------- */
 
+/* One value of the model's dual_chunk_attention_config (Qwen2.5-1M's): the u32 key
+** <arch>.dual_chunk_attention.<name> of the file the arch names (struct tsr_attn_rope
+** model and arch) into *out, 0 where it names no file or the file lacks the key.
+** Returns TSR_OK, or an error with a message in why. */
+static tsr_status model_key(const struct dca_state *st, const struct tsr_attn_rope *r,
+                            const char *name, int32_t *out, char *why, size_t n) {
+  *out = 0;
+  if (!r->model || !r->arch) return TSR_OK;
+  char key[160];
+  snprintf(key, sizeof key, "%s.dual_chunk_attention.%s", r->arch, name);
+  if (!st->host->gguf->has_key(r->model, key)) return TSR_OK;
+  uint32_t v = 0;
+  if (st->host->gguf->get_u32(r->model, key, &v) != TSR_OK) {
+    snprintf(why, n, "attn_dca: the model's %s is not a u32", key);
+    return TSR_ERR_FORMAT;
+  }
+  *out = v > INT32_MAX ? INT32_MAX : (int32_t)v;
+  return TSR_OK;
+}
+
 /* Settings first, then what the model says, then the documented defaults:
 ** chunk_size = 3/4 of the trained context (ChunkLlama's rule), else 8192;
-** local_size = chunk_size / 8. Returns 0, or a message in why. */
-static int geometry(const struct dca_state *st, const struct tsr_attn_rope *r,
-                    struct dca_geometry *out, char *why, size_t n) {
-  const bool model_cs = st->chunk_size <= 0 && r->dca_chunk_size > 0;
+** local_size = chunk_size / 8. Returns TSR_OK, or an error with a message in why. */
+static tsr_status geometry(const struct dca_state *st, const struct tsr_attn_rope *r,
+                           struct dca_geometry *out, char *why, size_t n) {
+  int32_t m_cs, m_ls, m_orig;
+  tsr_status e = model_key(st, r, "chunk_size", &m_cs, why, n);
+  if (e == TSR_OK) e = model_key(st, r, "local_size", &m_ls, why, n);
+  if (e == TSR_OK) e = model_key(st, r, "original_context_length", &m_orig, why, n);
+  if (e != TSR_OK) return e;
+  const bool model_cs = st->chunk_size <= 0 && m_cs > 0;
   const int64_t cs = st->chunk_size > 0   ? st->chunk_size
-                     : model_cs           ? r->dca_chunk_size
+                     : model_cs           ? m_cs
                      : r->n_ctx_train > 0 ? (int64_t)r->n_ctx_train * 3 / 4
                                           : 8192;
-  const int64_t ls = st->local_size >= 0                   ? st->local_size
-                     : model_cs && r->dca_local_size >= 0 ? r->dca_local_size
-                                                          : cs / 8;
+  const int64_t ls = st->local_size >= 0 ? st->local_size : model_cs ? m_ls : cs / 8;
   if (cs < 2 || cs > INT32_MAX / 2 || ls < 0 || ls >= cs) {
     snprintf(why, n, "attn_dca: chunk_size %lld and local_size %lld (%s): needs 0 <= local_size "
              "< chunk_size and chunk_size >= 2", (long long)cs, (long long)ls,
              model_cs ? "from the model" : "from the settings or defaults");
-    return -1;
+    return TSR_ERR_INVALID_ARG;
   }
   out->cs = (int32_t)cs;
   out->ls = (int32_t)ls;
   out->c = (int32_t)(cs - ls);
   /* the temperature starts past the model's original length ("auto": only when
   ** its dual_chunk_attention_config names one, as Qwen2.5-1M's does) */
-  const int64_t orig = st->original_length > 0      ? st->original_length
-                       : r->dca_original_length > 0 ? r->dca_original_length
-                                                    : r->n_ctx_train;
+  const int64_t orig = st->original_length > 0 ? st->original_length
+                       : m_orig > 0               ? m_orig
+                                                  : r->n_ctx_train;
   out->temp_from = 0;
-  if (!strcmp(st->temperature, "yarn") ||
-      (!strcmp(st->temperature, "auto") && r->dca_original_length > 0)) {
+  if (!strcmp(st->temperature, "yarn") || (!strcmp(st->temperature, "auto") && m_orig > 0)) {
     if (orig <= 0) {
       snprintf(why, n, "attn_dca: temperature yarn needs the trained length, and the model "
                "names none: set original_length");
-      return -1;
+      return TSR_ERR_INVALID_ARG;
     }
     out->temp_from = orig > INT32_MAX ? INT32_MAX : (int32_t)orig;
   }
-  return 0;
+  return TSR_OK;
 }
 
 /* The geometry for a build, or NULL with the graph's error set. */
@@ -78,8 +100,9 @@ static const struct dca_geometry *geometry_for(struct dca_state *st, struct tsr_
                           "host->arch->attn_rope); this arch does not");
     return NULL;
   }
-  if (geometry(st, rope, out, why, sizeof why)) {
-    st->host->graph->fail(g, TSR_ERR_INVALID_ARG, "%s", why);
+  const tsr_status e = geometry(st, rope, out, why, sizeof why);
+  if (e != TSR_OK) {
+    st->host->graph->fail(g, e, "%s", why);
     return NULL;
   }
   if (!st->logged) {

@@ -47,9 +47,9 @@ struct tsr_attn_call {
 };
 
 /* How an arch rotates one attention layer's q and k by position, so that an
-** implementation that places keys itself (e.g. Dual Chunk Attention rotates
-** keys at p mod C and queries at three positions) rotates them exactly as the
-** arch would, only at positions of its choosing. The core's rope: angle
+** implementation that places keys itself (rotates keys, and queries, at
+** positions other than their own) rotates them exactly as the arch would,
+** only at positions of its choosing. The core's rope: angle
 ** theta_i = pos * freq_scale * freq_base^(-2i/n_rot) / freq_factors[i] on the
 ** pairs (i, i + n_rot/2) (neox) or (2i, 2i+1); dims from n_rot on pass
 ** through (partial rotary). Filled by the arch on its stack for one build
@@ -68,10 +68,13 @@ struct tsr_attn_rope {
   void *rotate_ctx;
   /* What the model file says about positions, for implementations that
   ** extend the context; 0 where it says nothing. */
-  int32_t n_ctx_train;         /* the context length it was trained at */
-  int32_t dca_chunk_size;      /* its dual_chunk_attention_config (Qwen2.5-1M) */
-  int32_t dca_local_size;
-  int32_t dca_original_length; /* original_max_position_embeddings there */
+  int32_t n_ctx_train; /* the context length it was trained at */
+  /* The model file the layer is read from, and the prefix of its keys
+  ** (general.architecture: "qwen2" for qwen2.context_length), so that an
+  ** implementation reads keys of its own there (host->gguf) without the arch
+  ** knowing them. Both NULL where the arch names none; valid for the call. */
+  const struct tsr_gguf *model;
+  const char *arch;
 };
 
 struct tsr_attention_v1 {

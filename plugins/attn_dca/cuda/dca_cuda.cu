@@ -6,13 +6,13 @@
 **
 ** dca_attention_cuda runs the kernels the core's flash uses too
 ** (tessera/cuda_attn_tile.cuh; tensor cores, tessera/cuda_attn_mma.cuh, for
-** head dims in steps of 16) with three bands, for prefill and decode: each
-** visible key takes the query rotation of its band from its absolute position
-** (analytic bounds: no mask tensor; the tensor-core kernel runs one product per
-** band present in a tile), so the three bands share one online softmax, an
-** empty band adds nothing and a row without keys is zeros. K and V are read in
-** place in every scalar KV dtype (tessera/cuda_quant.cuh): a step never
-** converts the cache. With every key in
+** head dims in steps of 16) with DCA's band policy (dca_bands.cuh), for
+** prefill and decode: each visible key takes the query rotation of its band
+** from its absolute position (analytic bounds: no mask tensor; the tensor-core
+** kernel runs one product per band present in a tile), so the three bands
+** share one online softmax, an empty band adds nothing and a row without keys
+** is zeros. K and V are read in place in every scalar KV dtype
+** (tessera/cuda_quant.cuh): a step never converts the cache. With every key in
 ** the intra band it does flash's arithmetic in flash's order, so a context of
 ** one chunk equals the cuda flash kernel bit for bit. Split-KV partials live
 ** in rows planned past the output's queries (dca.h, dca_split_rows): a launch
@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "../dca.h"
+#include "dca_bands.cuh"
 #include "tessera/cuda_attn_tile.cuh"
 #include "tessera/cuda_quant.cuh"
 #include "tessera/plugin_cuda.h"
@@ -117,7 +118,6 @@ static tsr_tile_args tile_args_of(const struct tsr_device_call *call,
   memcpy(&t.scale, &params[DCA_P_SCALE], sizeof t.scale);
   memcpy(&t.softcap, &params[DCA_P_SOFTCAP], sizeof t.softcap);
   t.causal = 1;
-  t.n_bands = 3, t.c = params[DCA_P_C], t.temp_from = params[DCA_P_TEMP];
   return t;
 }
 
@@ -161,7 +161,8 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   t.max_splits = (int32_t)(room / per_split > 1 ? room / per_split : 1);
   if (tsr_tile_attn_plan(&t, sm_count(call ? call->device : 0)))
     t.part = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t.Nq * (int64_t)dst->nb[2]);
-  const cudaError_t e = tsr_tile_attn_launch(&t, stream);
+  const dca_bands policy = {params[DCA_P_C], params[DCA_P_TEMP]};
+  const cudaError_t e = tsr_tile_attn_launch(&t, policy, stream);
   if (e != cudaSuccess) {
     if (call)
       call->status = host->set_error(TSR_ERR_INTERNAL, "attn_dca on cuda: the attention kernel "

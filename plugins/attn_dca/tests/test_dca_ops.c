@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../dca.h"
 #include "graph/backend.h"
@@ -28,6 +29,7 @@
 #include "graph/graph_internal.h"
 #include "abi/op_registry.h"
 #include "abi/plugin_host.h"
+#include "model/gguf.h"
 #include "tests/harness.h"
 
 static struct tsr_plugin_host *g_host, *g_host_yarn;
@@ -73,11 +75,54 @@ static tsr_status run(struct tsr_graph *g, struct tsr_tensor *out, float *dst, s
   return st;
 }
 
+/* A model file holding general.architecture qwen2, the u32 keys given (NULL-terminated
+** name, value pairs) and, unless NULL, the string key text_key, opened; the file itself
+** is gone. */
+static struct tsr_gguf *model_with(const char *const *keys, const uint32_t *values,
+                                   const char *text_key) {
+  char path[] = "/tmp/tsr_test_dca_XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  close(fd);
+  struct tsr_gguf_writer *w = NULL;
+  struct tsr_gguf *m = NULL;
+  CHECK_OK(tsr_gguf_writer_new(&w));
+  CHECK_OK(tsr_gguf_writer_add_str(w, "general.architecture", "qwen2"));
+  for (int i = 0; keys[i]; i++) CHECK_OK(tsr_gguf_writer_add_u32(w, keys[i], values[i]));
+  if (text_key) CHECK_OK(tsr_gguf_writer_add_str(w, text_key, "long"));
+  CHECK_OK(tsr_gguf_writer_write(w, path));
+  CHECK_OK(tsr_gguf_open(path, &m));
+  tsr_gguf_writer_free(w);
+  unlink(path);
+  return m;
+}
+
+/* The model a case's geometry comes from: its chunk_size and local_size as a
+** Qwen2.5-1M file holds them, read by attn_dca itself; one file per geometry. */
+static struct {
+  int cs, ls;
+  struct tsr_gguf *m;
+} g_models[64];
+static int g_n_models;
+
+static const struct tsr_gguf *model_of(const struct dcase *c) {
+  for (int i = 0; i < g_n_models; i++)
+    if (g_models[i].cs == c->cs && g_models[i].ls == c->ls) return g_models[i].m;
+  if (g_n_models == (int)(sizeof g_models / sizeof g_models[0])) {
+    fprintf(stderr, "model_of: more geometries than g_models holds\n");
+    exit(1);
+  }
+  static const char *const keys[] = {"qwen2.dual_chunk_attention.chunk_size",
+                                     "qwen2.dual_chunk_attention.local_size", NULL};
+  const uint32_t values[] = {(uint32_t)c->cs, (uint32_t)c->ls};
+  g_models[g_n_models].cs = c->cs, g_models[g_n_models].ls = c->ls;
+  return g_models[g_n_models++].m = model_with(keys, values, NULL);
+}
+
 static struct tsr_attn_rope rope_of(const struct dcase *c, struct tsr_tensor *ff) {
   return (struct tsr_attn_rope){.struct_size = sizeof(struct tsr_attn_rope), .n_rot = c->n_rot,
                                 .neox = c->neox, .freq_base = 10000.0f, .freq_scale = 1.0f,
-                                .freq_factors = ff, .dca_chunk_size = c->cs,
-                                .dca_local_size = c->ls};
+                                .freq_factors = ff, .model = model_of(c), .arch = "qwen2"};
 }
 
 static void *encode(enum tsr_dtype dt, const float *x, size_t rows, int n, float *dec) {
@@ -592,6 +637,46 @@ static void test_refusals_name_what_is_missing(void) {
   tsr_graph_free(g);
 }
 
+/* prepare_k's graph for four keys of head dim 64 under rope; its status */
+static tsr_status prepare_status(const struct tsr_attn_rope *rope) {
+  struct tsr_graph *g = tsr_graph_new(16);
+  struct tsr_tensor *k = tsr_new_tensor(g, TSR_F32, 3, (int64_t[]){64, 1, 4});
+  struct tsr_tensor *p = tsr_new_tensor(g, TSR_I32, 1, (int64_t[]){4});
+  struct tsr_tensor *out = g_dca->prepare_k(g_dca->ctx, tsr_plugin_host_services(), g, rope, k, p);
+  const tsr_status st = tsr_graph_status(g);
+  CHECK((out != NULL) == (st == TSR_OK));
+  tsr_graph_free(g);
+  return st;
+}
+
+/* attn_dca reads the model's dual_chunk_attention keys itself, under the key prefix the
+** arch names (struct tsr_attn_rope model and arch) */
+static void test_model_keys_are_read_under_the_arch_prefix(void) {
+  static const char *const keys[] = {"qwen2.dual_chunk_attention.chunk_size",
+                                     "qwen2.dual_chunk_attention.local_size", NULL};
+  const uint32_t values[] = {10, 12}; /* local_size past chunk_size */
+  struct tsr_gguf *m = model_with(keys, values, NULL);
+  struct tsr_attn_rope rope = {.struct_size = sizeof rope, .n_rot = 64, .neox = 1,
+                               .freq_base = 10000.0f, .freq_scale = 1.0f, .model = m,
+                               .arch = "qwen2"};
+  CHECK(prepare_status(&rope) == TSR_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(tsr_error_message(), "chunk_size 10 and local_size 12 (from the model)"),
+            "%s", tsr_error_message());
+  rope.arch = "qwen3"; /* not this file's keys: the defaults */
+  CHECK_OK(prepare_status(&rope));
+  rope.model = NULL, rope.arch = NULL; /* an arch that names no file: the defaults */
+  CHECK_OK(prepare_status(&rope));
+  tsr_gguf_close(m);
+  /* a key of another type is refused, naming it */
+  static const char *const none[] = {NULL};
+  m = model_with(none, NULL, "qwen2.dual_chunk_attention.chunk_size");
+  rope.model = m, rope.arch = "qwen2";
+  CHECK(prepare_status(&rope) == TSR_ERR_FORMAT);
+  CHECK_MSG(strstr(tsr_error_message(), "qwen2.dual_chunk_attention.chunk_size is not a u32"),
+            "%s", tsr_error_message());
+  tsr_gguf_close(m);
+}
+
 /* Negotiated for cuda, a decode step's output is a view over rows that hold the kernel's
 ** split partials (as many splits as an H200 takes); for the cpu alone, the op's own output. */
 static void test_cuda_plans_split_rows_past_the_output(void) {
@@ -789,6 +874,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_empty_bands_give_finite_outputs);
   TSR_RUN(test_shift_rerotates_each_key_to_its_new_chunk_offset);
   TSR_RUN(test_refusals_name_what_is_missing);
+  TSR_RUN(test_model_keys_are_read_under_the_arch_prefix);
   TSR_RUN(test_cuda_plans_split_rows_past_the_output);
   TSR_RUN(test_positions_built_once_a_graph);
   if (cuda) TSR_RUN(test_cuda_equals_cpu);
@@ -798,6 +884,7 @@ int main(int argc, char **argv) {
   uint64_t served = tsr_plugin_engaged_total(tsr_plugin_host_find_plugin(g_host, "attn_dca"));
   printf("  attn_dca counted %llu\n", (unsigned long long)served);
   CHECK(served > 0);
+  for (int i = 0; i < g_n_models; i++) tsr_gguf_close(g_models[i].m);
   tsr_backend_free(g_be);
   tsr_backend_free(g_cpu);
   tsr_plugin_host_free(g_host);

@@ -739,24 +739,32 @@ tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tok
 
 /* ---- speculative decoding --------------------------------------------------- */
 
-/* Sequence seq back to positions below p0 after a verify batch: the linear layers'
-** state from checkpoint row `row` (on a device, read from its copy and written back
-** to it), the later cells removed. */
+/* Sequence seq back to positions below p0 after a verify batch: each linear layer's
+** state slot gets checkpoint row `row` by a copy on the backend (where a device keeps
+** the cache, nothing crosses to the host), then the later cells are removed. */
 static tsr_status rollback(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t row) {
   const struct tsr_setup *s = e->setup;
-  tsr_status st = TSR_OK;
-  for (int32_t l = 0; e->device && l < s->n_layers && st == TSR_OK; l++) {
-    const float *rows = tsr_kv_cache_checkpoints(e->kv, l);
-    const size_t bytes = (size_t)s->layers[l].state_bytes;
-    if (rows) st = tsr_backend_sync_to_host(e->backend, (char *)rows + (size_t)row * bytes, bytes);
+  struct tsr_graph *g = tsr_graph_new(4 * s->n_layers + 16);
+  if (!g) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int32_t l = 0; l < s->n_layers; l++) {
+    float *rows = tsr_kv_cache_checkpoints(e->kv, l);
+    if (!rows) continue;
+    const int64_t n = s->layers[l].state_bytes / (int64_t)sizeof(float);
+    struct tsr_tensor *from = tsr_new_external(g, TSR_F32, 1, &n, rows + (size_t)row * (size_t)n);
+    struct tsr_tensor *to = tsr_new_external(g, TSR_F32, 1, &n, tsr_kv_cache_state(e->kv, l, seq));
+    struct tsr_tensor *copy = tsr_cpy(g, from, to);
+    if (copy) tsr_graph_mark_output(copy);
   }
-  if (st == TSR_OK) st = tsr_kv_cache_seq_rollback(e->kv, seq, p0, row);
-  for (int32_t l = 0; e->device && l < s->n_layers && st == TSR_OK; l++) {
-    float *state = tsr_kv_cache_checkpoints(e->kv, l) ? tsr_kv_cache_state(e->kv, l, seq) : NULL;
-    if (state)
-      st = tsr_backend_sync_to_device(e->backend, state, (size_t)s->layers[l].state_bytes);
-  }
+  tsr_status st = tsr_graph_status(g);
+  struct tsr_graph_plan plan;
+  if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
+  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
+  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
+  if (st == TSR_OK) st = tsr_backend_compute(e->backend, g);
+  tsr_graph_free(g);
+  if (st == TSR_OK) st = tsr_kv_cache_seq_rm_restored(e->kv, seq, p0);
   if (st == TSR_OK) ids_cut(e, seq, p0);
+  if (st != TSR_OK) tsr_error_prefix("speculation: rolling sequence %d back to position %d", seq, p0);
   return st;
 }
 

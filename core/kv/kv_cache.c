@@ -663,17 +663,10 @@ int32_t tsr_kv_cache_n_checkpoints(const struct tsr_kv_cache *c) {
   return c->has_linear ? c->params.n_checkpoints : 0;
 }
 
-tsr_status tsr_kv_cache_seq_rollback(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t row) {
-  if (seq < 0 || seq >= c->params.n_seq || p0 < 1 || row < 0 || row >= c->params.n_checkpoints)
+tsr_status tsr_kv_cache_seq_rm_restored(struct tsr_kv_cache *c, int32_t seq, int32_t p0) {
+  if (seq < 0 || seq >= c->params.n_seq || p0 < 1)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "kv cache: rollback of sequence %d (of %d) to "
-                         "position %d from checkpoint %d (of %d)", seq, c->params.n_seq, p0, row,
-                         c->params.n_checkpoints);
-  for (int32_t i = 0; i < c->n_layers; i++) {
-    const struct tsr_kv__layer *y = &c->layers[i];
-    if (!y->ckpt) continue;
-    const size_t bytes = (size_t)y->desc.state_bytes;
-    memcpy(tsr_kv_cache_state(c, i, seq), (const char *)y->ckpt + (size_t)row * bytes, bytes);
-  }
+                         "position %d", seq, c->params.n_seq, p0);
   return seq_rm(c, seq, p0, -1, true);
 }
 

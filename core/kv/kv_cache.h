@@ -59,8 +59,8 @@
 ** sequence zeroes its state slots and copying a whole sequence copies them.
 ** A speculation step keeps checkpoints instead (n_checkpoints rows per linear
 ** layer, the state after each token of the verify batch, written by the
-** layer's ops), and tsr_kv_cache_seq_rollback restores the row of the last
-** kept token while it removes the rejected tokens' cells.
+** layer's ops); the engine copies the row of the last kept token back into the
+** state slot and tsr_kv_cache_seq_rm_restored removes the rejected tokens' cells.
 **
 ** Context shift (engine.h: tsr_engine_context_shift) drops positions
 ** [n_keep, n_keep + n_discard) with seq_rm, moves the rest down with
@@ -199,11 +199,11 @@ void tsr_kv_cache_store(struct tsr_graph *g, struct tsr_kv_cache *c, int32_t lay
 /* A linear layer's checkpoint rows (n_checkpoints of state_bytes each), or NULL. */
 float *tsr_kv_cache_checkpoints(const struct tsr_kv_cache *c, int32_t layer);
 int32_t tsr_kv_cache_n_checkpoints(const struct tsr_kv_cache *c);
-/* Rolls sequence seq back to positions below p0 after a verify batch that kept
-** checkpoints: every linear layer's state slot of seq becomes checkpoint row
-** `row` (the state after the token at p0 - 1) and the cells at p0 and above are
-** removed. */
-tsr_status tsr_kv_cache_seq_rollback(struct tsr_kv_cache *c, int32_t seq, int32_t p0, int32_t row);
+/* Removes sequence seq's cells at p0 and above after the caller put every linear
+** layer's state slot of seq back to the state after p0 - 1 (a checkpoint row, copied
+** where the backend keeps the cache); unlike seq_rm, allowed on a model with linear
+** layers. */
+tsr_status tsr_kv_cache_seq_rm_restored(struct tsr_kv_cache *c, int32_t seq, int32_t p0);
 
 /* The persistent state of the layer's K (is_k) or V codec (kv_codec.h, n_state)
 ** as f32 external tensors of g, its source's for a KV-shared layer; NULL past

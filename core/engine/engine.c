@@ -818,6 +818,9 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
     if (batch[1 + i] < 0 || batch[1 + i] >= e->n_vocab)
       st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted token %d, outside the "
                          "vocabulary of %d", e->spec->name, batch[1 + i], e->n_vocab);
+  if (st == TSR_OK && r.dist_given &&
+      (st = tsr_spec_check_dists(e->spec_dist, e->n_vocab, batch + 1, n_draft)) != TSR_OK)
+    tsr_error_prefix("speculator %s", e->spec->name);
   /* next and the drafts in one batch, every row's logits read; linear layers keep
   ** their state after each token */
   e->checkpoints = tsr_kv_cache_n_checkpoints(e->kv);
@@ -827,7 +830,6 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
   if (st == TSR_OK)
     st = tsr_spec_verify(sampler, &e->spec_scratch, logits, batch + 1, n_draft,
                          r.dist_given ? e->spec_dist : NULL, out, n_out, &kept);
-  if (st != TSR_OK && r.dist_given) tsr_error_prefix("speculator %s", e->spec->name);
   /* forget the cells of the drafts after the kept ones (and their recurrent state) */
   if (st == TSR_OK && kept < n_draft)
     st = e->has_linear ? rollback(e, seq, held + 1 + kept, kept)

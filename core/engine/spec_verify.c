@@ -37,6 +37,15 @@ static tsr_status check_dist(const float *q, int32_t n_vocab, int32_t row, int32
   return TSR_OK;
 }
 
+tsr_status tsr_spec_check_dists(const float *dist, int32_t n_vocab, const int32_t *draft,
+                                int32_t n_draft) {
+  for (int32_t i = 0; i < n_draft; i++) {
+    tsr_status st = check_dist(dist + (size_t)i * n_vocab, n_vocab, i, draft[i]);
+    if (st != TSR_OK) return st;
+  }
+  return TSR_OK;
+}
+
 /* A token from max(0, p - q) normalised, over p's kept ids (p is 0 elsewhere); q NULL:
 ** the point mass at x. */
 static int32_t draw_residual(struct tsr_sampler *s, const struct tsr_spec_scratch *sc, int32_t n,
@@ -65,10 +74,6 @@ tsr_status tsr_spec_verify(struct tsr_sampler *sampler, struct tsr_spec_scratch 
                            const float *dist, int32_t *out, int32_t *n_out, int32_t *kept) {
   const int32_t V = sc->n_vocab;
   *n_out = *kept = 0;
-  for (int32_t i = 0; dist && i < n_draft; i++) {
-    tsr_status st = check_dist(dist + (size_t)i * V, V, i, draft[i]);
-    if (st != TSR_OK) return st;
-  }
   for (int32_t i = 0; i <= n_draft; i++) {
     int32_t n;
     tsr_status st = tsr_sampler_distribution(sampler, logits + (size_t)i * V, sc->ids, sc->probs, &n);

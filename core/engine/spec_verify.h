@@ -30,13 +30,18 @@ struct tsr_spec_scratch {
 tsr_status tsr_spec_scratch_init(struct tsr_spec_scratch *s, int32_t n_vocab);
 void tsr_spec_scratch_free(struct tsr_spec_scratch *s);
 
+/* Whether dist (n_draft rows of n_vocab) holds distributions the proposals can have
+** been drawn from: a row with a negative or NaN entry, a sum off 1 by more than 1e-3,
+** or no probability on its own proposal is refused, naming the row. Checked before the
+** verify batch runs, so a bad drafter leaves the cache as it was. */
+tsr_status tsr_spec_check_dists(const float *dist, int32_t n_vocab, const int32_t *draft,
+                                int32_t n_draft);
+
 /* logits: n_draft + 1 rows of n_vocab, row i the target's after the token before
 ** draft[i] (row n_draft: after the last proposal). dist: NULL, or n_draft rows of
-** n_vocab probabilities the proposals were drawn from. out (n_draft + 1 entries) gets
-** the kept proposals then the target's own token, *n_out their count (1 at least) and
-** *kept the proposals kept. A dist row that is not a distribution (negative, NaN, a
-** sum off 1 by more than 1e-3) or gives its own proposal no probability is refused,
-** naming the row. */
+** n_vocab probabilities the proposals were drawn from (tsr_spec_check_dists passed).
+** out (n_draft + 1 entries) gets the kept proposals then the target's own token,
+** *n_out their count (1 at least) and *kept the proposals kept. */
 tsr_status tsr_spec_verify(struct tsr_sampler *sampler, struct tsr_spec_scratch *scratch,
                            const float *logits, const int32_t *draft, int32_t n_draft,
                            const float *dist, int32_t *out, int32_t *n_out, int32_t *kept);

@@ -133,7 +133,8 @@ static void codec_at(const struct tsr_arch_forward *fw, int32_t layer, bool is_k
   at->site = (struct tsr_kv_codec_site){
       .struct_size = sizeof at->site, .layer = layer, .is_k = is_k,
       .head_dim = is_k ? fw->layers[layer].head_dim_k : fw->layers[layer].head_dim_v};
-  if (codec && codec->n_state > 0) tsr_kv_cache_codec_state(fw->g, fw->kv, layer, is_k, at->site.state);
+  if (codec && codec->n_state > 0 && fw->kv) /* layer_codecs gives codecs with a cache only */
+    tsr_kv_cache_codec_state(fw->g, fw->kv, layer, is_k, at->site.state);
 }
 
 /* x through one of the codec's storage-dim hooks (prepare_rows, prepare_q), or x

@@ -764,7 +764,8 @@ static tsr_status rollback(struct tsr_engine *e, int32_t seq, int32_t p0, int32_
   tsr_graph_free(g);
   if (st == TSR_OK) st = tsr_kv_cache_seq_rm_restored(e->kv, seq, p0);
   if (st == TSR_OK) ids_cut(e, seq, p0);
-  if (st != TSR_OK) tsr_error_prefix("speculation: rolling sequence %d back to position %d", seq, p0);
+  if (st != TSR_OK)
+    tsr_error_prefix("speculation: rolling sequence %d back to position %d", seq, p0);
   return st;
 }
 

@@ -76,7 +76,8 @@ tsr_status tsr_spec_verify(struct tsr_sampler *sampler, struct tsr_spec_scratch 
   *n_out = *kept = 0;
   for (int32_t i = 0; i <= n_draft; i++) {
     int32_t n;
-    tsr_status st = tsr_sampler_distribution(sampler, logits + (size_t)i * V, sc->ids, sc->probs, &n);
+    tsr_status st =
+        tsr_sampler_distribution(sampler, logits + (size_t)i * V, sc->ids, sc->probs, &n);
     if (st != TSR_OK) return st;
     if (i == n_draft) { /* every proposal kept: the bonus token, from p */
       double target = n > 1 ? tsr_sampler_uniform(sampler) : 0, cum = 0;

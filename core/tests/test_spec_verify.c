@@ -104,7 +104,8 @@ static void test_greedy_keeps_exactly_the_argmax_and_draws_nothing(void) {
   const int32_t wrong[2] = {1, 3};
   CHECK_OK(tsr_spec_verify(s, &sc, &g_logits[0][0], wrong, 2, NULL, out, &n_out, &kept));
   CHECK(kept == 1 && n_out == 2 && out[0] == 1 && out[1] == 2);
-  const float q[2][V] = {{0.1f, 0.5f, 0.1f, 0.1f, 0.1f, 0.1f}, {0.2f, 0.2f, 0.2f, 0.2f, 0.1f, 0.1f}};
+  const float q[2][V] = {{0.1f, 0.5f, 0.1f, 0.1f, 0.1f, 0.1f},
+                         {0.2f, 0.2f, 0.2f, 0.2f, 0.1f, 0.1f}};
   const int32_t first_wrong[2] = {0, 2};
   CHECK_OK(tsr_spec_verify(s, &sc, &g_logits[0][0], first_wrong, 2, &q[0][0], out, &n_out, &kept));
   CHECK(kept == 0 && n_out == 1 && out[0] == 1);

@@ -206,7 +206,8 @@ example_codec_q8f_read_cuda(void *ctx, int ith, int nth, const struct tsr_tensor
   k_q8f_read<<<dim3((unsigned)Hq, (unsigned)Nq), 32, 0, tsr_cuda_call_stream(call)>>>(
       (const char *)q->data, q->nb[0], q->nb[1], q->nb[2], (const uint8_t *)k->data, k->nb[1],
       k->nb[2], (const uint8_t *)v->data, v->nb[1], v->nb[2], (const char *)mask->data,
-      mask->dtype == TSR_DTYPE_ID_F16, mask->nb[0], mask->nb[1], (const int32_t *)src[4].data, src[4].nb[0],
+      mask->dtype == TSR_DTYPE_ID_F16, mask->nb[0], mask->nb[1], (const int32_t *)src[4].data,
+      src[4].nb[0],
       (const int32_t *)src[5].data, src[5].nb[0], (char *)dst->data, dst->nb[0], dst->nb[1],
       dst->nb[2], D, Dv, k->ne[1], Hq / k->ne[2], scale, softcap, params[2] != 0, params[3]);
   tsr_cuda_call_finish((void *)host, call, "example_codec q8_f32 read");

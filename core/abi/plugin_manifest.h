@@ -5,13 +5,13 @@
 ** its manifest on name, version, ABI and interfaces, or the load fails.
 **
 **   [plugin]
-**   name = attn_dca
-**   version = 0.1.0
+**   name = example_attention
+**   version = 1.0.0
 **   abi = 2.0
 **   provides = attention:1
 **   requires =
-**   library = libtsr_attn_dca.so    ; absent: the plugin has no code yet
-**   description = Dual Chunk Attention for contexts past the trained length
+**   library = libexample_attention.so   ; absent: the plugin has no code yet
+**   description = an attention built out of tree
 */
 #ifndef TSR_PLUGIN_MANIFEST_H
 #define TSR_PLUGIN_MANIFEST_H

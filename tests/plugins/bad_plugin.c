@@ -53,17 +53,47 @@ __attribute__((unused)) static const struct tsr_kv_codec_v1 g_codec = {
     .block_size = 1, .block_bytes = 2, .backends = "cpu", .encode_rows = encode,
 };
 
+__attribute__((unused)) static void decode(void *ctx, const void *src, float *dst, int64_t n) {
+  (void)ctx, (void)src, (void)dst, (void)n;
+}
+#if defined(BAD_STATE)
+/* more state tensors than a codec may keep */
+static const struct tsr_kv_codec_v1 g_bad_codec = {
+    .struct_size = sizeof(struct tsr_kv_codec_v1), .name = "bad_codec", .dtype = 1,
+    .block_size = 1, .block_bytes = 2, .backends = "cpu", .encode_rows = encode,
+    .n_state = TSR_KV_CODEC_MAX_STATE + 5,
+};
+#elif defined(BAD_READ)
+/* a read kernel without the reads() that says which layers it takes */
+static const struct tsr_kv_codec_kernels g_kernels = {
+    .backend = "cuda", .file = "bad_read_cuda.so", .encode = "encode", .lift = "lift",
+    .read = "read",
+};
+static const struct tsr_kv_codec_v1 g_bad_codec = {
+    .struct_size = sizeof(struct tsr_kv_codec_v1), .name = "bad_codec",
+    .dtype = TSR_KV_CODEC_OWN_DTYPE, .block_size = 32, .block_bytes = 36, .backends = "cpu,cuda",
+    .encode_rows = encode, .decode_f32 = decode, .kernels = &g_kernels, .n_kernels = 1,
+};
+#endif
+
 static tsr_status init(const struct tsr_host *host, struct tsr_plugin *self) {
   tsr_status st = host->register_attention(self, &g_attention);
 #if defined(BAD_INIT_FAILS)
   if (st == TSR_OK) st = host->set_error(TSR_ERR_INVALID_ARG, "refusing to start on purpose");
 #elif defined(BAD_UNDECLARED)
   if (st == TSR_OK) st = host->register_kv_codec(self, &g_codec);
+#elif defined(BAD_STATE) || defined(BAD_READ)
+  if (st == TSR_OK) st = host->register_kv_codec(self, &g_bad_codec);
 #endif
   return st;
 }
 
+#if defined(BAD_STATE) || defined(BAD_READ)
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ATTENTION, 1},
+                                                     {TSR_IFACE_KV_CODEC, 1}};
+#else
 static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_ATTENTION, 1}};
+#endif
 __attribute__((unused)) static const struct tsr_plugin_iface g_requires[] = {{TSR_IFACE_SPECULATOR, 1}};
 
 static const struct tsr_plugin_descriptor g_descriptor = {
@@ -77,7 +107,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
 #if defined(BAD_COUNTS)
     .n_provides = 1000000, /* one interface behind it: reading them all would crash */
 #else
-    .n_provides = 1,
+    .n_provides = sizeof g_provides / sizeof g_provides[0],
 #endif
 #if defined(BAD_REQUIRES)
     .requires = g_requires,

@@ -89,6 +89,8 @@ static void test_misbehaving_plugins_are_refused_precisely(void) {
       {"bad_counts.ini", "lists 1 interfaces it provides, the library bad_counts counts 1000000"},
       {"bad_no_entry.ini", "does not export tsr_plugin_entry"},
       {"bad_short.ini", "less than ABI 2.0's"},
+      {"bad_state.ini", "kv codec 'bad_codec' declares 9 state tensors: 0..4"},
+      {"bad_read.ini", "kernels[0] has a read symbol without reads()"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     struct tsr_plugin_host *h;

@@ -157,6 +157,53 @@ static void test_head_dim_not_whole_codec_blocks_is_refused_naming_layer_and_cod
   CHECK(c == NULL);
 }
 
+/* A codec's state_shape is the plugin's word: dims out of range, a refusal, or more
+** tensors than a codec may keep are refused at plan time naming the layer and codec;
+** checkpoint rows past the ubatch are refused too. */
+static tsr_status bad_shape(void *ctx, int32_t head_dim, int32_t n_head_kv, bool is_k, int32_t i,
+                            const char **name, int64_t ne[2]) {
+  (void)head_dim, (void)n_head_kv, (void)is_k, (void)i;
+  *name = "huge";
+  ne[0] = *(const int64_t *)ctx, ne[1] = 1;
+  return ne[0] < 0 ? tsr_error_set(TSR_ERR_UNSUPPORTED, "not for this layer") : TSR_OK;
+}
+
+static void test_hostile_codec_state_and_checkpoints_are_refused(void) {
+  struct tsr_arch_layer layers[2] = {full_layer(1, 64, 64), linear_layer(256)};
+  struct tsr_kv_cache_params p = {.n_ctx = 16, .n_seq = 1, .n_ubatch = 4};
+  struct tsr_kv_plan plan;
+  const int64_t dims[3] = {0, (int64_t)1 << 40, -1};
+  const char *want[3] = {"dims 0 x 1", "dims 1099511627776 x 1", "not for this layer"};
+  for (int i = 0; i < 3; i++) {
+    struct tsr_kv_codec_v1 codec = C_F16;
+    codec.ctx = (void *)&dims[i], codec.n_state = 1, codec.state_shape = bad_shape;
+    struct tsr_kv_layer_codecs codecs[2] = {{.k = &C_F16, .v = &codec}, {0}};
+    CHECK(tsr_kv_cache_plan_bytes(layers, 1, codecs, &p, &plan) != TSR_OK);
+    CHECK_MSG(strstr(tsr_error_message(), "layer 0: V codec f16") &&
+                  strstr(tsr_error_message(), want[i]),
+              "%s", tsr_error_message());
+  }
+  struct tsr_kv_codec_v1 many = C_F16;
+  many.n_state = TSR_KV_CODEC_MAX_STATE + 1, many.state_shape = bad_shape;
+  struct tsr_kv_layer_codecs codecs[2] = {{.k = &many, .v = &C_F16}, {0}};
+  CHECK(tsr_kv_cache_plan_bytes(layers, 1, codecs, &p, &plan) == TSR_ERR_INVALID_ARG);
+  CHECK(strstr(tsr_error_message(), "declares 5 state tensors") != NULL);
+  codecs[0].k = &C_F16;
+  p.n_checkpoints = p.n_ubatch + 1;
+  CHECK(tsr_kv_cache_plan_bytes(layers, 2, codecs, &p, &plan) == TSR_ERR_INVALID_ARG);
+  CHECK(strstr(tsr_error_message(), "checkpoint rows") != NULL);
+  /* and the rows a speculation step keeps are planned as allocated */
+  p.n_checkpoints = 3;
+  struct tsr_kv_cache *c = NULL;
+  CHECK_OK(tsr_kv_cache_plan_bytes(layers, 2, codecs, &p, &plan));
+  CHECK_OK(tsr_kv_cache_new(layers, 2, codecs, &p, &c));
+  if (c) {
+    CHECK(tsr_kv_cache_bytes(c) == plan.bytes && tsr_kv_cache_n_checkpoints(c) == 3);
+    CHECK(tsr_kv_cache_checkpoints(c, 1) != NULL && tsr_kv_cache_checkpoints(c, 0) == NULL);
+  }
+  tsr_kv_cache_free(c);
+}
+
 /* ---- writes through a graph ---------------------------------------------- */
 
 /* Bytes of the reference encoding of n values in dt. */
@@ -731,6 +778,7 @@ static void test_shared_layer_allocates_nothing_and_aliases_its_source(void) {
 int main(void) {
   codecs_init();
   TSR_RUN(test_plan_bytes_equal_allocated_bytes_for_mixed_layers_and_codecs);
+  TSR_RUN(test_hostile_codec_state_and_checkpoints_are_refused);
   TSR_RUN(test_a_large_cache_is_resident_only_where_written);
   TSR_RUN(test_head_dim_not_whole_codec_blocks_is_refused_naming_layer_and_codec);
   TSR_RUN(test_store_writes_every_ubatch_byte_exact_for_its_codec);

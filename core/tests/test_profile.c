@@ -181,6 +181,10 @@ static void test_wrong_types_are_refused_with_position(void) {
                    "t.yaml:2:13: unknown key 'attention.a'", "known here: full, sliding");
   expect_mem_error("t.yaml", "model: default\nkv: [f16]\n", "t.yaml:2:5: key 'kv': expected a map",
                    NULL);
+  expect_mem_error("t.yaml", "model: default\nkv: {lift: maybe}\n",
+                   "t.yaml:2:12: key 'kv.lift': unknown lift 'maybe' (known: true, false)", NULL);
+  expect_mem_error("t.yaml", "model: default\nkv: {lift: [true]}\n", "t.yaml:2:12: key 'kv.lift'",
+                   NULL);
   expect_mem_error("t.yaml", "model: default\nbackend: rocm\n",
                    "t.yaml:2:10: key 'backend': unknown backend 'rocm' (known: cpu, cuda)", NULL);
   expect_mem_error("t.yaml", "model: default\ndecode_policies: sparse_v\n",

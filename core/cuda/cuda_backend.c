@@ -365,6 +365,10 @@ static void info_of(const struct cu_ctx *c, const struct tsr_tensor *t, struct t
   for (int d = 0; d < 4; d++) i->ne[d] = t->ne[d], i->nb[d] = t->nb[d];
 }
 
+static tsr_status plugin_scratch(struct tsr_device_call *call, size_t bytes, void **out) {
+  return tsr_cuda_scratch((struct cu_ctx *)call->backend_ctx, SCR_PLUGIN, bytes, out);
+}
+
 /* Calls plugin op op_id's cuda kernel on infos of dst and its n_src sources, with
 ** the device call a kernel reads (plugin.h): graph says how a CUDA graph holds it. */
 static tsr_status call_kernel(struct cu_ctx *c, int32_t op_id, const struct tsr_tensor *dst_t,
@@ -382,7 +386,8 @@ static tsr_status call_kernel(struct cu_ctx *c, int32_t op_id, const struct tsr_
                                  .graph = graph,
                                  .attn_pipelined = c->attn_pipelined,
                                  .attn_gqa_decode = c->attn_gqa_decode,
-                                 .attn_split_keys = c->attn_split_keys};
+                                 .attn_split_keys = c->attn_split_keys,
+                                 .scratch = plugin_scratch, .backend_ctx = c};
   c->host->set_device_call(&call);
   fn(kctx, 0, 1, &dst, src, n_src, params);
   c->host->set_device_call(NULL);

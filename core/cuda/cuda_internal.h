@@ -41,6 +41,7 @@ enum cu_scratch_slot {
   SCR_LIST,  /* mat_mul_id: pairs grouped by expert */
   SCR_ATTN,  /* attention split partials */
   SCR_STAGE, /* external memory that is not kept, uploaded for one compute */
+  SCR_PLUGIN, /* a plugin kernel's own (tsr_device_call.scratch) */
   SCR_COUNT,
 };
 

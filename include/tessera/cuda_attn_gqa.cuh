@@ -48,26 +48,36 @@
 /* Keys a warp takes a step (the fragment's rows). */
 #define TSR_GQA_KEYS 16
 
-/* Values e, e + 1 (e even, one block) of a row of f16, q8_0 or q4_0 (T) as a half2's bits,
-** (e, e + 1) in (low, high). The type is a template parameter: a branch on it between
-** two pairs would make each pair's loads wait for the last one's use. */
+/* Values e, e + 1 (e even, one block) of a row of type T as a half2's bits, (e, e + 1) in
+** (low, high). The type is a template parameter: a branch on it between two pairs would
+** make each pair's loads wait for the last one's use. The core reads f16, q8_0 and q4_0; a
+** KV codec's read kernel (tessera/plugin/kv_codec.h) adds its own block layout by
+** specializing tsr_gqa_reader for a type id of its own (>= TSR_GQA_CODEC_TYPES) before it
+** instantiates the kernel. */
+#define TSR_GQA_CODEC_TYPES 1000
+template <int T> struct tsr_gqa_reader {
+  static_assert(T == T_F16 || T == T_Q8_0 || T == T_Q4_0, "f16, q8_0, q4_0 or a codec's");
+  CU_HD static inline uint32_t pair(const char *row, int64_t e) {
+    if (T == T_F16) return *reinterpret_cast<const uint32_t *>(row + 2 * e);
+    const int i = (int)(e % 32);
+    const uint8_t *b = reinterpret_cast<const uint8_t *>(row) + e / 32 * (T == T_Q8_0 ? 34 : 18);
+    uint32_t u;
+    __half2 bias;
+    if (T == T_Q8_0) { /* int8 codes, made 0..255 by flipping the sign bit */
+      u = (uint32_t)*reinterpret_cast<const uint16_t *>(b + 2 + i) ^ 0x8080u;
+      bias = __float2half2_rn(1024.0f + 128.0f);
+    } else { /* q4_0: value i < 16 the low nibble of code byte i, i + 16 the high */
+      u = (uint32_t)*reinterpret_cast<const uint16_t *>(b + 2 + (i & 15)) >> (i & 16 ? 4 : 0) &
+          0x0f0fu;
+      bias = __float2half2_rn(1024.0f + 8.0f);
+    }
+    return tsr_codes_to_h2(u, 0x5140, bias, __half2half2(*reinterpret_cast<const __half *>(b)));
+  }
+};
+
 template <int T>
 CU_HD static inline uint32_t tsr_gqa_pair(const char *row, int64_t e) {
-  static_assert(T == T_F16 || T == T_Q8_0 || T == T_Q4_0, "f16, q8_0 or q4_0");
-  if (T == T_F16) return *reinterpret_cast<const uint32_t *>(row + 2 * e);
-  const int i = (int)(e % 32);
-  const uint8_t *b = reinterpret_cast<const uint8_t *>(row) + e / 32 * (T == T_Q8_0 ? 34 : 18);
-  uint32_t u;
-  __half2 bias;
-  if (T == T_Q8_0) { /* int8 codes, made 0..255 by flipping the sign bit */
-    u = (uint32_t)*reinterpret_cast<const uint16_t *>(b + 2 + i) ^ 0x8080u;
-    bias = __float2half2_rn(1024.0f + 128.0f);
-  } else { /* q4_0: value i < 16 the low nibble of code byte i, i + 16 the high */
-    u = (uint32_t)*reinterpret_cast<const uint16_t *>(b + 2 + (i & 15)) >> (i & 16 ? 4 : 0) &
-        0x0f0fu;
-    bias = __float2half2_rn(1024.0f + 8.0f);
-  }
-  return tsr_codes_to_h2(u, 0x5140, bias, __half2half2(*reinterpret_cast<const __half *>(b)));
+  return tsr_gqa_reader<T>::pair(row, e);
 }
 
 /* The head dim that k step s (0, 1) of 32-dim block `blk` puts in column c (0..15) of A

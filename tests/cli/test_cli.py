@@ -124,7 +124,7 @@ def test_plugin_without_code_is_refused():
     # a plugin folder whose manifest names no library: its code is not written yet
     os.makedirs(os.path.join(TMP, "no_code_yet"), exist_ok=True)
     write(os.path.join(TMP, "no_code_yet"), "plugin.ini",
-          "[plugin]\nname = no_code_yet\nversion = 0.0.0\nabi = 2.0\n"
+          "[plugin]\nname = no_code_yet\nversion = 0.0.0\nabi = 2.1\n"
           "provides = attention:1\nrequires =\ndescription = not written yet\n")
     p = write(TMP, "nocode.yaml", f"extends: {DEFAULT}\nplugins: [arch_qwen, "
               "{name: no_code_yet, path: no_code_yet}]\n")
@@ -136,7 +136,7 @@ def test_a_manifest_line_too_long_is_named():
     # inih splits a line past its buffer; the error names the long line, not the remainder
     d = os.path.join(TMP, "long_desc")
     os.makedirs(d, exist_ok=True)
-    write(d, "plugin.ini", "[plugin]\nname = long_desc\nversion = 0.0.0\nabi = 2.0\n"
+    write(d, "plugin.ini", "[plugin]\nname = long_desc\nversion = 0.0.0\nabi = 2.1\n"
           "provides = attention:1\nrequires =\ndescription = " + "d" * 250 + "\n")
     p = write(TMP, "longdesc.yaml", f"extends: {DEFAULT}\nplugins: [arch_qwen, "
               "{name: long_desc, path: long_desc}]\n")
@@ -180,7 +180,7 @@ def test_a_broken_plugin_elsewhere_on_the_path_is_skipped_with_a_warning():
     # converting a model another plugin handles still works, and the warning names the broken one
     d = os.path.join(TMP, "broken_path", "broken_arch")
     os.makedirs(d, exist_ok=True)
-    write(d, "plugin.ini", "[plugin]\nname = broken_arch\nversion = 1.0.0\nabi = 2.0\n"
+    write(d, "plugin.ini", "[plugin]\nname = broken_arch\nversion = 1.0.0\nabi = 2.1\n"
           "provides = arch:1, convert:1\nrequires =\nlibrary = libbroken.so\ndescription = broken\n")
     write(d, "libbroken.so", "not an ELF file\n")
     env = dict(os.environ)

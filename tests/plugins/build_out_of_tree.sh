@@ -42,7 +42,7 @@ example() {
   mkdir -p "$dir"
   cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
     "$here/$1/$1.c" -o "$dir/lib$1.so" -lm
-  printf '[plugin]\nname = %s\nversion = 1.0.0\nabi = 2.0\nprovides = %s\nrequires =\nlibrary = lib%s.so\ndescription = %s\n' \
+  printf '[plugin]\nname = %s\nversion = 1.0.0\nabi = 2.1\nprovides = %s\nrequires =\nlibrary = lib%s.so\ndescription = %s\n' \
     "$1" "$2" "$1" "$3" >"$dir/plugin.ini"
 }
 example example_codec kv_codec:1 \

@@ -9,8 +9,8 @@
 ** comment "ABI 2.N" naming the minor that added it, and bumps
 ** TSR_PLUGIN_ABI_MINOR; nothing is removed or reordered. Whoever reads a
 ** struct the other side filled checks its struct_size before touching a
-** field appended after the minor that side was built for. Every field in the
-** headers today is ABI 2.0's, present in every struct of major 2.
+** field appended after the minor that side was built for. Fields without such
+** a comment are ABI 2.0's, present in every struct of major 2.
 */
 #ifndef TESSERA_PLUGIN_ABI_H
 #define TESSERA_PLUGIN_ABI_H
@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TSR_PLUGIN_ABI_MAJOR 2
-#define TSR_PLUGIN_ABI_MINOR 0
+#define TSR_PLUGIN_ABI_MINOR 1
 #define TSR_PLUGIN_ENTRY_SYMBOL "tsr_plugin_entry"
 
 #if defined(__GNUC__)

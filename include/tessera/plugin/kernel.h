@@ -39,6 +39,13 @@ struct tsr_device_call {
   ** profile's backend.attention.pipeline (0, 1), .decode (0 tile, 1 gqa, 2 gqa_staged;
   ** TSR_ATTN_GQA_DECODE_DEFAULT), .split_keys (0: default). */
   int32_t attn_pipelined, attn_gqa_decode, attn_split_keys, attn_reserved;
+  /* ABI 2.1: device memory for this call's own use (split partials, rows decoded for
+  ** a kernel of the backend's), bytes of it at *out, valid for the launches the call
+  ** queues; the same buffer on every call, so what one node leaves there the next may
+  ** overwrite. Growing it is refused inside a graph capture: ask for a size the
+  ** call's shapes bound, not one that creeps. Read it with tsr_device_call_scratch. */
+  tsr_status (*scratch)(struct tsr_device_call *call, size_t bytes, void **out);
+  void *backend_ctx; /* the backend's, for scratch */
 };
 
 /* Decode attention's default kernel: the GQA decode kernel, staged where its rows allow
@@ -59,6 +66,17 @@ static inline void tsr_device_call_attn(const struct tsr_device_call *call, int3
   *pipelined = call ? call->attn_pipelined : 0;
   *gqa_decode = call ? call->attn_gqa_decode : (int32_t)TSR_ATTN_GQA_DECODE_DEFAULT;
   *split_keys = call ? call->attn_split_keys : 0;
+}
+
+/* The call's scratch (tsr_device_call.scratch, ABI 2.1): TSR_ERR_UNSUPPORTED from a
+** backend built before it. */
+static inline tsr_status tsr_device_call_scratch(struct tsr_device_call *call, size_t bytes,
+                                                void **out) {
+  *out = NULL;
+  if (!call || call->struct_size < offsetof(struct tsr_device_call, backend_ctx) +
+                                       sizeof call->backend_ctx || !call->scratch)
+    return TSR_ERR_UNSUPPORTED;
+  return call->scratch(call, bytes, out);
 }
 
 /* A kernel of a plugin-defined op for one backend. */

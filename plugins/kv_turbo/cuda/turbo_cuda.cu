@@ -1,0 +1,401 @@
+/*
+** kv_turbo's kernels on the cuda backend (kv_turbo_cuda.so, opened by the host
+** only on a cuda run); formats are turbo.h's, semantics kv_turbo.c's.
+**   rotate:  one block of G threads (64 or 128) a group of a row, the
+**            Walsh-Hadamard butterflies in shared memory;
+**   encode:  one warp a block of 64 values (a lane two), the norm and the
+**            centroids' norm from warp sums, indices packed by shuffles and ballots;
+**   lift:    one warp a block, to f16 (the rotated values, s times the centroid);
+**   read:    flash's semantics over turbo K and V. One query against a group of at
+**            most 8 q heads with value head dims of 128, 256 or 512 runs the GPU's
+**            GQA decode kernel (tessera/cuda_attn_gqa.cuh) reading the blocks in
+**            register: each pair of values is two centroids times the block's
+**            scale, in f16, exactly what the lift writes; the keys are split over
+**            the multiprocessors and merged. Anything else (prefill, several
+**            queries) lifts K and V into the call's scratch and runs the shared
+**            tile and tensor-core kernels on f16.
+*/
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tessera/cuda_attn_tile.cuh"
+#include "tessera/plugin_cuda.h"
+
+#include "../turbo.h"
+#include "../turbo_centroids.h"
+
+/* the tiers' centroids (f16-exact) and the boundaries between them */
+__constant__ float c_mid2[3], c_mid3[7], c_mid4[15], c_mid8[255];
+__device__ const float d_cent2[4] = {TURBO2_CENTROIDS}, d_cent3[8] = {TURBO3_CENTROIDS},
+                       d_cent4[16] = {TURBO4_CENTROIDS}, d_cent8[256] = {TURBO8_CENTROIDS};
+
+template <int B> __device__ static inline const float *cent() {
+  return B == 2 ? d_cent2 : B == 3 ? d_cent3 : B == 4 ? d_cent4 : d_cent8;
+}
+template <int B> __device__ static inline float mid_uniform(int i) {
+  return B == 2 ? c_mid2[i] : B == 3 ? c_mid3[i] : B == 4 ? c_mid4[i] : c_mid8[i];
+}
+
+/* the midpoints, once a device (the first call of a process on it runs eagerly: a
+** capture only follows a compute of the same graph) */
+static bool g_ready[64];
+static cudaError_t ready(int device) {
+  if (device >= 0 && device < 64 && g_ready[device]) return cudaSuccess;
+  static const float c2[] = {TURBO2_CENTROIDS}, c3[] = {TURBO3_CENTROIDS},
+                     c4[] = {TURBO4_CENTROIDS}, c8[] = {TURBO8_CENTROIDS};
+  float m[255];
+  cudaError_t e = cudaSuccess;
+  auto put = [&](const void *sym, const float *c, int n) {
+    for (int i = 0; i + 1 < n; i++) m[i] = (c[i] + c[i + 1]) / 2;
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(sym, m, sizeof(float) * (size_t)(n - 1));
+  };
+  put(c_mid2, c2, 4), put(c_mid3, c3, 8), put(c_mid4, c4, 16), put(c_mid8, c8, 256);
+  if (e == cudaSuccess && device >= 0 && device < 64) g_ready[device] = true;
+  return e;
+}
+
+/* ---- rotation ------------------------------------------------------------------ */
+
+__global__ void k_rotate(const float *src, int64_t in_dim, float *dst, int64_t out_dim,
+                         int64_t groups, int G, int inverse) {
+  __shared__ float v[TURBO_GROUP_MAX];
+  const int64_t row = blockIdx.x / groups, g0 = (blockIdx.x % groups) * G;
+  const int t = threadIdx.x;
+  const float x = g0 + t < in_dim ? src[row * in_dim + g0 + t] : 0.0f;
+  v[t] = x * turbo_sign((uint32_t)t, inverse ? 2 : 1);
+  __syncthreads();
+  for (int len = 1; len < G; len <<= 1) {
+    const bool low = (t & len) == 0;
+    const float a = v[low ? t : t - len], b = v[low ? t + len : t];
+    __syncthreads();
+    v[t] = low ? a + b : a - b;
+    __syncthreads();
+  }
+  if (g0 + t < out_dim)
+    dst[row * out_dim + g0 + t] = v[t] * rsqrtf((float)G) * turbo_sign((uint32_t)t, inverse ? 1 : 2);
+}
+
+extern "C" TSR_PLUGIN_EXPORT void
+kv_turbo_rotate_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                     const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ctx, (void)ith, (void)nth, (void)n_src;
+  const struct turbo_state *st = turbo_state_of(params);
+  const struct tsr_host *host = (const struct tsr_host *)st->host;
+  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
+  const int inverse = params[TURBO_P_INVERSE] != 0;
+  const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
+  const int64_t graph = tsr_device_call_graph(call);
+  if (graph != TSR_DEVICE_CALL_REPLAY && rows > 0) {
+    const int64_t rotated = inverse ? src[0].ne[0] : dst->ne[0]; /* whole blocks */
+    const int G = turbo_group(rotated);
+    const int64_t groups = rotated / G;
+    k_rotate<<<(unsigned)(rows * groups), G, 0, tsr_cuda_call_stream(call)>>>(
+        (const float *)src[0].data, src[0].ne[0], (float *)dst->data, dst->ne[0], groups, G,
+        inverse);
+    tsr_cuda_call_finish((void *)host, call, "kv_turbo rotate");
+  }
+  /* counted once a call: on a capture the replays count */
+  if (graph != TSR_DEVICE_CALL_CAPTURE && rows > 0)
+    host->engaged((struct tsr_plugin *)st->self, inverse ? "outputs_unrotated" : "rows_rotated",
+                  (uint64_t)rows);
+}
+
+/* ---- encode and lift --------------------------------------------------------------- */
+
+/* rows [S, n, H] f32 (strided: rb0, rb1, rb2 bytes) -> the cache's cells (a cell per row,
+** or per row and head when cells is [n, H]; cb0, cb1 bytes) */
+template <int B>
+__global__ void k_encode(const char *rows, size_t rb0, size_t rb1, size_t rb2, const char *cells,
+                         size_t cb0, size_t cb1, bool cell_per_head, uint8_t *cache, size_t nb1,
+                         size_t nb2, int64_t S, int64_t n, int64_t H) {
+  constexpr unsigned ALL = 0xffffffffu;
+  constexpr int BYTES = 2 + TURBO_BLOCK * B / 8;
+  const int64_t block = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = S / TURBO_BLOCK, total = per_row * n * H;
+  if (block >= total) return; /* whole warps: total counts warps */
+  const int64_t b = block % per_row, i = block / per_row % n, h = block / per_row / n;
+  const char *y = rows + (b * TURBO_BLOCK + 2 * lane) * rb0 + i * rb1 + h * rb2;
+  const float y0 = *(const float *)y, y1 = *(const float *)(y + rb0);
+  float ss = y0 * y0 + y1 * y1;
+  for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(ALL, ss, o);
+  const float norm = sqrtf(ss), inv = norm > 0.0f ? 8.0f / norm : 0.0f;
+  const float u0 = y0 * inv, u1 = y1 * inv;
+  int i0 = 0, i1 = 0; /* how many boundaries lie below: the nearest centroid, ties low */
+  for (int k = 0; k < (1 << B) - 1; k++) {
+    const float m = mid_uniform<B>(k);
+    i0 += u0 > m, i1 += u1 > m;
+  }
+  const float c0 = cent<B>()[i0], c1 = cent<B>()[i1];
+  float cc = c0 * c0 + c1 * c1;
+  for (int o = 16; o; o >>= 1) cc += __shfl_xor_sync(ALL, cc, o);
+  const float s = norm > 0.0f || norm != norm ? norm / sqrtf(cc) : 0.0f;
+  const int32_t cell = *(const int32_t *)(cells + i * cb0 + (cell_per_head ? h * cb1 : 0));
+  uint8_t *o = cache + (size_t)cell * nb1 + (size_t)h * nb2 + (size_t)b * BYTES;
+  if (lane == 0) *reinterpret_cast<__half *>(o) = __float2half_rn(s);
+  uint8_t *q = o + 2;
+  if (B == 8) {
+    q[2 * lane] = (uint8_t)i0, q[2 * lane + 1] = (uint8_t)i1;
+  } else if (B == 4) {
+    q[lane] = (uint8_t)(i0 | i1 << 4);
+  } else {
+    const int nib = (i0 & 3) | (i1 & 3) << 2, up = __shfl_down_sync(ALL, nib, 1);
+    if (lane % 2 == 0) q[lane / 2] = (uint8_t)(nib | up << 4);
+    if (B == 3) { /* the high bits: value 8 j + k of byte j is lane 4 j + k / 2's */
+      const unsigned h0 = __ballot_sync(ALL, i0 >> 2), h1 = __ballot_sync(ALL, i1 >> 2);
+      if (lane < 8) {
+        unsigned byte = 0;
+        for (int k = 0; k < 8; k++) byte |= ((k % 2 ? h1 : h0) >> (4 * lane + k / 2) & 1u) << k;
+        q[16 + lane] = (uint8_t)byte;
+      }
+    }
+  }
+}
+
+/* a view of the cache [S, n, H] (strided) -> f16 [S, n, H] contiguous */
+template <int B>
+__global__ void k_lift(const uint8_t *src, size_t nb1, size_t nb2, __half *dst, int64_t S,
+                       int64_t n, int64_t H) {
+  constexpr int BYTES = 2 + TURBO_BLOCK * B / 8;
+  const int64_t block = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t per_row = S / TURBO_BLOCK, total = per_row * n * H;
+  if (block >= total) return;
+  const int64_t b = block % per_row, i = block / per_row % n, h = block / per_row / n;
+  const uint8_t *o = src + (size_t)i * nb1 + (size_t)h * nb2 + (size_t)b * BYTES;
+  const float s = __half2float(*reinterpret_cast<const __half *>(o));
+  const float *c = cent<B>();
+  const __half2 v = __floats2half2_rn(s * c[turbo_index(o, B, 2 * lane)],
+                                      s * c[turbo_index(o, B, 2 * lane + 1)]);
+  *reinterpret_cast<__half2 *>(dst + (h * n + i) * S + b * TURBO_BLOCK + 2 * lane) = v;
+}
+
+template <int B>
+static void launch_lift(const uint8_t *src, size_t nb1, size_t nb2, __half *dst, int64_t S,
+                        int64_t n, int64_t H, cudaStream_t stream) {
+  const int64_t blocks = S / TURBO_BLOCK * n * H;
+  if (blocks > 0)
+    k_lift<B><<<(unsigned)((blocks + 7) / 8), 256, 0, stream>>>(src, nb1, nb2, dst, S, n, H);
+}
+
+template <int B>
+static void encode_or_lift(void *ctx, const struct tsr_tensor_info *dst,
+                           const struct tsr_tensor_info *src, bool encode) {
+  const struct tsr_host *host = *(const struct tsr_host *const *)ctx;
+  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
+  const cudaStream_t stream = tsr_cuda_call_stream(call);
+  cudaError_t e = ready(call ? call->device : 0);
+  const struct tsr_tensor_info *rows = encode ? &src[0] : dst;
+  const int64_t S = rows->ne[0], n = rows->ne[1], H = rows->ne[2];
+  const int64_t blocks = S / TURBO_BLOCK * n * H;
+  if (e == cudaSuccess && blocks > 0) {
+    if (encode)
+      k_encode<B><<<(unsigned)((blocks + 7) / 8), 256, 0, stream>>>(
+          (const char *)src[0].data, src[0].nb[0], src[0].nb[1], src[0].nb[2],
+          (const char *)src[1].data, src[1].nb[0], src[1].nb[1], src[1].ne[1] > 1,
+          (uint8_t *)dst->data, dst->nb[1], dst->nb[2], S, n, H);
+    else
+      launch_lift<B>((const uint8_t *)src[0].data, src[0].nb[1], src[0].nb[2],
+                     (__half *)dst->data, S, n, H, stream);
+  }
+  if (e != cudaSuccess && call)
+    call->status = host->set_error(TSR_ERR_INTERNAL, "kv_turbo: centroid tables: %s",
+                                   cudaGetErrorString(e));
+  tsr_cuda_call_finish((void *)host, call, encode ? "kv_turbo encode" : "kv_turbo lift");
+}
+
+#define ENTRIES(B)                                                                            \
+  extern "C" TSR_PLUGIN_EXPORT void kv_turbo_encode##B##_cuda(                                \
+      void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,                         \
+      const struct tsr_tensor_info *src, int n_src, const int32_t *params) {                  \
+    (void)ith, (void)nth, (void)n_src, (void)params;                                          \
+    encode_or_lift<B>(ctx, dst, src, true);                                                   \
+  }                                                                                           \
+  extern "C" TSR_PLUGIN_EXPORT void kv_turbo_lift##B##_cuda(                                  \
+      void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,                         \
+      const struct tsr_tensor_info *src, int n_src, const int32_t *params) {                  \
+    (void)ith, (void)nth, (void)n_src, (void)params;                                          \
+    encode_or_lift<B>(ctx, dst, src, false);                                                  \
+  }
+ENTRIES(2)
+ENTRIES(3)
+ENTRIES(4)
+ENTRIES(8)
+
+/* ---- read ----------------------------------------------------------------------------- */
+
+/* The GQA decode kernel's type ids of the tiers, and their pairs of values in register. */
+#define TURBO_T(B) (TSR_GQA_CODEC_TYPES + (B))
+
+template <int B> struct turbo_pair {
+  CU_HD static inline uint32_t pair(const char *row, int64_t e) {
+#ifdef __CUDA_ARCH__
+    constexpr int BYTES = 2 + TURBO_BLOCK * B / 8;
+    const uint8_t *o = reinterpret_cast<const uint8_t *>(row) + e / TURBO_BLOCK * BYTES;
+    const int i = (int)(e % TURBO_BLOCK); /* even */
+    int i0, i1;
+    if (B == 8) {
+      i0 = o[2 + i], i1 = o[3 + i];
+    } else if (B == 4) {
+      const int byte = o[2 + i / 2];
+      i0 = byte & 15, i1 = byte >> 4;
+    } else {
+      const int nib = o[2 + i / 4] >> (i % 4 * 2) & 15;
+      i0 = nib & 3, i1 = nib >> 2;
+      if (B == 3) {
+        const int hi = o[18 + i / 8] >> (i % 8);
+        i0 |= (hi & 1) << 2, i1 |= (hi & 2) << 1;
+      }
+    }
+    const float *c = cent<B>();
+    const __half2 v = __hmul2(__floats2half2_rn(c[i0], c[i1]),
+                              __half2half2(*reinterpret_cast<const __half *>(o)));
+    return *reinterpret_cast<const uint32_t *>(&v);
+#else
+    (void)row, (void)e;
+    return 0;
+#endif
+  }
+};
+template <> struct tsr_gqa_reader<TURBO_T(2)> : turbo_pair<2> {};
+template <> struct tsr_gqa_reader<TURBO_T(3)> : turbo_pair<3> {};
+template <> struct tsr_gqa_reader<TURBO_T(4)> : turbo_pair<4> {};
+template <> struct tsr_gqa_reader<TURBO_T(8)> : turbo_pair<8> {};
+
+/* what kv_turbo.c hands the kernels */
+struct turbo_cuda_ctx {
+  const struct tsr_host *host;
+  int32_t dtype[4]; /* turbo2, turbo3, turbo4, turbo8 */
+};
+
+static int bits_of(const turbo_cuda_ctx *tc, int32_t dtype) {
+  static const int bits[4] = {2, 3, 4, 8};
+  for (int t = 0; t < 4; t++)
+    if (tc->dtype[t] == dtype) return bits[t];
+  return 0;
+}
+
+static int sm_count(int device) {
+  static int cached = -1, cached_device = -1;
+  if (cached < 0 || cached_device != device) {
+    if (cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      cached = 132;
+    cached_device = device;
+  }
+  return cached;
+}
+
+template <int KB, int VB>
+static cudaError_t gqa(const tsr_tile_args *t, cudaStream_t stream) {
+  return tsr_gqa_decode_run<tsr_one_band, TURBO_T(KB), TURBO_T(VB), false>(t, tsr_one_band{},
+                                                                          stream);
+}
+
+template <int KB>
+static cudaError_t gqa_k(int vb, const tsr_tile_args *t, cudaStream_t stream) {
+  switch (vb) {
+  case 2: return gqa<KB, 2>(t, stream);
+  case 3: return gqa<KB, 3>(t, stream);
+  case 4: return gqa<KB, 4>(t, stream);
+  default: return gqa<KB, 8>(t, stream);
+  }
+}
+
+static void lift_any(int bits, const struct tsr_tensor_info *x, __half *out, cudaStream_t s) {
+  const uint8_t *p = (const uint8_t *)x->data;
+  const int64_t S = x->ne[0], n = x->ne[1], H = x->ne[2];
+  switch (bits) {
+  case 2: launch_lift<2>(p, x->nb[1], x->nb[2], out, S, n, H, s); break;
+  case 3: launch_lift<3>(p, x->nb[1], x->nb[2], out, S, n, H, s); break;
+  case 4: launch_lift<4>(p, x->nb[1], x->nb[2], out, S, n, H, s); break;
+  default: launch_lift<8>(p, x->nb[1], x->nb[2], out, S, n, H, s);
+  }
+}
+
+/* Whether one query's decode takes the GQA kernel reading the blocks in register. */
+static bool in_register(const tsr_tile_args *t) {
+  return t->gqa_decode && t->Nq == 1 && t->group >= 1 && t->group <= 8 && t->D % 32 == 0 &&
+         t->D <= TSR_TILE_MAX_D && (t->Dv == 128 || t->Dv == 256 || t->Dv == 512) &&
+         t->k_nb1 % 2 == 0 && t->k_nb2 % 2 == 0 && t->v_nb1 % 2 == 0 && t->v_nb2 % 2 == 0;
+}
+
+extern "C" TSR_PLUGIN_EXPORT void
+kv_turbo_read_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                   const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ith, (void)nth, (void)n_src;
+  const turbo_cuda_ctx *tc = (const turbo_cuda_ctx *)ctx;
+  const struct tsr_host *host = tc->host;
+  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
+  const cudaStream_t stream = tsr_cuda_call_stream(call);
+  const struct tsr_tensor_info *q = &src[0], *k = &src[1], *v = &src[2], *mask = &src[3];
+  const int kb = bits_of(tc, k->dtype), vb = bits_of(tc, v->dtype);
+  auto fail = [&](tsr_status st, const char *what, const char *detail) {
+    if (call) call->status = host->set_error(st, "kv_turbo read: %s%s", what, detail);
+  };
+  if (!kb || !vb) return fail(TSR_ERR_INTERNAL, "K or V is not a turbo tier", "");
+  tsr_tile_args t = {};
+  tsr_device_call_attn(call, &t.pipelined, &t.gqa_decode, &t.split_keys);
+  t.D = q->ne[0], t.Nq = q->ne[1], t.Hq = q->ne[2], t.Dv = v->ne[0], t.Nkv = k->ne[1];
+  t.group = k->ne[2] > 0 ? t.Hq / k->ne[2] : 0;
+  if (t.Nq <= 0 || t.Hq <= 0) return;
+  t.q = (const char *)q->data, t.q_row = q->nb[1], t.q_head = q->nb[2], t.q_nb0 = q->nb[0];
+  t.k = (const char *)k->data, t.k_type = TURBO_T(kb), t.k_nb0 = 0, t.k_nb1 = k->nb[1];
+  t.k_nb2 = k->nb[2];
+  t.v = (const char *)v->data, t.v_type = TURBO_T(vb), t.v_nb0 = 0, t.v_nb1 = v->nb[1];
+  t.v_nb2 = v->nb[2];
+  t.q_pos = (const char *)src[4].data, t.q_pos_nb0 = src[4].nb[0];
+  t.kv_pos = (const char *)src[5].data, t.kv_pos_nb0 = src[5].nb[0];
+  if (mask->data)
+    t.mask = (const char *)mask->data, t.mask_f16 = mask->dtype == T_F16,
+    t.mask_nb0 = mask->nb[0], t.mask_nb1 = mask->nb[1];
+  t.dst = (char *)dst->data, t.dst_row = dst->nb[2], t.dst_head = dst->nb[1];
+  t.dst_nb0 = dst->nb[0];
+  memcpy(&t.scale, &params[0], sizeof t.scale);
+  memcpy(&t.softcap, &params[1], sizeof t.softcap);
+  t.causal = params[2] != 0, t.window = params[3];
+  if (t.D > TSR_TILE_MAX_D || t.Dv > TSR_TILE_MAX_D || t.group < 1 || t.Hq % t.group)
+    return fail(TSR_ERR_UNSUPPORTED, "head dims past 512 or a q head count that is not a "
+                                     "multiple of the KV heads", "");
+  const int n_sm = sm_count(call ? call->device : 0);
+  cudaError_t e = ready(call ? call->device : 0);
+  const bool reg = in_register(&t);
+  /* the split partials: as many as the planner could ask for at any context length, so
+  ** the scratch does not grow from one decode step to the next */
+  tsr_tile_args most = t;
+  most.Nkv = (int64_t)1 << 40;
+  const size_t part = tsr_tile_attn_plan(&most, n_sm);
+  tsr_tile_attn_plan(&t, n_sm);
+  auto room = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t kbytes = reg ? 0 : (size_t)(t.D * t.Nkv * k->ne[2]) * sizeof(__half);
+  const size_t vbytes = reg ? 0 : (size_t)(t.Dv * t.Nkv * v->ne[2]) * sizeof(__half);
+  void *scratch = NULL;
+  tsr_status st = tsr_device_call_scratch(call, room(part) + room(kbytes) + vbytes, &scratch);
+  if (st != TSR_OK) return fail(st, "no scratch from the backend", "");
+  t.part = t.splits > 1 ? (float *)scratch : nullptr;
+  if (e == cudaSuccess && reg) {
+    switch (kb) {
+    case 2: e = gqa_k<2>(vb, &t, stream); break;
+    case 3: e = gqa_k<3>(vb, &t, stream); break;
+    case 4: e = gqa_k<4>(vb, &t, stream); break;
+    default: e = gqa_k<8>(vb, &t, stream);
+    }
+  } else if (e == cudaSuccess) {
+    __half *kh = (__half *)((char *)scratch + room(part));
+    __half *vh = (__half *)((char *)kh + room(kbytes));
+    lift_any(kb, k, kh, stream);
+    lift_any(vb, v, vh, stream);
+    t.k = (const char *)kh, t.k_type = T_F16, t.k_nb0 = 2, t.k_nb1 = 2 * t.D;
+    t.k_nb2 = 2 * t.D * t.Nkv;
+    t.v = (const char *)vh, t.v_type = T_F16, t.v_nb0 = 2, t.v_nb1 = 2 * t.Dv;
+    t.v_nb2 = 2 * t.Dv * t.Nkv;
+    tsr_tile_attn_plan(&t, n_sm); /* the f16 kernels' own plan, within the same bound */
+    t.part = t.splits > 1 ? (float *)scratch : nullptr;
+    e = tsr_tile_attn_launch(&t, tsr_one_band{}, stream);
+  }
+  if (e != cudaSuccess)
+    return fail(TSR_ERR_INTERNAL, "the attention kernel did not launch: ", cudaGetErrorString(e));
+  tsr_cuda_call_finish((void *)host, call, "kv_turbo read");
+}

@@ -1,0 +1,338 @@
+/*
+** kv_turbo: rotated Lloyd-Max KV codecs turbo2, turbo3, turbo4 and turbo8
+** (formats in turbo.h, for users in README.md).
+**
+** The rotation is the codec's graph hooks, so it composes with any attention
+** (flash, attn_dca) on any backend: prepare_rows rotates the rows a layer
+** stores (zero-padded to whole blocks of 64), prepare_q rotates the queries,
+** finish_out rotates the attention output back. What is stored is the rotated
+** rows' blocks, in a dtype of the codec's own layout: the CPU writes and reads
+** them through encode_rows and decode_f32 here (the CPU attention decodes a
+** tile at a time, in register); CUDA through cuda/turbo_cuda.cu's encode and
+** lift kernels and its read kernel, which flash runs in place of its own where K
+** and V are both turbo tiers (GQA decode in register; more query rows lifted
+** to f16 for the tensor-core kernels). Other pairs (a turbo V with a q8_0 K)
+** lift the turbo side to f16 on CUDA.
+*/
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <tessera/plugin.h>
+
+#include "turbo.h"
+#include "turbo_centroids.h"
+
+/* ---- the tiers ------------------------------------------------------------ */
+
+struct turbo_tier {
+  const char *name;
+  int bits;
+  const float *centroids;
+  float mids[255]; /* the boundaries between adjacent centroids, ascending */
+};
+
+static const float g_centroids2[] = {TURBO2_CENTROIDS}, g_centroids3[] = {TURBO3_CENTROIDS},
+                   g_centroids4[] = {TURBO4_CENTROIDS}, g_centroids8[] = {TURBO8_CENTROIDS};
+
+static struct turbo_tier g_tiers[] = {
+    {"turbo2", 2, g_centroids2, {0}},
+    {"turbo3", 3, g_centroids3, {0}},
+    {"turbo4", 4, g_centroids4, {0}},
+    {"turbo8", 8, g_centroids8, {0}},
+};
+#define N_TIERS (sizeof g_tiers / sizeof g_tiers[0])
+
+static void tiers_init(void) {
+  for (size_t t = 0; t < N_TIERS; t++) {
+    struct turbo_tier *r = &g_tiers[t];
+    for (int i = 0; i + 1 < 1 << r->bits; i++)
+      r->mids[i] = (r->centroids[i] + r->centroids[i + 1]) / 2;
+  }
+}
+
+/* The nearest centroid's index: how many boundaries lie below u (a tie takes the
+** lower index; NaN index 0). */
+static int nearest(const struct turbo_tier *r, float u) {
+  int lo = 0, hi = (1 << r->bits) - 1; /* the answer lies in [lo, hi] */
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (u > r->mids[mid]) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+static void put_index(uint8_t *block, int bits, int i, int idx) {
+  uint8_t *q = block + 2;
+  switch (bits) {
+  case 2: q[i / 4] |= (uint8_t)(idx << (2 * (i % 4))); break;
+  case 3:
+    q[i / 4] |= (uint8_t)((idx & 3) << (2 * (i % 4)));
+    q[16 + i / 8] |= (uint8_t)((idx >> 2) << (i % 8));
+    break;
+  case 4: q[i / 2] |= (uint8_t)(idx << (4 * (i % 2))); break;
+  default: q[i] = (uint8_t)idx;
+  }
+}
+
+static void encode_block(const struct turbo_tier *r, const float *y, uint8_t *block) {
+  memset(block, 0, (size_t)turbo_block_bytes(r->bits));
+  double ss = 0;
+  for (int i = 0; i < TURBO_BLOCK; i++) ss += (double)y[i] * y[i];
+  const double norm = sqrt(ss);
+  _Float16 s = 0;
+  if (norm > 0 || norm != norm) { /* zeros stay zeros (s = 0); NaN stays NaN */
+    const double inv = norm > 0 ? 8.0 / norm : 0.0;
+    double cc = 0;
+    for (int i = 0; i < TURBO_BLOCK; i++) {
+      const int idx = nearest(r, (float)(y[i] * inv));
+      put_index(block, r->bits, i, idx);
+      cc += (double)r->centroids[idx] * r->centroids[idx];
+    }
+    s = (_Float16)(norm / sqrt(cc));
+  }
+  memcpy(block, &s, 2);
+}
+
+static void decode_block(const struct turbo_tier *r, const uint8_t *block, float *out) {
+  _Float16 s;
+  memcpy(&s, block, 2);
+  for (int i = 0; i < TURBO_BLOCK; i++)
+    out[i] = (float)s * r->centroids[turbo_index(block, r->bits, i)];
+}
+
+static void encode_rows(const struct turbo_tier *r, const float *src, void *dst, int64_t n) {
+  const int bytes = turbo_block_bytes(r->bits);
+  for (int64_t b = 0; b < n / TURBO_BLOCK; b++)
+    encode_block(r, src + b * TURBO_BLOCK, (uint8_t *)dst + b * bytes);
+}
+
+static void decode_f32(const struct turbo_tier *r, const void *src, float *dst, int64_t n) {
+  const int bytes = turbo_block_bytes(r->bits);
+  for (int64_t b = 0; b < n / TURBO_BLOCK; b++)
+    decode_block(r, (const uint8_t *)src + b * bytes, dst + b * TURBO_BLOCK);
+}
+
+static void decode_f16(const struct turbo_tier *r, const void *src, uint16_t *dst, int64_t n) {
+  float tmp[TURBO_BLOCK];
+  const int bytes = turbo_block_bytes(r->bits);
+  for (int64_t b = 0; b < n / TURBO_BLOCK; b++) {
+    decode_block(r, (const uint8_t *)src + b * bytes, tmp);
+    for (int i = 0; i < TURBO_BLOCK; i++) {
+      const _Float16 h = (_Float16)tmp[i];
+      memcpy(&dst[b * TURBO_BLOCK + i], &h, 2);
+    }
+  }
+}
+
+/* Each tier's reference functions: a dtype keeps the first registration's for the
+** process, so they name their tier themselves rather than through a host's ctx. */
+#define TIER_FNS(T)                                                                       \
+  static void encode_rows_##T(void *ctx, const float *src, void *dst, int64_t n) {       \
+    (void)ctx;                                                                            \
+    encode_rows(&g_tiers[T], src, dst, n);                                                \
+  }                                                                                       \
+  static void decode_f32_##T(void *ctx, const void *src, float *dst, int64_t n) {        \
+    (void)ctx;                                                                            \
+    decode_f32(&g_tiers[T], src, dst, n);                                                 \
+  }                                                                                       \
+  static void decode_f16_##T(void *ctx, const void *src, uint16_t *dst, int64_t n) {     \
+    (void)ctx;                                                                            \
+    decode_f16(&g_tiers[T], src, dst, n);                                                 \
+  }
+TIER_FNS(0)
+TIER_FNS(1)
+TIER_FNS(2)
+TIER_FNS(3)
+static void (*const g_encode[])(void *, const float *, void *, int64_t) = {
+    encode_rows_0, encode_rows_1, encode_rows_2, encode_rows_3};
+static void (*const g_decode_f32[])(void *, const void *, float *, int64_t) = {
+    decode_f32_0, decode_f32_1, decode_f32_2, decode_f32_3};
+static void (*const g_decode_f16[])(void *, const void *, uint16_t *, int64_t) = {
+    decode_f16_0, decode_f16_1, decode_f16_2, decode_f16_3};
+
+/* ---- the rotation ----------------------------------------------------------- */
+
+/* In place: the Walsh-Hadamard transform of g values (64 or 128), scaled by 1/sqrt(g). */
+static void wht(float *x, int g) {
+  for (int len = 1; len < g; len <<= 1)
+    for (int i = 0; i < g; i += len << 1)
+      for (int j = i; j < i + len; j++) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b;
+        x[j + len] = a - b;
+      }
+  const float k = 1.0f / sqrtf((float)g);
+  for (int i = 0; i < g; i++) x[i] *= k;
+}
+
+/* One row: forward, in_dim values (zeros past them) to out_dim rotated ones;
+** inverse, out_dim values of the in_dim rotated ones' preimage. */
+static void rotate_row(const float *in, int64_t in_dim, float *out, int64_t out_dim,
+                       bool inverse) {
+  const int64_t n = inverse ? in_dim : out_dim; /* the rotated side: whole blocks */
+  const int g = turbo_group(n);
+  float x[TURBO_GROUP_MAX];
+  for (int64_t g0 = 0; g0 < n; g0 += g) {
+    for (int i = 0; i < g; i++)
+      x[i] = (g0 + i < in_dim ? in[g0 + i] : 0.0f) * turbo_sign((uint32_t)i, inverse ? 2 : 1);
+    wht(x, g);
+    for (int i = 0; i < g && g0 + i < out_dim; i++)
+      out[g0 + i] = x[i] * turbo_sign((uint32_t)i, inverse ? 1 : 2);
+  }
+}
+
+static int32_t g_rotate_op = -1; /* kv_turbo.rotate, registered once a process */
+
+static void rotate_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                       const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
+  (void)ctx, (void)n_src;
+  const struct turbo_state *st = turbo_state_of(params);
+  const struct tsr_host *h = st->host;
+  const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
+  const bool inverse = params[TURBO_P_INVERSE] != 0;
+  int64_t done = 0;
+  /* the host hands hooks contiguous rows, and the op's output is contiguous */
+  for (int64_t r = ith; r < rows; r += nth, done++)
+    rotate_row((const float *)src[0].data + r * src[0].ne[0], src[0].ne[0],
+               (float *)dst->data + r * dst->ne[0], dst->ne[0], inverse);
+  if (done) h->engaged(st->self, inverse ? "outputs_unrotated" : "rows_rotated", (uint64_t)done);
+}
+
+static struct tsr_tensor *rotate(struct turbo_state *st, struct tsr_graph *g,
+                                 struct tsr_tensor *x, int64_t out_dim, bool inverse) {
+  const struct tsr_host *h = st->host;
+  struct tsr_tensor_info xi;
+  h->graph->tensor_info(x, &xi);
+  const int64_t ne[4] = {out_dim, xi.ne[1], xi.ne[2], xi.ne[3]};
+  int32_t params[TURBO_P_COUNT] = {inverse, (int32_t)out_dim};
+  memcpy(&params[TURBO_P_STATE], &st, sizeof st);
+  return h->graph->custom_op(g, g_rotate_op, xi.n_dims > 3 ? xi.n_dims : 3, ne, &x, 1, params,
+                             TURBO_P_COUNT);
+}
+
+static int32_t storage_dim(void *ctx, int32_t head_dim) {
+  (void)ctx;
+  return head_dim > 0 && head_dim <= 4096 ? (int32_t)turbo_storage_dim(head_dim) : 0;
+}
+
+/* rows and queries: rotated into whole blocks */
+static struct tsr_tensor *prepare(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                  const struct tsr_kv_codec_site *site, struct tsr_tensor *x) {
+  (void)site;
+  struct tsr_tensor_info xi;
+  h->graph->tensor_info(x, &xi);
+  return rotate(ctx, g, x, turbo_storage_dim(xi.ne[0]), false);
+}
+
+static struct tsr_tensor *finish_out(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                     const struct tsr_kv_codec_site *site,
+                                     struct tsr_tensor *out) {
+  (void)h;
+  return rotate(ctx, g, out, site->head_dim, true);
+}
+
+/* ---- cuda ------------------------------------------------------------------- */
+
+/* What the cuda kernels are handed (their ctx): the services table and the dtype the
+** host assigned each tier (process-wide, as dtypes are). */
+static struct turbo_cuda_ctx {
+  const struct tsr_host *host;
+  int32_t dtype[N_TIERS];
+} g_cuda;
+
+static bool is_tier(const char *name) {
+  for (size_t t = 0; t < N_TIERS; t++)
+    if (!strcmp(name, g_tiers[t].name)) return true;
+  return false;
+}
+
+/* The read kernel takes K and V both in turbo tiers, stored head dims up to 512. */
+static bool reads(void *ctx, const struct tsr_layer_desc *layer) {
+  (void)ctx;
+  return is_tier(layer->k_codec) && is_tier(layer->v_codec) && layer->head_dim_k > 0 &&
+         layer->head_dim_k <= 512 && layer->head_dim_v > 0 && layer->head_dim_v <= 512;
+}
+
+/* ---- the plugin ------------------------------------------------------------- */
+
+static tsr_status turbo_init(const struct tsr_host *h, struct tsr_plugin *self) {
+  struct turbo_state *st = calloc(1, sizeof *st);
+  if (!st) return h->set_error(TSR_ERR_NOMEM, "kv_turbo: out of memory");
+  st->host = h, st->self = self;
+  h->set_state(self, st);
+  tsr_status s = TSR_OK;
+  if (g_rotate_op < 0) {
+    tiers_init();
+    int32_t op;
+    s = h->kernel->register_op(self, "rotate", &op);
+    if (s == TSR_OK) s = h->kernel->register_kernel(self, op, "cpu", rotate_cpu, NULL);
+    if (s == TSR_OK)
+      s = h->kernel->register_kernel_lib(self, op, "cuda", "kv_turbo_cuda.so",
+                                         "kv_turbo_rotate_cuda", NULL);
+    /* its launches depend on the node alone, and it counts on replay */
+    if (s == TSR_OK) s = h->kernel->declare_replayable(self, op, "cuda");
+    if (s == TSR_OK) g_rotate_op = op;
+    g_cuda.host = h;
+  }
+  static const char *const encode[] = {"kv_turbo_encode2_cuda", "kv_turbo_encode3_cuda",
+                                       "kv_turbo_encode4_cuda", "kv_turbo_encode8_cuda"};
+  static const char *const lift[] = {"kv_turbo_lift2_cuda", "kv_turbo_lift3_cuda",
+                                     "kv_turbo_lift4_cuda", "kv_turbo_lift8_cuda"};
+  for (size_t t = 0; t < N_TIERS && s == TSR_OK; t++) {
+    const struct tsr_kv_codec_kernels cuda = {
+        .backend = "cuda",
+        .file = "kv_turbo_cuda.so",
+        .encode = encode[t],
+        .lift = lift[t],
+        .ctx = &g_cuda,
+        .read = "kv_turbo_read_cuda",
+        .reads = reads,
+    };
+    const struct tsr_kv_codec_v1 codec = {
+        .struct_size = sizeof codec,
+        .name = g_tiers[t].name,
+        .dtype = TSR_KV_CODEC_OWN_DTYPE,
+        .block_size = TURBO_BLOCK,
+        .block_bytes = (size_t)turbo_block_bytes(g_tiers[t].bits),
+        .backends = "cpu,cuda",
+        .ctx = st,
+        .encode_rows = g_encode[t],
+        .decode_f16 = g_decode_f16[t],
+        .decode_f32 = g_decode_f32[t],
+        .storage_dim = storage_dim,
+        .prepare_rows = prepare,
+        .prepare_q = prepare,
+        .finish_out = finish_out,
+        .kernels = &cuda,
+        .n_kernels = 1,
+    };
+    s = h->register_kv_codec(self, &codec);
+    const struct tsr_kv_codec_v1 *got = s == TSR_OK ? h->find_kv_codec(self, codec.name, 0) : NULL;
+    if (got) g_cuda.dtype[t] = got->dtype;
+  }
+  return s;
+}
+
+static void turbo_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
+  free(h->get_state(self));
+}
+
+static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_KV_CODEC, 1}};
+
+static const struct tsr_plugin_descriptor g_descriptor = {
+    .abi_major = TSR_PLUGIN_ABI_MAJOR,
+    .abi_minor = TSR_PLUGIN_ABI_MINOR,
+    .struct_size = sizeof(struct tsr_plugin_descriptor),
+    .name = "kv_turbo",
+    .version = "1.0.0",
+    .description = "rotated Lloyd-Max KV codecs turbo2/3/4/8 (2.25/3.25/4.25/8.25 bits a value)",
+    .provides = g_provides,
+    .n_provides = 1,
+    .init = turbo_init,
+    .destroy = turbo_destroy,
+};
+
+TSR_PLUGIN_EXPORT const struct tsr_plugin_descriptor *tsr_plugin_entry(void) {
+  return &g_descriptor;
+}

@@ -22,6 +22,9 @@
 #            products with the f32 gemv, the attention with the pipelined tile loop, the
 #            decode attention with splits of 64 keys, on the tile kernels
 #            (TESSERA_CUDA_ATTN_GQA_DECODE=0) and on the GQA decode kernel never staged (=1)
+#   turbo    (not in the default list) kv_turbo: the Qwen3-8B and Gemma-4-26B-A4B shapes in
+#            q4_K_M, pp2048 and tg64 at 0 and each depth (filled by positions) with f16, q8_0,
+#            turbo3 and turbo4 K/V (PERF_TURBO_KV, PERF_TURBO_N)
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
@@ -72,7 +75,7 @@ bench() {
   local name=$1 model=$2
   shift 2
   echo "== $name: tessera bench $* ($(date +%T))"
-  if ! "$b/core/cli/tessera" bench -m "$model" --set backend="$backend" "$@" \
+  if ! "$b/core/cli/tessera" bench ${model:+-m "$model"} --set backend="$backend" "$@" \
        --json "$out/$name.json"; then
     echo "FAIL $name"
     fails=$((fails + 1))
@@ -159,6 +162,22 @@ for part in $parts; do
     else
       "$b/tests/gpu/gpu_bench" --cpu "decode f16 kv=4096" | tee "$out/kernels.log" || fails=$((fails + 1))
     fi
+    ;;
+  turbo)
+    # kv_turbo against the scalar caches on the same file: decode at each depth (filled by
+    # positions) and prefill, f16, q8_0, turbo3 and turbo4 K/V (PERF_TURBO_KV)
+    for like in qwen3-8b gemma-4-26b-a4b; do
+      m=turbo_${like%%-*}
+      [ "$like" = gemma-4-26b-a4b ] && extra=${PERF_CUT_MOE:-} || extra=
+      gen "$m" --like "$like" --type q4_K_M --random-codes $extra || continue
+      for kv in ${PERF_TURBO_KV:-f16 q8_0 turbo3 turbo4}; do
+        printf 'model: %s\nbackend: %s\nkv: {k: %s, v: %s}\nplugins: [arch_qwen, arch_gemma4, kv_turbo]\n' \
+          "$out/$m.gguf" "$backend" "$kv" "$kv" >"$out/$m.$kv.yaml"
+        bench "$m.$kv" "" --profile "$out/$m.$kv.yaml" -p "${pp%%,*}" -n "${PERF_TURBO_N:-64}" \
+          -d "0,$(echo "$depths" | tr ' ' ',')" -r "$reps" --depth-fill positions
+      done
+      rm -f "$out/$m.gguf"
+    done
     ;;
   dca)
     for like in qwen3-8b gemma-4-26b-a4b; do

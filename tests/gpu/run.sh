@@ -15,11 +15,12 @@
 #       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
 #       with DCA: cpu against cuda), and the benchmarks; prints a summary table last.
 #       Exit status 0 iff nothing failed. Sections (all by default; name some after
-#       RUN_DIR to run only those): loader ops models dca codec spec run serve bench tbench.
+#       RUN_DIR to run only those): loader ops models dca codec turbo spec run serve bench tbench.
 #       spec: speculation through the out-of-tree example speculator on cuda, a dense and
 #       a hybrid (linear layers) model (tests/plugins/test_speculator).
 #       codec: the out-of-tree example codec (tests/plugins/example_codec) through flash and
 #       dca on cuda, against f16 KV (tests/plugins/test_codec_hooks).
+#       turbo: kv_turbo's tiers on cuda (plugins/kv_turbo/tests/test_turbo_model.c).
 #       tbench: `tessera bench` on a model gen-model makes (env TBENCH_LIKE, default
 #       qwen3-8b; TBENCH_TYPE, default q4_0; TBENCH_ARGS, default -p 512 -n 64 -r 3;
 #       TBENCH_BACKEND, default cuda; TBENCH_GEN_ARGS, default --random-codes (codes drawn,
@@ -69,7 +70,8 @@ build)
     mkdir -p "$run/$(dirname "$f")" && cp "$b/$f" "$run/$f"
   done
   # the out-of-tree example codec, built against the installed headers (codec section)
-  cp "$b/tests/plugins/test_codec_hooks" "$b/tests/plugins/test_speculator" "$run/" &&
+  cp "$b/tests/plugins/test_codec_hooks" "$b/tests/plugins/test_speculator" \
+     "$b/plugins/kv_turbo/tests/test_kv_turbo_model" "$run/" &&
     bash tests/plugins/build_out_of_tree.sh "$b" "$run/oot" >/dev/null &&
     rm -rf "$run/oot/root" "$run/oot/abi1" "$run/oot/next_major" "$run/oot/newer_minor" ||
     { echo "building the example codec failed"; exit 1; }
@@ -278,6 +280,24 @@ check|sanitize)
       fi
       rm -f "$m"
     done
+  fi
+
+  if want turbo; then
+    # kv_turbo on cuda: its tiers and mixed pairs through flash and dca against f32 KV on
+    # the cpu, cuda against the cpu, and decode (read in register) against prefill (lifted)
+    echo "== kv_turbo on backend cuda"
+    m1="$out/qwen3_tied.turbo.gguf" m2="$out/gemma4_dense.turbo.gguf"
+    if "$b/core/cli/tessera" convert "$fixtures/qwen3_tied" "$m1" --outtype f32 >"$out/convert.log" 2>&1 &&
+       "$b/core/cli/tessera" convert "$fixtures/gemma4_dense" "$m2" --outtype f32 >>"$out/convert.log" 2>&1 &&
+       TESSERA_PLUGIN_PATH="$b/plugins" "$b/test_kv_turbo_model" --backend cuda "$out" \
+         "$m1" "$fixtures/qwen3_tied/golden.gguf" "$m2" "$fixtures/gemma4_dense/golden.gguf" \
+         >"$out/turbo.log" 2>&1; then
+      row "kv_turbo fixtures cuda" PASS "$(grep -c '^ok' "$out/turbo.log") tests"
+    else
+      row "kv_turbo fixtures cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$out/turbo.log" | cut -c1-120)"
+    fi
+    grep -vE '^\[attn_dca\] info' "$out/turbo.log" | tail -60
+    rm -f "$m1" "$m2"
   fi
 
   if want codec; then

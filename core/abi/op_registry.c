@@ -192,6 +192,13 @@ const char *tsr_op_registry_name(int32_t op_id) {
   return name;
 }
 
+bool tsr_op_registry_has_kernel(int32_t op_id, const char *backend) {
+  pthread_mutex_lock(&g_lock);
+  const bool has = op_id >= 0 && op_id < g_n_ops && kernel_index(&g_ops[op_id], backend) >= 0;
+  pthread_mutex_unlock(&g_lock);
+  return has;
+}
+
 tsr_plugin_kernel_fn tsr_op_registry_kernel(int32_t op_id, const char *backend, void **ctx) {
   /* a library kernel is opened here too; a failure is simply no kernel */
   tsr_plugin_kernel_fn fn = NULL;

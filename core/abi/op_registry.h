@@ -39,6 +39,8 @@ struct tsr_device_call *tsr_op_registry_device_call(void);
 const char *tsr_op_registry_name(int32_t op_id);
 /* The kernel for a backend, or NULL (ctx untouched). */
 tsr_plugin_kernel_fn tsr_op_registry_kernel(int32_t op_id, const char *backend, void **ctx);
+/* Whether op_id has a kernel registered for backend, without opening its library. */
+bool tsr_op_registry_has_kernel(int32_t op_id, const char *backend);
 
 /* A plugin's view of a core tensor (layout and data pointer). */
 void tsr_tensor_get_info(const struct tsr_tensor *t, struct tsr_tensor_info *out);

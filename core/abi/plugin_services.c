@@ -211,13 +211,13 @@ static tsr_status codec_kernels(struct tsr_plugin *self, const struct tsr_kv_cod
                            "comes with the reads() that says which layers it takes", i,
                            k[i].read ? "read symbol" : "reads()", k[i].read ? "reads()" : "read");
     if (k[i].read && read < 0) st = codec_op(self, c->name, "read", &read);
-    if (st == TSR_OK && k[i].read && !tsr_op_registry_kernel(read, k[i].backend, &(void *){NULL}))
+    if (st == TSR_OK && k[i].read && !tsr_op_registry_has_kernel(read, k[i].backend))
       st = host_register_kernel_lib(self, read, k[i].backend, k[i].file, k[i].read, k[i].ctx);
     if (st == TSR_OK && enc < 0) st = codec_op(self, c->name, "encode", &enc);
     if (st == TSR_OK && lift < 0) st = codec_op(self, c->name, "lift", &lift);
-    if (st == TSR_OK && !tsr_op_registry_kernel(enc, k[i].backend, &(void *){NULL}))
+    if (st == TSR_OK && !tsr_op_registry_has_kernel(enc, k[i].backend))
       st = host_register_kernel_lib(self, enc, k[i].backend, k[i].file, k[i].encode, k[i].ctx);
-    if (st == TSR_OK && !tsr_op_registry_kernel(lift, k[i].backend, &(void *){NULL}))
+    if (st == TSR_OK && !tsr_op_registry_has_kernel(lift, k[i].backend))
       st = host_register_kernel_lib(self, lift, k[i].backend, k[i].file, k[i].lift, k[i].ctx);
   }
   if (st == TSR_OK && enc >= 0) st = tsr_dtype_codec_set_ops(dtype, enc, lift, read);

@@ -71,7 +71,8 @@ build)
   done
   # the out-of-tree example codec, built against the installed headers (codec section)
   cp "$b/tests/plugins/test_codec_hooks" "$b/tests/plugins/test_speculator" \
-     "$b/plugins/kv_turbo/tests/test_kv_turbo_model" "$run/" &&
+     "$b/plugins/kv_turbo/tests/test_kv_turbo_model" "$b/plugins/kv_turbo/tests/test_kv_turbo_codec" \
+     "$run/" &&
     bash tests/plugins/build_out_of_tree.sh "$b" "$run/oot" >/dev/null &&
     rm -rf "$run/oot/root" "$run/oot/abi1" "$run/oot/next_major" "$run/oot/newer_minor" ||
     { echo "building the example codec failed"; exit 1; }
@@ -289,9 +290,10 @@ check|sanitize)
     m1="$out/qwen3_tied.turbo.gguf" m2="$out/gemma4_dense.turbo.gguf"
     if "$b/core/cli/tessera" convert "$fixtures/qwen3_tied" "$m1" --outtype f32 >"$out/convert.log" 2>&1 &&
        "$b/core/cli/tessera" convert "$fixtures/gemma4_dense" "$m2" --outtype f32 >>"$out/convert.log" 2>&1 &&
+       TESSERA_PLUGIN_PATH="$b/plugins" "$b/test_kv_turbo_codec" --backend cuda >"$out/turbo.log" 2>&1 &&
        TESSERA_PLUGIN_PATH="$b/plugins" "$b/test_kv_turbo_model" --backend cuda "$out" \
          "$m1" "$fixtures/qwen3_tied/golden.gguf" "$m2" "$fixtures/gemma4_dense/golden.gguf" \
-         >"$out/turbo.log" 2>&1; then
+         >>"$out/turbo.log" 2>&1; then
       row "kv_turbo fixtures cuda" PASS "$(grep -c '^ok' "$out/turbo.log") tests"
     else
       row "kv_turbo fixtures cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$out/turbo.log" | cut -c1-120)"

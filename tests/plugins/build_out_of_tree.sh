@@ -17,18 +17,24 @@ pc=$(find "$out/root" -name tessera-plugin.pc | head -1)
 export PKG_CONFIG_PATH=$(dirname "$pc")
 export PKG_CONFIG_SYSROOT_DIR="$out/root"
 cflags=$(pkg-config --cflags tessera-plugin)
-for variant in good:0:0:2.0 abi1:-1:1:1.1 next_major:1:0:3.0 newer_minor:0:1:2.1; do
-  IFS=: read -r name major minor abi <<<"$variant"
+# the installed headers' ABI, and the versions the skewed copies claim
+abi_h=$(find "$out/root" -path '*tessera/plugin/abi.h' | head -1)
+major=$(sed -n 's/^#define TSR_PLUGIN_ABI_MAJOR \([0-9]*\).*/\1/p' "$abi_h")
+minor=$(sed -n 's/^#define TSR_PLUGIN_ABI_MINOR \([0-9]*\).*/\1/p' "$abi_h")
+abi=$major.$minor
+for variant in good:0:0:$abi abi1:-1:1:$((major - 1)).$((minor + 1)) \
+               next_major:1:0:$((major + 1)).$minor newer_minor:0:1:$major.$((minor + 1)); do
+  IFS=: read -r name major_skew minor_skew claims <<<"$variant"
   dir="$out/$name/example_attention"
   mkdir -p "$dir"
   cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
-    -DEXAMPLE_ABI_MAJOR_SKEW="$major" -DEXAMPLE_ABI_MINOR_SKEW="$minor" \
+    -DEXAMPLE_ABI_MAJOR_SKEW="$major_skew" -DEXAMPLE_ABI_MINOR_SKEW="$minor_skew" \
     "$here/example_attention/example_attention.c" -o "$dir/libexample_attention.so"
   cat >"$dir/plugin.ini" <<INI
 [plugin]
 name = example_attention
 version = 1.0.0
-abi = $abi
+abi = $claims
 provides = attention:1
 requires =
 library = libexample_attention.so
@@ -42,8 +48,8 @@ example() {
   mkdir -p "$dir"
   cc $cflags -std=c11 -O2 -Wall -Wextra -Werror -fPIC -shared -fvisibility=hidden \
     "$here/$1/$1.c" -o "$dir/lib$1.so" -lm
-  printf '[plugin]\nname = %s\nversion = 1.0.0\nabi = 2.1\nprovides = %s\nrequires =\nlibrary = lib%s.so\ndescription = %s\n' \
-    "$1" "$2" "$1" "$3" >"$dir/plugin.ini"
+  printf '[plugin]\nname = %s\nversion = 1.0.0\nabi = %s\nprovides = %s\nrequires =\nlibrary = lib%s.so\ndescription = %s\n' \
+    "$1" "$abi" "$2" "$1" "$3" >"$dir/plugin.ini"
 }
 example example_codec kv_codec:1 \
   "rot_f16 (a rotation through kv_codec hooks), scaled_f16 (per-channel scales as codec state), q8_f32 (an own block layout, read in register on cuda) and q8_f32_lift (the same, lifted)"

@@ -10,7 +10,14 @@
 **     storage dim: the padding is zeros and the inverse gives the row back;
 **   - the rotation is orthogonal and its inverse undoes it;
 **   - zero, tiny and huge-but-finite blocks decode finite (no NaN from 0 / 0);
-**   - the f16 lift is the f32 decode rounded once.
+**   - the f16 lift is the f32 decode rounded once;
+**   - flash over turbo K/V (the cache as stored, queries rotated or not: the read
+**     sees blocks): the backend under test against the cpu reading the f32 decode,
+**     every tier pair, head dims 128/256/512 and 64, groups of 1 to 8 q heads, empty
+**     cells; on cuda one query runs the GQA kernel in register and three queries the
+**     lifted tile kernels, whose first row is the same query: in register = lift
+**     within f16 rounding; a row whose keys are all hidden gives zeros.
+** --backend cuda runs the last on the GPU (tests/gpu/run.sh check RUN turbo).
 */
 #include <math.h>
 #include <stdio.h>
@@ -25,7 +32,7 @@
 #include "tests/harness.h"
 
 static struct tsr_plugin_host *g_host;
-static struct tsr_backend *g_cpu;
+static struct tsr_backend *g_cpu, *g_be; /* g_be: the backend under test */
 
 static const char *const g_names[] = {"turbo2", "turbo3", "turbo4", "turbo8"};
 static const int g_bits[] = {2, 3, 4, 8};
@@ -259,10 +266,121 @@ static void test_f16_lift_is_f32_decode_rounded(void) {
   }
 }
 
-int main(void) {
+/* flash over K/V stored in codecs kt/vt ([D, nkv, hkv] rows encoded by the codec's
+** reference), nq queries, on backend b: out [Dv, hq, nq] */
+static bool flash(struct tsr_backend *b, const struct tsr_kv_codec_v1 *kt,
+                  const struct tsr_kv_codec_v1 *vt, const void *kbytes, const void *vbytes,
+                  const float *q, const int32_t *kvpos, int D, int Dv, int nkv, int hkv, int hq,
+                  int nq, float *out) {
+  struct tsr_graph *g = tsr_graph_new(16);
+  struct tsr_tensor *qt = tsr_new_external(g, TSR_F32, 3, (int64_t[]){D, nq, hq}, (void *)q);
+  struct tsr_tensor *k = tsr_new_external(g, (enum tsr_dtype)kt->dtype, 3,
+                                          (int64_t[]){D, nkv, hkv}, (void *)kbytes);
+  struct tsr_tensor *v = tsr_new_external(g, (enum tsr_dtype)vt->dtype, 3,
+                                          (int64_t[]){Dv, nkv, hkv}, (void *)vbytes);
+  int32_t qpos[4];
+  for (int i = 0; i < nq; i++) qpos[i] = nkv + i;
+  struct tsr_tensor *qp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){nq}, qpos);
+  struct tsr_tensor *kp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){nkv}, (void *)kvpos);
+  const struct tsr_attn_params p = {.scale = 1.0f / sqrtf((float)D), .causal = true};
+  struct tsr_tensor *o = tsr_flash_attn(g, qt, k, v, NULL, qp, kp, &p);
+  struct tsr_graph_plan plan;
+  void *arena = NULL;
+  tsr_status st = o ? TSR_OK : tsr_graph_status(g);
+  if (st == TSR_OK) {
+    tsr_graph_mark_output(o);
+    st = tsr_graph_alloc(g, &plan, &arena);
+  }
+  if (st == TSR_OK) st = tsr_backend_compute(b, g);
+  if (st == TSR_OK) memcpy(out, o->data, sizeof(float) * (size_t)Dv * hq * nq);
+  CHECK_MSG(st == TSR_OK, "flash on %s: %s", tsr_backend_name(b), tsr_error_message());
+  free(arena);
+  tsr_graph_free(g);
+  return st == TSR_OK;
+}
+
+static double rel_err(const float *a, const float *b, size_t n) {
+  double e = 0, r = 0;
+  for (size_t i = 0; i < n; i++) e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+  return r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+static void test_read_paths_agree_with_the_cpu(void) {
+  static const int geo[][4] = {/* D (= Dv), hkv, group, nkv */
+                               {128, 2, 4, 700}, {256, 2, 8, 333}, {512, 1, 2, 1030},
+                               {128, 4, 1, 64},  {64, 2, 4, 300},  {256, 8, 3, 517}};
+  static const int pairs[][2] = {{0, 0}, {1, 1}, {2, 2}, {3, 3}, {2, 0}, {3, 1}, {0, 3}};
+  double worst_reg = 0, worst_lift = 0, worst_same = 0;
+  for (size_t gi = 0; gi < sizeof geo / sizeof geo[0]; gi++) {
+    const int D = geo[gi][0], hkv = geo[gi][1], hq = hkv * geo[gi][2], nkv = geo[gi][3];
+    const int nq = 3;
+    tsr_test_seed(100 + gi);
+    float *kx = malloc(sizeof(float) * D * nkv * hkv), *vx = malloc(sizeof(float) * D * nkv * hkv);
+    float *q = malloc(sizeof(float) * D * nq * hq), *q0 = malloc(sizeof(float) * D * hq);
+    for (int i = 0; i < D * nkv * hkv; i++) kx[i] = tsr_test_normal(), vx[i] = tsr_test_normal();
+    for (int i = 0; i < D * nq * hq; i++) q[i] = 2.0f * tsr_test_normal();
+    for (int h = 0; h < hq; h++) /* q [D, nq, hq]: query 0 of each head alone */
+      memcpy(q0 + (size_t)h * D, q + (size_t)h * nq * D, sizeof(float) * D);
+    int32_t *kvpos = malloc(sizeof(int32_t) * nkv);
+    for (int j = 0; j < nkv; j++) kvpos[j] = j % 13 == 5 ? -1 : j; /* empty cells too */
+    for (size_t pi = 0; pi < sizeof pairs / sizeof pairs[0]; pi++) {
+      const struct tsr_kv_codec_v1 *kt = codec(pairs[pi][0]), *vt = codec(pairs[pi][1]);
+      void *kb = malloc(kt->block_bytes * (size_t)(D / TURBO_BLOCK) * nkv * hkv);
+      void *vb = malloc(vt->block_bytes * (size_t)(D / TURBO_BLOCK) * nkv * hkv);
+      kt->encode_rows(kt->ctx, kx, kb, (int64_t)D * nkv * hkv);
+      vt->encode_rows(vt->ctx, vx, vb, (int64_t)D * nkv * hkv);
+      const size_t n = (size_t)D * hq;
+      float *ref = malloc(sizeof(float) * n * nq), *one = malloc(sizeof(float) * n);
+      float *three = malloc(sizeof(float) * n * nq);
+      if (flash(g_cpu, kt, vt, kb, vb, q, kvpos, D, D, nkv, hkv, hq, nq, ref) &&
+          flash(g_be, kt, vt, kb, vb, q0, kvpos, D, D, nkv, hkv, hq, 1, one) &&
+          flash(g_be, kt, vt, kb, vb, q, kvpos, D, D, nkv, hkv, hq, nq, three)) {
+        float *ref0 = malloc(sizeof(float) * n), *three0 = malloc(sizeof(float) * n);
+        memcpy(ref0, ref, sizeof(float) * n); /* out [Dv, hq, nq]: query 0 is the first n */
+        memcpy(three0, three, sizeof(float) * n);
+        const double e1 = rel_err(one, ref0, n), e3 = rel_err(three, ref, n * nq);
+        const double same = rel_err(one, three0, n);
+        worst_reg = fmax(worst_reg, e1), worst_lift = fmax(worst_lift, e3);
+        worst_same = fmax(worst_same, same);
+        /* the cpu reads the f32 decode; a device rounds q, the values and the weights to
+        ** f16: about 1e-3 relative */
+        CHECK_MSG(e1 < 4e-3 && e3 < 4e-3 && same < 4e-3,
+                  "D %d, group %d, %d keys, K %s / V %s: one query %.2e, three %.2e from the "
+                  "cpu, %.2e apart", D, hq / hkv, nkv, g_names[pairs[pi][0]],
+                  g_names[pairs[pi][1]], e1, e3, same);
+        free(ref0), free(three0);
+      }
+      free(kb), free(vb), free(ref), free(one), free(three);
+    }
+    free(kx), free(vx), free(q), free(q0), free(kvpos);
+  }
+  printf("  %s: worst relative error from the cpu: one query %.2e, three %.2e; one against "
+         "three's first %.2e\n", tsr_backend_name(g_be), worst_reg, worst_lift, worst_same);
+}
+
+/* every key hidden (empty cells): zeros from both paths, never NaN */
+static void test_rows_without_keys_give_zeros(void) {
+  const int D = 256, hkv = 2, hq = 8, nkv = 40;
+  float *x = calloc((size_t)D * nkv * hkv, sizeof(float)), q[256 * 3 * 8];
+  int32_t kvpos[40];
+  for (int j = 0; j < nkv; j++) kvpos[j] = -1;
+  for (int i = 0; i < D * 3 * hq; i++) q[i] = 1.0f;
+  const struct tsr_kv_codec_v1 *c = codec(1);
+  void *b = malloc(c->block_bytes * (size_t)(D / TURBO_BLOCK) * nkv * hkv);
+  memset(b, 0xff, c->block_bytes * (size_t)(D / TURBO_BLOCK) * nkv * hkv); /* NaN scales */
+  float out[256 * 8 * 3];
+  for (int nq = 1; nq <= 3; nq += 2)
+    if (flash(g_be, c, c, b, b, q, kvpos, D, D, nkv, hkv, hq, nq, out))
+      for (int i = 0; i < D * hq * nq; i++) CHECK_MSG(out[i] == 0.0f, "%d queries: %g", nq, out[i]);
+  free(x), free(b);
+}
+
+int main(int argc, char **argv) {
+  const bool cuda = argc > 2 && !strcmp(argv[1], "--backend") && !strcmp(argv[2], "cuda");
   CHECK_OK(tsr_plugin_host_new(&g_host));
   tsr_status st = tsr_plugin_host_load(g_host, "kv_turbo", NULL, NULL, 0, NULL);
-  if (st != TSR_OK || !codec(0) || !codec(3) || tsr_backend_cpu_new(2, &g_cpu) != TSR_OK) {
+  if (st != TSR_OK || !codec(0) || !codec(3) || tsr_backend_cpu_new(2, &g_cpu) != TSR_OK ||
+      (cuda ? tsr_backend_cuda_new(&g_be) : tsr_backend_cpu_new(2, &g_be)) != TSR_OK) {
     fprintf(stderr, "setup failed: %s\n", tsr_error_message());
     return 1;
   }
@@ -273,6 +391,9 @@ int main(void) {
   TSR_RUN(test_rotation_inverse_is_exact);
   TSR_RUN(test_degenerate_blocks_decode_finite);
   TSR_RUN(test_f16_lift_is_f32_decode_rounded);
+  TSR_RUN(test_read_paths_agree_with_the_cpu);
+  TSR_RUN(test_rows_without_keys_give_zeros);
+  tsr_backend_free(g_be);
   tsr_backend_free(g_cpu);
   tsr_plugin_host_free(g_host);
   return TSR_TEST_EXIT();

@@ -9,11 +9,11 @@
 **   - every pair of a turbo tier with a scalar tier or another tier is no farther
 **     than the worse of its two symmetric settings (with 25% for noise);
 **   - the rotation ran (the plugin's counters) and a turbo cache is not f16's;
+**   - decode (one token at a time) equals prefill (ubatches of 16): bit for bit on the
+**     cpu; on cuda (read in register against lifted) within half the tier's distance;
 ** and on cuda (--backend cuda; tests/gpu/run.sh check RUN turbo):
-**   - in register = lift: the sequence one token at a time (decode: the GQA kernel
-**     reading the blocks in register where the head dims allow) against ubatches of
-**     16 (prefill: lifted to f16), no farther apart than f16 KV's two paths;
-**   - cuda = cpu: each tier within its own distance from f32 of the cpu's result.
+**   - cuda = cpu: each tier within half its own distance from f32 of the cpu's result
+**     (plus f16 KV's): a quantizer amplifies the devices' rounding differences.
 ** usage: test_turbo_model [--backend cuda] OUT_DIR MODEL.gguf GOLDEN.gguf [MODEL GOLDEN]...
 */
 #include <math.h>
@@ -146,28 +146,39 @@ static void test_tiers_rank_by_bits_and_pairs_compose(void) {
   }
 }
 
-/* One token at a time (decode: read in register where the GQA kernel takes the head
-** dims) against ubatches of 16 (prefill: lifted): the same f16 values either way, so no
-** farther apart than f16 KV's two paths are (its decode and prefill kernels differ too). */
-static void test_in_register_equals_lift(void) {
-  struct result f1, f16, t1, t16;
+/* One token at a time (decode: on cuda the GQA kernel reading the blocks in register where
+** the head dims allow) against ubatches of 16 (prefill: lifted). On the cpu both read the
+** cache with the same kernel: equal bit for bit. On cuda the two attention kernels round
+** differently (as f16 KV's do), and a quantizer turns such a difference in the rows it
+** encodes into whole steps wherever a value sits near a boundary, layer after layer: the
+** paths' equivalence on identical cache contents is test_turbo_codec's; here the two
+** paths stay within half the tier's own distance from f32 KV. */
+static void test_decode_equals_prefill(void) {
+  struct result f32, f1, f16, t1, t16;
+  if (!run("cpu", "f32", "f32", "flash", 16, &f32)) return;
   if (!run(g_backend, "f16", "f16", "flash", 1, &f1) ||
-      !run(g_backend, "f16", "f16", "flash", 16, &f16))
+      !run(g_backend, "f16", "f16", "flash", 16, &f16)) {
+    free(f32.logits), free(f1.logits);
     return;
+  }
   const double df = rms(f1.logits, f16.logits);
+  const bool cpu = !strcmp(g_backend, "cpu");
   for (int t = 0; t < 4; t++) {
     if (!run(g_backend, g_tiers[t], g_tiers[t], "flash", 1, &t1)) continue;
     if (run(g_backend, g_tiers[t], g_tiers[t], "flash", 16, &t16)) {
-      const double dt = rms(t1.logits, t16.logits);
-      printf("  %s, %s, %s: decode - prefill %.3e (f16 KV %.3e)\n", g_model, g_backend,
-             g_tiers[t], dt, df);
-      CHECK_MSG(dt <= 2 * df + 1e-6, "%s: decode and prefill %.3e apart, f16's %.3e", g_tiers[t],
-                dt, df);
+      const double dt = rms(t1.logits, t16.logits), own = rms(t16.logits, f32.logits);
+      printf("  %s, %s, %s: decode - prefill %.3e (f16 KV %.3e; %s from f32 %.3e)\n", g_model,
+             g_backend, g_tiers[t], dt, df, g_tiers[t], own);
+      if (cpu)
+        CHECK_MSG(dt == 0, "%s: decode and prefill differ on the cpu by %.3e", g_tiers[t], dt);
+      else
+        CHECK_MSG(dt <= 0.5 * own, "%s: decode and prefill %.3e apart, %.3e from f32",
+                  g_tiers[t], dt, own);
       free(t16.logits);
     }
     free(t1.logits);
   }
-  free(f1.logits), free(f16.logits);
+  free(f32.logits), free(f1.logits), free(f16.logits);
 }
 
 int main(int argc, char **argv) {
@@ -185,7 +196,7 @@ int main(int argc, char **argv) {
     g_n = (size_t)g_gs.n * (size_t)g_gs.vocab;
     printf("model %s\n", g_model);
     TSR_RUN(test_tiers_rank_by_bits_and_pairs_compose);
-    if (strcmp(g_backend, "cpu")) TSR_RUN(test_in_register_equals_lift);
+    TSR_RUN(test_decode_equals_prefill);
     tsr_gguf_close(gold);
   }
   return TSR_TEST_EXIT();

@@ -24,7 +24,7 @@
 #            (TESSERA_CUDA_ATTN_GQA_DECODE=0) and on the GQA decode kernel never staged (=1)
 #   turbo    (not in the default list) kv_turbo: the Qwen3-8B and Gemma-4-26B-A4B shapes in
 #            q4_K_M, pp2048 and tg64 at 0 and each depth (filled by positions) with f16, q8_0,
-#            turbo3 and turbo4 K/V (PERF_TURBO_KV, PERF_TURBO_N)
+#            turbo3 and turbo4 K/V (PERF_TURBO_KV, PERF_TURBO_N, PERF_TURBO_LIKE)
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
@@ -165,8 +165,9 @@ for part in $parts; do
     ;;
   turbo)
     # kv_turbo against the scalar caches on the same file: decode at each depth (filled by
-    # positions) and prefill, f16, q8_0, turbo3 and turbo4 K/V (PERF_TURBO_KV)
-    for like in qwen3-8b gemma-4-26b-a4b; do
+    # positions) and prefill, f16, q8_0, turbo3 and turbo4 K/V (PERF_TURBO_KV), on each of
+    # PERF_TURBO_LIKE
+    for like in ${PERF_TURBO_LIKE:-qwen3-8b gemma-4-26b-a4b}; do
       m=turbo_${like%%-*}
       [ "$like" = gemma-4-26b-a4b ] && extra=${PERF_CUT_MOE:-} || extra=
       gen "$m" --like "$like" --type q4_K_M --random-codes $extra || continue

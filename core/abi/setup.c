@@ -132,6 +132,7 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
                                               sizeof *codecs);
   if (!codecs) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   tsr_status st = TSR_OK;
+  uint64_t lift_per_cell[TSR_LAYER_KIND_COUNT] = {0};
   for (int i = 0; i < s->n_layers && st == TSR_OK; i++) {
     const struct tsr_arch_layer *l = &s->layers[i];
     if (l->kind == TSR_LAYER_LINEAR || l->kv_shared_from) continue; /* owns no K/V */
@@ -144,6 +145,15 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
         st = tsr_error_set(TSR_ERR_INTERNAL, "codec %s vanished after negotiation", names[j]);
     }
     if (st == TSR_OK) codecs[i] = (struct tsr_kv_layer_codecs){.k = c[0], .v = c[1]};
+    /* on a device, attention reads a codec of its own layout lifted to f16 wherever no read
+    ** kernel takes the layer, and a read kernel may lift for prefill (kv_turbo's does):
+    ** the f16 copy of one layer's K and V, at most, lives beside the compute arena */
+    uint64_t per_cell = 0;
+    for (int j = 0; j < 2 && st == TSR_OK && strcmp(p->backend, "cpu"); j++)
+      if (tsr_dtype_is_codec(c[j]->dtype))
+        per_cell += (uint64_t)l->n_head_kv * 2 *
+                    (uint64_t)tsr_kv_codec_storage_dim(c[j], j ? l->head_dim_v : l->head_dim_k);
+    if (per_cell > lift_per_cell[l->kind]) lift_per_cell[l->kind] = per_cell;
   }
   if (p->context > INT32_MAX)
     st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: context %lld is more cells than a KV cache "
@@ -160,6 +170,7 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
     m->kv[k] = kv.kind_bytes[k];
     m->kv_cells[k] = kv.kind_cells[k];
+    if (lift_per_cell[k] * kv.kind_cells[k] > m->lift) m->lift = lift_per_cell[k] * kv.kind_cells[k];
   }
   return TSR_OK;
 }
@@ -268,7 +279,7 @@ static tsr_status plan_memory(struct tsr_setup *s) {
   if (st != TSR_OK) return st;
   st = plan_compute(s, m);
   if (st != TSR_OK) return st;
-  m->total = m->weights + m->compute;
+  m->total = m->weights + m->compute + m->lift;
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) m->total += m->kv[k];
   m->limit = p->memory_limit;
   if (m->limit && m->total > m->limit)
@@ -342,6 +353,7 @@ void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f) {
   else fprintf(f, "  %-22s not planned: %s\n", "compute buffers",
                m->drafter ? "a drafter runs beside its target model"
                           : "the arch plugin builds no graphs in this version");
+  if (m->lift) print_bytes(f, "K/V lifted to f16", m->lift);
   print_bytes(f, m->compute_known ? "total" : "total (without compute)", m->total);
   if (m->limit) print_bytes(f, "memory_limit", m->limit);
   else fprintf(f, "  %-22s none\n", "memory_limit");

@@ -26,6 +26,8 @@ struct tsr_memory_plan {
   bool drafter;                             /* layers read a paired target's K/V */
   uint64_t compute;                         /* planned arena of one ubatch's forward graph */
   uint64_t compute_tokens;
+  uint64_t lift;                            /* the largest layer's K/V lifted to f16 on a
+                                            ** device (own-layout codecs), whole context */
   uint64_t total;
   uint64_t limit;                           /* 0: none */
 };

@@ -37,4 +37,16 @@ static inline void tsr_cuda_call_finish(void *ctx, struct tsr_device_call *call,
                                    cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+/* The device's multiprocessors (what a kernel sizes its grid or key splits by), asked once a
+** device; 132 (an H100's) where the driver does not say. */
+static inline int tsr_cuda_sm_count(int device) {
+  static int cached = -1, cached_device = -1;
+  if (cached < 0 || cached_device != device) {
+    if (cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+      cached = 132;
+    cached_device = device;
+  }
+  return cached;
+}
+
 #endif

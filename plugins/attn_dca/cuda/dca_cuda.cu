@@ -68,16 +68,6 @@ __global__ void k_dca_positions(int32_t *out, ten pos, int64_t n, int32_t mode, 
   }
 }
 
-static int sm_count(int device) {
-  static int cached = -1, cached_device = -1;
-  if (cached < 0 || cached_device != device) {
-    if (cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      cached = 132;
-    cached_device = device;
-  }
-  return cached;
-}
-
 /* What a node served; queries past the first chunk are counted on the cpu
 ** only, since their positions lie on the device. */
 static void count(const int32_t *params, int64_t n_queries) {
@@ -159,7 +149,7 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   const int64_t room = (dst->ne[2] - t.Nq) * (int64_t)dst->nb[2];
   const int64_t per_split = t.Nq * t.Hq * (t.Dv + 2) * (int64_t)sizeof(float);
   t.max_splits = (int32_t)(room / per_split > 1 ? room / per_split : 1);
-  if (tsr_tile_attn_plan(&t, sm_count(call ? call->device : 0)))
+  if (tsr_tile_attn_plan(&t, tsr_cuda_sm_count(call ? call->device : 0)))
     t.part = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t.Nq * (int64_t)dst->nb[2]);
   const dca_bands policy = {params[DCA_P_C], params[DCA_P_TEMP]};
   const cudaError_t e = tsr_tile_attn_launch(&t, policy, stream);

@@ -278,16 +278,6 @@ static int bits_of(const turbo_cuda_ctx *tc, int32_t dtype) {
   return 0;
 }
 
-static int sm_count(int device) {
-  static int cached = -1, cached_device = -1;
-  if (cached < 0 || cached_device != device) {
-    if (cudaDeviceGetAttribute(&cached, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-      cached = 132;
-    cached_device = device;
-  }
-  return cached;
-}
-
 template <int KB, int VB>
 static cudaError_t gqa(const tsr_tile_args *t, cudaStream_t stream) {
   return tsr_gqa_decode_run<tsr_one_band, TURBO_T(KB), TURBO_T(VB), false>(t, tsr_one_band{},
@@ -359,7 +349,7 @@ kv_turbo_read_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   if (t.D > TSR_TILE_MAX_D || t.Dv > TSR_TILE_MAX_D || t.group < 1 || t.Hq % t.group)
     return fail(TSR_ERR_UNSUPPORTED, "head dims past 512 or a q head count that is not a "
                                      "multiple of the KV heads", "");
-  const int n_sm = sm_count(call ? call->device : 0);
+  const int n_sm = tsr_cuda_sm_count(call ? call->device : 0);
   cudaError_t e = ready(call ? call->device : 0);
   const bool reg = in_register(&t);
   /* the split partials: as many as the planner could ask for at any context length, so

@@ -170,7 +170,8 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
     m->kv[k] = kv.kind_bytes[k];
     m->kv_cells[k] = kv.kind_cells[k];
-    if (lift_per_cell[k] * kv.kind_cells[k] > m->lift) m->lift = lift_per_cell[k] * kv.kind_cells[k];
+    const uint64_t lift = lift_per_cell[k] * kv.kind_cells[k];
+    if (lift > m->lift) m->lift = lift;
   }
   return TSR_OK;
 }

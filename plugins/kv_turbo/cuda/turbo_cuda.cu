@@ -75,7 +75,8 @@ __global__ void k_rotate(const float *src, int64_t in_dim, float *dst, int64_t o
     __syncthreads();
   }
   if (g0 + t < out_dim)
-    dst[row * out_dim + g0 + t] = v[t] * rsqrtf((float)G) * turbo_sign((uint32_t)t, inverse ? 1 : 2);
+    dst[row * out_dim + g0 + t] =
+        v[t] * rsqrtf((float)G) * turbo_sign((uint32_t)t, inverse ? 1 : 2);
 }
 
 extern "C" TSR_PLUGIN_EXPORT void

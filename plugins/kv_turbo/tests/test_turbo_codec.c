@@ -134,7 +134,8 @@ static void test_round_trip_matches_double_reference(void) {
   double ref[TURBO_BLOCK];
   tsr_test_seed(12);
   for (int64_t i = 0; i < n; i++) /* blocks of many scales, some with outliers */
-    y[i] = tsr_test_normal() * (i % 7 == 0 ? 40.0f : 1.0f) * powf(10.0f, (float)(i / TURBO_BLOCK % 9) - 4);
+    y[i] = tsr_test_normal() * (i % 7 == 0 ? 40.0f : 1.0f) *
+           powf(10.0f, (float)(i / TURBO_BLOCK % 9) - 4);
   for (int t = 0; t < 4; t++) {
     const struct tsr_kv_codec_v1 *c = codec(t);
     float *d = round_trip(c, y, n);
@@ -301,7 +302,8 @@ static bool flash(struct tsr_backend *b, const struct tsr_kv_codec_v1 *kt,
 
 static double rel_err(const float *a, const float *b, size_t n) {
   double e = 0, r = 0;
-  for (size_t i = 0; i < n; i++) e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
+  for (size_t i = 0; i < n; i++)
+    e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
   return r > 0 ? sqrt(e / r) : sqrt(e);
 }
 

@@ -9,8 +9,8 @@
 **   read:    flash's semantics over turbo K and V. One query against a group of at
 **            most 8 q heads with value head dims of 128, 256 or 512 runs the GPU's
 **            GQA decode kernel (tessera/cuda_attn_gqa.cuh) reading the blocks in
-**            register: each pair of values is two centroids times the block's
-**            scale, in f16, exactly what the lift writes; the keys are split over
+**            register: each pair of values is two centroids (one load from a pair
+**            table) times the block's scale, in f16, exactly what the lift writes; the keys are split over
 **            the multiprocessors and merged. Anything else (prefill, several
 **            queries) lifts K and V into the call's scratch and runs the shared
 **            tile and tensor-core kernels on f16.
@@ -39,8 +39,12 @@ template <int B> __device__ static inline float mid_uniform(int i) {
   return B == 2 ? c_mid2[i] : B == 3 ? c_mid3[i] : B == 4 ? c_mid4[i] : c_mid8[i];
 }
 
-/* the midpoints, once a device (the first call of a process on it runs eagerly: a
-** capture only follows a compute of the same graph) */
+/* the decode's pairs of values, so a pair of indices costs one load: f16 centroids i0 (low)
+** and i1 (high) as a half2's bits, at i0 | i1 << B */
+__device__ uint32_t d_pair2[16], d_pair3[64], d_pair4[256];
+
+/* the midpoints and pair tables, once a device (the first call of a process on it runs
+** eagerly: a capture only follows a compute of the same graph) */
 static bool g_ready[64];
 static cudaError_t ready(int device) {
   if (device >= 0 && device < 64 && g_ready[device]) return cudaSuccess;
@@ -53,6 +57,15 @@ static cudaError_t ready(int device) {
     if (e == cudaSuccess) e = cudaMemcpyToSymbol(sym, m, sizeof(float) * (size_t)(n - 1));
   };
   put(c_mid2, c2, 4), put(c_mid3, c3, 8), put(c_mid4, c4, 16), put(c_mid8, c8, 256);
+  uint32_t pairs[256];
+  auto pair = [&](const void *sym, const float *c, int bits) {
+    for (int i = 0; i < 1 << (2 * bits); i++) {
+      const __half2 h = __floats2half2_rn(c[i & ((1 << bits) - 1)], c[i >> bits]);
+      memcpy(&pairs[i], &h, 4);
+    }
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(sym, pairs, sizeof(uint32_t) << (2 * bits));
+  };
+  pair(d_pair2, c2, 2), pair(d_pair3, c3, 3), pair(d_pair4, c4, 4);
   if (e == cudaSuccess && device >= 0 && device < 64) g_ready[device] = true;
   return e;
 }
@@ -237,23 +250,21 @@ template <int B> struct turbo_pair {
     constexpr int BYTES = 2 + TURBO_BLOCK * B / 8;
     const uint8_t *o = reinterpret_cast<const uint8_t *>(row) + e / TURBO_BLOCK * BYTES;
     const int i = (int)(e % TURBO_BLOCK); /* even */
-    int i0, i1;
+    uint32_t bits; /* the pair's two centroids: one load from a pair table (turbo2/3/4) */
     if (B == 8) {
-      i0 = o[2 + i], i1 = o[3 + i];
+      const __half2 c = __floats2half2_rn(d_cent8[o[2 + i]], d_cent8[o[3 + i]]);
+      memcpy(&bits, &c, 4);
     } else if (B == 4) {
-      const int byte = o[2 + i / 2];
-      i0 = byte & 15, i1 = byte >> 4;
+      bits = d_pair4[o[2 + i / 2]];
+    } else if (B == 2) {
+      bits = d_pair2[o[2 + i / 4] >> (i % 4 * 2) & 15];
     } else {
-      const int nib = o[2 + i / 4] >> (i % 4 * 2) & 15;
-      i0 = nib & 3, i1 = nib >> 2;
-      if (B == 3) {
-        const int hi = o[18 + i / 8] >> (i % 8);
-        i0 |= (hi & 1) << 2, i1 |= (hi & 2) << 1;
-      }
+      const int nib = o[2 + i / 4] >> (i % 4 * 2) & 15, hi = o[18 + i / 8] >> (i % 8);
+      bits = d_pair3[(nib & 3) | (hi & 1) << 2 | (nib >> 2) << 3 | (hi & 2) << 4];
     }
-    const float *c = cent<B>();
-    const __half2 v = __hmul2(__floats2half2_rn(c[i0], c[i1]),
-                              __half2half2(*reinterpret_cast<const __half *>(o)));
+    __half2 c;
+    memcpy(&c, &bits, 4);
+    const __half2 v = __hmul2(c, __half2half2(*reinterpret_cast<const __half *>(o)));
     return *reinterpret_cast<const uint32_t *>(&v);
 #else
     (void)row, (void)e;

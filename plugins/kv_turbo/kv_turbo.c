@@ -41,6 +41,7 @@ static struct turbo_tier g_tiers[] = {
     {"turbo8", 8, g_centroids8, {0}},
 };
 #define N_TIERS (sizeof g_tiers / sizeof g_tiers[0])
+_Static_assert(N_TIERS == TURBO_TIERS, "a dtype slot for each tier");
 
 static void tiers_init(void) {
   for (size_t t = 0; t < N_TIERS; t++) {
@@ -234,12 +235,7 @@ static struct tsr_tensor *finish_out(void *ctx, const struct tsr_host *h, struct
 
 /* ---- cuda ------------------------------------------------------------------- */
 
-/* What the cuda kernels are handed (their ctx): the services table and the dtype the
-** host assigned each tier (process-wide, as dtypes are). */
-static struct turbo_cuda_ctx {
-  const struct tsr_host *host;
-  int32_t dtype[N_TIERS];
-} g_cuda;
+static struct turbo_cuda_ctx g_cuda; /* the cuda kernels' ctx (turbo.h) */
 
 static bool is_tier(const char *name) {
   for (size_t t = 0; t < N_TIERS; t++)

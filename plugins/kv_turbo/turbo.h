@@ -80,4 +80,12 @@ TURBO_FN struct turbo_state *turbo_state_of(const int32_t *params) {
   return st;
 }
 
+/* What kv_turbo.c hands the CUDA kernels (their ctx): the services table and the dtype the
+** host assigned each tier, turbo2, turbo3, turbo4, turbo8 (process-wide, as dtypes are). */
+enum { TURBO_TIERS = 4 };
+struct turbo_cuda_ctx {
+  const void *host; /* const struct tsr_host * */
+  int32_t dtype[TURBO_TIERS];
+};
+
 #endif

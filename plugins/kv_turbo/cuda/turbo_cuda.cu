@@ -198,7 +198,8 @@ static void launch_lift(const uint8_t *src, size_t nb1, size_t nb2, __half *dst,
 template <int B>
 static void encode_or_lift(void *ctx, const struct tsr_tensor_info *dst,
                            const struct tsr_tensor_info *src, bool encode) {
-  const struct tsr_host *host = *(const struct tsr_host *const *)ctx;
+  const struct tsr_host *host =
+      (const struct tsr_host *)((const struct turbo_cuda_ctx *)ctx)->host;
   struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
   const cudaStream_t stream = tsr_cuda_call_stream(call);
   cudaError_t e = ready(call ? call->device : 0);
@@ -277,15 +278,9 @@ template <> struct tsr_gqa_reader<TURBO_T(3)> : turbo_pair<3> {};
 template <> struct tsr_gqa_reader<TURBO_T(4)> : turbo_pair<4> {};
 template <> struct tsr_gqa_reader<TURBO_T(8)> : turbo_pair<8> {};
 
-/* what kv_turbo.c hands the kernels */
-struct turbo_cuda_ctx {
-  const struct tsr_host *host;
-  int32_t dtype[4]; /* turbo2, turbo3, turbo4, turbo8 */
-};
-
 static int bits_of(const turbo_cuda_ctx *tc, int32_t dtype) {
   static const int bits[4] = {2, 3, 4, 8};
-  for (int t = 0; t < 4; t++)
+  for (int t = 0; t < TURBO_TIERS; t++)
     if (tc->dtype[t] == dtype) return bits[t];
   return 0;
 }
@@ -329,7 +324,7 @@ kv_turbo_read_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
                    const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ith, (void)nth, (void)n_src;
   const turbo_cuda_ctx *tc = (const turbo_cuda_ctx *)ctx;
-  const struct tsr_host *host = tc->host;
+  const struct tsr_host *host = (const struct tsr_host *)tc->host;
   struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
   const cudaStream_t stream = tsr_cuda_call_stream(call);
   const struct tsr_tensor_info *q = &src[0], *k = &src[1], *v = &src[2], *mask = &src[3];

@@ -20,6 +20,7 @@
 ** --backend cuda runs the last on the GPU (tests/gpu/run.sh check RUN turbo).
 */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,6 +188,9 @@ static void test_every_head_dim_round_trips(void) {
     for (int t = 0; t < 4; t++) {
       const struct tsr_kv_codec_v1 *c = codec(t);
       CHECK(c->storage_dim(c->ctx, (int32_t)D) == stored[di]);
+      /* a head dim no row can have is refused (0), not rounded into a huge one */
+      CHECK(c->storage_dim(c->ctx, 0) == 0 && c->storage_dim(c->ctx, -64) == 0 &&
+            c->storage_dim(c->ctx, 4097) == 0 && c->storage_dim(c->ctx, INT32_MAX) == 0);
       float *y = hook(c, x, D, rows, false, D);
       if (!y) continue;
       const int64_t S = stored[di];

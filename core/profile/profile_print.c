@@ -5,6 +5,7 @@
 */
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -40,24 +41,32 @@ static const char *fmt(struct printer *pr, const char *f, ...) {
   return d;
 }
 
-/* YAML's line breaks beyond \n and \r: NEL, LS, PS, as their escapes. One would
-** end a comment early, and a NEL in a quoted scalar is folded into a space. */
-static const char *yaml_break(const char *s) {
-  if (!strncmp(s, "\xC2\x85", 2)) return "\\N";
-  if (!strncmp(s, "\xE2\x80\xA8", 3)) return "\\L";
-  if (!strncmp(s, "\xE2\x80\xA9", 3)) return "\\P";
-  return NULL;
+/* The code point of the N-byte UTF-8 sequence at S (N from tsr_profile_utf8_len). */
+static uint32_t code_point(const char *str, size_t n) {
+  const unsigned char *s = (const unsigned char *)str;
+  if (n == 1) return s[0];
+  uint32_t cp = s[0] & (0x7Fu >> n);
+  for (size_t i = 1; i < n; i++) cp = cp << 6 | (s[i] & 0x3Fu);
+  return cp;
+}
+
+/* Whether the code point may stand raw on a printed line: YAML's c-printable set
+** (libyaml refuses C0 and C1 controls, DEL, U+FEFF and U+FFFE/F in a file) less
+** tab and the line breaks NEL, LS and PS. */
+static int yaml_printable(uint32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp < 0xA0)) return 0;
+  return cp != 0x2028 && cp != 0x2029 && cp != 0xFEFF && cp != 0xFFFE && cp != 0xFFFF;
 }
 
 /* A comment's text (a file name as given, a --set key path) stays on its line
-** and UTF-8: control characters, line breaks and invalid bytes are escaped. */
+** and loads back: every byte of a control character, a line break or an invalid
+** sequence is written as \xNN. */
 static void comment(FILE *f, const char *s) {
   while (*s) {
     size_t n = tsr_profile_utf8_len(s);
-    unsigned char ch = (unsigned char)*s;
-    if (n == 0 || ch < 0x20 || ch == 0x7f || yaml_break(s)) {
-      fprintf(f, "\\x%02x", ch);
-      s++;
+    if (n == 0 || !yaml_printable(code_point(s, n))) {
+      for (size_t i = 0; i < (n ? n : 1); i++) fprintf(f, "\\x%02x", (unsigned char)s[i]);
+      s += n ? n : 1;
     } else {
       fwrite(s, 1, n, f);
       s += n;
@@ -83,27 +92,39 @@ static int plain_ok(const char *s) {
   return 1;
 }
 
-/* S as a YAML scalar: bare when that reads back the same, else double-quoted. */
+/* S as a YAML scalar: bare when that reads back the same, else double-quoted,
+** with every code point YAML does not allow raw (or that would break the line)
+** as its escape. S is UTF-8 (the loader checks); a stray byte is escaped alone. */
 static const char *scalar(struct printer *pr, const char *s, int quoted) {
   if (!quoted && plain_ok(s)) return s;
-  char *buf = tsr_parena_alloc(pr->a, 4 * strlen(s) + 3); /* \xNN at most per byte, quotes */
+  char *buf = tsr_parena_alloc(pr->a, 4 * strlen(s) + 3); /* an escape is at most 4 a byte */
   if (!buf) {
     pr->failed = true;
     return "\"\"";
   }
   size_t o = 0;
   buf[o++] = '"';
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    const char *brk = yaml_break(s);
-    if (brk) {
-      o += (size_t)sprintf(buf + o, "%s", brk);
-      s += (unsigned char)s[0] == 0xC2 ? 1 : 2; /* the loop steps past the last byte */
-    } else if (ch == '"' || ch == '\\') o += (size_t)sprintf(buf + o, "\\%c", ch);
-    else if (ch == '\n') o += (size_t)sprintf(buf + o, "\\n");
-    else if (ch == '\t') o += (size_t)sprintf(buf + o, "\\t");
-    else if (ch < 0x20 || ch == 0x7f) o += (size_t)sprintf(buf + o, "\\x%02x", ch);
-    else buf[o++] = (char)ch;
+  while (*s) {
+    size_t n = tsr_profile_utf8_len(s);
+    uint32_t cp = n ? code_point(s, n) : (unsigned char)*s;
+    if (!n) {
+      o += (size_t)sprintf(buf + o, "\\x%02x", cp);
+      s++;
+      continue;
+    }
+    if (cp == '"' || cp == '\\') o += (size_t)sprintf(buf + o, "\\%c", (char)cp);
+    else if (cp == '\n') o += (size_t)sprintf(buf + o, "\\n");
+    else if (cp == '\t') o += (size_t)sprintf(buf + o, "\\t");
+    else if (cp == 0x85) o += (size_t)sprintf(buf + o, "\\N");
+    else if (cp == 0x2028) o += (size_t)sprintf(buf + o, "\\L");
+    else if (cp == 0x2029) o += (size_t)sprintf(buf + o, "\\P");
+    else if (cp < 0x100 && !yaml_printable(cp)) o += (size_t)sprintf(buf + o, "\\x%02x", cp);
+    else if (!yaml_printable(cp)) o += (size_t)sprintf(buf + o, "\\u%04x", cp);
+    else {
+      memcpy(buf + o, s, n);
+      o += n;
+    }
+    s += n;
   }
   buf[o++] = '"';
   buf[o] = '\0';

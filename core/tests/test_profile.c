@@ -497,6 +497,27 @@ static void test_print_round_trips_long_values_and_line_breaks(void) {
   expect_error_sets(conf("example-deployment.yaml"), bad, 1, "not UTF-8", (const char *)NULL);
 }
 
+/* Code points a YAML file may not hold raw (a C1 control, DEL, U+FEFF, LS) in a
+** --set key path print escaped, in the key and in the comment naming the --set,
+** and load back to the same key. */
+static void test_print_escapes_what_yaml_refuses_raw(void) {
+  const char *key = "a\xC2\x81" "b\x7F\xEF\xBB\xBF\xE2\x80\xA8\xEF\xBF\xBE" "c";
+  char set[128];
+  snprintf(set, sizeof set, "plugins.0.settings.%s=1", key);
+  const char *sets[] = {"plugins=[{name: a}]", set};
+  struct tsr_profile *a = load_ok(conf("example-deployment.yaml"), sets, 2), *b = NULL;
+  char *printed = NULL;
+  print_and_reload(a, &printed, &b);
+  if (b) {
+    struct tsr_profile_setting e;
+    CHECK(tsr_profile_settings_get(b->plugins[0].settings, 0, &e) && !strcmp(e.key, key) &&
+          !strcmp(e.value, "1"));
+  }
+  free(printed);
+  tsr_profile_free(a);
+  tsr_profile_free(b);
+}
+
 /* A plugin gets a setting's text as written, so an empty value and ~ print as
 ** themselves: printed as null they would come back as the text "null". */
 static void test_print_keeps_how_null_is_spelled(void) {
@@ -594,6 +615,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_plugin_settings_keep_their_positions);
   TSR_RUN(test_print_round_trips);
   TSR_RUN(test_print_round_trips_long_values_and_line_breaks);
+  TSR_RUN(test_print_escapes_what_yaml_refuses_raw);
   TSR_RUN(test_print_keeps_how_null_is_spelled);
   TSR_RUN(test_backend_settings_are_checked_overridden_and_printed);
   return TSR_TEST_EXIT();

@@ -23,7 +23,9 @@ else:
     subprocess.run([sys.executable, seeds_arg, "write", seeds], check=True)
 # libFuzzer writes what it finds into the first directory only, so the
 # committed seeds stay as they are.
+# A finding exits 1, not libFuzzer's default 77, which meson would report as a skip.
 cmd = [fuzzer, "-max_total_time=" + seconds, "-timeout=10", "-rss_limit_mb=2048",
+       "-error_exitcode=1", "-timeout_exitcode=1",
        "-print_final_stats=1", "-artifact_prefix=" + os.path.join(work, ""), corpus, seeds]
 print(" ".join(cmd), flush=True)
 sys.exit(subprocess.run(cmd).returncode)

@@ -179,6 +179,52 @@ static tsr_status find_attention(const struct tsr_plugin_host *h, const char *na
   return TSR_OK;
 }
 
+/* Whether layer i is among the first or last n layers that keep K/V. */
+static bool boundary_layer(const struct tsr_arch_layer *layers, int n_layers, int i, int n) {
+  if (n <= 0 || layers[i].kind == TSR_LAYER_LINEAR || layers[i].kv_shared_from) return false;
+  int before = 0, after = 0;
+  for (int j = 0; j < n_layers; j++) {
+    if (j == i || layers[j].kind == TSR_LAYER_LINEAR || layers[j].kv_shared_from) continue;
+    if (j < i) before++;
+    else after++;
+  }
+  return before < n || after < n;
+}
+
+void tsr_compose_layer_codecs(const struct tsr_composition_request *r, int i, const char **k,
+                              const char **v, bool *boundary) {
+  const struct tsr_arch_layer *l = &r->layers[i];
+  const int32_t from = l->kv_shared_from;
+  if (from > 0 && from - 1 < r->n_layers && from - 1 != i) l = &r->layers[i = from - 1];
+  *k = *v = NULL;
+  if (boundary) *boundary = false;
+  if (l->kind == TSR_LAYER_LINEAR) return;
+  *k = r->k_codec[l->kind] ? r->k_codec[l->kind] : "f16";
+  *v = r->v_codec[l->kind] ? r->v_codec[l->kind] : "f16";
+  if (!boundary_layer(r->layers, r->n_layers, i, r->boundary_layers)) return;
+  if (r->boundary_k) *k = r->boundary_k;
+  if (r->boundary_v) *v = r->boundary_v;
+  if (boundary) *boundary = true;
+}
+
+/* The index of the group holding layer i (tsr_compose's key: kind, boundary, codecs as the
+** group stores them), or c->n_groups when none does yet. */
+static int group_index(const struct tsr_composition *c, const struct tsr_composition_request *r,
+                       int i) {
+  const char *k, *v;
+  bool boundary;
+  tsr_compose_layer_codecs(r, i, &k, &v, &boundary);
+  const size_t n = sizeof c->groups[0].k_codec - 1;
+  int gi = 0;
+  for (; gi < c->n_groups; gi++) {
+    const struct tsr_composition_group *g = &c->groups[gi];
+    if (g->kind == r->layers[i].kind && g->boundary == boundary &&
+        (!k || (!strncmp(g->k_codec, k, n) && !strncmp(g->v_codec, v, n))))
+      break;
+  }
+  return gi;
+}
+
 tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composition_request *r,
                        struct tsr_composition *out) {
   memset(out, 0, sizeof *out);
@@ -240,23 +286,44 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
     snprintf(out->speculator, sizeof out->speculator, "%s (%s)", spec->name, owner);
   }
 
-  int run_start[TSR_LAYER_KIND_COUNT], run_end[TSR_LAYER_KIND_COUNT];
-  struct tsr_composition_group *by_kind[TSR_LAYER_KIND_COUNT] = {0};
-  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) run_start[k] = run_end[k] = -1;
+  int run_start[TSR_COMPOSITION_MAX_GROUPS], run_end[TSR_COMPOSITION_MAX_GROUPS];
+  for (int k = 0; k < TSR_COMPOSITION_MAX_GROUPS; k++) run_start[k] = run_end[k] = -1;
+  if (r->boundary_layers > 0) {
+    int keep = 0;
+    for (int i = 0; i < r->n_layers; i++)
+      keep += r->layers[i].kind != TSR_LAYER_LINEAR && !r->layers[i].kv_shared_from;
+    if (2 * r->boundary_layers >= keep)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "kv.boundary.layers %d: the model has %d layers "
+                           "that keep K/V, so the first and last %d are all of them and kv.k / "
+                           "kv.v would reach none (set those instead)", r->boundary_layers, keep,
+                           r->boundary_layers);
+  }
 
   for (int i = 0; i < r->n_layers; i++) {
     const struct tsr_arch_layer *l = &r->layers[i];
     if (l->kind < 0 || l->kind >= TSR_LAYER_KIND_COUNT)
       return tsr_error_set(TSR_ERR_INTERNAL, "layer %d has invalid kind %d", i, (int)l->kind);
-    struct tsr_composition_group *g = by_kind[l->kind];
-    if (!g) {
-      g = by_kind[l->kind] = &out->groups[out->n_groups++];
+    const char *kc, *vc;
+    bool boundary;
+    tsr_compose_layer_codecs(r, i, &kc, &vc, &boundary);
+    int gi = group_index(out, r, i);
+    if (gi == TSR_COMPOSITION_MAX_GROUPS)
+      return tsr_error_set(TSR_ERR_INTERNAL, "layer %d: more than %d groups of layers", i,
+                           TSR_COMPOSITION_MAX_GROUPS);
+    struct tsr_composition_group *g = &out->groups[gi];
+    if (gi == out->n_groups) {
+      out->n_groups++;
       g->kind = l->kind;
+      g->boundary = boundary;
       g->first = *l;
       g->uniform_heads = true;
+      if (kc) {
+        snprintf(g->k_codec, sizeof g->k_codec, "%s", kc);
+        snprintf(g->v_codec, sizeof g->v_codec, "%s", vc);
+      }
     }
     g->n_layers++;
-    list_add(g->layer_list, sizeof g->layer_list, &run_start[l->kind], &run_end[l->kind], i);
+    list_add(g->layer_list, sizeof g->layer_list, &run_start[gi], &run_end[gi], i);
     if (l->n_head != g->first.n_head || l->n_head_kv != g->first.n_head_kv ||
         l->head_dim_k != g->first.head_dim_k || l->head_dim_v != g->first.head_dim_v ||
         l->window != g->first.window)
@@ -265,8 +332,6 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
 
     const struct tsr_attention_v1 *attn = attn_of[l->kind];
     const char *attn_label = label_of[l->kind];
-    const char *kc = r->k_codec[l->kind] ? r->k_codec[l->kind] : "f16";
-    const char *vc = r->v_codec[l->kind] ? r->v_codec[l->kind] : "f16";
     struct tsr_layer_desc d = {
         .struct_size = sizeof d, .layer = i, .kind = l->kind, .n_head = l->n_head,
         .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
@@ -285,8 +350,6 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
     if ((st = check_codec(h, &d, "K", kc, kp, attn_label, r->refuse_lift)) != TSR_OK) return st;
     if ((st = check_codec(h, &d, "V", vc, vp, attn_label, r->refuse_lift)) != TSR_OK) return st;
     if (g->n_layers == 1) {
-      snprintf(g->k_codec, sizeof g->k_codec, "%s", kc);
-      snprintf(g->v_codec, sizeof g->v_codec, "%s", vc);
       g->k_path = kp;
       g->v_path = vp;
       codec_how(h, kc, kp, r->backend, g->k_how, sizeof g->k_how);
@@ -316,17 +379,26 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
       }
     }
   }
-  for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++)
-    if (by_kind[k]) list_add(by_kind[k]->layer_list, sizeof by_kind[k]->layer_list, &run_start[k],
-                             &run_end[k], -2); /* flush the last run */
+  for (int gi = 0; gi < out->n_groups; gi++) /* flush the last run */
+    list_add(out->groups[gi].layer_list, sizeof out->groups[gi].layer_list, &run_start[gi],
+             &run_end[gi], -2);
   return TSR_OK;
+}
+
+const struct tsr_composition_group *tsr_composition_group_of(const struct tsr_composition *c,
+                                                             const struct tsr_composition_request *r,
+                                                             int i) {
+  if (i < 0 || i >= r->n_layers) return NULL;
+  const int gi = group_index(c, r, i);
+  return gi < c->n_groups ? &c->groups[gi] : NULL;
 }
 
 void tsr_composition_print(const struct tsr_composition *c, FILE *f) {
   fprintf(f, "composition (backend %s):\n", c->backend);
   for (int i = 0; i < c->n_groups; i++) {
     const struct tsr_composition_group *g = &c->groups[i];
-    fprintf(f, "  %-7s layers %s (%d)", tsr_layer_kind_name(g->kind), g->layer_list, g->n_layers);
+    fprintf(f, "  %-7s layers %s (%d)%s", tsr_layer_kind_name(g->kind), g->layer_list,
+            g->n_layers, g->boundary ? ", kv.boundary" : "");
     if (g->uniform_heads && g->kind != TSR_LAYER_LINEAR)
       fprintf(f, ", heads %d/%d kv, head dim %d/%d", g->first.n_head, g->first.n_head_kv,
               g->first.head_dim_k, g->first.head_dim_v);

@@ -20,6 +20,10 @@ struct tsr_composition_request {
   const char *attention_kind[TSR_LAYER_KIND_COUNT]; /* ... unless named here per kind */
   const char *k_codec[TSR_LAYER_KIND_COUNT]; /* per layer kind */
   const char *v_codec[TSR_LAYER_KIND_COUNT];
+  /* kv.boundary: the first and last boundary_layers layers that keep K/V store them in
+  ** boundary_k / boundary_v instead (NULL: the kind's) */
+  int boundary_layers;
+  const char *boundary_k, *boundary_v;
   bool refuse_lift; /* a codec attention reads only by lifting it to f16 is refused */
   const char *const *policies;
   int n_policies;
@@ -29,8 +33,13 @@ struct tsr_composition_request {
   int n_layers;
 };
 
+/* A group is the layers of one kind with one K/V codec pair: a kind's own, and its
+** boundary layers' (and, for layers reading another's K/V, their source's). */
+#define TSR_COMPOSITION_MAX_GROUPS (4 * TSR_LAYER_KIND_COUNT)
+
 struct tsr_composition_group {
   enum tsr_layer_kind kind;
+  bool boundary;           /* kv.boundary's layers */
   int n_layers;
   char layer_list[96];     /* "0-4,6-10,..." */
   bool uniform_heads;      /* every layer of the group has the same head shape */
@@ -48,12 +57,22 @@ struct tsr_composition {
   char attention[160];       /* the request's `attention`: "flash (core 0.1.0)" */
   char policies[256];        /* "sparse_v (sparse_v 0.1.0)" or "none" */
   char speculator[128];      /* or "none" */
-  struct tsr_composition_group groups[TSR_LAYER_KIND_COUNT];
+  struct tsr_composition_group groups[TSR_COMPOSITION_MAX_GROUPS];
   int n_groups;
 };
 
 tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composition_request *r,
                        struct tsr_composition *out);
+/* Layer i's K and V codec names under r: its kind's ("f16" where the request names
+** none), or kv.boundary's where the layer is among the first or last boundary_layers
+** layers that keep K/V; a layer reading layer j's K/V has layer j's codecs. NULL, NULL
+** for a layer with recurrent state. *boundary (may be NULL): the boundary's were taken. */
+void tsr_compose_layer_codecs(const struct tsr_composition_request *r, int i, const char **k,
+                              const char **v, bool *boundary);
+/* The group holding layer i, as tsr_compose made it from r; NULL for none. */
+const struct tsr_composition_group *tsr_composition_group_of(const struct tsr_composition *c,
+                                                             const struct tsr_composition_request *r,
+                                                             int i);
 void tsr_composition_print(const struct tsr_composition *c, FILE *f);
 const char *tsr_layer_kind_name(enum tsr_layer_kind kind);
 /* Parses "full", "sliding", "linear"; -1 if none. */

@@ -103,9 +103,13 @@ static enum tsr_profile_layer_kind profile_kind(enum tsr_layer_kind k) {
 
 static tsr_status negotiate(struct tsr_setup *s) {
   const struct tsr_profile *p = s->profile;
-  struct tsr_composition_request r = {
+  struct tsr_composition_request *r = &s->request;
+  *r = (struct tsr_composition_request){
       .backend = p->backend,
       .attention = p->attention,
+      .boundary_layers = p->kv_boundary.layers,
+      .boundary_k = p->kv_boundary.k,
+      .boundary_v = p->kv_boundary.v,
       .refuse_lift = !strcmp(p->kv_lift, "false"),
       .policies = p->decode_policies,
       .n_policies = (int)p->n_decode_policies,
@@ -115,11 +119,11 @@ static tsr_status negotiate(struct tsr_setup *s) {
       .n_layers = s->n_layers,
   };
   for (int k = 0; k < TSR_LAYER_KIND_COUNT; k++) {
-    r.attention_kind[k] = tsr_profile_attention(p, profile_kind((enum tsr_layer_kind)k));
-    r.k_codec[k] = tsr_profile_k_codec(p, profile_kind((enum tsr_layer_kind)k));
-    r.v_codec[k] = tsr_profile_v_codec(p, profile_kind((enum tsr_layer_kind)k));
+    r->attention_kind[k] = tsr_profile_attention(p, profile_kind((enum tsr_layer_kind)k));
+    r->k_codec[k] = tsr_profile_k_codec(p, profile_kind((enum tsr_layer_kind)k));
+    r->v_codec[k] = tsr_profile_v_codec(p, profile_kind((enum tsr_layer_kind)k));
   }
-  tsr_status st = tsr_compose(s->host, &r, &s->composition);
+  tsr_status st = tsr_compose(s->host, r, &s->composition);
   if (st != TSR_OK) tsr_error_prefix("%s: impossible composition", p->path);
   return st;
 }
@@ -136,8 +140,8 @@ static tsr_status plan_kv(const struct tsr_setup *s, struct tsr_memory_plan *m) 
   for (int i = 0; i < s->n_layers && st == TSR_OK; i++) {
     const struct tsr_arch_layer *l = &s->layers[i];
     if (l->kind == TSR_LAYER_LINEAR || l->kv_shared_from) continue; /* owns no K/V */
-    enum tsr_profile_layer_kind pk = profile_kind(l->kind);
-    const char *names[2] = {tsr_profile_k_codec(p, pk), tsr_profile_v_codec(p, pk)};
+    const char *names[2];
+    tsr_compose_layer_codecs(&s->request, i, &names[0], &names[1], NULL);
     const struct tsr_kv_codec_v1 *c[2];
     for (int j = 0; j < 2 && st == TSR_OK; j++) {
       c[j] = tsr_plugin_host_kv_codec(s->host, names[j], NULL);

@@ -42,6 +42,7 @@ struct tsr_setup {
   const struct tsr_plugin *arch_owner;
   struct tsr_arch_layer layers[TSR_MAX_LAYERS];
   int32_t n_layers;
+  struct tsr_composition_request request; /* what composition answers */
   struct tsr_composition composition;
   struct tsr_memory_plan memory;
 };

@@ -211,10 +211,10 @@ static double rate(double tokens, double s) { return s > 0 ? tokens / s : 0; }
 static void describe(const struct ab_side *s, const char *label) {
   const struct tsr_setup *set = tsr_engine_setup(s->e);
   const struct tsr_profile *p = set->profile;
-  printf("%s: %s, %s, backend %s, attention %s, kv full k=%s v=%s\n", label,
+  char kv[192];
+  printf("%s: %s, %s, backend %s, attention %s, kv full %s\n", label,
          s->profile ? s->profile : "(built-in profile)", set->model_path, p->backend,
-         p->attention, tsr_profile_k_codec(p, TSR_PROFILE_LAYER_FULL),
-         tsr_profile_v_codec(p, TSR_PROFILE_LAYER_FULL));
+         p->attention, tsr_profile_kv_label(p, kv, sizeof kv));
 }
 
 static int write_json(const struct ab_args *a, cJSON *o) {

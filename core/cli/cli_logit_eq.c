@@ -139,10 +139,10 @@ static tsr_status open_side(const struct leq_args *a, struct side *s, const char
 
 static void describe(const char *label, const struct side *s) {
   const struct tsr_setup *set = tsr_engine_setup(s->e);
-  printf("%s: %s, %s, attention %s, kv k=%s v=%s\n", label,
+  char kv[192];
+  printf("%s: %s, %s, attention %s, kv %s\n", label,
          s->profile ? s->profile : "(built-in profile)", set->model_path,
-         set->profile->attention, tsr_profile_k_codec(set->profile, TSR_PROFILE_LAYER_FULL),
-         tsr_profile_v_codec(set->profile, TSR_PROFILE_LAYER_FULL));
+         set->profile->attention, tsr_profile_kv_label(set->profile, kv, sizeof kv));
 }
 
 static int compare(const struct leq_args *a, struct side *ref, struct side *cand) {

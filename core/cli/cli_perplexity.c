@@ -156,9 +156,7 @@ static void ident_fill(struct ident *id, const struct tsr_setup *s, const struct
     name = name ? name + 1 : s->model_path;
   }
   snprintf(id->model, sizeof id->model, "%.255s", name);
-  snprintf(id->kv, sizeof id->kv, "k=%s v=%s",
-           tsr_profile_k_codec(s->profile, TSR_PROFILE_LAYER_FULL),
-           tsr_profile_v_codec(s->profile, TSR_PROFILE_LAYER_FULL));
+  tsr_profile_kv_label(s->profile, id->kv, sizeof id->kv);
   snprintf(id->text_hash, sizeof id->text_hash, "%016llx", (unsigned long long)t->hash);
   snprintf(id->vocab_hash, sizeof id->vocab_hash, "%016llx",
            (unsigned long long)tsr_vocab_hash(tok));

@@ -99,12 +99,6 @@ struct tsr_engine {
   int32_t n_embd, hidden_rows, hidden_last;
 };
 
-static enum tsr_profile_layer_kind profile_kind(enum tsr_layer_kind k) {
-  return k == TSR_LAYER_SLIDING ? TSR_PROFILE_LAYER_SLIDING
-         : k == TSR_LAYER_LINEAR ? TSR_PROFILE_LAYER_LINEAR
-                                 : TSR_PROFILE_LAYER_FULL;
-}
-
 /* Whether plugin `name` has a manifest on the default search path. */
 static bool plugin_available(const char *name) {
   struct tsr_plugin_host *h = NULL;
@@ -160,17 +154,17 @@ static tsr_status new_kv_cache(struct tsr_engine *e) {
     const struct tsr_arch_layer *l = &s->layers[i];
     if (l->kind == TSR_LAYER_LINEAR) e->has_linear = true;
     if (l->kind == TSR_LAYER_LINEAR || l->kv_shared_from) continue; /* owns no K/V */
-    const char *k = tsr_profile_k_codec(p, profile_kind(l->kind));
-    const char *v = tsr_profile_v_codec(p, profile_kind(l->kind));
+    const char *k, *v;
+    tsr_compose_layer_codecs(&s->request, i, &k, &v, NULL);
     codecs[i].k = tsr_plugin_host_kv_codec(s->host, k, NULL);
     codecs[i].v = tsr_plugin_host_kv_codec(s->host, v, NULL);
     if (!codecs[i].k || !codecs[i].v)
       st = tsr_error_set(TSR_ERR_INTERNAL, "layer %d: codec %s vanished after negotiation", i,
                          codecs[i].k ? v : k);
-    /* what the layer kind's attention negotiated to lift to f16 before reading */
-    for (int gi = 0; gi < s->composition.n_groups; gi++) {
-      const struct tsr_composition_group *cg = &s->composition.groups[gi];
-      if (cg->kind != l->kind) continue;
+    /* what the layer's attention negotiated to lift to f16 before reading */
+    const struct tsr_composition_group *cg = tsr_composition_group_of(&s->composition,
+                                                                      &s->request, i);
+    if (cg) {
       codecs[i].k_lift = cg->k_path == TSR_READ_LIFT;
       codecs[i].v_lift = cg->v_path == TSR_READ_LIFT;
     }
@@ -197,11 +191,11 @@ static tsr_status setup_decode(struct tsr_engine *e) {
     const struct tsr_arch_layer *l = &s->layers[i];
     if (l->kind == TSR_LAYER_LINEAR) continue;
     struct layer_decode *d = &e->decode[i];
-    const struct tsr_layer_desc desc = {
+    struct tsr_layer_desc desc = {
         .struct_size = sizeof desc, .layer = i, .kind = l->kind, .n_head = l->n_head,
         .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
-        .window = l->window, .k_codec = tsr_profile_k_codec(p, profile_kind(l->kind)),
-        .v_codec = tsr_profile_v_codec(p, profile_kind(l->kind)), .backend = p->backend};
+        .window = l->window, .backend = p->backend};
+    tsr_compose_layer_codecs(&s->request, i, &desc.k_codec, &desc.v_codec, NULL);
     for (size_t k = 0; k < p->n_decode_policies; k++) {
       const struct tsr_plugin *owner = NULL;
       const struct tsr_decode_policy_v1 *pol =

@@ -218,9 +218,15 @@ static const struct field per_kind_fields[] = {
     MAP("linear", offsetof(P, kv_per_kind[TSR_PROFILE_LAYER_LINEAR]), kv_pair)};
 static const struct section per_kind = SECTION(per_kind_fields);
 
+typedef struct tsr_profile_kv_boundary KVB;
+static const struct field kv_boundary_fields[] = {INT("layers", KVB, layers, 0, 4096),
+                                                  STR("k", KVB, k), STR("v", KVB, v)};
+static const struct section kv_boundary = SECTION(kv_boundary_fields);
+
 static const char *const booleans[] = {"true", "false", NULL};
 static const struct field kv_fields[] = {
     STR("k", P, kv.k), STR("v", P, kv.v), MAP("per_kind", 0, per_kind),
+    MAP("boundary", offsetof(P, kv_boundary), kv_boundary),
     {.name = "lift", .type = F_CHOICE, .off = offsetof(P, kv_lift), .choices = booleans}};
 static const struct section kv = SECTION(kv_fields);
 
@@ -604,6 +610,16 @@ static tsr_status check_profile(struct vctx *c) {
   if (!p->model)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: key 'model' is required: a GGUF file, or "
                          "'default' for the model this build ships", p->path);
+  /* a boundary that changes nothing is refused, not ignored */
+  const struct tsr_profile_kv_boundary *kb = &p->kv_boundary;
+  if (kb->layers && !kb->k && !kb->v)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: kv.boundary names no codec: give k, v or "
+                         "both", tsr_profile_where(p, "kv.boundary.layers"));
+  if (!kb->layers && (kb->k || kb->v)) {
+    const char *side = kb->k ? "kv.boundary.k" : "kv.boundary.v";
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: %s would reach no layer: kv.boundary.layers "
+                         "is 0", tsr_profile_where(p, side), side);
+  }
   if (p->ubatch > p->batch) {
     const struct tsr_pnode *u = tsr_pnode_get(p->root, "ubatch");
     const struct tsr_pnode *b = tsr_pnode_get(p->root, "batch");
@@ -697,6 +713,17 @@ const char *tsr_profile_v_codec(const struct tsr_profile *p, enum tsr_profile_la
 const char *tsr_profile_attention(const struct tsr_profile *p, enum tsr_profile_layer_kind kind) {
   return kind < TSR_PROFILE_LAYER_KINDS && p->attention_kind[kind] ? p->attention_kind[kind]
                                                                    : p->attention;
+}
+
+const char *tsr_profile_kv_label(const struct tsr_profile *p, char *buf, size_t n) {
+  const char *k = tsr_profile_k_codec(p, TSR_PROFILE_LAYER_FULL);
+  const char *v = tsr_profile_v_codec(p, TSR_PROFILE_LAYER_FULL);
+  const struct tsr_profile_kv_boundary *b = &p->kv_boundary;
+  int used = snprintf(buf, n, "k=%s v=%s", k, v);
+  if (b->layers && used >= 0 && (size_t)used < n)
+    snprintf(buf + used, n - (size_t)used, ", boundary %d%s%s%s%s", (int)b->layers,
+             b->k ? " k=" : "", b->k ? b->k : "", b->v ? " v=" : "", b->v ? b->v : "");
+  return buf;
 }
 
 const char *tsr_profile_layer_kind_name(enum tsr_profile_layer_kind kind) {

@@ -83,6 +83,14 @@ struct tsr_profile_kv_pair {
   const char *k, *v; /* codec names; NULL in per_kind means "use kv.k / kv.v" */
 };
 
+/* kv.boundary: the first and last `layers` layers that keep K/V (in model order; layers
+** with recurrent state or another layer's K/V do not count) store them in k / v instead
+** of their kind's codecs; a NULL side keeps the kind's. */
+struct tsr_profile_kv_boundary {
+  int32_t layers;
+  const char *k, *v;
+};
+
 struct tsr_profile_plugin {
   const char *name;
   const char *path;                 /* as written, or NULL */
@@ -128,6 +136,7 @@ struct tsr_profile {
 
   struct tsr_profile_kv_pair kv;
   struct tsr_profile_kv_pair kv_per_kind[TSR_PROFILE_LAYER_KINDS];
+  struct tsr_profile_kv_boundary kv_boundary;
   const char *kv_lift; /* "true": attention may read a codec lifted to f16; "false": refused */
 
   struct tsr_profile_plugin *plugins;
@@ -165,6 +174,9 @@ const char *tsr_profile_where(const struct tsr_profile *p, const char *key_path)
 const char *tsr_profile_k_codec(const struct tsr_profile *p, enum tsr_profile_layer_kind kind);
 const char *tsr_profile_v_codec(const struct tsr_profile *p, enum tsr_profile_layer_kind kind);
 const char *tsr_profile_layer_kind_name(enum tsr_profile_layer_kind kind);
+/* "k=q8_0 v=q4_0": the full layers' codecs, and kv.boundary's where set
+** ("k=turbo3 v=turbo3, boundary 2 k=q8_0"), into buf (n > 0; always terminated). */
+const char *tsr_profile_kv_label(const struct tsr_profile *p, char *buf, size_t n);
 /* The attention implementation of a layer kind: `attention: NAME` names one
 ** for every kind; `attention: {full: NAME, sliding: NAME}` one per kind, a
 ** kind left out keeping flash (iSWA models: another implementation on the full

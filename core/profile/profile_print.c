@@ -298,6 +298,14 @@ void tsr_profile_print(const struct tsr_profile *p, FILE *f) {
     }
   }
 
+  const struct tsr_profile_kv_boundary *kb = &p->kv_boundary;
+  if (kb->layers) {
+    line(f, 2, "boundary:", NULL);
+    kv_line(&pr, 4, "layers", fmt(&pr, "%d", kb->layers), "kv.boundary.layers");
+    if (kb->k) kv_line(&pr, 4, "k", str(&pr, kb->k), "kv.boundary.k");
+    if (kb->v) kv_line(&pr, 4, "v", str(&pr, kb->v), "kv.boundary.v");
+  }
+
   if (!p->n_plugins) kv_line(&pr, 0, "plugins", "[]", NULL);
   else line(f, 0, "plugins:", NULL);
   for (size_t i = 0; i < p->n_plugins; i++) print_plugin(&pr, &p->plugins[i], 4, "- ");

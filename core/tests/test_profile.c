@@ -518,6 +518,33 @@ static void test_print_escapes_what_yaml_refuses_raw(void) {
   tsr_profile_free(b);
 }
 
+/* kv.boundary: layers and at least one codec, or nothing; printed and loaded back. */
+static void test_kv_boundary(void) {
+  const char *sets[] = {"kv.boundary={layers: 2, k: q8_0}"};
+  struct tsr_profile *a = load_ok(conf("example-deployment.yaml"), sets, 1), *b = NULL;
+  if (a) CHECK(a->kv_boundary.layers == 2 && !strcmp(a->kv_boundary.k, "q8_0") && !a->kv_boundary.v);
+  char *printed = NULL;
+  print_and_reload(a, &printed, &b);
+  if (b) CHECK(b->kv_boundary.layers == 2 && !strcmp(b->kv_boundary.k, "q8_0") && !b->kv_boundary.v);
+  CHECK(printed && strstr(printed, "  boundary:\n    layers: 2") != NULL);
+  free(printed);
+  tsr_profile_free(a);
+  tsr_profile_free(b);
+  const char *no_codec[] = {"kv.boundary.layers=2"};
+  expect_error_sets(conf("example-deployment.yaml"), no_codec, 1, "--set kv.boundary.layers",
+                    "kv.boundary names no codec", (const char *)NULL);
+  const char *no_layers[] = {"kv.boundary={v: q8_0}"};
+  expect_error_sets(conf("example-deployment.yaml"), no_layers, 1,
+                    "kv.boundary.v would reach no layer", (const char *)NULL);
+  const char *zero[] = {"kv.boundary={layers: 0, k: q8_0}"};
+  expect_error_sets(conf("example-deployment.yaml"), zero, 1, "kv.boundary.k would reach no layer",
+                    (const char *)NULL);
+  const char *negative[] = {"kv.boundary={layers: -1, k: q8_0}"};
+  expect_error_sets(conf("example-deployment.yaml"), negative, 1, "layers", (const char *)NULL);
+  const char *unknown[] = {"kv.boundary={layers: 1, k: q8_0, first: 2}"};
+  expect_error_sets(conf("example-deployment.yaml"), unknown, 1, "first", (const char *)NULL);
+}
+
 /* A plugin gets a setting's text as written, so an empty value and ~ print as
 ** themselves: printed as null they would come back as the text "null". */
 static void test_print_keeps_how_null_is_spelled(void) {
@@ -616,6 +643,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_print_round_trips);
   TSR_RUN(test_print_round_trips_long_values_and_line_breaks);
   TSR_RUN(test_print_escapes_what_yaml_refuses_raw);
+  TSR_RUN(test_kv_boundary);
   TSR_RUN(test_print_keeps_how_null_is_spelled);
   TSR_RUN(test_backend_settings_are_checked_overridden_and_printed);
   return TSR_TEST_EXIT();

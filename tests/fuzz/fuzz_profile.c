@@ -100,7 +100,7 @@ static void check_plugin(const struct tsr_profile_plugin *pl) {
 static const char *const g_key_paths[] = {
     "model", "backend", "backend.name", "backend.gemm", "threads", "context", "batch", "ubatch",
     "memory_limit", "attention", "attention.full", "kv.k", "kv.v", "kv.per_kind.full.k",
-    "kv.per_kind.sliding.v", "plugins", "plugins.0", "plugins.0.settings", "plugins.99",
+    "kv.per_kind.sliding.v", "kv.boundary.layers", "plugins", "plugins.0", "plugins.0.settings", "plugins.99",
     "decode_policies.0", "speculator.name", "sampling.top_p", "sampling.seed", "server.port",
     "", ".", "..", "a..b", "plugins.18446744073709551616",
 };
@@ -155,6 +155,9 @@ static void same_values(const struct tsr_profile *a, const struct tsr_profile *b
     REQUIRE(same_str(tsr_profile_k_codec(a, k), tsr_profile_k_codec(b, k)));
     REQUIRE(same_str(tsr_profile_v_codec(a, k), tsr_profile_v_codec(b, k)));
   }
+  REQUIRE(a->kv_boundary.layers == b->kv_boundary.layers &&
+          same_str(a->kv_boundary.k, b->kv_boundary.k) &&
+          same_str(a->kv_boundary.v, b->kv_boundary.v));
   REQUIRE(a->n_plugins == b->n_plugins && a->n_decode_policies == b->n_decode_policies);
   for (size_t i = 0; i < a->n_plugins; i++) {
     REQUIRE(same_str(a->plugins[i].name, b->plugins[i].name));
@@ -177,6 +180,7 @@ static void same_values(const struct tsr_profile *a, const struct tsr_profile *b
 static void check_loaded(struct tsr_profile *p) {
   REQUIRE(p->path && p->dir && p->model && p->backend && p->root);
   REQUIRE(p->ubatch <= p->batch && p->context >= 1);
+  REQUIRE(!p->kv_boundary.layers == !(p->kv_boundary.k || p->kv_boundary.v));
   REQUIRE(!strcmp(p->backend, "cpu") || !strcmp(p->backend, "cuda"));
   walk(p->root, 0);
   for (size_t i = 0; i < p->n_plugins; i++) check_plugin(&p->plugins[i]);

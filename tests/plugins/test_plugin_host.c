@@ -190,6 +190,66 @@ static void test_negotiation_names_layer_plugin_and_codec(void) {
   tsr_plugin_host_free(h);
 }
 
+/* kv.boundary: the first and last N layers that keep K/V (recurrent layers and layers
+** reading another's K/V not counted) form groups of their own with the boundary's codecs,
+** a layer sharing K/V takes its source's, and a boundary covering every layer is refused. */
+static void test_boundary_layers_group_apart(void) {
+  struct tsr_plugin_host *h;
+  CHECK_OK(tsr_plugin_host_new(&h));
+  const struct tsr_arch_layer full = {.kind = TSR_LAYER_FULL, .n_head = 4, .n_head_kv = 2,
+                                      .head_dim_k = 64, .head_dim_v = 64};
+  const struct tsr_arch_layer lin = {.kind = TSR_LAYER_LINEAR, .state_bytes = 64};
+  struct tsr_arch_layer slid = full;
+  slid.kind = TSR_LAYER_SLIDING, slid.window = 16;
+  /* 0 linear, 1 sliding, 2-5 full, 6 sliding, 7 sliding reading layer 1's K/V */
+  struct tsr_arch_layer layers[8] = {lin, slid, full, full, full, full, slid, full};
+  layers[7].kind = TSR_LAYER_SLIDING, layers[7].window = 16, layers[7].kv_shared_from = 2;
+  struct tsr_composition_request r = {.backend = "cpu", .attention = "flash", .layers = layers,
+                                      .n_layers = 8, .boundary_layers = 2, .boundary_k = "q8_0"};
+  r.k_codec[TSR_LAYER_FULL] = r.k_codec[TSR_LAYER_SLIDING] = "q4_0";
+  r.v_codec[TSR_LAYER_FULL] = "q4_0";
+  struct tsr_composition c;
+  CHECK_OK(tsr_compose(h, &r, &c));
+  /* the layers keeping K/V are 1-6: 1, 2 and 5, 6 are the boundary */
+  const char *want_k[8] = {NULL, "q8_0", "q8_0", "q4_0", "q4_0", "q8_0", "q8_0", "q8_0"};
+  const char *want_v[8] = {NULL, "f16", "q4_0", "q4_0", "q4_0", "q4_0", "f16", "f16"};
+  for (int i = 0; i < 8; i++) {
+    const char *k, *v;
+    bool boundary;
+    tsr_compose_layer_codecs(&r, i, &k, &v, &boundary);
+    CHECK_MSG((!k && !want_k[i]) || (k && want_k[i] && !strcmp(k, want_k[i])),
+              "layer %d: K %s, want %s", i, k ? k : "none", want_k[i] ? want_k[i] : "none");
+    CHECK_MSG((!v && !want_v[i]) || (v && want_v[i] && !strcmp(v, want_v[i])),
+              "layer %d: V %s, want %s", i, v ? v : "none", want_v[i] ? want_v[i] : "none");
+    CHECK(boundary == (i == 1 || i == 2 || i == 5 || i == 6 || i == 7));
+    const struct tsr_composition_group *g = tsr_composition_group_of(&c, &r, i);
+    CHECK(g && g->kind == layers[i].kind && (!k || !strcmp(g->k_codec, k)));
+  }
+  /* linear; sliding boundary 1, 6, 7; full boundary 2, 5; full 3-4 */
+  CHECK(c.n_groups == 4);
+  CHECK(!strcmp(tsr_composition_group_of(&c, &r, 1)->layer_list, "1,6-7"));
+  CHECK(!strcmp(tsr_composition_group_of(&c, &r, 2)->layer_list, "2,5"));
+  CHECK(!strcmp(tsr_composition_group_of(&c, &r, 3)->layer_list, "3-4"));
+  CHECK(tsr_composition_group_of(&c, &r, 2)->boundary && !tsr_composition_group_of(&c, &r, 3)->boundary);
+  CHECK(tsr_composition_group_of(&c, &r, 8) == NULL);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  tsr_composition_print(&c, f);
+  fclose(f);
+  CHECK(strstr(text, "full    layers 2,5 (2), kv.boundary") != NULL);
+  CHECK(strstr(text, "K q8_0 (") != NULL && strstr(text, "K q4_0 (") != NULL);
+  free(text);
+  /* six layers keep K/V: a boundary of 3 is all of them */
+  r.boundary_layers = 3;
+  CHECK_ERR_HAS(tsr_compose(h, &r, &c), "kv.boundary.layers 3: the model has 6 layers that keep "
+                                        "K/V");
+  /* a boundary codec is negotiated as any other: named with its layer */
+  r.boundary_layers = 1, r.boundary_k = "q9_0";
+  CHECK_ERR_HAS(tsr_compose(h, &r, &c), "layer 1 (sliding): K codec 'q9_0' is not registered");
+  tsr_plugin_host_free(h);
+}
+
 /* Runs one attention layer through the named implementation; returns the output. */
 static float *run_attention(struct tsr_setup *s, const char *attention, const float *q,
                             const uint16_t *k, const uint16_t *v, int D, int Nq, int Nkv, int Hq,
@@ -333,6 +393,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_plugin_without_code_and_missing_plugin);
   TSR_RUN(test_settings_are_validated_against_the_declaration);
   TSR_RUN(test_negotiation_names_layer_plugin_and_codec);
+  TSR_RUN(test_boundary_layers_group_apart);
   TSR_RUN(test_example_plugin_from_profile_ab_swaps_with_flash);
   return TSR_TEST_EXIT();
 }

@@ -9,6 +9,8 @@
 **   - every pair of a turbo tier with a scalar tier or another tier is no farther
 **     than the worse of its two symmetric settings (with 25% for noise);
 **   - the rotation ran (the plugin's counters) and a turbo cache is not f16's;
+**   - kv.boundary layers at f16 bring turbo2 closer to f16, and take those layers' rows out
+**     of the rotation;
 **   - decode (one token at a time) equals prefill (ubatches of 16): bit for bit where f16
 **     KV's do; else (cuda: in register against lifted) within half the tier's distance;
 ** and on cuda (--backend cuda; tests/gpu/run.sh check RUN turbo):
@@ -30,6 +32,7 @@
 #include "tests/logits_test_util.h"
 
 static const char *g_out, *g_backend = "cpu", *g_model;
+static const char *g_kv_more = ""; /* more keys of the profile's kv map: ", boundary: {...}" */
 static struct tsr_test_golden g_gs;
 static size_t g_n;
 static const char *const g_attentions[2] = {"flash", "{full: dca, sliding: flash}"};
@@ -48,9 +51,9 @@ static bool run(const char *backend, const char *k, const char *v, const char *a
   FILE *f = fopen(path, "w");
   if (!f) return false;
   fprintf(f, "model: %s\nbackend: %s\ncontext: 256\nbatch: 256\nubatch: %d\n"
-          "kv: {k: %s, v: %s}\nattention: %s\nplugins:\n  - arch_qwen\n  - arch_gemma4\n"
+          "kv: {k: %s, v: %s%s}\nattention: %s\nplugins:\n  - arch_qwen\n  - arch_gemma4\n"
           "  - name: attn_dca\n    settings: {chunk_size: 16, local_size: 4}\n  - kv_turbo\n",
-          g_model, backend, ubatch, k, v, attention);
+          g_model, backend, ubatch, k, v, g_kv_more, attention);
   fclose(f);
   struct tsr_engine_options opt = {.profile_path = path, .n_threads = 2};
   struct tsr_engine *e = NULL;
@@ -182,6 +185,40 @@ static void test_decode_equals_prefill(void) {
   free(f32.logits), free(f1.logits), free(f16.logits);
 }
 
+/* kv.boundary: turbo2 K/V with the first and last layer at f16 K/V lies between the two,
+** and the rotation ran on the other layers only (qwen3's layers are alike: exactly half of
+** its 4 layers' rows are rotated). */
+static void test_boundary_layers(void) {
+  for (int a = 0; a < 2; a++) {
+    const char *att = g_attentions[a];
+    struct result f32, f16, all, edge;
+    if (!run("cpu", "f32", "f32", att, 16, &f32)) continue;
+    bool ok = run(g_backend, "f16", "f16", att, 16, &f16) &&
+              run(g_backend, "turbo2", "turbo2", att, 16, &all);
+    g_kv_more = ", boundary: {layers: 1, k: f16, v: f16}";
+    ok = ok && run(g_backend, "turbo2", "turbo2", att, 16, &edge);
+    g_kv_more = "";
+    if (ok) {
+      const double d16 = rms(f16.logits, f32.logits), dall = rms(all.logits, f32.logits);
+      const double dedge = rms(edge.logits, f32.logits);
+      printf("  %s, %s, %s: turbo2 %.3e, with f16 boundary layers %.3e, f16 %.3e; rows "
+             "rotated %llu of %llu\n", g_model, g_backend, att, dall, dedge, d16,
+             (unsigned long long)edge.rotated, (unsigned long long)all.rotated);
+      CHECK_MSG(d16 < dedge && dedge < dall, "f16 boundary layers: %.3e, not between f16 %.3e "
+                "and turbo2 %.3e", dedge, d16, dall);
+      CHECK_MSG(edge.rotated > 0 && edge.rotated < all.rotated, "rows rotated: %llu with the "
+                "boundary, %llu without", (unsigned long long)edge.rotated,
+                (unsigned long long)all.rotated);
+      if (strstr(g_model, "qwen3"))
+        CHECK_MSG(2 * edge.rotated == all.rotated, "qwen3: %llu rows rotated with 2 of 4 layers "
+                  "at f16, %llu with none", (unsigned long long)edge.rotated,
+                  (unsigned long long)all.rotated);
+      free(edge.logits);
+    }
+    free(f32.logits), free(f16.logits), free(all.logits);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc > 2 && !strcmp(argv[1], "--backend")) g_backend = argv[2], argc -= 2, argv += 2;
   if (argc < 4 || (argc - 2) % 2) {
@@ -198,6 +235,7 @@ int main(int argc, char **argv) {
     printf("model %s\n", g_model);
     TSR_RUN(test_tiers_rank_by_bits_and_pairs_compose);
     TSR_RUN(test_decode_equals_prefill);
+    TSR_RUN(test_boundary_layers);
     tsr_gguf_close(gold);
   }
   return TSR_TEST_EXIT();

@@ -7,7 +7,9 @@
 #   quality.sh TESSERA TEXT OUT MODEL_OR_PROFILE CTX CHUNKS [PAIRS...]
 #
 # MODEL_OR_PROFILE: a .gguf (with the built-in default plugins and kv_turbo) or a profile
-# (.yaml, which must load kv_turbo). PAIRS: K/V pairs to run (default: the full list below).
+# (.yaml, which must load kv_turbo). PAIRS: K/V pairs to run (default: the full list below);
+# K/V@N:BK/BV runs K/V with kv.boundary (the first and last N layers holding K/V at BK/BV,
+# - for a side the boundary leaves alone), e.g. turbo4/turbo4@1:q8_0/-.
 set -uo pipefail
 tessera=$1 text=$2 out=$3 model=$4 ctx=$5 chunks=$6
 shift 6
@@ -27,13 +29,22 @@ run() { "$tessera" perplexity "$text" "${src[@]}" --ctx "$ctx" --chunks "$chunks
 echo "| K / V | PPL | mean KL (nats) | p99 KL | same top % |"
 echo "| --- | --- | --- | --- | --- |"
 for p in "${pairs[@]}"; do
-  k=${p%/*} v=${p#*/} log="$out/${k}_${v}.log"
-  if run --kl-divergence "$out/base.gguf" --set kv.k="$k" --set kv.v="$v" >"$log" 2>&1; then
-    awk -v kv="$k / $v" '
+  kv=${p%%@*} k=${kv%/*} v=${kv#*/} label="$k / $v" boundary=()
+  if [[ $p == *@* ]]; then
+    b=${p#*@} n=${b%%:*} bkv=${b#*:}
+    bk=${bkv%/*} bv=${bkv#*/} map="layers: $n"
+    [ "$bk" = - ] || map+=", k: $bk"
+    [ "$bv" = - ] || map+=", v: $bv"
+    boundary=(--set "kv.boundary={$map}") label+=" (boundary $n: $bk / $bv)"
+  fi
+  log="$out/${p//[\/@:]/_}.log"
+  if run --kl-divergence "$out/base.gguf" --set kv.k="$k" --set kv.v="$v" "${boundary[@]}" \
+    >"$log" 2>&1; then
+    awk -v kv="$label" '
       /^PPL\(cand\)/ { ppl = $2 } /^mean KL/ { kl = $3 } /^p99 KL/ { p99 = $3 }
       /^same top/ { top = $3 }
       END { printf "| %s | %.3f | %.4g | %.3g | %.2f |\n", kv, ppl, kl, p99, top }' "$log"
   else
-    echo "| $k / $v | failed: $(tail -1 "$log") | | | |"
+    echo "| $label | failed: $(tail -1 "$log") | | | |"
   fi
 done

@@ -54,6 +54,15 @@ static int tsr_tests_run_ = 0;
     }                                                                          \
   } while (0)
 
+/* st_expr fails with a message holding needle */
+#define CHECK_ERR_HAS(st_expr, needle)                                         \
+  do {                                                                         \
+    tsr_status s_ = (st_expr);                                                 \
+    CHECK_MSG(s_ != TSR_OK, "expected a failure");                             \
+    CHECK_MSG(strstr(tsr_error_message(), needle) != NULL,                     \
+              "message '%s' lacks '%s'", tsr_error_message(), needle);         \
+  } while (0)
+
 #define TSR_RUN(fn)                                                            \
   do {                                                                         \
     tsr_test_failures_ = 0;                                                    \

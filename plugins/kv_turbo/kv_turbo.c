@@ -15,10 +15,12 @@
 ** lift the turbo side to f16 on CUDA.
 */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <tessera/plugin.h>
 
+#include "innerq.h"
 #include "turbo.h"
 #include "turbo_centroids.h"
 
@@ -217,13 +219,97 @@ static int32_t storage_dim(void *ctx, int32_t head_dim) {
   return head_dim > 0 && head_dim <= 4096 ? (int32_t)turbo_storage_dim(head_dim) : 0;
 }
 
-/* rows and queries: rotated into whole blocks */
-static struct tsr_tensor *prepare(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
-                                  const struct tsr_kv_codec_site *site, struct tsr_tensor *x) {
-  (void)site;
+/* ---- InnerQ (innerq.h) --------------------------------------------------------- */
+
+static int32_t g_stats_op = -1; /* kv_turbo.channel_stats: the rows as they are, measured */
+enum { STATS_P_LAYER = 0 };
+
+static void channel_stats_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
+                              const struct tsr_tensor_info *src, int n_src,
+                              const int32_t *params) {
+  (void)ctx, (void)n_src;
+  struct turbo_state *st = turbo_state_of(params);
+  const struct tsr_host *h = st->host;
+  const int64_t dim = dst->ne[0], rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
+  for (int64_t r = ith; r < rows; r += nth) /* contiguous rows in and out */
+    memcpy((float *)dst->data + r * dim, (const float *)src[0].data + r * dim,
+           sizeof(float) * (size_t)dim);
+  if (ith != 0) return; /* one thread adds to the sums, in row order: the same every run */
+  innerq_measure(st->innerq, params[STATS_P_LAYER], src[0].data, (int32_t)dim, rows);
+  h->engaged(st->self, "innerq_rows_measured", (uint64_t)rows);
+}
+
+static struct tsr_tensor *channel_stats(struct turbo_state *st, struct tsr_graph *g,
+                                        int32_t layer, struct tsr_tensor *x) {
+  const struct tsr_host *h = st->host;
   struct tsr_tensor_info xi;
   h->graph->tensor_info(x, &xi);
-  return rotate(ctx, g, x, turbo_storage_dim(xi.ne[0]), false);
+  if (layer < 0 || layer >= INNERQ_MAX_LAYERS || xi.ne[0] > INNERQ_MAX_DIM) {
+    h->graph->fail(g, TSR_ERR_UNSUPPORTED, "kv_turbo innerq_calibrate: layer %d of head dim "
+                   "%lld is past what a calibration records (%d layers, head dims to %d)",
+                   (int)layer, (long long)xi.ne[0], INNERQ_MAX_LAYERS, INNERQ_MAX_DIM);
+    return NULL;
+  }
+  if (!innerq_reserve(st->innerq, layer, (int32_t)xi.ne[0])) {
+    h->graph->fail(g, TSR_ERR_NOMEM, "kv_turbo innerq_calibrate: out of memory, or layer %d "
+                   "seen at two head dims", (int)layer);
+    return NULL;
+  }
+  int32_t params[TURBO_P_COUNT] = {layer};
+  memcpy(&params[TURBO_P_STATE], &st, sizeof st);
+  return h->graph->custom_op(g, g_stats_op, xi.n_dims, xi.ne, &x, 1, params, TURBO_P_COUNT);
+}
+
+/* K: one scale a channel ([head_dim, 1]: state 0 the scales, 1 their inverses for the
+** queries); V keeps a placeholder, as every side of a codec with state has one. */
+static tsr_status state_shape(void *ctx, int32_t head_dim, int32_t n_head_kv, bool is_k,
+                              int32_t i, const char **name, int64_t ne[2]) {
+  (void)ctx, (void)n_head_kv;
+  *name = !is_k ? "unused" : i == 0 ? "innerq_k_scale" : "innerq_q_scale";
+  ne[0] = is_k ? head_dim : 1;
+  ne[1] = 1;
+  return TSR_OK;
+}
+
+static tsr_status state_init(void *ctx, int32_t layer, bool is_k, int32_t i, float *data,
+                             int64_t n) {
+  struct turbo_state *st = ctx;
+  const struct tsr_host *h = st->host;
+  if (!is_k) {
+    data[0] = 1;
+    return TSR_OK;
+  }
+  tsr_status s = innerq_scales(h, st->innerq, layer, (int32_t)n, i == 1, data);
+  if (s == TSR_OK && i == 0) h->engaged(st->self, "innerq_layers_scaled", 1);
+  return s;
+}
+
+/* ---- the hooks ---------------------------------------------------------------- */
+
+/* rows: K measured or scaled (InnerQ), then rotated into whole blocks */
+static struct tsr_tensor *prepare_rows(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                       const struct tsr_kv_codec_site *site,
+                                       struct tsr_tensor *x) {
+  struct turbo_state *st = ctx;
+  if (site->is_k && st->innerq && st->calibrate_path)
+    x = channel_stats(st, g, site->layer, x);
+  else if (site->is_k && st->innerq)
+    x = h->graph->mul(g, x, site->state[0]);
+  if (!x) return NULL;
+  struct tsr_tensor_info xi;
+  h->graph->tensor_info(x, &xi);
+  return rotate(st, g, x, turbo_storage_dim(xi.ne[0]), false);
+}
+
+/* queries: scaled inversely to the keys (InnerQ), then rotated */
+static struct tsr_tensor *prepare_q(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
+                                    const struct tsr_kv_codec_site *site, struct tsr_tensor *q) {
+  struct turbo_state *st = ctx;
+  if (st->innerq && !st->calibrate_path && !(q = h->graph->mul(g, q, site->state[1])))
+    return NULL;
+  struct tsr_tensor_info qi;
+  h->graph->tensor_info(q, &qi);
+  return rotate(st, g, q, turbo_storage_dim(qi.ne[0]), false);
 }
 
 static struct tsr_tensor *finish_out(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
@@ -252,13 +338,55 @@ static bool reads(void *ctx, const struct tsr_layer_desc *layer) {
 
 /* ---- the plugin ------------------------------------------------------------- */
 
+static const struct tsr_plugin_setting g_settings[] = {
+    {"innerq_calibrate", TSR_SETTING_STRING, 1, 0, "", NULL,
+     "InnerQ: measure each layer's K channel RMS over this run (cpu backend, a turbo tier as K) "
+     "and write them to this file when the plugin unloads; empty: off"},
+    {"innerq_scales", TSR_SETTING_STRING, 1, 0, "", NULL,
+     "InnerQ: scale K channels by such a file's statistics, the queries inversely; empty: off"},
+    {"innerq_strength", TSR_SETTING_FLOAT, 0, 1, "0.5", NULL,
+     "InnerQ: a channel's scale is (mean RMS / its RMS) to this power"},
+    {"innerq_range", TSR_SETTING_FLOAT, 1, 64, "2", NULL,
+     "InnerQ: scales are clamped to [1/range, range]"},
+};
+#define N_SETTINGS (sizeof g_settings / sizeof g_settings[0])
+
+/* The InnerQ settings: off, measuring (calibrate) or scaling (scales). */
+static tsr_status innerq_init(const struct tsr_host *h, struct tsr_plugin *self,
+                              struct turbo_state *st) {
+  const char *calibrate = NULL, *scales = NULL;
+  double strength = 0, range = 0;
+  tsr_status s = h->setting_str(self, "innerq_calibrate", &calibrate);
+  if (s == TSR_OK) s = h->setting_str(self, "innerq_scales", &scales);
+  if (s == TSR_OK) s = h->setting_f64(self, "innerq_strength", &strength);
+  if (s == TSR_OK) s = h->setting_f64(self, "innerq_range", &range);
+  if (s != TSR_OK) return s;
+  if (!calibrate[0] && !scales[0]) return TSR_OK;
+  if (calibrate[0] && scales[0])
+    return h->set_error(TSR_ERR_INVALID_ARG, "kv_turbo: innerq_calibrate and innerq_scales both "
+                        "set: a calibration measures unscaled keys; set one");
+  if (!(st->innerq = calloc(1, sizeof *st->innerq)))
+    return h->set_error(TSR_ERR_NOMEM, "kv_turbo: out of memory");
+  st->innerq->strength = strength, st->innerq->range = range;
+  if (scales[0]) return innerq_load(h, st->innerq, scales);
+  if (!(st->calibrate_path = strdup(calibrate)))
+    return h->set_error(TSR_ERR_NOMEM, "kv_turbo: out of memory");
+  if (g_stats_op >= 0) return TSR_OK;
+  /* a cpu kernel only: on another backend the graph names the missing kernel */
+  int32_t op;
+  s = h->kernel->register_op(self, "channel_stats", &op);
+  if (s == TSR_OK) s = h->kernel->register_kernel(self, op, "cpu", channel_stats_cpu, NULL);
+  if (s == TSR_OK) g_stats_op = op;
+  return s;
+}
+
 static tsr_status turbo_init(const struct tsr_host *h, struct tsr_plugin *self) {
   struct turbo_state *st = calloc(1, sizeof *st);
   if (!st) return h->set_error(TSR_ERR_NOMEM, "kv_turbo: out of memory");
   st->host = h, st->self = self;
   h->set_state(self, st);
-  tsr_status s = TSR_OK;
-  if (g_rotate_op < 0) {
+  tsr_status s = innerq_init(h, self, st);
+  if (s == TSR_OK && g_rotate_op < 0) {
     tiers_init();
     int32_t op;
     s = h->kernel->register_op(self, "rotate", &op);
@@ -291,17 +419,21 @@ static tsr_status turbo_init(const struct tsr_host *h, struct tsr_plugin *self) 
         .dtype = TSR_KV_CODEC_OWN_DTYPE,
         .block_size = TURBO_BLOCK,
         .block_bytes = (size_t)turbo_block_bytes(g_tiers[t].bits),
-        .backends = "cpu,cuda",
+        /* measuring keys is a cpu op: a calibration run is refused elsewhere */
+        .backends = st->calibrate_path ? "cpu" : "cpu,cuda",
         .ctx = st,
         .encode_rows = g_encode[t],
         .decode_f16 = g_decode_f16[t],
         .decode_f32 = g_decode_f32[t],
         .storage_dim = storage_dim,
-        .prepare_rows = prepare,
-        .prepare_q = prepare,
+        .prepare_rows = prepare_rows,
+        .prepare_q = prepare_q,
         .finish_out = finish_out,
         .kernels = &cuda,
         .n_kernels = 1,
+        .n_state = st->innerq && !st->calibrate_path ? 2 : 0,
+        .state_shape = state_shape,
+        .state_init = state_init,
     };
     s = h->register_kv_codec(self, &codec);
     const struct tsr_kv_codec_v1 *got = s == TSR_OK ? h->find_kv_codec(self, codec.name, 0) : NULL;
@@ -311,7 +443,26 @@ static tsr_status turbo_init(const struct tsr_host *h, struct tsr_plugin *self) 
 }
 
 static void turbo_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
-  free(h->get_state(self));
+  struct turbo_state *st = h->get_state(self);
+  if (st && st->calibrate_path) { /* the calibration's result, or why there is none */
+    int64_t layers = 0, rows = 0;
+    char why[512];
+    for (int32_t i = 0; i < INNERQ_MAX_LAYERS; i++)
+      if (st->innerq->layer[i].rows > 0) layers++, rows += st->innerq->layer[i].rows;
+    if (!layers)
+      h->log(self, TSR_LOG_INFO, "innerq_calibrate: no key rows were measured (nothing ran, or "
+             "kv.k is not a turbo tier): %s not written", st->calibrate_path);
+    else if (innerq_write(st->innerq, st->calibrate_path, why, sizeof why))
+      h->log(self, TSR_LOG_INFO, "innerq_calibrate: K channel RMS of %lld layers (%lld rows) "
+             "written to %s", (long long)layers, (long long)rows, st->calibrate_path);
+    else
+      h->log(self, TSR_LOG_ERROR, "innerq_calibrate: %s", why);
+  }
+  if (st) {
+    innerq_free(st->innerq);
+    free(st->calibrate_path);
+  }
+  free(st);
 }
 
 static const struct tsr_plugin_iface g_provides[] = {{TSR_IFACE_KV_CODEC, 1}};
@@ -325,6 +476,8 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .description = "rotated Lloyd-Max KV codecs turbo2/3/4/8 (2.25/3.25/4.25/8.25 bits a value)",
     .provides = g_provides,
     .n_provides = 1,
+    .settings = g_settings,
+    .n_settings = N_SETTINGS,
     .init = turbo_init,
     .destroy = turbo_destroy,
 };

@@ -69,9 +69,14 @@ TURBO_FN int turbo_index(const uint8_t *block, int bits, int i) {
 enum { TURBO_P_INVERSE = 0, TURBO_P_OUT_DIM = 1, TURBO_P_STATE = 2, TURBO_P_COUNT = 4 };
 
 /* The plugin's state for one host. */
+struct innerq;
 struct turbo_state {
   const void *host; /* const struct tsr_host * */
   void *self;       /* struct tsr_plugin * */
+  /* InnerQ (innerq.h): the statistics being measured (calibrate_path set) or the
+  ** scales in use; NULL when off */
+  struct innerq *innerq;
+  char *calibrate_path;
 };
 
 TURBO_FN struct turbo_state *turbo_state_of(const int32_t *params) {

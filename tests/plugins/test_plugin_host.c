@@ -32,14 +32,6 @@ static const char *example_dir(const char *variant) {
   return buf;
 }
 
-#define CHECK_ERR_HAS(st_expr, needle)                                                  \
-  do {                                                                                  \
-    tsr_status s_ = (st_expr);                                                          \
-    CHECK_MSG(s_ != TSR_OK, "expected a failure");                                      \
-    CHECK_MSG(strstr(tsr_error_message(), needle) != NULL, "message '%s' lacks '%s'",    \
-              tsr_error_message(), needle);                                             \
-  } while (0)
-
 static void test_core_plugin_registers_flash_and_codecs(void) {
   struct tsr_plugin_host *h;
   CHECK_OK(tsr_plugin_host_new(&h));

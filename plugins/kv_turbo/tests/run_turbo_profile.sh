@@ -53,5 +53,24 @@ expect flash_on_cuda_reads_turbo_pairs_with_the_codec_kernel 0 \
 expect dca_with_lifting_forbidden_is_refused 2 \
   "attention dca (attn_dca 0.2.0) reads K codec turbo3 (kv_turbo 1.0.0) on cuda only by lifting" -- \
   "$src/conf/gemma4-26b-a4b-1m-turbo3.yaml" --set model="$out/g26.gguf" --set kv.lift=false
+# kv.boundary: the first and last 2 of the 30 layers at q8_0 K/V, groups of their own by
+# kind (0, 1 and 28 slide, 29 is full)
+expect boundary_layers_are_a_group_of_their_own 0 \
+  "sliding layers 0-1,28 (3), kv.boundary" "full    layers 29 (1), kv.boundary" -- \
+  "$src/conf/gemma4-26b-a4b-1m-turbo3.yaml" --set model="$out/g26.gguf" \
+  --set "kv.boundary={layers: 2, k: q8_0, v: q8_0}"
+expect a_boundary_over_every_layer_is_refused 2 \
+  "kv.boundary.layers 15: the model has 30 layers that keep K/V" -- \
+  "$src/conf/gemma4-26b-a4b-1m-turbo3.yaml" --set model="$out/g26.gguf" \
+  --set "kv.boundary={layers: 15, k: q8_0}"
+# InnerQ: a calibration measures keys on the cpu only; a scales file must exist
+expect innerq_calibration_on_cuda_is_refused 2 \
+  "K codec turbo3 (kv_turbo 1.0.0) has no cuda encoder (it runs on: cpu)" -- \
+  "$src/conf/gemma4-26b-a4b-1m-turbo3.yaml" --set model="$out/g26.gguf" \
+  --set "plugins=[arch_gemma4, attn_dca, {name: kv_turbo, settings: {innerq_calibrate: $out/k.iq}}]"
+expect innerq_scales_file_must_exist 2 \
+  "kv_turbo innerq_scales: cannot open $out/absent.iq" -- \
+  "$src/conf/gemma4-26b-a4b-1m-turbo3.yaml" --set model="$out/g26.gguf" \
+  --set "plugins=[arch_gemma4, attn_dca, {name: kv_turbo, settings: {innerq_scales: $out/absent.iq}}]"
 rm -f "$out/g26.gguf"
 exit $status

@@ -33,13 +33,15 @@
 
 static const char *g_out, *g_backend = "cpu", *g_model;
 static const char *g_kv_more = ""; /* more keys of the profile's kv map: ", boundary: {...}" */
+static const char *g_turbo_settings = ""; /* kv_turbo's settings map, "" for none */
+static bool g_refusal; /* the engine is expected to refuse the profile: run says so quietly */
 static struct tsr_test_golden g_gs;
 static size_t g_n;
 static const char *const g_attentions[2] = {"flash", "{full: dca, sliding: flash}"};
 
 struct result {
   float *logits;
-  uint64_t rotated, unrotated;
+  uint64_t rotated, unrotated, scaled_layers;
 };
 
 static bool run(const char *backend, const char *k, const char *v, const char *attention,
@@ -52,12 +54,14 @@ static bool run(const char *backend, const char *k, const char *v, const char *a
   if (!f) return false;
   fprintf(f, "model: %s\nbackend: %s\ncontext: 256\nbatch: 256\nubatch: %d\n"
           "kv: {k: %s, v: %s%s}\nattention: %s\nplugins:\n  - arch_qwen\n  - arch_gemma4\n"
-          "  - name: attn_dca\n    settings: {chunk_size: 16, local_size: 4}\n  - kv_turbo\n",
-          g_model, backend, ubatch, k, v, g_kv_more, attention);
+          "  - name: attn_dca\n    settings: {chunk_size: 16, local_size: 4}\n"
+          "  - name: kv_turbo\n    settings: {%s}\n",
+          g_model, backend, ubatch, k, v, g_kv_more, attention, g_turbo_settings);
   fclose(f);
   struct tsr_engine_options opt = {.profile_path = path, .n_threads = 2};
   struct tsr_engine *e = NULL;
   tsr_status st = tsr_engine_new(&opt, &e);
+  if (st != TSR_OK && g_refusal) return false;
   CHECK_MSG(st == TSR_OK, "%s, kv %s/%s, %s: %s", g_model, k, v, attention, tsr_error_message());
   if (st != TSR_OK) return false;
   r->logits = malloc(sizeof(float) * g_n);
@@ -67,6 +71,7 @@ static bool run(const char *backend, const char *k, const char *v, const char *a
   if (p) {
     r->rotated = tsr_plugin_engaged(p, "rows_rotated");
     r->unrotated = tsr_plugin_engaged(p, "outputs_unrotated");
+    r->scaled_layers = tsr_plugin_engaged(p, "innerq_layers_scaled");
   }
   tsr_engine_free(e);
   if (st != TSR_OK) free(r->logits), r->logits = NULL;
@@ -219,6 +224,74 @@ static void test_boundary_layers(void) {
   }
 }
 
+/* The layers a file of kv_turbo's InnerQ records ("layer L ..." lines); -1 unreadable. */
+static int innerq_layers(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  char line[65536];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) n += !strncmp(line, "layer ", 6);
+  fclose(f);
+  return n;
+}
+
+/* InnerQ: a calibration run (cpu) writes every K layer's channel RMS; scaling by them
+** changes what turbo3 K stores yet keeps q.k (turbo8 K scaled stays as close to f32 as
+** turbo8 K unscaled); a file of other head dims, or both settings, is refused. */
+static void test_innerq(void) {
+  char file[1024], settings[2100];
+  snprintf(file, sizeof file, "%s/%s.innerq", g_out, strstr(g_model, "qwen3") ? "qwen3" : "gemma4");
+  remove(file);
+  struct result cal;
+  snprintf(settings, sizeof settings, "innerq_calibrate: %s", file);
+  g_turbo_settings = settings;
+  const bool calibrated = run("cpu", "turbo3", "f16", "flash", 16, &cal);
+  g_turbo_settings = "";
+  const int layers = innerq_layers(file);
+  CHECK_MSG(calibrated && layers >= 4, "%s: the calibration recorded %d layers", g_model, layers);
+  if (calibrated) free(cal.logits);
+  snprintf(settings, sizeof settings, "innerq_scales: %s, innerq_range: 8", file);
+  for (int a = 0; a < 2 && calibrated; a++) {
+    const char *att = g_attentions[a];
+    struct result f32, t3, t8, s3, s8;
+    if (!run("cpu", "f32", "f32", att, 16, &f32)) continue;
+    bool got = run(g_backend, "turbo3", "f16", att, 16, &t3) &&
+               run(g_backend, "turbo8", "f16", att, 16, &t8);
+    g_turbo_settings = settings;
+    got = got && run(g_backend, "turbo3", "f16", att, 16, &s3) &&
+          run(g_backend, "turbo8", "f16", att, 16, &s8);
+    g_turbo_settings = "";
+    if (!got) continue;
+    const double d3 = rms(t3.logits, f32.logits), ds3 = rms(s3.logits, f32.logits);
+    const double d8 = rms(t8.logits, f32.logits), ds8 = rms(s8.logits, f32.logits);
+    printf("  %s, %s, %s: turbo3 K %.3e, scaled %.3e; turbo8 K %.3e, scaled %.3e; %llu layers "
+           "scaled\n", g_model, g_backend, att, d3, ds3, d8, ds8,
+           (unsigned long long)s3.scaled_layers);
+    CHECK_MSG((int)s3.scaled_layers == layers, "%llu layers scaled of the file's %d",
+              (unsigned long long)s3.scaled_layers, layers);
+    CHECK_MSG(rms(s3.logits, t3.logits) > 0, "scaled turbo3 K equals unscaled bit for bit");
+    CHECK_MSG(ds8 <= 2 * d8, "scaled turbo8 K %.3e from f32, unscaled %.3e: the queries are not "
+              "scaled inversely", ds8, d8);
+    CHECK_MSG(ds3 <= 2 * d3, "scaled turbo3 K %.3e from f32, unscaled %.3e", ds3, d3);
+    free(f32.logits), free(t3.logits), free(t8.logits), free(s3.logits), free(s8.logits);
+  }
+  /* refusals: both settings; a file of another head dim */
+  struct result r;
+  snprintf(settings, sizeof settings, "innerq_scales: %s, innerq_calibrate: %s.2", file, file);
+  g_turbo_settings = settings;
+  g_refusal = true;
+  CHECK(!run("cpu", "turbo3", "f16", "flash", 16, &r));
+  CHECK(strstr(tsr_error_message(), "innerq_calibrate and innerq_scales both set") != NULL);
+  FILE *f = fopen(file, "w");
+  if (f) fputs("kv_turbo-innerq 1\nlayer 0 dim 2 rows 1\n1 1\n", f), fclose(f);
+  snprintf(settings, sizeof settings, "innerq_scales: %s", file);
+  CHECK(!run("cpu", "turbo3", "f16", "flash", 16, &r));
+  CHECK_MSG(strstr(tsr_error_message(), "layer 0 has head dim 2 in the file"), "%s",
+            tsr_error_message());
+  g_refusal = false;
+  g_turbo_settings = "";
+}
+
 int main(int argc, char **argv) {
   if (argc > 2 && !strcmp(argv[1], "--backend")) g_backend = argv[2], argc -= 2, argv += 2;
   if (argc < 4 || (argc - 2) % 2) {
@@ -236,6 +309,7 @@ int main(int argc, char **argv) {
     TSR_RUN(test_tiers_rank_by_bits_and_pairs_compose);
     TSR_RUN(test_decode_equals_prefill);
     TSR_RUN(test_boundary_layers);
+    TSR_RUN(test_innerq);
     tsr_gguf_close(gold);
   }
   return TSR_TEST_EXIT();

@@ -2,8 +2,9 @@
 ** get_rows, mat_mul and mat_mul_id on the CPU.
 **
 ** mat_mul walks the weight matrix in tiles of rows. Contiguous f32 rows are
-** read in place, and so are contiguous f16 rows that meet one or two columns
-** (decode); any other weight (bf16, block types, strided views, f16 in a
+** read in place, and so are contiguous f16 rows and block-type rows with a
+** register kernel (vec_quant.c) that meet one or two columns (decode); any
+** other weight (bf16, other block types, strided views, f16 or blocks in a
 ** batch) is dequantized once per tile into the thread's scratch and reused
 ** for every column of x. Dots accumulate in f32 (core/cpu/vec.h). Work items are (weight batch, row tile, column chunk);
 ** columns are chunked only when there are too few tiles to keep every
@@ -44,24 +45,31 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 /* ---- weight tiles ---------------------------------------------------------- */
 
-/* f16 rows meeting at most this many columns are dotted in place; more
-** columns repay converting the tile to f32 once. */
+/* f16 and block rows meeting at most this many columns are dotted in place;
+** more columns repay converting the tile to f32 once. */
 #define F16_DIRECT_COLS 2
 
 enum wmode {
   W_F32,     /* contiguous f32 rows, read in place */
   W_F16,     /* contiguous f16 rows, dotted without conversion */
+  W_BLOCKS,  /* contiguous block rows, dotted by their register kernel */
   W_CONVERT, /* anything else: dequantized into scratch per tile */
 };
 
 static enum wmode weight_mode(const struct tsr_tensor *w, int64_t cols) {
   if (w->dtype == TSR_F32 && w->nb[0] == sizeof(float)) return W_F32;
-  if (w->dtype == TSR_F16 && w->nb[0] == sizeof(uint16_t) && cols <= F16_DIRECT_COLS) return W_F16;
+  if (cols > F16_DIRECT_COLS) return W_CONVERT;
+  if (w->dtype == TSR_F16 && w->nb[0] == sizeof(uint16_t)) return W_F16;
+  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)w->dtype);
+  if (tr->block_size > 1 && w->nb[0] == tr->type_size && w->ne[0] % tr->block_size == 0 &&
+      tsr_vec_dot_row((int)w->dtype))
+    return W_BLOCKS;
   return W_CONVERT;
 }
 
 struct wtile {
   enum wmode mode;
+  tsr_vec_dot_row_fn dot; /* W_BLOCKS */
   int64_t k, m0, n; /* rows [m0, m0+n) of length k */
   const void *row[TILE_MAX];
 };
@@ -71,6 +79,7 @@ struct wtile {
 static void wtile_load(struct wtile *t, const struct tsr_tensor *w, const char *base, int64_t m0,
                        int64_t n, int64_t cols, float *buf) {
   t->mode = weight_mode(w, cols);
+  t->dot = t->mode == W_BLOCKS ? tsr_vec_dot_row((int)w->dtype) : NULL;
   t->k = w->ne[0];
   t->m0 = m0;
   t->n = n;
@@ -128,6 +137,8 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
     const float *x = x_column(cs->x, xp, xbuf);
     if (t->mode == W_F16) {
       for (int64_t r = 0; r < t->n; r++) out[r] = tsr_vec_dot_f16_f32(t->row[r], x, t->k);
+    } else if (t->mode == W_BLOCKS) {
+      for (int64_t r = 0; r < t->n; r++) out[r] = t->dot(t->row[r], x, t->k);
     } else {
       for (int64_t r = 0; r < t->n; r++) out[r] = tsr_vec_dot_f32(t->row[r], x, t->k);
     }

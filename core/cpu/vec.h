@@ -19,4 +19,10 @@ void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
 /* y[i] *= a */
 void tsr_vec_scale_f32(float *y, float a, int64_t n);
 
+/* sum_i w[i]*y[i] over a row w of n values (whole blocks) of a block type, the codes
+** expanded in registers (vec_quant.c) */
+typedef float (*tsr_vec_dot_row_fn)(const void *w, const float *y, int64_t n);
+/* the kernel for a block type (enum tsr_dtype), or NULL where this machine or type has none */
+tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype);
+
 #endif

@@ -187,8 +187,12 @@ static void test_mat_mul_block_weights_match_dequantized_reference(void) {
   tsr_test_seed(3);
   const enum tsr_dtype types[] = {TSR_Q4_0, TSR_Q4_1, TSR_Q5_0, TSR_Q5_1, TSR_Q8_0, TSR_Q2_K,
                                   TSR_Q3_K, TSR_Q4_K, TSR_Q5_K, TSR_Q6_K, TSR_Q8_K};
+  /* one or two columns take the register kernels where a type has one (vec_quant.c);
+  ** more, the dequantized tiles */
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
     check_mat_mul(types[t], (struct mm_shape){512, 19, 1, 1, 1, 1, 1}, X_DENSE);
+    check_mat_mul(types[t], (struct mm_shape){2048, 7, 2, 1, 1, 1, 1}, X_DENSE);
+    check_mat_mul(types[t], (struct mm_shape){256, 9, 2, 1, 1, 1, 1}, X_PADDED);
     check_mat_mul(types[t], (struct mm_shape){256, 70, 4, 2, 1, 1, 1}, X_DENSE);
   }
 }

@@ -1,0 +1,189 @@
+/*
+** Dots of a quantized weight row with an f32 vector, the codes expanded to f32 in
+** registers and multiplied there (AVX2+FMA): no dequantized copy of the row is written
+** or read back, so a decode step reads each weight byte once. Products and sums are f32
+** as the dequantize-then-dot path's are; only their order differs. Machines without
+** AVX2 get no kernel, and mat_mul dequantizes as before.
+*/
+#include "vec.h"
+
+#include <string.h>
+
+#include "graph/dtype.h"
+#include "graph/quant_blocks.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+/* the 8 signed bytes at the bottom of v as f32 */
+AVX2 static inline __m256 i8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
+
+/* sum_i q[i]*y[i] over 32 signed byte codes */
+AVX2 static inline __m256 dot32_i8(__m256i q, const float *y) {
+  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+  __m256 s = _mm256_mul_ps(i8x8(lo), _mm256_loadu_ps(y));
+  s = _mm256_fmadd_ps(i8x8(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(y + 8), s);
+  s = _mm256_fmadd_ps(i8x8(hi), _mm256_loadu_ps(y + 16), s);
+  return _mm256_fmadd_ps(i8x8(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(y + 24), s);
+}
+
+/* 16 bytes of nibble pairs as 32 byte codes: low nibbles first (elements 0..15), then
+** the high ones (16..31), as q4_0, q5_0 and q4_K pack them */
+AVX2 static inline __m256i nibbles32(const uint8_t *qs) {
+  const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+AVX2 static float dot_q8_0(const void *w, const float *y, int64_t n) {
+  const struct tsr_block_q8_0 *b = w;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / TSR_QK8_0; i++, b++, y += TSR_QK8_0) {
+    const __m256 s = dot32_i8(_mm256_loadu_si256((const __m256i *)b->qs), y);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), s, acc);
+  }
+  return hsum(acc);
+}
+
+AVX2 static float dot_q4_0(const void *w, const float *y, int64_t n) {
+  const struct tsr_block_q4_0 *b = w;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / TSR_QK4_0; i++, b++, y += TSR_QK4_0) {
+    const __m256i q = _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
+  }
+  return hsum(acc);
+}
+
+/* q5_0: bit j of qh is element j's fifth bit: 16 where set, byte by byte */
+AVX2 static inline __m256i fifth_bits(const uint8_t qh[4]) {
+  uint32_t h;
+  memcpy(&h, qh, 4);
+  /* byte j of the result takes byte j/8 of h, then tests bit j%8 of it */
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32((int)h),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                       3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                          _mm256_set1_epi8(16));
+}
+
+AVX2 static float dot_q5_0(const void *w, const float *y, int64_t n) {
+  const struct tsr_block_q5_0 *b = w;
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / TSR_QK5_0; i++, b++, y += TSR_QK5_0) {
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), fifth_bits(b->qh)),
+                                      _mm256_set1_epi8(16));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
+  }
+  return hsum(acc);
+}
+
+/* q4_K's sub-block j scale and min (6 bits each, packed in 12 bytes) */
+static inline void k4_scale(const uint8_t s[12], int j, int *sc, int *m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
+    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+  }
+}
+
+/* sum of y over 32 values */
+AVX2 static inline __m256 sum32(const float *y) {
+  return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(y), _mm256_loadu_ps(y + 8)),
+                       _mm256_add_ps(_mm256_loadu_ps(y + 16), _mm256_loadu_ps(y + 24)));
+}
+
+/* q4_K: value = d sc q - dmin m per sub-block of 32; sub-blocks 2c and 2c + 1 are the low
+** and high nibbles of qs[32c .. 32c + 31] */
+AVX2 static float dot_q4_K(const void *w, const float *y, int64_t n) {
+  const struct tsr_block_q4_K *b = w;
+  __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  for (int64_t i = 0; i < n / TSR_QK_K; i++, b++) {
+    const float d = tsr_f16_to_f32(b->d), dmin = tsr_f16_to_f32(b->dmin);
+    for (int c = 0; c < 4; c++, y += 64) {
+      const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+      const __m256i lo = _mm256_and_si256(raw, m4);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+      int sc0, m0, sc1, m1;
+      k4_scale(b->scales, 2 * c, &sc0, &m0);
+      k4_scale(b->scales, 2 * c + 1, &sc1, &m1);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0), dot32_i8(lo, y), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1), dot32_i8(hi, y + 32), acc);
+      mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m0), sum32(y), mins);
+      mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m1), sum32(y + 32), mins);
+    }
+  }
+  return hsum(_mm256_sub_ps(acc, mins));
+}
+
+/* q6_K: value = d sc (q - 32) per 16 values; in each half h (128 values) element
+** 128h + 32k + l has its low nibble in ql[64h + l + 32(k & 1)] (low for k < 2, high
+** after) and its top two bits at bits 2k of qh[32h + l] */
+AVX2 static float dot_q6_K(const void *w, const float *y, int64_t n) {
+  const struct tsr_block_q6_K *b = w;
+  __m256 acc = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+  for (int64_t i = 0; i < n / TSR_QK_K; i++, b++) {
+    const float d = tsr_f16_to_f32(b->d);
+    for (int h = 0; h < 2; h++) {
+      const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+      for (int k = 0; k < 4; k++, y += 32) {
+        const __m256i ql =
+            _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
+        const __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
+        const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);
+        const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(top, 4)),
+                                          _mm256_set1_epi8(32));
+        const int8_t *sc = b->scales + 8 * h + 2 * k; /* elements 16 apart */
+        const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
+        __m256 s0 = _mm256_mul_ps(i8x8(q0), _mm256_loadu_ps(y));
+        s0 = _mm256_fmadd_ps(i8x8(_mm_srli_si128(q0, 8)), _mm256_loadu_ps(y + 8), s0);
+        __m256 s1 = _mm256_mul_ps(i8x8(q1), _mm256_loadu_ps(y + 16));
+        s1 = _mm256_fmadd_ps(i8x8(_mm_srli_si128(q1, 8)), _mm256_loadu_ps(y + 24), s1);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[0]), s0, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[1]), s1, acc);
+      }
+    }
+  }
+  return hsum(acc);
+}
+
+static int has_avx2(void) {
+  static int cached = -1;
+  if (cached < 0)
+    cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+  return cached;
+}
+
+tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype) {
+  if (!has_avx2()) return NULL;
+  switch (dtype) {
+  case TSR_Q8_0: return dot_q8_0;
+  case TSR_Q4_0: return dot_q4_0;
+  case TSR_Q5_0: return dot_q5_0;
+  case TSR_Q4_K: return dot_q4_K;
+  case TSR_Q6_K: return dot_q6_K;
+  default: return NULL;
+  }
+}
+#else
+tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype) {
+  (void)dtype;
+  return NULL;
+}
+#endif

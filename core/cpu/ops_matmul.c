@@ -52,7 +52,7 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 enum wmode {
   W_F32,     /* contiguous f32 rows, read in place */
   W_F16,     /* contiguous f16 rows, dotted without conversion */
-  W_BLOCKS,  /* contiguous block rows, dotted by their register kernel */
+  W_BLOCKS,  /* contiguous bf16 or block rows, dotted by their register kernel */
   W_CONVERT, /* anything else: dequantized into scratch per tile */
 };
 
@@ -61,7 +61,7 @@ static enum wmode weight_mode(const struct tsr_tensor *w, int64_t cols) {
   if (cols > F16_DIRECT_COLS) return W_CONVERT;
   if (w->dtype == TSR_F16 && w->nb[0] == sizeof(uint16_t)) return W_F16;
   const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)w->dtype);
-  if (tr->block_size > 1 && w->nb[0] == tr->type_size && w->ne[0] % tr->block_size == 0 &&
+  if (w->nb[0] == tr->type_size && w->ne[0] % tr->block_size == 0 &&
       tsr_vec_dot_row((int)w->dtype))
     return W_BLOCKS;
   return W_CONVERT;

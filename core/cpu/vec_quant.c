@@ -1,5 +1,5 @@
 /*
-** Dots of a quantized weight row with an f32 vector, the codes expanded to f32 in
+** Dots of a quantized (or bf16) weight row with an f32 vector, the codes expanded to f32 in
 ** registers and multiplied there (AVX2+FMA): no dequantized copy of the row is written
 ** or read back, so a decode step reads each weight byte once. Products and sums are f32
 ** as the dequantize-then-dot path's are; only their order differs. Machines without
@@ -42,6 +42,12 @@ AVX2 static inline __m256 dot32_i8(__m256i q, const float *y) {
 AVX2 static inline __m256i nibbles32(const uint8_t *qs) {
   const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
   return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+/* sum of y over 32 values */
+AVX2 static inline __m256 sum32(const float *y) {
+  return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(y), _mm256_loadu_ps(y + 8)),
+                       _mm256_add_ps(_mm256_loadu_ps(y + 16), _mm256_loadu_ps(y + 24)));
 }
 
 AVX2 static float dot_q8_0(const void *w, const float *y, int64_t n) {
@@ -89,6 +95,29 @@ AVX2 static float dot_q5_0(const void *w, const float *y, int64_t n) {
   return hsum(acc);
 }
 
+/* q4_1 and q5_1: value = d q + m, so the dot is d sum(q y) + m sum(y) */
+AVX2 static float dot_q4_1(const void *w, const float *y, int64_t n) {
+  const struct tsr_block_q4_1 *b = w;
+  __m256 acc = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / TSR_QK4_1; i++, b++, y += TSR_QK4_1) {
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(nibbles32(b->qs), y),
+                          acc);
+    offs = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->m)), sum32(y), offs);
+  }
+  return hsum(_mm256_add_ps(acc, offs));
+}
+
+AVX2 static float dot_q5_1(const void *w, const float *y, int64_t n) {
+  const struct tsr_block_q5_1 *b = w;
+  __m256 acc = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n / TSR_QK5_1; i++, b++, y += TSR_QK5_1) {
+    const __m256i q = _mm256_or_si256(nibbles32(b->qs), fifth_bits(b->qh));
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
+    offs = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->m)), sum32(y), offs);
+  }
+  return hsum(_mm256_add_ps(acc, offs));
+}
+
 /* q4_K's sub-block j scale and min (6 bits each, packed in 12 bytes) */
 static inline void k4_scale(const uint8_t s[12], int j, int *sc, int *m) {
   if (j < 4) {
@@ -98,12 +127,6 @@ static inline void k4_scale(const uint8_t s[12], int j, int *sc, int *m) {
     *sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
     *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
   }
-}
-
-/* sum of y over 32 values */
-AVX2 static inline __m256 sum32(const float *y) {
-  return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(y), _mm256_loadu_ps(y + 8)),
-                       _mm256_add_ps(_mm256_loadu_ps(y + 16), _mm256_loadu_ps(y + 24)));
 }
 
 /* q4_K: value = d sc q - dmin m per sub-block of 32; sub-blocks 2c and 2c + 1 are the low
@@ -128,6 +151,49 @@ AVX2 static float dot_q4_K(const void *w, const float *y, int64_t n) {
     }
   }
   return hsum(_mm256_sub_ps(acc, mins));
+}
+
+/* q5_K: as q4_K, each code's fifth bit in qh: element 32 j + l (sub-block j) has it at
+** bit j of qh[l] */
+AVX2 static float dot_q5_K(const void *w, const float *y, int64_t n) {
+  const struct tsr_block_q5_K *b = w;
+  __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+  for (int64_t i = 0; i < n / TSR_QK_K; i++, b++) {
+    const float d = tsr_f16_to_f32(b->d), dmin = tsr_f16_to_f32(b->dmin);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
+    for (int c = 0; c < 4; c++, y += 64) {
+      const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+      const __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), one);
+      const __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c + 1), one);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_slli_epi16(h0, 4));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
+                                         _mm256_slli_epi16(h1, 4));
+      int sc0, m0, sc1, m1;
+      k4_scale(b->scales, 2 * c, &sc0, &m0);
+      k4_scale(b->scales, 2 * c + 1, &sc1, &m1);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0), dot32_i8(lo, y), acc);
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1), dot32_i8(hi, y + 32), acc);
+      mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m0), sum32(y), mins);
+      mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m1), sum32(y + 32), mins);
+    }
+  }
+  return hsum(_mm256_sub_ps(acc, mins));
+}
+
+/* bf16: the top half of an f32 */
+AVX2 static float dot_bf16(const void *w, const float *y, int64_t n) {
+  const uint16_t *x = w;
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(x + i)));
+    acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(u, 16)), _mm256_loadu_ps(y + i),
+                          acc);
+  }
+  float s = hsum(acc);
+  for (; i < n; i++) s += tsr_bf16_to_f32(x[i]) * y[i];
+  return s;
 }
 
 /* q6_K: value = d sc (q - 32) per 16 values; in each half h (128 values) element
@@ -175,9 +241,13 @@ tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype) {
   switch (dtype) {
   case TSR_Q8_0: return dot_q8_0;
   case TSR_Q4_0: return dot_q4_0;
+  case TSR_Q4_1: return dot_q4_1;
   case TSR_Q5_0: return dot_q5_0;
+  case TSR_Q5_1: return dot_q5_1;
   case TSR_Q4_K: return dot_q4_K;
+  case TSR_Q5_K: return dot_q5_K;
   case TSR_Q6_K: return dot_q6_K;
+  case TSR_BF16: return dot_bf16;
   default: return NULL;
   }
 }

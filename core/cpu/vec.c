@@ -63,7 +63,7 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, flo
   for (; i < n; i++) y[i] += a * tsr_f16_to_f32(x[i]);
 }
 
-static int has_avx2(void) {
+int tsr_cpu_has_avx2(void) {
   static int cached = -1;
   if (cached < 0)
     cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -72,12 +72,12 @@ static int has_avx2(void) {
 }
 #else
 #define TSR_HAVE_AVX2_PATH 0
-static int has_avx2(void) { return 0; }
+int tsr_cpu_has_avx2(void) { return 0; }
 #endif
 
 float tsr_vec_dot_f32(const float *x, const float *y, int64_t n) {
 #if TSR_HAVE_AVX2_PATH
-  if (has_avx2()) return dot_f32_avx2(x, y, n);
+  if (tsr_cpu_has_avx2()) return dot_f32_avx2(x, y, n);
 #endif
   float s = 0.0f;
   for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
@@ -86,7 +86,7 @@ float tsr_vec_dot_f32(const float *x, const float *y, int64_t n) {
 
 float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n) {
 #if TSR_HAVE_AVX2_PATH
-  if (has_avx2()) return dot_f16_f32_avx2(x, y, n);
+  if (tsr_cpu_has_avx2()) return dot_f16_f32_avx2(x, y, n);
 #endif
   float s = 0.0f;
   for (int64_t i = 0; i < n; i++) s += tsr_f16_to_f32(x[i]) * y[i];
@@ -95,14 +95,14 @@ float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n) {
 
 void tsr_vec_axpy_f32(float *y, float a, const float *x, int64_t n) {
 #if TSR_HAVE_AVX2_PATH
-  if (has_avx2()) { axpy_f32_avx2(y, a, x, n); return; }
+  if (tsr_cpu_has_avx2()) { axpy_f32_avx2(y, a, x, n); return; }
 #endif
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
 #if TSR_HAVE_AVX2_PATH
-  if (has_avx2()) { axpy_f16_avx2(y, a, x, n); return; }
+  if (tsr_cpu_has_avx2()) { axpy_f16_avx2(y, a, x, n); return; }
 #endif
   for (int64_t i = 0; i < n; i++) y[i] += a * tsr_f16_to_f32(x[i]);
 }

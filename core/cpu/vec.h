@@ -8,6 +8,9 @@
 
 #include <stdint.h>
 
+/* whether this machine runs the AVX2+FMA+F16C paths (checked once) */
+int tsr_cpu_has_avx2(void);
+
 /* sum_i x[i]*y[i] */
 float tsr_vec_dot_f32(const float *x, const float *y, int64_t n);
 /* sum_i f16(x[i])*y[i] */

@@ -129,6 +129,19 @@ static inline void k4_scale(const uint8_t s[12], int j, int *sc, int *m) {
   }
 }
 
+/* q4_K and q5_K: sub-blocks 2c and 2c + 1 (codes lo and hi, 32 each) of a super-block
+** with scales s, into the products (acc) and the mins' share (mins) */
+AVX2 static inline void k4_pair(const uint8_t s[12], int c, float d, float dmin, __m256i lo,
+                                __m256i hi, const float *y, __m256 *acc, __m256 *mins) {
+  int sc0, m0, sc1, m1;
+  k4_scale(s, 2 * c, &sc0, &m0);
+  k4_scale(s, 2 * c + 1, &sc1, &m1);
+  *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0), dot32_i8(lo, y), *acc);
+  *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1), dot32_i8(hi, y + 32), *acc);
+  *mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m0), sum32(y), *mins);
+  *mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m1), sum32(y + 32), *mins);
+}
+
 /* q4_K: value = d sc q - dmin m per sub-block of 32; sub-blocks 2c and 2c + 1 are the low
 ** and high nibbles of qs[32c .. 32c + 31] */
 AVX2 static float dot_q4_K(const void *w, const float *y, int64_t n) {
@@ -141,13 +154,7 @@ AVX2 static float dot_q4_K(const void *w, const float *y, int64_t n) {
       const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
       const __m256i lo = _mm256_and_si256(raw, m4);
       const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-      int sc0, m0, sc1, m1;
-      k4_scale(b->scales, 2 * c, &sc0, &m0);
-      k4_scale(b->scales, 2 * c + 1, &sc1, &m1);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0), dot32_i8(lo, y), acc);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1), dot32_i8(hi, y + 32), acc);
-      mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m0), sum32(y), mins);
-      mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m1), sum32(y + 32), mins);
+      k4_pair(b->scales, c, d, dmin, lo, hi, y, &acc, &mins);
     }
   }
   return hsum(_mm256_sub_ps(acc, mins));
@@ -169,13 +176,7 @@ AVX2 static float dot_q5_K(const void *w, const float *y, int64_t n) {
       const __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), _mm256_slli_epi16(h0, 4));
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4),
                                          _mm256_slli_epi16(h1, 4));
-      int sc0, m0, sc1, m1;
-      k4_scale(b->scales, 2 * c, &sc0, &m0);
-      k4_scale(b->scales, 2 * c + 1, &sc1, &m1);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0), dot32_i8(lo, y), acc);
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1), dot32_i8(hi, y + 32), acc);
-      mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m0), sum32(y), mins);
-      mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m1), sum32(y + 32), mins);
+      k4_pair(b->scales, c, d, dmin, lo, hi, y, &acc, &mins);
     }
   }
   return hsum(_mm256_sub_ps(acc, mins));
@@ -228,16 +229,8 @@ AVX2 static float dot_q6_K(const void *w, const float *y, int64_t n) {
   return hsum(acc);
 }
 
-static int has_avx2(void) {
-  static int cached = -1;
-  if (cached < 0)
-    cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
-  return cached;
-}
-
 tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype) {
-  if (!has_avx2()) return NULL;
+  if (!tsr_cpu_has_avx2()) return NULL;
   switch (dtype) {
   case TSR_Q8_0: return dot_q8_0;
   case TSR_Q4_0: return dot_q4_0;

@@ -372,7 +372,7 @@ static tsr_status innerq_init(const struct tsr_host *h, struct tsr_plugin *self,
   if (!(st->calibrate_path = strdup(calibrate)))
     return h->set_error(TSR_ERR_NOMEM, "kv_turbo: out of memory");
   if (g_stats_op >= 0) return TSR_OK;
-  /* a cpu kernel only: on another backend the graph names the missing kernel */
+  /* a cpu kernel only: while calibrating the tiers run on the cpu alone (turbo_init) */
   int32_t op;
   s = h->kernel->register_op(self, "channel_stats", &op);
   if (s == TSR_OK) s = h->kernel->register_kernel(self, op, "cpu", channel_stats_cpu, NULL);
@@ -419,7 +419,7 @@ static tsr_status turbo_init(const struct tsr_host *h, struct tsr_plugin *self) 
         .dtype = TSR_KV_CODEC_OWN_DTYPE,
         .block_size = TURBO_BLOCK,
         .block_bytes = (size_t)turbo_block_bytes(g_tiers[t].bits),
-        /* measuring keys is a cpu op: a calibration run is refused elsewhere */
+        /* measuring keys is a cpu op: profile check refuses a calibration on another backend */
         .backends = st->calibrate_path ? "cpu" : "cpu,cuda",
         .ctx = st,
         .encode_rows = g_encode[t],

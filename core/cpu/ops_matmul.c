@@ -2,13 +2,16 @@
 ** get_rows, mat_mul and mat_mul_id on the CPU.
 **
 ** mat_mul walks the weight matrix in tiles of rows. Contiguous f32 rows are
-** read in place, and so are contiguous f16 rows and block-type rows with a
+** read in place, and so are contiguous f16, bf16 and block-type rows with a
 ** register kernel (vec_quant.c) that meet one or two columns (decode); any
-** other weight (bf16, other block types, strided views, f16 or blocks in a
-** batch) is dequantized once per tile into the thread's scratch and reused
-** for every column of x. Dots accumulate in f32 (core/cpu/vec.h). Work items are (weight batch, row tile, column chunk);
-** columns are chunked only when there are too few tiles to keep every
-** thread busy, so the usual case dequantizes each weight row exactly once.
+** other weight (other block types, strided views, f16 or blocks in a batch)
+** is dequantized once per tile into the thread's scratch and reused for every
+** column of x. Dots accumulate in f32 (core/cpu/vec.h); f32 rows meet dense
+** columns two rows by two columns, each output summed as one column's dot sums
+** it, so a batch equals its columns one at a time. Work items are (weight
+** batch, row tile, column chunk); columns are chunked only when there are too
+** few tiles to keep every thread busy, so the usual case dequantizes each
+** weight row exactly once.
 **
 ** mat_mul_id groups the (slot, token) pairs by expert (a counting sort that
 ** every thread repeats, so no thread waits on another) and runs each expert
@@ -130,6 +133,27 @@ static const float *x_column(const struct tsr_tensor *x, const char *col, float 
 ** column is read once into L1 and meets every row of the tile there. */
 static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, int64_t c1,
                       float *xbuf) {
+  /* f32 rows against dense columns two by two: each value loaded once for two products,
+  ** each output summed as the one-column dot sums it (so a batch equals its columns) */
+  if ((t->mode == W_F32 || t->mode == W_CONVERT) && cs->x->nb[0] == sizeof(float)) {
+    for (; c0 + 1 < c1; c0 += 2) {
+      const char *xp[2];
+      float *out[2];
+      col_at(cs, c0, t->m0, &xp[0], &out[0]);
+      col_at(cs, c0 + 1, t->m0, &xp[1], &out[1]);
+      const float *x0 = (const float *)xp[0], *x1 = (const float *)xp[1];
+      int64_t r = 0;
+      for (; r + 1 < t->n; r += 2) {
+        float d[4];
+        tsr_vec_dot2x2_f32(t->row[r], t->row[r + 1], x0, x1, t->k, d);
+        out[0][r] = d[0], out[0][r + 1] = d[1], out[1][r] = d[2], out[1][r + 1] = d[3];
+      }
+      if (r < t->n) {
+        out[0][r] = tsr_vec_dot_f32(t->row[r], x0, t->k);
+        out[1][r] = tsr_vec_dot_f32(t->row[r], x1, t->k);
+      }
+    }
+  }
   for (int64_t c = c0; c < c1; c++) {
     const char *xp;
     float *out;

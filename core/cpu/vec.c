@@ -14,6 +14,17 @@ __attribute__((target("avx2,fma"))) static float hsum256(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+/* The last values of a dot (past whole vectors), one at a time: one function, so every
+** f32 dot below rounds its tail alike. */
+__attribute__((target("avx2,fma"))) static inline float dot_tail(float s, const float *x,
+                                                                const float *y, int64_t i,
+                                                                int64_t n) {
+  for (; i < n; i++) s += x[i] * y[i];
+  return s;
+}
+
+/* Sixteen values a step in two accumulators (the first and second eight), eight more in
+** the first, then their sum and the tail: the order tsr_vec_dot2x2_f32 keeps per output. */
 __attribute__((target("avx2,fma"))) static float dot_f32_avx2(const float *x, const float *y,
                                                                int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -24,9 +35,35 @@ __attribute__((target("avx2,fma"))) static float dot_f32_avx2(const float *x, co
   }
   for (; i + 8 <= n; i += 8)
     a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), a0);
-  float s = hsum256(_mm256_add_ps(a0, a1));
-  for (; i < n; i++) s += x[i] * y[i];
-  return s;
+  return dot_tail(hsum256(_mm256_add_ps(a0, a1)), x, y, i, n);
+}
+
+/* Rows w0, w1 against columns x0, x1: each value loaded once for two products. */
+__attribute__((target("avx2,fma"))) static void dot2x2_f32_avx2(const float *w0, const float *w1,
+                                                                const float *x0, const float *x1,
+                                                                int64_t n, float out[4]) {
+  __m256 a[4], b[4];
+  for (int j = 0; j < 4; j++) a[j] = b[j] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256 r0 = _mm256_loadu_ps(w0 + i), r1 = _mm256_loadu_ps(w1 + i);
+    __m256 c0 = _mm256_loadu_ps(x0 + i), c1 = _mm256_loadu_ps(x1 + i);
+    a[0] = _mm256_fmadd_ps(r0, c0, a[0]), a[1] = _mm256_fmadd_ps(r1, c0, a[1]);
+    a[2] = _mm256_fmadd_ps(r0, c1, a[2]), a[3] = _mm256_fmadd_ps(r1, c1, a[3]);
+    r0 = _mm256_loadu_ps(w0 + i + 8), r1 = _mm256_loadu_ps(w1 + i + 8);
+    c0 = _mm256_loadu_ps(x0 + i + 8), c1 = _mm256_loadu_ps(x1 + i + 8);
+    b[0] = _mm256_fmadd_ps(r0, c0, b[0]), b[1] = _mm256_fmadd_ps(r1, c0, b[1]);
+    b[2] = _mm256_fmadd_ps(r0, c1, b[2]), b[3] = _mm256_fmadd_ps(r1, c1, b[3]);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 r0 = _mm256_loadu_ps(w0 + i), r1 = _mm256_loadu_ps(w1 + i);
+    const __m256 c0 = _mm256_loadu_ps(x0 + i), c1 = _mm256_loadu_ps(x1 + i);
+    a[0] = _mm256_fmadd_ps(r0, c0, a[0]), a[1] = _mm256_fmadd_ps(r1, c0, a[1]);
+    a[2] = _mm256_fmadd_ps(r0, c1, a[2]), a[3] = _mm256_fmadd_ps(r1, c1, a[3]);
+  }
+  const float *rows[4] = {w0, w1, w0, w1}, *cols[4] = {x0, x0, x1, x1};
+  for (int j = 0; j < 4; j++)
+    out[j] = dot_tail(hsum256(_mm256_add_ps(a[j], b[j])), rows[j], cols[j], i, n);
 }
 
 __attribute__((target("avx2,fma,f16c"))) static float dot_f16_f32_avx2(const uint16_t *x,
@@ -82,6 +119,18 @@ float tsr_vec_dot_f32(const float *x, const float *y, int64_t n) {
   float s = 0.0f;
   for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
   return s;
+}
+
+void tsr_vec_dot2x2_f32(const float *w0, const float *w1, const float *x0, const float *x1,
+                        int64_t n, float out[4]) {
+#if TSR_HAVE_AVX2_PATH
+  if (tsr_cpu_has_avx2()) {
+    dot2x2_f32_avx2(w0, w1, x0, x1, n, out);
+    return;
+  }
+#endif
+  out[0] = tsr_vec_dot_f32(w0, x0, n), out[1] = tsr_vec_dot_f32(w1, x0, n);
+  out[2] = tsr_vec_dot_f32(w0, x1, n), out[3] = tsr_vec_dot_f32(w1, x1, n);
 }
 
 float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n) {

@@ -13,6 +13,10 @@ int tsr_cpu_has_avx2(void);
 
 /* sum_i x[i]*y[i] */
 float tsr_vec_dot_f32(const float *x, const float *y, int64_t n);
+/* The four dots of rows w0, w1 with columns x0, x1 (out: w0.x0, w1.x0, w0.x1, w1.x1),
+** each equal bit for bit to tsr_vec_dot_f32's, in half its loads */
+void tsr_vec_dot2x2_f32(const float *w0, const float *w1, const float *x0, const float *x1,
+                        int64_t n, float out[4]);
 /* sum_i f16(x[i])*y[i] */
 float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n);
 /* y[i] += a*x[i] */

@@ -197,6 +197,43 @@ static void test_mat_mul_block_weights_match_dequantized_reference(void) {
   }
 }
 
+/* f32 weights: a batch of columns (two at a time through tsr_vec_dot2x2_f32) gives each
+** column exactly what the column alone gives (decode), for odd and even counts of rows,
+** columns and values (tails of the vector loop). */
+static void test_mat_mul_f32_batch_equals_its_columns(void) {
+  tsr_test_seed(7);
+  /* rows for several tiles, so that columns are not split over the threads */
+  const int64_t shapes[][3] = {{300, 201, 7}, {64, 300, 4}, {1033, 71, 3}, {17, 130, 2}};
+  for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+    const int64_t k = shapes[si][0], m = shapes[si][1], n = shapes[si][2];
+    struct tsr_test_graph tg;
+    tsr_test_graph_init(&tg, 8 + 3 * (int)n);
+    struct tsr_tensor *w = tsr_new_tensor_2d(tg.g, TSR_F32, k, m);
+    struct tsr_tensor *x = tsr_new_tensor_2d(tg.g, TSR_F32, k, n);
+    struct tsr_tensor *y = tsr_mat_mul(tg.g, w, x);
+    tsr_graph_mark_output(y);
+    struct tsr_tensor *ys[8];
+    for (int64_t c = 0; c < n; c++) { /* column c alone: a view of x */
+      struct tsr_tensor *xc = tsr_view(tg.g, x, 2, (int64_t[]){k, 1}, x->nb, (size_t)c * x->nb[1]);
+      ys[c] = tsr_mat_mul(tg.g, w, xc);
+      tsr_graph_mark_output(ys[c]);
+    }
+    CHECK_OK(tsr_test_graph_alloc(&tg));
+    if (!tg.arena) {
+      tsr_test_graph_free(&tg);
+      continue;
+    }
+    tsr_test_fill_normal(w, 1.0f);
+    tsr_test_fill_normal(x, 1.0f);
+    CHECK_OK(tsr_test_graph_run(&tg, 2));
+    for (int64_t c = 0; c < n; c++)
+      CHECK_MSG(!memcmp((const float *)y->data + c * m, ys[c]->data, (size_t)m * sizeof(float)),
+                "k %lld m %lld: column %lld of a batch of %lld differs from it alone",
+                (long long)k, (long long)m, (long long)c, (long long)n);
+    tsr_test_graph_free(&tg);
+  }
+}
+
 /* A transposed f16 weight view: rows are not contiguous, so they are gathered. */
 static void test_mat_mul_transposed_weights_match_reference(void) {
   tsr_test_seed(4);
@@ -486,6 +523,7 @@ int main(void) {
   TSR_RUN(test_mat_mul_plain_weights_match_reference);
   TSR_RUN(test_mat_mul_strided_inputs_match_reference);
   TSR_RUN(test_mat_mul_block_weights_match_dequantized_reference);
+  TSR_RUN(test_mat_mul_f32_batch_equals_its_columns);
   TSR_RUN(test_mat_mul_transposed_weights_match_reference);
   TSR_RUN(test_mat_mul_check_rejects_unsupported_weight_types);
   TSR_RUN(test_builders_reject_mismatched_shapes);

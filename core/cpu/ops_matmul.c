@@ -6,12 +6,14 @@
 ** register kernel (vec_quant.c) that meet one or two columns (decode); any
 ** other weight (other block types, strided views, f16 or blocks in a batch)
 ** is dequantized once per tile into the thread's scratch and reused for every
-** column of x. Dots accumulate in f32 (core/cpu/vec.h); f32 rows meet dense
-** columns two rows by two columns, each output summed as one column's dot sums
-** it, so a batch equals its columns one at a time. Work items are (weight
-** batch, row tile, column chunk); columns are chunked only when there are too
-** few tiles to keep every thread busy, so the usual case dequantizes each
-** weight row exactly once.
+** column of x. Dots accumulate in f32 (core/cpu/vec.h). Against dense
+** columns, a dequantized tile is dotted in blocks of 4 rows x 3 columns (every
+** output summed alike, so the results do not depend on how columns are cut
+** over threads), and f32 rows two by two, each output summed as one column's
+** dot sums it, so an f32 batch equals its columns one at a time. Work items
+** are (weight batch, row tile, column chunk); columns are chunked only when
+** there are too few tiles to keep every thread busy, so the usual case
+** dequantizes each weight row exactly once.
 **
 ** mat_mul_id groups the (slot, token) pairs by expert (a counting sort that
 ** every thread repeats, so no thread waits on another) and runs each expert
@@ -133,9 +135,33 @@ static const float *x_column(const struct tsr_tensor *x, const char *col, float 
 ** column is read once into L1 and meets every row of the tile there. */
 static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, int64_t c1,
                       float *xbuf) {
+  /* dequantized rows against dense columns in blocks of 4 x 3 (each value loaded once for
+  ** three or four products; every output summed alike, whatever block it falls in) */
+  if (t->mode == W_CONVERT && cs->x->nb[0] == sizeof(float)) {
+    for (; c0 < c1; c0 += TSR_VEC_BLOCK_COLS) {
+      const int nc = c1 - c0 < TSR_VEC_BLOCK_COLS ? (int)(c1 - c0) : TSR_VEC_BLOCK_COLS;
+      const float *x[TSR_VEC_BLOCK_COLS];
+      float *out[TSR_VEC_BLOCK_COLS];
+      for (int c = 0; c < nc; c++) {
+        const char *xp;
+        col_at(cs, c0 + c, t->m0, &xp, &out[c]);
+        x[c] = (const float *)xp;
+      }
+      for (int64_t r = 0; r < t->n; r += TSR_VEC_BLOCK_ROWS) {
+        const int nr = t->n - r < TSR_VEC_BLOCK_ROWS ? (int)(t->n - r) : TSR_VEC_BLOCK_ROWS;
+        const float *w[TSR_VEC_BLOCK_ROWS];
+        for (int i = 0; i < nr; i++) w[i] = t->row[r + i];
+        float d[TSR_VEC_BLOCK_ROWS * TSR_VEC_BLOCK_COLS];
+        tsr_vec_dot_block_f32(w, nr, x, nc, t->k, d);
+        for (int c = 0; c < nc; c++)
+          for (int i = 0; i < nr; i++) out[c][r + i] = d[c * nr + i];
+      }
+    }
+    return;
+  }
   /* f32 rows against dense columns two by two: each value loaded once for two products,
   ** each output summed as the one-column dot sums it (so a batch equals its columns) */
-  if ((t->mode == W_F32 || t->mode == W_CONVERT) && cs->x->nb[0] == sizeof(float)) {
+  if (t->mode == W_F32 && cs->x->nb[0] == sizeof(float)) {
     for (; c0 + 1 < c1; c0 += 2) {
       const char *xp[2];
       float *out[2];

@@ -133,6 +133,55 @@ void tsr_vec_dot2x2_f32(const float *w0, const float *w1, const float *x0, const
   out[2] = tsr_vec_dot_f32(w0, x1, n), out[3] = tsr_vec_dot_f32(w1, x1, n);
 }
 
+#if TSR_HAVE_AVX2_PATH
+/* R rows against C columns: one accumulator an output, eight values a step, then the tail;
+** R, C constants where it is called, so the accumulators stay in registers */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+dot_block_avx2(const float *const *w, int R, const float *const *x, int C, int64_t n,
+               float *out) {
+  __m256 acc[4][3];
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 xv[3];
+    for (int c = 0; c < C; c++) xv[c] = _mm256_loadu_ps(x[c] + i);
+    for (int r = 0; r < R; r++) {
+      const __m256 wv = _mm256_loadu_ps(w[r] + i);
+      for (int c = 0; c < C; c++) acc[r][c] = _mm256_fmadd_ps(wv, xv[c], acc[r][c]);
+    }
+  }
+  for (int c = 0; c < C; c++)
+    for (int r = 0; r < R; r++) out[c * R + r] = dot_tail(hsum256(acc[r][c]), w[r], x[c], i, n);
+}
+
+#define DOT_BLOCK(R, C)                                                                          \
+  __attribute__((target("avx2,fma"))) static void dot_block_##R##x##C(                          \
+      const float *const *w, const float *const *x, int64_t n, float *out) {                    \
+    dot_block_avx2(w, R, x, C, n, out);                                                          \
+  }
+DOT_BLOCK(1, 1) DOT_BLOCK(2, 1) DOT_BLOCK(3, 1) DOT_BLOCK(4, 1)
+DOT_BLOCK(1, 2) DOT_BLOCK(2, 2) DOT_BLOCK(3, 2) DOT_BLOCK(4, 2)
+DOT_BLOCK(1, 3) DOT_BLOCK(2, 3) DOT_BLOCK(3, 3) DOT_BLOCK(4, 3)
+typedef void (*dot_block_fn)(const float *const *, const float *const *, int64_t, float *);
+static const dot_block_fn g_dot_blocks[3][4] = {
+    {dot_block_1x1, dot_block_2x1, dot_block_3x1, dot_block_4x1},
+    {dot_block_1x2, dot_block_2x2, dot_block_3x2, dot_block_4x2},
+    {dot_block_1x3, dot_block_2x3, dot_block_3x3, dot_block_4x3}};
+#endif
+
+void tsr_vec_dot_block_f32(const float *const *w, int n_rows, const float *const *x, int n_cols,
+                           int64_t n, float *out) {
+#if TSR_HAVE_AVX2_PATH
+  if (tsr_cpu_has_avx2()) {
+    g_dot_blocks[n_cols - 1][n_rows - 1](w, x, n, out);
+    return;
+  }
+#endif
+  for (int c = 0; c < n_cols; c++)
+    for (int r = 0; r < n_rows; r++) out[c * n_rows + r] = tsr_vec_dot_f32(w[r], x[c], n);
+}
+
 float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n) {
 #if TSR_HAVE_AVX2_PATH
   if (tsr_cpu_has_avx2()) return dot_f16_f32_avx2(x, y, n);

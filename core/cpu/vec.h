@@ -17,6 +17,13 @@ float tsr_vec_dot_f32(const float *x, const float *y, int64_t n);
 ** each equal bit for bit to tsr_vec_dot_f32's, in half its loads */
 void tsr_vec_dot2x2_f32(const float *w0, const float *w1, const float *x0, const float *x1,
                         int64_t n, float out[4]);
+/* Rows w[0..n_rows) (1..4) against columns x[0..n_cols) (1..3): out[c * n_rows + r] =
+** w[r].x[c], each output summed in one order whatever the block's size (so a product cut
+** into blocks any way gives the same values), not tsr_vec_dot_f32's */
+#define TSR_VEC_BLOCK_ROWS 4
+#define TSR_VEC_BLOCK_COLS 3
+void tsr_vec_dot_block_f32(const float *const *w, int n_rows, const float *const *x, int n_cols,
+                           int64_t n, float *out);
 /* sum_i f16(x[i])*y[i] */
 float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n);
 /* y[i] += a*x[i] */

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "cpu/vec.h"
 #include "op_test_util.h"
 
 static const int g_threads[] = {1, 3};
@@ -231,6 +232,35 @@ static void test_mat_mul_f32_batch_equals_its_columns(void) {
                 "k %lld m %lld: column %lld of a batch of %lld differs from it alone",
                 (long long)k, (long long)m, (long long)c, (long long)n);
     tsr_test_graph_free(&tg);
+  }
+}
+
+/* Blocks of every size (1..4 rows x 1..3 columns) give each output the value the 1 x 1
+** block gives, bit for bit, over lengths with and without a tail. */
+static void test_dot_blocks_sum_every_output_alike(void) {
+  tsr_test_seed(8);
+  const int64_t lens[] = {1, 7, 8, 9, 31, 64, 300, 1033};
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    const int64_t n = lens[li];
+    float *buf = malloc(sizeof(float) * (size_t)n * 7);
+    for (int64_t i = 0; i < n * 7; i++) buf[i] = tsr_test_normal();
+    const float *w[4], *x[3];
+    for (int r = 0; r < 4; r++) w[r] = buf + r * n;
+    for (int c = 0; c < 3; c++) x[c] = buf + (4 + c) * n;
+    float one[3][4];
+    for (int c = 0; c < 3; c++)
+      for (int r = 0; r < 4; r++) tsr_vec_dot_block_f32(&w[r], 1, &x[c], 1, n, &one[c][r]);
+    for (int R = 1; R <= 4; R++)
+      for (int C = 1; C <= 3; C++) {
+        float out[12];
+        tsr_vec_dot_block_f32(w, R, x, C, n, out);
+        for (int c = 0; c < C; c++)
+          for (int r = 0; r < R; r++)
+            CHECK_MSG(!memcmp(&out[c * R + r], &one[c][r], sizeof(float)), "n %lld, block %dx%d: "
+                      "output (%d, %d) %.9g, alone %.9g", (long long)n, R, C, r, c,
+                      out[c * R + r], one[c][r]);
+      }
+    free(buf);
   }
 }
 
@@ -524,6 +554,7 @@ int main(void) {
   TSR_RUN(test_mat_mul_strided_inputs_match_reference);
   TSR_RUN(test_mat_mul_block_weights_match_dequantized_reference);
   TSR_RUN(test_mat_mul_f32_batch_equals_its_columns);
+  TSR_RUN(test_dot_blocks_sum_every_output_alike);
   TSR_RUN(test_mat_mul_transposed_weights_match_reference);
   TSR_RUN(test_mat_mul_check_rejects_unsupported_weight_types);
   TSR_RUN(test_builders_reject_mismatched_shapes);

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define MAGIC "kv_turbo-innerq 1"
 
@@ -31,13 +33,15 @@ void innerq_measure(struct innerq *q, int32_t layer, const float *rows, int32_t 
 
 bool innerq_write(const struct innerq *q, const char *path, char *why, size_t n) {
   char tmp[4096];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+  if (snprintf(tmp, sizeof tmp, "%s.XXXXXX", path) >= (int)sizeof tmp) {
     snprintf(why, n, "the path is too long");
     return false;
   }
-  FILE *f = fopen(tmp, "w");
+  const int fd = mkstemp(tmp); /* a new file beside FILE: nothing of the user's is touched */
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (!f) {
     snprintf(why, n, "cannot create %s: %s", tmp, strerror(errno));
+    if (fd >= 0) close(fd), remove(tmp);
     return false;
   }
   fprintf(f, "%s\n", MAGIC);
@@ -69,18 +73,32 @@ static bool next_int(char **s, long long lo, long long hi, long long *out) {
   return true;
 }
 
+/* A line holds at most INNERQ_MAX_DIM values of a few dozen characters each. */
+#define LINE_MAX_BYTES (1 << 20)
+
 tsr_status innerq_load(const struct tsr_host *h, struct innerq *q, const char *path) {
   FILE *f = fopen(path, "r");
   if (!f)
     return h->set_error(TSR_ERR_IO, "kv_turbo innerq_scales: cannot open %s: %s", path,
                         strerror(errno));
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    return h->set_error(TSR_ERR_IO, "kv_turbo innerq_scales: %s is not a regular file", path);
+  }
   tsr_status st = TSR_OK;
-  char *line = NULL;
-  size_t cap = 0;
+  char *line = malloc(LINE_MAX_BYTES);
+  if (!line) st = h->set_error(TSR_ERR_NOMEM, "kv_turbo innerq: out of memory");
   long n_line = 0, records = 0;
   struct innerq_layer *open = NULL; /* a header read, its values line next */
-  while (st == TSR_OK && getline(&line, &cap, f) >= 0) {
+  while (st == TSR_OK && fgets(line, LINE_MAX_BYTES, f)) {
     n_line++;
+    const size_t len = strlen(line);
+    if (len == LINE_MAX_BYTES - 1 && line[len - 1] != '\n' && !feof(f)) {
+      st = h->set_error(TSR_ERR_FORMAT, "%s:%ld: a line longer than %d bytes", path, n_line,
+                        LINE_MAX_BYTES - 1);
+      continue;
+    }
     line[strcspn(line, "\r\n")] = '\0';
     if (n_line == 1) {
       if (strcmp(line, MAGIC))

@@ -39,8 +39,8 @@ struct innerq {
 /* Reads FILE's records into q (RMS per channel); a malformed file is refused with its
 ** line named. */
 tsr_status innerq_load(const struct tsr_host *h, struct innerq *q, const char *path);
-/* Writes q's sums of squares as FILE's RMS records, through a temporary file renamed
-** over FILE (a failed write leaves an old FILE whole); false with why[n] on failure. */
+/* Writes q's sums of squares as FILE's RMS records, through a new temporary file beside
+** it renamed over FILE (a failed write leaves an old FILE whole); false with why[n]. */
 bool innerq_write(const struct innerq *q, const char *path, char *why, size_t n);
 /* Makes room for layer's sums of squares at head dim dim (layer and dim within
 ** INNERQ_MAX_LAYERS and INNERQ_MAX_DIM); false when out of memory or the layer has

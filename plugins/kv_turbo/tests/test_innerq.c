@@ -112,6 +112,27 @@ static void test_malformed_files_are_refused(void) {
   snprintf(missing, sizeof missing, "%s/absent.innerq", g_dir);
   CHECK_ERR_HAS(innerq_load(h, q, missing), "cannot open");
   innerq_free(q);
+  /* not a regular file: a folder, a device that never ends a line */
+  q = new_innerq(0.5, 2);
+  CHECK_ERR_HAS(innerq_load(h, q, g_dir), "is not a regular file");
+  innerq_free(q);
+  q = new_innerq(0.5, 2);
+  CHECK_ERR_HAS(innerq_load(h, q, "/dev/zero"), "is not a regular file");
+  innerq_free(q);
+  /* a line past any real file's: refused, not read whole */
+  {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/long.innerq", g_dir);
+    FILE *f = fopen(path, "w");
+    if (f) {
+      fputs("kv_turbo-innerq 1\nlayer 0 dim 2 rows 1\n", f);
+      for (int i = 0; i < (1 << 20) / 4 + 16; i++) fputs("1 1 ", f);
+      fclose(f);
+    }
+    q = new_innerq(0.5, 2);
+    CHECK_ERR_HAS(innerq_load(h, q, path), ":3: a line longer than");
+    innerq_free(q);
+  }
   /* CRLF lines and trailing blanks are read as the same file */
   q = new_innerq(0.5, 2);
   CHECK_OK(innerq_load(h, q, write_file("crlf.innerq", "kv_turbo-innerq 1\r\nlayer 1 dim 2 "

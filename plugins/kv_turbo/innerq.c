@@ -76,6 +76,23 @@ static bool next_int(char **s, long long lo, long long hi, long long *out) {
 /* A line holds at most INNERQ_MAX_DIM values of a few dozen characters each. */
 #define LINE_MAX_BYTES (1 << 20)
 
+enum line_read { LINE_OK, LINE_EOF, LINE_TOO_LONG, LINE_NUL };
+
+/* The next line of f into buf (cap bytes, terminated, the newline dropped), read a byte at
+** a time so that a NUL byte or a line past cap is seen, not hidden or read whole. */
+static enum line_read read_line(FILE *f, char *buf, size_t cap) {
+  size_t n = 0;
+  int c = getc(f);
+  if (c == EOF) return LINE_EOF;
+  for (; c != EOF && c != '\n'; c = getc(f)) {
+    if (c == '\0') return LINE_NUL;
+    if (n + 1 == cap) return LINE_TOO_LONG;
+    buf[n++] = (char)c;
+  }
+  buf[n] = '\0';
+  return LINE_OK;
+}
+
 tsr_status innerq_load(const struct tsr_host *h, struct innerq *q, const char *path) {
   FILE *f = fopen(path, "r");
   if (!f)
@@ -91,15 +108,18 @@ tsr_status innerq_load(const struct tsr_host *h, struct innerq *q, const char *p
   if (!line) st = h->set_error(TSR_ERR_NOMEM, "kv_turbo innerq: out of memory");
   long n_line = 0, records = 0;
   struct innerq_layer *open = NULL; /* a header read, its values line next */
-  while (st == TSR_OK && fgets(line, LINE_MAX_BYTES, f)) {
+  enum line_read got = LINE_OK;
+  while (st == TSR_OK && (got = read_line(f, line, LINE_MAX_BYTES)) != LINE_EOF) {
     n_line++;
-    const size_t len = strlen(line);
-    if (len == LINE_MAX_BYTES - 1 && line[len - 1] != '\n' && !feof(f)) {
-      st = h->set_error(TSR_ERR_FORMAT, "%s:%ld: a line longer than %d bytes", path, n_line,
-                        LINE_MAX_BYTES - 1);
+    if (got != LINE_OK) {
+      st = got == LINE_NUL
+               ? h->set_error(TSR_ERR_FORMAT, "%s:%ld: a NUL byte (not a text file)", path,
+                              n_line)
+               : h->set_error(TSR_ERR_FORMAT, "%s:%ld: a line longer than %d bytes", path,
+                              n_line, LINE_MAX_BYTES - 1);
       continue;
     }
-    line[strcspn(line, "\r\n")] = '\0';
+    line[strcspn(line, "\r")] = '\0';
     if (n_line == 1) {
       if (strcmp(line, MAGIC))
         st = h->set_error(TSR_ERR_FORMAT, "%s:1: not a kv_turbo InnerQ file (its first "

@@ -133,6 +133,20 @@ static void test_malformed_files_are_refused(void) {
     CHECK_ERR_HAS(innerq_load(h, q, path), ":3: a line longer than");
     innerq_free(q);
   }
+  /* a NUL byte would end a C string early and hide what follows it: refused */
+  {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/nul.innerq", g_dir);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+      static const char text[] = "kv_turbo-innerq 1\nlayer 0 dim 2 rows 1\n1 1\0 junk\n";
+      fwrite(text, 1, sizeof text - 1, f);
+      fclose(f);
+    }
+    q = new_innerq(0.5, 2);
+    CHECK_ERR_HAS(innerq_load(h, q, path), ":3: a NUL byte");
+    innerq_free(q);
+  }
   /* CRLF lines and trailing blanks are read as the same file */
   q = new_innerq(0.5, 2);
   CHECK_OK(innerq_load(h, q, write_file("crlf.innerq", "kv_turbo-innerq 1\r\nlayer 1 dim 2 "

@@ -207,18 +207,16 @@ void tsr_compose_layer_codecs(const struct tsr_composition_request *r, int i, co
   if (boundary) *boundary = true;
 }
 
-/* The index of the group holding layer i (tsr_compose's key: kind, boundary, codecs as the
-** group stores them), or c->n_groups when none does yet. */
-static int group_index(const struct tsr_composition *c, const struct tsr_composition_request *r,
-                       int i) {
-  const char *k, *v;
-  bool boundary;
-  tsr_compose_layer_codecs(r, i, &k, &v, &boundary);
+/* The index of the group of kind with these codecs (tsr_compose's key: kind, boundary,
+** codecs as the group stores them; NULL codecs for recurrent layers), or c->n_groups when
+** none is yet. */
+static int group_index(const struct tsr_composition *c, enum tsr_layer_kind kind, bool boundary,
+                       const char *k, const char *v) {
   const size_t n = sizeof c->groups[0].k_codec - 1;
   int gi = 0;
   for (; gi < c->n_groups; gi++) {
     const struct tsr_composition_group *g = &c->groups[gi];
-    if (g->kind == r->layers[i].kind && g->boundary == boundary &&
+    if (g->kind == kind && g->boundary == boundary &&
         (!k || (!strncmp(g->k_codec, k, n) && !strncmp(g->v_codec, v, n))))
       break;
   }
@@ -306,7 +304,7 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
     const char *kc, *vc;
     bool boundary;
     tsr_compose_layer_codecs(r, i, &kc, &vc, &boundary);
-    int gi = group_index(out, r, i);
+    int gi = group_index(out, l->kind, boundary, kc, vc);
     if (gi == TSR_COMPOSITION_MAX_GROUPS)
       return tsr_error_set(TSR_ERR_INTERNAL, "layer %d: more than %d groups of layers", i,
                            TSR_COMPOSITION_MAX_GROUPS);
@@ -389,7 +387,10 @@ const struct tsr_composition_group *tsr_composition_group_of(const struct tsr_co
                                                              const struct tsr_composition_request *r,
                                                              int i) {
   if (i < 0 || i >= r->n_layers) return NULL;
-  const int gi = group_index(c, r, i);
+  const char *k, *v;
+  bool boundary;
+  tsr_compose_layer_codecs(r, i, &k, &v, &boundary);
+  const int gi = group_index(c, r->layers[i].kind, boundary, k, v);
   return gi < c->n_groups ? &c->groups[gi] : NULL;
 }
 

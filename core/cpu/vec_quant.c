@@ -28,13 +28,16 @@ AVX2 static inline float hsum(__m256 v) {
 /* the 8 signed bytes at the bottom of v as f32 */
 AVX2 static inline __m256 i8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 
+/* sum_i q[i]*y[i] over 16 signed byte codes, added to s */
+AVX2 static inline __m256 dot16_i8(__m128i q, const float *y, __m256 s) {
+  s = _mm256_fmadd_ps(i8x8(q), _mm256_loadu_ps(y), s);
+  return _mm256_fmadd_ps(i8x8(_mm_srli_si128(q, 8)), _mm256_loadu_ps(y + 8), s);
+}
+
 /* sum_i q[i]*y[i] over 32 signed byte codes */
 AVX2 static inline __m256 dot32_i8(__m256i q, const float *y) {
-  const __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
-  __m256 s = _mm256_mul_ps(i8x8(lo), _mm256_loadu_ps(y));
-  s = _mm256_fmadd_ps(i8x8(_mm_srli_si128(lo, 8)), _mm256_loadu_ps(y + 8), s);
-  s = _mm256_fmadd_ps(i8x8(hi), _mm256_loadu_ps(y + 16), s);
-  return _mm256_fmadd_ps(i8x8(_mm_srli_si128(hi, 8)), _mm256_loadu_ps(y + 24), s);
+  const __m256 s = dot16_i8(_mm256_castsi256_si128(q), y, _mm256_setzero_ps());
+  return dot16_i8(_mm256_extracti128_si256(q, 1), y + 16, s);
 }
 
 /* 16 bytes of nibble pairs as 32 byte codes: low nibbles first (elements 0..15), then
@@ -216,11 +219,8 @@ AVX2 static float dot_q6_K(const void *w, const float *y, int64_t n) {
         const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(top, 4)),
                                           _mm256_set1_epi8(32));
         const int8_t *sc = b->scales + 8 * h + 2 * k; /* elements 16 apart */
-        const __m128i q0 = _mm256_castsi256_si128(q), q1 = _mm256_extracti128_si256(q, 1);
-        __m256 s0 = _mm256_mul_ps(i8x8(q0), _mm256_loadu_ps(y));
-        s0 = _mm256_fmadd_ps(i8x8(_mm_srli_si128(q0, 8)), _mm256_loadu_ps(y + 8), s0);
-        __m256 s1 = _mm256_mul_ps(i8x8(q1), _mm256_loadu_ps(y + 16));
-        s1 = _mm256_fmadd_ps(i8x8(_mm_srli_si128(q1, 8)), _mm256_loadu_ps(y + 24), s1);
+        const __m256 s0 = dot16_i8(_mm256_castsi256_si128(q), y, _mm256_setzero_ps());
+        const __m256 s1 = dot16_i8(_mm256_extracti128_si256(q, 1), y + 16, _mm256_setzero_ps());
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[0]), s0, acc);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[1]), s1, acc);
       }

@@ -15,6 +15,7 @@ struct cpu_backend {
   struct tsr_op_times *times; /* node timing on: thread 0 stamps each node's end */
   double *stamps;             /* [0] the start, [k] the end of the k-th computed node */
   int stamps_cap;
+  bool activations_q8;
 };
 
 struct cpu_run {
@@ -51,6 +52,7 @@ static void cpu_thread(void *arg, int ith, int nth) {
       .nth = nth,
       .work = (char *)be->work + (size_t)ith * be->work_per_thread,
       .work_size = be->work_per_thread,
+      .activations_q8 = be->activations_q8,
   };
   int n = tsr_graph_n_tensors(run->g);
   /* a node's time runs from the barrier before it to the one after it; the first
@@ -151,6 +153,10 @@ tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out) {
   b->context = be;
   *out = b;
   return TSR_OK;
+}
+
+void tsr_backend_cpu_set_activations_q8(struct tsr_backend *b, bool on) {
+  ((struct cpu_backend *)b->context)->activations_q8 = on;
 }
 
 int tsr_backend_cpu_n_threads(const struct tsr_backend *b) {

@@ -15,6 +15,7 @@ struct tsr_cpu_compute {
   int ith, nth;
   void *work;        /* this thread's scratch, work_size bytes, 64-aligned */
   size_t work_size;
+  bool activations_q8;      /* decode's products on the vector quantized to 8 bits (gemv: q8) */
 };
 
 typedef void (*tsr_cpu_kernel_fn)(const struct tsr_cpu_compute *c, struct tsr_tensor *dst);

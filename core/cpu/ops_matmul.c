@@ -6,7 +6,9 @@
 ** register kernel (vec_quant.c) that meet one or two columns (decode); any
 ** other weight (other block types, strided views, f16 or blocks in a batch)
 ** is dequantized once per tile into the thread's scratch and reused for every
-** column of x. Dots accumulate in f32 (core/cpu/vec.h). Against dense
+** column of x. With the backend's activations: q8, the columns meeting a block
+** type with an integer kernel (vec_q8.c) are quantized to 8 bits once per
+** product instead, and the rows meet them in integers, up to 4 columns a row. Dots accumulate in f32 (core/cpu/vec.h). Against dense
 ** columns, a dequantized tile is dotted in blocks of 4 rows x 3 columns (every
 ** output summed alike, so the results do not depend on how columns are cut
 ** over threads), and f32 rows two by two, each output summed as one column's
@@ -58,23 +60,31 @@ enum wmode {
   W_F32,     /* contiguous f32 rows, read in place */
   W_F16,     /* contiguous f16 rows, dotted without conversion */
   W_BLOCKS,  /* contiguous bf16 or block rows, dotted by their register kernel */
+  W_Q8,      /* contiguous block rows against columns quantized to 8 bits (vec_q8.c) */
   W_CONVERT, /* anything else: dequantized into scratch per tile */
 };
 
-static enum wmode weight_mode(const struct tsr_tensor *w, int64_t cols) {
+/* whether w's rows are whole blocks end to end */
+static bool block_rows(const struct tsr_tensor *w) {
+  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)w->dtype);
+  return w->nb[0] == tr->type_size && w->ne[0] % tr->block_size == 0;
+}
+
+/* q8: the backend's activations: q8 (mat_mul of one weight batch), whatever the columns, so
+** a column's result does not depend on how many columns meet the weight with it */
+static enum wmode weight_mode(const struct tsr_tensor *w, int64_t cols, bool q8) {
   if (w->dtype == TSR_F32 && w->nb[0] == sizeof(float)) return W_F32;
+  if (q8 && block_rows(w) && tsr_vec_dot_q8((int)w->dtype)) return W_Q8;
   if (cols > F16_DIRECT_COLS) return W_CONVERT;
   if (w->dtype == TSR_F16 && w->nb[0] == sizeof(uint16_t)) return W_F16;
-  const struct tsr_dtype_traits *tr = tsr_dtype_traits((int)w->dtype);
-  if (w->nb[0] == tr->type_size && w->ne[0] % tr->block_size == 0 &&
-      tsr_vec_dot_row((int)w->dtype))
-    return W_BLOCKS;
+  if (block_rows(w) && tsr_vec_dot_row((int)w->dtype)) return W_BLOCKS;
   return W_CONVERT;
 }
 
 struct wtile {
   enum wmode mode;
   tsr_vec_dot_row_fn dot; /* W_BLOCKS */
+  tsr_vec_dot_q8_fn dot_q8; /* W_Q8 */
   int64_t k, m0, n; /* rows [m0, m0+n) of length k */
   const void *row[TILE_MAX];
 };
@@ -82,9 +92,10 @@ struct wtile {
 /* Points the tile at rows [m0, m0+n) of the matrix starting at base, or
 ** dequantizes them into buf (n*k floats); cols is how many columns will meet it. */
 static void wtile_load(struct wtile *t, const struct tsr_tensor *w, const char *base, int64_t m0,
-                       int64_t n, int64_t cols, float *buf) {
-  t->mode = weight_mode(w, cols);
+                       int64_t n, int64_t cols, bool q8, float *buf) {
+  t->mode = weight_mode(w, cols, q8);
   t->dot = t->mode == W_BLOCKS ? tsr_vec_dot_row((int)w->dtype) : NULL;
+  t->dot_q8 = t->mode == W_Q8 ? tsr_vec_dot_q8((int)w->dtype) : NULL;
   t->k = w->ne[0];
   t->m0 = m0;
   t->n = n;
@@ -107,6 +118,7 @@ struct cols {
   const int32_t *pairs;        /* mat_mul_id: p = u + U*t, else NULL */
   int64_t nu;
   bool x_shared;
+  const struct tsr_q8_act *q8; /* W_Q8: column c's blocks at q8 + c * k / 32 */
 };
 
 static void col_at(const struct cols *cs, int64_t c, int64_t m0, const char **xp, float **out) {
@@ -159,6 +171,26 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
     }
     return;
   }
+  /* quantized columns, up to TSR_Q8_COLS at a time: each row's codes expanded once for all */
+  if (t->mode == W_Q8) {
+    const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
+    for (; c0 < c1; c0 += TSR_Q8_COLS) {
+      const int nc = c1 - c0 < TSR_Q8_COLS ? (int)(c1 - c0) : TSR_Q8_COLS;
+      const struct tsr_q8_act *a[TSR_Q8_COLS];
+      float *out[TSR_Q8_COLS];
+      for (int c = 0; c < nc; c++) {
+        const char *xp;
+        col_at(cs, c0 + c, t->m0, &xp, &out[c]);
+        a[c] = cs->q8 + (c0 + c) * nb;
+      }
+      for (int64_t r = 0; r < t->n; r++) {
+        float d[TSR_Q8_COLS];
+        t->dot_q8(t->row[r], a, nc, t->k, d);
+        for (int c = 0; c < nc; c++) out[c][r] = d[c];
+      }
+    }
+    return;
+  }
   /* f32 rows against dense columns two by two: each value loaded once for two products,
   ** each output summed as the one-column dot sums it (so a batch equals its columns) */
   if (t->mode == W_F32 && cs->x->nb[0] == sizeof(float)) {
@@ -195,39 +227,45 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
   }
 }
 
-/* Per-thread scratch of a matmul-like node: a dequantized tile and one x column. */
+/* Per-thread scratch of a matmul-like node: a dequantized tile, one x column, and the
+** quantized columns of W_Q8. */
 struct mm_scratch {
   float *tile; /* NULL when weights are always read in place */
   float *xcol; /* NULL when x columns are dense */
-  void *rest;
+  struct tsr_q8_act *q8; /* NULL where the weight has no integer kernel */
+  void *rest;            /* past the parts above: size bytes from the start */
+  size_t size;
 };
 
 static bool may_convert(const struct tsr_tensor *w) {
-  return weight_mode(w, F16_DIRECT_COLS + 1) == W_CONVERT;
+  return weight_mode(w, F16_DIRECT_COLS + 1, false) == W_CONVERT;
+}
+
+/* every column of x quantized (mat_mul of one weight batch) */
+static size_t q8_bytes(const struct tsr_tensor *w, const struct tsr_tensor *x) {
+  if (!(block_rows(w) && tsr_vec_dot_q8((int)w->dtype)) || w->ne[2] * w->ne[3] != 1) return 0;
+  return align64((size_t)(x->ne[1] * x->ne[2] * x->ne[3]) * (size_t)(w->ne[0] / TSR_Q8_ACT_BLOCK) *
+                 sizeof(struct tsr_q8_act));
+}
+
+/* The scratch's parts at work (NULL: only their end, the size) */
+static struct mm_scratch mm_scratch_at(const struct tsr_tensor *w, const struct tsr_tensor *x,
+                                       void *work) {
+  const size_t k = (size_t)w->ne[0];
+  const size_t tile = may_convert(w) ? align64((size_t)tile_rows(w->ne[0], w->ne[1]) * k * 4) : 0;
+  const size_t xcol = x->nb[0] != sizeof(float) ? align64(k * 4) : 0;
+  struct mm_scratch s = {.size = tile + xcol + q8_bytes(w, x)};
+  if (!work) return s;
+  char *p = work;
+  if (tile) s.tile = (float *)p;
+  if (xcol) s.xcol = (float *)(p + tile);
+  if (q8_bytes(w, x)) s.q8 = (struct tsr_q8_act *)(p + tile + xcol);
+  s.rest = p + s.size;
+  return s;
 }
 
 static size_t mm_scratch_size(const struct tsr_tensor *w, const struct tsr_tensor *x) {
-  size_t k = (size_t)w->ne[0], bytes = 0;
-  if (may_convert(w)) bytes += align64((size_t)tile_rows(w->ne[0], w->ne[1]) * k * 4);
-  if (x->nb[0] != sizeof(float)) bytes += align64(k * 4);
-  return bytes;
-}
-
-static struct mm_scratch mm_scratch_at(const struct tsr_tensor *w, const struct tsr_tensor *x,
-                                       void *work) {
-  struct mm_scratch s = {0};
-  char *p = work;
-  size_t k = (size_t)w->ne[0];
-  if (may_convert(w)) {
-    s.tile = (float *)p;
-    p += align64((size_t)tile_rows(w->ne[0], w->ne[1]) * k * 4);
-  }
-  if (x->nb[0] != sizeof(float)) {
-    s.xcol = (float *)p;
-    p += align64(k * 4);
-  }
-  s.rest = p;
-  return s;
+  return mm_scratch_at(w, x, NULL).size;
 }
 
 /* ---- check -------------------------------------------------------------- */
@@ -277,7 +315,19 @@ TSR_CPU_KERNEL(mat_mul) {
   const int64_t per_chunk = (cols + chunks - 1) / chunks;
 
   struct mm_scratch s = mm_scratch_at(w, x, c->work);
-  struct cols cs = {.x = x, .dst = dst, .n = n, .r2 = r2, .r3 = r3};
+  struct cols cs = {.x = x, .dst = dst, .n = n, .r2 = r2, .r3 = r3, .q8 = s.q8};
+  /* W_Q8 (one weight batch, so column c is x's column c): every thread quantizes every
+  ** column itself rather than wait on another (a small share of the product's work) */
+  const bool q8 = c->activations_q8 && n_wb == 1;
+  if (weight_mode(w, cols, q8) == W_Q8) {
+    for (int64_t col = 0; col < cols; col++) {
+      const char *xp;
+      float *out;
+      col_at(&cs, col, 0, &xp, &out);
+      tsr_vec_quantize_q8(x_column(x, xp, s.xcol), w->ne[0],
+                          s.q8 + col * (w->ne[0] / TSR_Q8_ACT_BLOCK));
+    }
+  }
   struct wtile tile = {0};
   int64_t loaded = -1; /* (batch, tile) now in the tile, so chunks reuse it */
   int64_t lo, hi;
@@ -289,7 +339,7 @@ TSR_CPU_KERNEL(mat_mul) {
     if (bt != loaded) {
       const char *base = (const char *)w->data + b2 * w->nb[2] + b3 * w->nb[3];
       int64_t m0 = t * tm, rows = m - m0 < tm ? m - m0 : tm;
-      wtile_load(&tile, w, base, m0, rows, cols, s.tile);
+      wtile_load(&tile, w, base, m0, rows, cols, q8, s.tile);
       loaded = bt;
     }
     int64_t c0 = chunk * per_chunk, c1 = c0 + per_chunk < cols ? c0 + per_chunk : cols;
@@ -370,7 +420,7 @@ TSR_CPU_KERNEL(mat_mul_id) {
         if (owner != c->ith) continue;
         if (!loaded) {
           int64_t m0 = t * tm, rows = m - m0 < tm ? m - m0 : tm;
-          wtile_load(&tile, w, base, m0, rows, cnt, s.tile);
+          wtile_load(&tile, w, base, m0, rows, cnt, false, s.tile);
           loaded = true;
         }
         cs.pairs = gr.list + first;

@@ -271,6 +271,7 @@ static tsr_status open_backend(struct tsr_engine *e, const struct tsr_engine_opt
     if (st != TSR_OK) tsr_error_prefix("%s", tsr_profile_where(p, "backend"));
   } else {
     st = tsr_backend_cpu_new(opt->n_threads > 0 ? opt->n_threads : p->threads, &e->backend);
+    if (st == TSR_OK) tsr_backend_cpu_set_activations_q8(e->backend, !p->cpu_activations_f32);
   }
   e->device = st == TSR_OK && tsr_backend_has_device_copies(e->backend);
   return st;

@@ -73,6 +73,10 @@ struct tsr_backend {
 /* n_threads <= 0 means one per online core. */
 tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out);
 int tsr_backend_cpu_n_threads(const struct tsr_backend *b);
+/* Decode's products (one or two columns against q4_0..q8_0 and q4_K..q6_K rows) on the
+** vector quantized to 8 bits, in integers (core/cpu/vec_q8.c), instead of in f32; off
+** when the backend is made. */
+void tsr_backend_cpu_set_activations_q8(struct tsr_backend *b, bool on);
 void tsr_backend_free(struct tsr_backend *b);
 /* Opens libtessera-cuda.so (env TESSERA_CUDA_BACKEND, else beside the
 ** executable or in its build tree, else the install libdir) and its GPU.

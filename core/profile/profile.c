@@ -527,11 +527,12 @@ static tsr_status f_attention(struct vctx *c, const char *key, const struct tsr_
 }
 
 /* `backend: NAME`, or a map: {name: NAME} and, for cuda, its settings
-** (core/graph/cuda_settings.h). A cuda setting under another backend cannot take effect:
-** refused, naming it. */
+** (core/graph/cuda_settings.h); for cpu, `activations` alone. A setting under the other
+** backend cannot take effect: refused, naming it. */
 static tsr_status f_backend(struct vctx *c, const char *key, const struct tsr_pnode *v) {
   struct tsr_profile *p = c->p;
   tsr_cuda_settings_default(&p->cuda);
+  p->cpu_activations_f32 = 0;
   if (v->kind == TSR_PNODE_SCALAR) return check_field(c, key, &backend_name, v, (char *)p);
   if (v->kind != TSR_PNODE_MAP)
     return type_error(v, key, "a backend name (cpu, cuda), or a map {name: cuda, gemm: f16, ...}",
@@ -544,9 +545,9 @@ static tsr_status f_backend(struct vctx *c, const char *key, const struct tsr_pn
   snprintf(sub, sizeof sub, "%s.name", key);
   tsr_status st = check_field(c, sub, &backend_name, name, (char *)p);
   /* the map's keys: name, the settings' top keys, and `attention` holding the rest */
-  const char *names[TSR_CUDA_N_SETTINGS + 2] = {"name", "attention"};
+  const char *names[TSR_CUDA_N_SETTINGS + 3] = {"name", "attention", "activations"};
   const char *attn_names[TSR_CUDA_N_SETTINGS];
-  size_t n = 2, n_attn = 0;
+  size_t n = 3, n_attn = 0;
   for (int i = 0; i < TSR_CUDA_N_SETTINGS; i++) {
     const char *k = tsr_cuda_setting_key(i)->key;
     if (!strncmp(k, "attention.", 10)) attn_names[n_attn++] = k + 10;
@@ -574,6 +575,17 @@ static tsr_status f_backend(struct vctx *c, const char *key, const struct tsr_pn
       return type_error(x, k, tsr_cuda_setting_key(i)->values, NULL);
     st = tsr_cuda_setting_parse(&p->cuda, i, x->str, false, x->where);
   }
+  const struct tsr_pnode *act = st ? NULL : tsr_pnode_get(v, "activations");
+  if (act) {
+    snprintf(sub, sizeof sub, "%s.activations", key);
+    if (strcmp(p->backend, "cpu"))
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: key '%s' is a cpu setting, and the "
+                           "backend is %s: it would take no effect", act->where, sub, p->backend);
+    const bool q8 = act->kind == TSR_PNODE_SCALAR && !strcmp(act->str, "q8");
+    if (!q8 && !(act->kind == TSR_PNODE_SCALAR && !strcmp(act->str, "f32")))
+      return type_error(act, sub, "q8 or f32", NULL);
+    p->cpu_activations_f32 = !q8;
+  }
   return st;
 }
 
@@ -588,6 +600,7 @@ static tsr_status f_speculator(struct vctx *c, const char *key, const struct tsr
 static void set_defaults(struct tsr_profile *p) {
   p->backend = "cpu";
   tsr_cuda_settings_default(&p->cuda);
+  p->cpu_activations_f32 = 0;
   p->context = 4096;
   p->batch = 2048;
   p->ubatch = 512;

@@ -218,7 +218,9 @@ static void print_backend(struct printer *pr) {
   const struct tsr_pnode *b = tsr_pnode_get(p->root, "backend");
   const bool map = b && b->kind == TSR_PNODE_MAP;
   if (strcmp(p->backend, "cuda")) {
-    kv_line(pr, 0, "backend", p->backend, map ? "backend.name" : "backend");
+    line(pr->f, 0, "backend:", NULL);
+    kv_line(pr, 2, "name", p->backend, map ? "backend.name" : "backend");
+    kv_line(pr, 2, "activations", p->cpu_activations_f32 ? "f32" : "q8", "backend.activations");
     for (int i = 0; i < TSR_CUDA_N_SETTINGS; i++) {
       const char *env = getenv(tsr_cuda_setting_key(i)->env);
       if (env && *env) {

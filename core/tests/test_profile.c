@@ -118,7 +118,7 @@ static void test_example_extends_default_and_overrides(void) {
   CHECK(p->server.port == 8081 && p->server.api_key_env && p->batch == 2048);
   CHECK(p->sampling.top_k == 40); /* inherited */
   CHECK(strstr(tsr_profile_where(p, "context"), "example-deployment.yaml:") != NULL);
-  CHECK(strstr(tsr_profile_where(p, "batch"), "default.yaml:52:8") != NULL);
+  CHECK(strstr(tsr_profile_where(p, "batch"), "default.yaml:55:8") != NULL);
   tsr_profile_free(p);
 }
 
@@ -302,7 +302,7 @@ static void test_set_overrides_nested_and_new_keys(void) {
 static void test_set_errors_name_the_flag(void) {
   const char *through[] = {"context.x=1"};
   expect_error_sets(conf("default.yaml"), through, 1, "--set context.x: 'context' is a single value",
-                    "default.yaml:48:10", (const char *)NULL);
+                    "default.yaml:51:10", (const char *)NULL);
   const char *bad_value[] = {"sampling.top_k=abc"};
   expect_error_sets(conf("default.yaml"), bad_value, 1,
                     "--set sampling.top_k: key 'sampling.top_k': expected an integer, got 'abc'",
@@ -617,10 +617,40 @@ static void test_backend_settings_are_checked_overridden_and_printed(void) {
   unsetenv("TESSERA_CUDA_ATTN_GQA_DECODE");
 }
 
+/* The cpu backend's one setting: activations (q8, the default, or f32), checked and
+** printed; the printout loads back to the same choice; under cuda it is refused. */
+static void test_cpu_activations_is_checked_and_printed(void) {
+  struct tsr_profile *p = NULL, *back = NULL;
+  CHECK_OK(tsr_profile_load_mem("cpu.yaml", "model: m.gguf\n", 14, NULL, 0, &p));
+  if (p) CHECK(p->cpu_activations_f32 == 0);
+  tsr_profile_free(p);
+  const char *text = "model: m.gguf\nbackend: {name: cpu, activations: f32}\n";
+  CHECK_OK(tsr_profile_load_mem("cpu.yaml", text, strlen(text), NULL, 0, &p));
+  char *out = NULL;
+  size_t len = 0;
+  if (p) {
+    CHECK(p->cpu_activations_f32 == 1);
+    FILE *f = open_memstream(&out, &len);
+    tsr_profile_print(p, f);
+    fclose(f);
+    CHECK(strstr(out, "  name: cpu") && strstr(out, "  activations: f32") && strstr(out, "cpu.yaml:2:"));
+    CHECK_OK(tsr_profile_load_mem("printed.yaml", out, len, NULL, 0, &back));
+    if (back) CHECK(back->cpu_activations_f32 == 1 && !strcmp(back->backend, "cpu"));
+  }
+  tsr_profile_free(p);
+  tsr_profile_free(back);
+  free(out);
+  expect_mem_error("bad.yaml", "model: m.gguf\nbackend: {name: cpu, activations: q4}\n",
+                   "bad.yaml:2:", "key 'backend.activations': expected q8 or f32");
+  expect_mem_error("cuda.yaml", "model: m.gguf\nbackend: {name: cuda, activations: q8}\n",
+                   "cuda.yaml:2:", "'backend.activations' is a cpu setting, and the backend is cuda");
+}
+
 int main(int argc, char **argv) {
   if (argc > 1) g_fixtures = argv[1];
   if (argc > 2) g_conf = argv[2];
   TSR_RUN(test_default_profile_has_documented_defaults);
+  TSR_RUN(test_cpu_activations_is_checked_and_printed);
   TSR_RUN(test_builtin_defaults_match_default_yaml);
   TSR_RUN(test_example_extends_default_and_overrides);
   TSR_RUN(test_extends_merges_maps_and_resolves_paths_per_file);

@@ -55,7 +55,7 @@ void tsr_vec_quantize_q8_ref(const float *x, int64_t n, struct tsr_q8_act *out);
 /* out[c] = the sum over a row w of n values (whole blocks) of a block type times quantized
 ** column a[c], for c < n_cols (1..TSR_Q8_COLS): integer sums of 4 values, scaled into 8 f32
 ** lanes (vec_q8.c); a column's result does not depend on the columns beside it */
-#define TSR_Q8_COLS 4
+#define TSR_Q8_COLS 8
 typedef void (*tsr_vec_dot_q8_fn)(const void *w, const struct tsr_q8_act *const *a, int n_cols,
                                   int64_t n, float *out);
 /* the kernel for a block type (q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K; the AVX2 one

@@ -339,7 +339,11 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
     case 1: body_##T(w, a, 1, n, out); break;                                                 \
     case 2: body_##T(w, a, 2, n, out); break;                                                 \
     case 3: body_##T(w, a, 3, n, out); break;                                                 \
-    default: body_##T(w, a, 4, n, out);                                                       \
+    case 4: body_##T(w, a, 4, n, out); break;                                                 \
+    case 5: body_##T(w, a, 5, n, out); break;                                                 \
+    case 6: body_##T(w, a, 6, n, out); break;                                                 \
+    case 7: body_##T(w, a, 7, n, out); break;                                                 \
+    default: body_##T(w, a, 8, n, out);                                                       \
     }                                                                                         \
   }
 COLS_KERNEL(q8_0, 1, 0)

@@ -549,6 +549,77 @@ out:
   tsr_test_graph_free(&tg);
 }
 
+/* activations: q8: n columns of x against every block type with an integer kernel, on 1
+** and 3 threads. Each column is coded alone and meets the rows in its own lanes, so a
+** column's product is the same bits in a batch of 1, 2 or 7; and each is the exact product
+** of the dequantized weights with the values the column's codes stand for, within 1e-5 of
+** sum |w x|. */
+static void test_mat_mul_q8_activations_agree_across_batches(void) {
+  static const enum tsr_dtype types[] = {TSR_Q8_0, TSR_Q4_0, TSR_Q4_1, TSR_Q5_0,
+                                         TSR_Q5_1, TSR_Q4_K, TSR_Q5_K, TSR_Q6_K};
+  enum { K = 512, M = 37, N = 7 };
+  tsr_test_seed(41);
+  float *xs = malloc(sizeof(float) * K * N), *coded = malloc(sizeof(float) * K * N);
+  for (int i = 0; i < K * N; i++) xs[i] = tsr_test_normal();
+  for (int c = 0; c < N; c++) {
+    struct tsr_q8_act a[K / TSR_Q8_ACT_BLOCK];
+    tsr_vec_quantize_q8(xs + c * K, K, a);
+    for (int i = 0; i < K; i++) coded[c * K + i] = a[i / 32].d * (float)a[i / 32].q[i % 32];
+  }
+  for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+    float alone[M]; /* column 0 in a batch of one */
+    const int batches[] = {1, 2, N};
+    for (int bi = 0; bi < 3; bi++) {
+      const int n = batches[bi];
+      struct tsr_test_graph tg;
+      tsr_test_graph_init(&tg, 8);
+      struct tsr_tensor *w = tsr_new_tensor_2d(tg.g, types[ti], K, M);
+      struct tsr_tensor *x = tsr_new_tensor_2d(tg.g, TSR_F32, K, n);
+      struct tsr_tensor *y = tsr_mat_mul(tg.g, w, x);
+      tsr_graph_mark_output(y);
+      CHECK_OK(tsr_test_graph_alloc(&tg));
+      if (!y || !tg.arena) {
+        tsr_test_graph_free(&tg);
+        continue;
+      }
+      tsr_test_seed(1000 + ti); /* the same weights in every batch */
+      float *wf = malloc(sizeof(float) * K * M);
+      for (int i = 0; i < K * M; i++) wf[i] = tsr_test_normal();
+      tsr_test_fill_from(w, wf);
+      memcpy(x->data, xs, sizeof(float) * K * (size_t)n);
+      double *wd = tsr_test_read_alloc(w);
+      for (int th = 1; th <= 3; th += 2) {
+        struct tsr_backend *be = NULL;
+        CHECK_OK(tsr_backend_cpu_new(th, &be));
+        if (!be) continue;
+        tsr_backend_cpu_set_activations_q8(be, true);
+        CHECK_OK(tsr_backend_compute(be, tg.g));
+        tsr_backend_free(be);
+        for (int c = 0; c < n; c++) {
+          for (int r = 0; r < M; r++) {
+            const float got = ((const float *)y->data)[c * M + r];
+            double exact = 0, mag = 0;
+            for (int i = 0; i < K; i++) {
+              exact += wd[r * K + i] * coded[c * K + i];
+              mag += fabs(wd[r * K + i] * xs[c * K + i]);
+            }
+            CHECK_MSG(fabs(got - exact) <= 1e-5 * mag, "%s batch %d col %d row %d: %.9g, coded "
+                      "product %.9g", tsr_dtype_name(types[ti]), n, c, r, got, exact);
+            if (c > 0) continue;
+            if (bi == 0) alone[r] = got;
+            else CHECK_MSG(memcmp(&got, &alone[r], sizeof got) == 0, "%s: row %d of column 0 "
+                           "in a batch of %d: %.9g, alone %.9g", tsr_dtype_name(types[ti]), r, n,
+                           got, alone[r]);
+          }
+        }
+      }
+      free(wf), free(wd);
+      tsr_test_graph_free(&tg);
+    }
+  }
+  free(xs), free(coded);
+}
+
 int main(void) {
   TSR_RUN(test_mat_mul_plain_weights_match_reference);
   TSR_RUN(test_mat_mul_strided_inputs_match_reference);
@@ -562,5 +633,6 @@ int main(void) {
   TSR_RUN(test_get_rows_matches_table_and_zeroes_bad_indices);
   TSR_RUN(test_get_rows_check_rejects_undequantizable_table);
   TSR_RUN(test_planner_reuses_memory_and_keeps_outputs);
+  TSR_RUN(test_mat_mul_q8_activations_agree_across_batches);
   return TSR_TEST_EXIT();
 }

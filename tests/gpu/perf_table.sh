@@ -24,7 +24,8 @@
 #            (TESSERA_CUDA_ATTN_GQA_DECODE=0) and on the GQA decode kernel never staged (=1)
 #   turbo    (not in the default list) kv_turbo: the Qwen3-8B and Gemma-4-26B-A4B shapes in
 #            q4_K_M, pp2048 and tg64 at 0 and each depth (filled by positions) with f16, q8_0,
-#            turbo3 and turbo4 K/V (PERF_TURBO_KV, PERF_TURBO_N, PERF_TURBO_LIKE)
+#            turbo3 and turbo4 K/V (PERF_TURBO_KV, PERF_TURBO_N, PERF_TURBO_LIKE); those of
+#            PERF_TURBO_UNSTAGED again with TESSERA_CUDA_ATTN_GQA_DECODE=1
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
@@ -176,6 +177,12 @@ for part in $parts; do
           "$out/$m.gguf" "$backend" "$kv" "$kv" >"$out/$m.$kv.yaml"
         bench "$m.$kv" "" --profile "$out/$m.$kv.yaml" -p "${pp%%,*}" -n "${PERF_TURBO_N:-64}" \
           -d "0,$(echo "$depths" | tr ' ' ',')" -r "$reps" --depth-fill positions
+      done
+      # the same profiles with the GQA decode kernel never staged, for what staging buys
+      for kv in ${PERF_TURBO_UNSTAGED:-}; do
+        TESSERA_CUDA_ATTN_GQA_DECODE=1 bench "$m.$kv.unstaged" "" --profile "$out/$m.$kv.yaml" \
+          -p "${pp%%,*}" -n "${PERF_TURBO_N:-64}" -d "0,$(echo "$depths" | tr ' ' ',')" -r "$reps" \
+          --depth-fill positions
       done
       rm -f "$out/$m.gguf"
     done

@@ -10,8 +10,10 @@
 **            most 8 q heads with value head dims of 128, 256 or 512 runs the GPU's
 **            GQA decode kernel (tessera/cuda_attn_gqa.cuh) reading the blocks in
 **            register: each pair of values is two centroids (one load from a pair
-**            table) times the block's scale, in f16, exactly what the lift writes; the keys are split over
-**            the multiprocessors and merged. Anything else (prefill, several
+**            table) times the block's scale, in f16, exactly what the lift writes;
+**            rows end to end are staged through shared memory a step ahead (the
+**            kernel's cp.async variant); the keys are split over the
+**            multiprocessors and merged. Anything else (prefill, several
 **            queries) lifts K and V into the call's scratch and runs the shared
 **            tile and tensor-core kernels on f16.
 */
@@ -285,8 +287,24 @@ static int bits_of(const turbo_cuda_ctx *tc, int32_t dtype) {
   return 0;
 }
 
+/* Whether the decode takes the GQA kernel's staged variant (TSR_ATTN_GQA_DECODE_DEFAULT, 2):
+** K and V rows end to end from a 16-byte aligned start, so a step's 16 rows are one span of
+** bytes each warp copies by cp.async while it computes the step before, and two steps a
+** warp fit in shared memory. */
+static bool staged(const tsr_tile_args *t, int kb, int vb) {
+  auto rows = [](int bits, int64_t d, int64_t nb1, const char *p) {
+    return d % TURBO_BLOCK == 0 && nb1 == d / TURBO_BLOCK * turbo_block_bytes(bits) &&
+           !((uintptr_t)p & 15);
+  };
+  return t->gqa_decode == 2 && rows(kb, t->D, t->k_nb1, t->k) &&
+         rows(vb, t->Dv, t->v_nb1, t->v) && tsr_gqa_smem(t, 1, true) <= TSR_MMA_SMEM_MAX;
+}
+
 template <int KB, int VB>
 static cudaError_t gqa(const tsr_tile_args *t, cudaStream_t stream) {
+  if (staged(t, KB, VB))
+    return tsr_gqa_decode_run<tsr_one_band, TURBO_T(KB), TURBO_T(VB), true>(t, tsr_one_band{},
+                                                                           stream);
   return tsr_gqa_decode_run<tsr_one_band, TURBO_T(KB), TURBO_T(VB), false>(t, tsr_one_band{},
                                                                           stream);
 }

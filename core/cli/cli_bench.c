@@ -4,10 +4,10 @@
 ** each test repeated with the median reported, in a table like llama-bench's
 ** (and --json). Tokens are random ids (seeded): speed does not depend on text.
 **
-** Before the tests it measures the ceilings the rates are judged against: the
-** backend's vendor probe where it has one (cuda: cudaMemcpy device to device
-** and a cuBLAS bf16 GEMM), else tessera's own f32 copy and f32 mat_mul on that
-** backend (cpu, which has no vendor library). Each test then prints
+** Before the tests it measures the ceilings the rates are judged against, with
+** the backend's probe: cuda, cudaMemcpy device to device and a cuBLAS bf16 GEMM;
+** cpu, a streaming read and its cores' f32 multiply-add peak (core/cpu/
+** cpu_probe.c). Each test then prints
 **   tg: the bytes a decode step must read (every weight once, experts scaled by
 **       the share a token uses, tables read one row per token left out; the KV
 **       of the cells it attends to; recurrent state read and written) times
@@ -100,9 +100,10 @@ static void bench_usage(FILE *f) {
           "(default 0), REPS times each (default 5) after N warm-ups (default 1; 0 for a\n"
           "run too long to repeat, e.g. a 1M-token prefill): the median and the\n"
           "standard deviation, as a table like llama-bench's. First it measures the\n"
-          "backend's copy rate and a large GEMM (cuda: cudaMemcpy and cuBLAS bf16; cpu:\n"
-          "tessera's own f32 kernels) and prints, per test, the bytes/s (tg) or FLOP/s\n"
-          "(pp) the model's size and shape imply, as a fraction of those ceilings.\n"
+          "backend's memory rate and compute peak (cuda: cudaMemcpy and cuBLAS bf16; cpu:\n"
+          "a streaming read and the cores' FMA peak) and prints, per test, the bytes/s\n"
+          "(tg) or FLOP/s (pp) the model's size and shape imply, as a fraction of those\n"
+          "ceilings.\n"
           "-p 0 or -n 0 skips that kind of test. The profile's context is set to the\n"
           "largest depth plus the largest test. --op-times splits each test's time per\n"
           "token: outside the backend's computes, inside them outside the nodes, and per\n"
@@ -262,54 +263,13 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Median seconds of 5 computes of g after one warm-up. */
-static tsr_status time_graph(struct tsr_backend *be, struct tsr_graph *g, double *s) {
-  double t[5];
-  for (int i = -1; i < 5; i++) {
-    const double t0 = tsr_now_s();
-    tsr_status st = tsr_backend_compute(be, g);
-    if (st != TSR_OK) return st;
-    if (i >= 0) t[i] = tsr_now_s() - t0;
-  }
-  qsort(t, 5, sizeof *t, cmp_double);
-  *s = t[2];
-  return TSR_OK;
-}
-
-/* One planned graph of the core's own op, timed on the backend. */
-static tsr_status own_probe(struct tsr_backend *be, bool gemm, double *rate) {
-  enum { COPY_N = 1 << 26, K = 2048, M = 2048, N = 512 }; /* 256 MiB; 4.3 GFLOP */
-  struct tsr_graph *g = tsr_graph_new(8);
-  if (!g) return tsr_error_set(TSR_ERR_NOMEM, "bench: a probe graph");
-  struct tsr_tensor *out;
-  if (gemm)
-    out = tsr_mat_mul(g, tsr_new_tensor_2d(g, TSR_F32, K, M), tsr_new_tensor_2d(g, TSR_F32, K, N));
-  else
-    out = tsr_cpy(g, tsr_new_tensor_1d(g, TSR_F32, COPY_N), tsr_new_tensor_1d(g, TSR_F32, COPY_N));
-  tsr_graph_mark_output(out);
-  struct tsr_graph_plan plan;
-  void *arena = NULL;
-  tsr_status st = tsr_graph_status(g);
-  if (st == TSR_OK) st = tsr_graph_alloc(g, &plan, &arena);
-  if (st == TSR_OK) memset(arena, 0, plan.arena_bytes); /* finite inputs */
-  double s = 0;
-  if (st == TSR_OK) st = time_graph(be, g, &s);
-  if (st == TSR_OK) *rate = gemm ? 2.0 * K * M * N / s : 2.0 * 4.0 * COPY_N / s;
-  free(arena);
-  tsr_graph_free(g);
-  return st;
-}
-
+/* The backend's ceilings (cuda: the vendor's copy and GEMM; cpu: a streaming read and its
+** cores' multiply-add peak). */
 static tsr_status ceilings(struct tsr_backend *be, struct tsr_backend_ceilings *c) {
   memset(c, 0, sizeof *c);
-  tsr_status st = tsr_backend_probe(be, c);
-  if (st != TSR_ERR_UNSUPPORTED) return st;
-  st = own_probe(be, false, &c->copy_bytes_per_s);
-  if (st == TSR_OK) st = own_probe(be, true, &c->gemm_flops);
-  snprintf(c->copy_how, sizeof c->copy_how, "tessera's own f32 copy of 256 MiB (no vendor probe "
-           "on %s)", tsr_backend_name(be));
-  snprintf(c->gemm_how, sizeof c->gemm_how, "tessera's own f32 mat_mul 2048x2048 x 512 (no "
-           "vendor BLAS on %s)", tsr_backend_name(be));
+  const tsr_status st = tsr_backend_probe(be, c);
+  if (st == TSR_ERR_UNSUPPORTED)
+    return tsr_error_set(st, "bench: backend %s measures no ceilings", tsr_backend_name(be));
   return st;
 }
 

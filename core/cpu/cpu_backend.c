@@ -71,6 +71,10 @@ static void cpu_thread(void *arg, int ith, int nth) {
   }
 }
 
+static tsr_status cpu_probe(void *ctx, struct tsr_backend_ceilings *out) {
+  return tsr_cpu_probe(((struct cpu_backend *)ctx)->pool, out);
+}
+
 static tsr_status cpu_time_nodes(void *ctx, struct tsr_op_times *acc) {
   ((struct cpu_backend *)ctx)->times = acc;
   return TSR_OK;
@@ -149,7 +153,7 @@ tsr_status tsr_backend_cpu_new(int n_threads, struct tsr_backend **out) {
     return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: cannot start %d threads", n_threads);
   }
   b->i = (struct tsr_backend_i){cpu_name, cpu_supports, cpu_compute, cpu_free,
-                                NULL, NULL, NULL, NULL, NULL, cpu_time_nodes, NULL, NULL};
+                                NULL, NULL, NULL, NULL, cpu_probe, cpu_time_nodes, NULL, NULL};
   b->context = be;
   *out = b;
   return TSR_OK;

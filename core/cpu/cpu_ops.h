@@ -72,6 +72,11 @@ extern const struct tsr_cpu_kernel tsr_cpu_kernels[TSR_OP_COUNT];
 #define TSR_CPU_KERNEL(op) \
   void tsr_cpu_##op(const struct tsr_cpu_compute *c, struct tsr_tensor *dst)
 
+/* cpu_probe.c: the hardware ceilings of `tessera bench` (the backend's probe) */
+struct tsr_threadpool;
+struct tsr_backend_ceilings;
+tsr_status tsr_cpu_probe(struct tsr_threadpool *pool, struct tsr_backend_ceilings *out);
+
 /* ops_matmul.c */
 TSR_CPU_KERNEL(get_rows);
 TSR_CPU_KERNEL(mat_mul);

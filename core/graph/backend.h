@@ -51,8 +51,9 @@ struct tsr_backend_i {
   void (*forget)(void *ctx, const void *host, size_t size);
   tsr_status (*keep)(void *ctx, const void *host, size_t size);
   tsr_status (*sync_to_device)(void *ctx, const void *host, size_t size);
-  /* The device's ceilings for `tessera bench`, measured with the vendor's own
-  ** copy and GEMM; NULL where there is no vendor library (cpu). */
+  /* The device's ceilings for `tessera bench`: cuda measures the vendor's own copy and
+  ** GEMM, cpu a streaming read and its cores' multiply-add peak; NULL where a backend
+  ** has neither. */
   tsr_status (*probe)(void *ctx, struct tsr_backend_ceilings *out);
   /* From now on add every node's time to acc (core/graph/op_times.h), or stop when
   ** acc is NULL; NULL where the backend cannot time its nodes. */

@@ -59,7 +59,9 @@ def test_every_test_and_depth_gets_a_row_and_a_json_entry():
 def test_ceilings_are_measured_and_say_how():
     text, j = bench(MODEL, "-p", "16", "-n", "0", "-r", "1")
     assert j["copy_bytes_per_second"] > 1e8 and j["gemm_flops"] > 1e8, j
-    assert "own f32" in j["copy_measured_with"] and "no vendor" in j["gemm_measured_with"], j
+    # the cpu's ceilings are the hardware's: a streaming read and the cores' FMA peak
+    assert "streaming read" in j["copy_measured_with"], j
+    assert "multiply-add peak" in j["gemm_measured_with"], j
     assert re.search(r"^ceiling copy: [0-9.]+ GB/s", text, re.M), text
     assert [t["kind"] for t in j["tests"]] == ["pp"]
 

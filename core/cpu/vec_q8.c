@@ -17,6 +17,7 @@
 
 #include "graph/dtype.h"
 #include "graph/quant_blocks.h"
+#include "vec_blocks.h"
 
 /* ---- the vector ------------------------------------------------------------------------ */
 
@@ -59,17 +60,6 @@ struct sub32 {
 
 static void scales_all(struct sub32 *s, float v) {
   for (int k = 0; k < 8; k++) s->scale[k] = v;
-}
-
-/* q4_K's and q5_K's sub-block j scale and min (6 bits each, packed in 12 bytes) */
-static inline void k4_scale_min(const uint8_t s[12], int j, int *sc, int *m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
-    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-  }
 }
 
 static bool has_offset(int dtype) {
@@ -128,7 +118,7 @@ static void expand(int dtype, const void *w, int64_t j, struct sub32 *s) {
       if (five) s->c[l] |= (b5->qh[l] >> sub & 1) << 4;
     }
     int sc, m;
-    k4_scale_min(five ? b5->scales : b4->scales, sub, &sc, &m);
+    tsr_k4_scale_min(five ? b5->scales : b4->scales, sub, &sc, &m);
     const float d = tsr_f16_to_f32(five ? b5->d : b4->d);
     const float dmin = tsr_f16_to_f32(five ? b5->dmin : b4->dmin);
     scales_all(s, d * (float)sc);
@@ -211,25 +201,6 @@ AVX2 static inline float hsum8(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
-/* 16 bytes of nibble pairs as 32 codes: low nibbles (values 0..15), then high (16..31) */
-AVX2 static inline __m256i nibbles32(const uint8_t *qs) {
-  const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-}
-
-/* q5_0 and q5_1: bit l of qh is value l's fifth bit: 16 where set, byte by byte */
-AVX2 static inline __m256i fifth_bits(const uint8_t qh[4]) {
-  uint32_t h;
-  memcpy(&h, qh, 4);
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32((int)h),
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                       3, 3, 3, 3, 3, 3, 3));
-  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                          _mm256_set1_epi8(16));
-}
-
 /* Each type's 32 values j of a row: their codes, each lane's scale and the offset. */
 AVX2 static inline void blk_q8_0(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q8_0 *b = (const struct tsr_block_q8_0 *)w + j;
@@ -239,26 +210,26 @@ AVX2 static inline void blk_q8_0(const void *w, int64_t j, __m256i *c, __m256 *s
 
 AVX2 static inline void blk_q4_0(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q4_0 *b = (const struct tsr_block_q4_0 *)w + j;
-  *c = _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
+  *c = _mm256_sub_epi8(tsr_nibbles32(b->qs), _mm256_set1_epi8(8));
   *sv = _mm256_set1_ps(_cvtsh_ss(b->d)), *offs = 0.0f;
 }
 
 AVX2 static inline void blk_q5_0(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q5_0 *b = (const struct tsr_block_q5_0 *)w + j;
-  *c = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), fifth_bits(b->qh)),
+  *c = _mm256_sub_epi8(_mm256_or_si256(tsr_nibbles32(b->qs), tsr_fifth_bits(b->qh)),
                        _mm256_set1_epi8(16));
   *sv = _mm256_set1_ps(_cvtsh_ss(b->d)), *offs = 0.0f;
 }
 
 AVX2 static inline void blk_q4_1(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q4_1 *b = (const struct tsr_block_q4_1 *)w + j;
-  *c = nibbles32(b->qs);
+  *c = tsr_nibbles32(b->qs);
   *sv = _mm256_set1_ps(_cvtsh_ss(b->d)), *offs = _cvtsh_ss(b->m);
 }
 
 AVX2 static inline void blk_q5_1(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q5_1 *b = (const struct tsr_block_q5_1 *)w + j;
-  *c = _mm256_or_si256(nibbles32(b->qs), fifth_bits(b->qh));
+  *c = _mm256_or_si256(tsr_nibbles32(b->qs), tsr_fifth_bits(b->qh));
   *sv = _mm256_set1_ps(_cvtsh_ss(b->d)), *offs = _cvtsh_ss(b->m);
 }
 
@@ -274,7 +245,7 @@ AVX2 static inline void blk_k4(const uint8_t *qs, const uint8_t *qh, const uint8
     *c = _mm256_or_si256(*c, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), 4));
   }
   int sc, m;
-  k4_scale_min(scales, sub, &sc, &m);
+  tsr_k4_scale_min(scales, sub, &sc, &m);
   *sv = _mm256_set1_ps(_cvtsh_ss(d) * (float)sc);
   *offs = -(_cvtsh_ss(dmin) * (float)m);
 }

@@ -11,6 +11,7 @@
 
 #include "graph/dtype.h"
 #include "graph/quant_blocks.h"
+#include "vec_blocks.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -40,13 +41,6 @@ AVX2 static inline __m256 dot32_i8(__m256i q, const float *y) {
   return dot16_i8(_mm256_extracti128_si256(q, 1), y + 16, s);
 }
 
-/* 16 bytes of nibble pairs as 32 byte codes: low nibbles first (elements 0..15), then
-** the high ones (16..31), as q4_0, q5_0 and q4_K pack them */
-AVX2 static inline __m256i nibbles32(const uint8_t *qs) {
-  const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
-}
-
 /* sum of y over 32 values */
 AVX2 static inline __m256 sum32(const float *y) {
   return _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(y), _mm256_loadu_ps(y + 8)),
@@ -67,31 +61,17 @@ AVX2 static float dot_q4_0(const void *w, const float *y, int64_t n) {
   const struct tsr_block_q4_0 *b = w;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / TSR_QK4_0; i++, b++, y += TSR_QK4_0) {
-    const __m256i q = _mm256_sub_epi8(nibbles32(b->qs), _mm256_set1_epi8(8));
+    const __m256i q = _mm256_sub_epi8(tsr_nibbles32(b->qs), _mm256_set1_epi8(8));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
   }
   return hsum(acc);
-}
-
-/* q5_0: bit j of qh is element j's fifth bit: 16 where set, byte by byte */
-AVX2 static inline __m256i fifth_bits(const uint8_t qh[4]) {
-  uint32_t h;
-  memcpy(&h, qh, 4);
-  /* byte j of the result takes byte j/8 of h, then tests bit j%8 of it */
-  const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32((int)h),
-      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
-                       3, 3, 3, 3, 3, 3, 3));
-  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                          _mm256_set1_epi8(16));
 }
 
 AVX2 static float dot_q5_0(const void *w, const float *y, int64_t n) {
   const struct tsr_block_q5_0 *b = w;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / TSR_QK5_0; i++, b++, y += TSR_QK5_0) {
-    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles32(b->qs), fifth_bits(b->qh)),
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(tsr_nibbles32(b->qs), tsr_fifth_bits(b->qh)),
                                       _mm256_set1_epi8(16));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
   }
@@ -103,7 +83,7 @@ AVX2 static float dot_q4_1(const void *w, const float *y, int64_t n) {
   const struct tsr_block_q4_1 *b = w;
   __m256 acc = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / TSR_QK4_1; i++, b++, y += TSR_QK4_1) {
-    acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(nibbles32(b->qs), y),
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(tsr_nibbles32(b->qs), y),
                           acc);
     offs = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->m)), sum32(y), offs);
   }
@@ -114,22 +94,11 @@ AVX2 static float dot_q5_1(const void *w, const float *y, int64_t n) {
   const struct tsr_block_q5_1 *b = w;
   __m256 acc = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / TSR_QK5_1; i++, b++, y += TSR_QK5_1) {
-    const __m256i q = _mm256_or_si256(nibbles32(b->qs), fifth_bits(b->qh));
+    const __m256i q = _mm256_or_si256(tsr_nibbles32(b->qs), tsr_fifth_bits(b->qh));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
     offs = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->m)), sum32(y), offs);
   }
   return hsum(_mm256_add_ps(acc, offs));
-}
-
-/* q4_K's sub-block j scale and min (6 bits each, packed in 12 bytes) */
-static inline void k4_scale(const uint8_t s[12], int j, int *sc, int *m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
-    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
-  }
 }
 
 /* q4_K and q5_K: sub-blocks 2c and 2c + 1 (codes lo and hi, 32 each) of a super-block
@@ -137,8 +106,8 @@ static inline void k4_scale(const uint8_t s[12], int j, int *sc, int *m) {
 AVX2 static inline void k4_pair(const uint8_t s[12], int c, float d, float dmin, __m256i lo,
                                 __m256i hi, const float *y, __m256 *acc, __m256 *mins) {
   int sc0, m0, sc1, m1;
-  k4_scale(s, 2 * c, &sc0, &m0);
-  k4_scale(s, 2 * c + 1, &sc1, &m1);
+  tsr_k4_scale_min(s, 2 * c, &sc0, &m0);
+  tsr_k4_scale_min(s, 2 * c + 1, &sc1, &m1);
   *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc0), dot32_i8(lo, y), *acc);
   *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc1), dot32_i8(hi, y + 32), *acc);
   *mins = _mm256_fmadd_ps(_mm256_set1_ps(dmin * (float)m0), sum32(y), *mins);

@@ -1,0 +1,50 @@
+/*
+** Unpacking shared by the CPU's block-type dots (vec_quant.c on f32 vectors, vec_q8.c on
+** 8-bit ones): the K types' packed scales, and (AVX2) nibble pairs and q5's fifth bits as
+** byte codes.
+*/
+#ifndef TSR_CPU_VEC_BLOCKS_H
+#define TSR_CPU_VEC_BLOCKS_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* q4_K's sub-block j scale and min (6 bits each, packed in 12 bytes) */
+static inline void tsr_k4_scale_min(const uint8_t s[12], int j, int *sc, int *m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | (s[j - 4] >> 6) << 4;
+    *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define TSR_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* 16 bytes of nibble pairs as 32 byte codes: low nibbles first (elements 0..15), then
+** the high ones (16..31), as q4_0, q5_0 and q4_K pack them */
+TSR_AVX2 static inline __m256i tsr_nibbles32(const uint8_t *qs) {
+  const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+}
+
+/* q5_0: bit j of qh is element j's fifth bit: 16 where set, byte by byte */
+TSR_AVX2 static inline __m256i tsr_fifth_bits(const uint8_t qh[4]) {
+  uint32_t h;
+  memcpy(&h, qh, 4);
+  /* byte j of the result takes byte j/8 of h, then tests bit j%8 of it */
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32((int)h),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
+                       3, 3, 3, 3, 3, 3, 3));
+  const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
+                          _mm256_set1_epi8(16));
+}
+#endif
+
+#endif

@@ -1,7 +1,7 @@
 /*
 ** Unpacking shared by the CPU's block-type dots (vec_quant.c on f32 vectors, vec_q8.c on
 ** 8-bit ones): the K types' packed scales, and (AVX2) nibble pairs and q5's fifth bits as
-** byte codes.
+** byte codes, and the horizontal sum both take.
 */
 #ifndef TSR_CPU_VEC_BLOCKS_H
 #define TSR_CPU_VEC_BLOCKS_H
@@ -24,6 +24,16 @@ static inline void tsr_k4_scale_min(const uint8_t s[12], int j, int *sc, int *m)
 #include <immintrin.h>
 
 #define TSR_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* the sum of v's 8 lanes: (l0 + l4) + (l2 + l6), + ((l1 + l5) + (l3 + l7)) (vec_q8.c's
+** reference sums its lanes in this order) */
+TSR_AVX2 static inline float tsr_hsum8(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
 
 /* 16 bytes of nibble pairs as 32 byte codes: low nibbles first (elements 0..15), then
 ** the high ones (16..31), as q4_0, q5_0 and q4_K pack them */

@@ -193,14 +193,6 @@ AVX2 static void quantize_avx2(const float *x, int64_t n, struct tsr_q8_act *out
   }
 }
 
-AVX2 static inline float hsum8(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
-}
-
 /* Each type's 32 values j of a row: their codes, each lane's scale and the offset. */
 AVX2 static inline void blk_q8_0(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q8_0 *b = (const struct tsr_block_q8_0 *)w + j;
@@ -301,7 +293,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
         if (OFFSET) off[c] = fmaf(offs * q->d, (float)q->sum, off[c]);                        \
       }                                                                                       \
     }                                                                                         \
-    for (int c = 0; c < nc; c++) out[c] = OFFSET ? hsum8(acc[c]) + off[c] : hsum8(acc[c]);    \
+    for (int c = 0; c < nc; c++) out[c] = OFFSET ? tsr_hsum8(acc[c]) + off[c] : tsr_hsum8(acc[c]);    \
   }                                                                                           \
   /* one body a column count, so the columns' sums stay in registers */                      \
   AVX2 static void cols_##T(const void *w, const struct tsr_q8_act *const *a, int nc,         \

@@ -18,14 +18,6 @@
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-AVX2 static inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
-}
-
 /* the 8 signed bytes at the bottom of v as f32 */
 AVX2 static inline __m256 i8x8(__m128i v) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v)); }
 
@@ -54,7 +46,7 @@ AVX2 static float dot_q8_0(const void *w, const float *y, int64_t n) {
     const __m256 s = dot32_i8(_mm256_loadu_si256((const __m256i *)b->qs), y);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), s, acc);
   }
-  return hsum(acc);
+  return tsr_hsum8(acc);
 }
 
 AVX2 static float dot_q4_0(const void *w, const float *y, int64_t n) {
@@ -64,7 +56,7 @@ AVX2 static float dot_q4_0(const void *w, const float *y, int64_t n) {
     const __m256i q = _mm256_sub_epi8(tsr_nibbles32(b->qs), _mm256_set1_epi8(8));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
   }
-  return hsum(acc);
+  return tsr_hsum8(acc);
 }
 
 AVX2 static float dot_q5_0(const void *w, const float *y, int64_t n) {
@@ -75,7 +67,7 @@ AVX2 static float dot_q5_0(const void *w, const float *y, int64_t n) {
                                       _mm256_set1_epi8(16));
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
   }
-  return hsum(acc);
+  return tsr_hsum8(acc);
 }
 
 /* q4_1 and q5_1: value = d q + m, so the dot is d sum(q y) + m sum(y) */
@@ -87,7 +79,7 @@ AVX2 static float dot_q4_1(const void *w, const float *y, int64_t n) {
                           acc);
     offs = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->m)), sum32(y), offs);
   }
-  return hsum(_mm256_add_ps(acc, offs));
+  return tsr_hsum8(_mm256_add_ps(acc, offs));
 }
 
 AVX2 static float dot_q5_1(const void *w, const float *y, int64_t n) {
@@ -98,7 +90,7 @@ AVX2 static float dot_q5_1(const void *w, const float *y, int64_t n) {
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
     offs = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->m)), sum32(y), offs);
   }
-  return hsum(_mm256_add_ps(acc, offs));
+  return tsr_hsum8(_mm256_add_ps(acc, offs));
 }
 
 /* q4_K and q5_K: sub-blocks 2c and 2c + 1 (codes lo and hi, 32 each) of a super-block
@@ -129,7 +121,7 @@ AVX2 static float dot_q4_K(const void *w, const float *y, int64_t n) {
       k4_pair(b->scales, c, d, dmin, lo, hi, y, &acc, &mins);
     }
   }
-  return hsum(_mm256_sub_ps(acc, mins));
+  return tsr_hsum8(_mm256_sub_ps(acc, mins));
 }
 
 /* q5_K: as q4_K, each code's fifth bit in qh: element 32 j + l (sub-block j) has it at
@@ -151,7 +143,7 @@ AVX2 static float dot_q5_K(const void *w, const float *y, int64_t n) {
       k4_pair(b->scales, c, d, dmin, lo, hi, y, &acc, &mins);
     }
   }
-  return hsum(_mm256_sub_ps(acc, mins));
+  return tsr_hsum8(_mm256_sub_ps(acc, mins));
 }
 
 /* bf16: the top half of an f32 */
@@ -164,7 +156,7 @@ AVX2 static float dot_bf16(const void *w, const float *y, int64_t n) {
     acc = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(u, 16)), _mm256_loadu_ps(y + i),
                           acc);
   }
-  float s = hsum(acc);
+  float s = tsr_hsum8(acc);
   for (; i < n; i++) s += tsr_bf16_to_f32(x[i]) * y[i];
   return s;
 }
@@ -195,7 +187,7 @@ AVX2 static float dot_q6_K(const void *w, const float *y, int64_t n) {
       }
     }
   }
-  return hsum(acc);
+  return tsr_hsum8(acc);
 }
 
 tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype) {

@@ -8,7 +8,9 @@
 ** is dequantized once per tile into the thread's scratch and reused for every
 ** column of x. With the backend's activations: q8, the columns meeting a block
 ** type with an integer kernel (vec_q8.c) are quantized to 8 bits once per
-** product instead, and the rows meet them in integers, up to 4 columns a row. Dots accumulate in f32 (core/cpu/vec.h). Against dense
+** product instead (every column, so a column's result does not depend on its
+** batch), and each row meets up to 8 of them in integers. Dots accumulate in
+** f32 (core/cpu/vec.h). Against dense
 ** columns, a dequantized tile is dotted in blocks of 4 rows x 3 columns (every
 ** output summed alike, so the results do not depend on how columns are cut
 ** over threads), and f32 rows two by two, each output summed as one column's
@@ -171,7 +173,7 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
     }
     return;
   }
-  /* quantized columns, up to TSR_Q8_COLS at a time: each row's codes expanded once for all */
+  /* quantized columns, TSR_Q8_COLS at a time: each row's codes expanded once for them all */
   if (t->mode == W_Q8) {
     const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
     for (; c0 < c1; c0 += TSR_Q8_COLS) {

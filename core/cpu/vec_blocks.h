@@ -1,7 +1,7 @@
 /*
 ** Unpacking shared by the CPU's block-type dots (vec_quant.c on f32 vectors, vec_q8.c on
-** 8-bit ones): the K types' packed scales, and (AVX2) nibble pairs and q5's fifth bits as
-** byte codes, and the horizontal sum both take.
+** 8-bit ones): the K types' packed scales, and (AVX2) nibble pairs and q5_0's and q5_1's
+** codes as bytes, and the horizontal sum both take.
 */
 #ifndef TSR_CPU_VEC_BLOCKS_H
 #define TSR_CPU_VEC_BLOCKS_H
@@ -38,12 +38,14 @@ TSR_AVX2 static inline float tsr_hsum8(__m256 v) {
 /* 16 bytes of nibble pairs as 32 byte codes: low nibbles first (elements 0..15), then
 ** the high ones (16..31), as q4_0, q5_0 and q4_K pack them */
 TSR_AVX2 static inline __m256i tsr_nibbles32(const uint8_t *qs) {
-  const __m128i b = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
+  /* the 16 bytes in both halves, the high half shifted down a nibble */
+  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+  return _mm256_and_si256(_mm256_blend_epi32(b, _mm256_srli_epi16(b, 4), 0xf0),
+                          _mm256_set1_epi8(0x0f));
 }
 
-/* q5_0: bit j of qh is element j's fifth bit: 16 where set, byte by byte */
-TSR_AVX2 static inline __m256i tsr_fifth_bits(const uint8_t qh[4]) {
+/* q5_0 and q5_1: bit j of qh is element j's fifth bit: byte j 0xff where it is set */
+TSR_AVX2 static inline __m256i tsr_fifth_mask(const uint8_t qh[4]) {
   uint32_t h;
   memcpy(&h, qh, 4);
   /* byte j of the result takes byte j/8 of h, then tests bit j%8 of it */
@@ -52,8 +54,20 @@ TSR_AVX2 static inline __m256i tsr_fifth_bits(const uint8_t qh[4]) {
       _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3,
                        3, 3, 3, 3, 3, 3, 3));
   const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
-  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit),
-                          _mm256_set1_epi8(16));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+}
+
+/* q5_0's 32 codes minus 16, as signed bytes: a nibble n with its fifth bit is n, without it
+** n - 16, which is n | 0xf0 */
+TSR_AVX2 static inline __m256i tsr_q5_0_codes(const uint8_t qs[16], const uint8_t qh[4]) {
+  return _mm256_or_si256(tsr_nibbles32(qs),
+                         _mm256_andnot_si256(tsr_fifth_mask(qh), _mm256_set1_epi8((char)0xf0)));
+}
+
+/* q5_1's 32 codes, 0..31 */
+TSR_AVX2 static inline __m256i tsr_q5_1_codes(const uint8_t qs[16], const uint8_t qh[4]) {
+  return _mm256_or_si256(tsr_nibbles32(qs),
+                         _mm256_and_si256(tsr_fifth_mask(qh), _mm256_set1_epi8(16)));
 }
 #endif
 

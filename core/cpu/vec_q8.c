@@ -208,8 +208,7 @@ AVX2 static inline void blk_q4_0(const void *w, int64_t j, __m256i *c, __m256 *s
 
 AVX2 static inline void blk_q5_0(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q5_0 *b = (const struct tsr_block_q5_0 *)w + j;
-  *c = _mm256_sub_epi8(_mm256_or_si256(tsr_nibbles32(b->qs), tsr_fifth_bits(b->qh)),
-                       _mm256_set1_epi8(16));
+  *c = tsr_q5_0_codes(b->qs, b->qh);
   *sv = _mm256_set1_ps(_cvtsh_ss(b->d)), *offs = 0.0f;
 }
 
@@ -221,7 +220,7 @@ AVX2 static inline void blk_q4_1(const void *w, int64_t j, __m256i *c, __m256 *s
 
 AVX2 static inline void blk_q5_1(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q5_1 *b = (const struct tsr_block_q5_1 *)w + j;
-  *c = _mm256_or_si256(tsr_nibbles32(b->qs), tsr_fifth_bits(b->qh));
+  *c = tsr_q5_1_codes(b->qs, b->qh);
   *sv = _mm256_set1_ps(_cvtsh_ss(b->d)), *offs = _cvtsh_ss(b->m);
 }
 
@@ -269,8 +268,9 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 
 /* A type's kernel: each 32 values expanded once and met by every column, each column in its
 ** own lanes and offset chain (so one column's result is the same whatever columns are
-** with it). SIGNED: the codes' sign moved onto the columns' codes. */
-#define COLS_KERNEL(T, SIGNED, OFFSET)                                                        \
+** with it). SIGNED: the codes' sign moved onto the columns' codes; UNIFORM: one scale for
+** all 8 lanes (all but q6_K). */
+#define COLS_KERNEL(T, SIGNED, OFFSET, UNIFORM)                                               \
   AVX2 static inline __attribute__((always_inline)) void body_##T(                            \
       const void *w, const struct tsr_q8_act *const *a, const int nc, int64_t n, float *out) { \
     __m256 acc[TSR_Q8_COLS];                                                                  \
@@ -289,7 +289,10 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
         if (SIGNED) y = _mm256_sign_epi8(y, codes);                                           \
         const __m256 isum =                                                                   \
             _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, y), ones));          \
-        acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(q->d)), isum, acc[c]);      \
+        /* one scale for all lanes: its product with d in a scalar, the same bits */          \
+        const __m256 s = UNIFORM ? _mm256_set1_ps(_mm256_cvtss_f32(sv) * q->d)                \
+                                 : _mm256_mul_ps(sv, _mm256_set1_ps(q->d));                   \
+        acc[c] = _mm256_fmadd_ps(s, isum, acc[c]);                                            \
         if (OFFSET) off[c] = fmaf(offs * q->d, (float)q->sum, off[c]);                        \
       }                                                                                       \
     }                                                                                         \
@@ -309,14 +312,14 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
     default: body_##T(w, a, 8, n, out);                                                       \
     }                                                                                         \
   }
-COLS_KERNEL(q8_0, 1, 0)
-COLS_KERNEL(q4_0, 1, 0)
-COLS_KERNEL(q5_0, 1, 0)
-COLS_KERNEL(q4_1, 0, 1)
-COLS_KERNEL(q5_1, 0, 1)
-COLS_KERNEL(q4_K, 0, 1)
-COLS_KERNEL(q5_K, 0, 1)
-COLS_KERNEL(q6_K, 1, 0)
+COLS_KERNEL(q8_0, 1, 0, 1)
+COLS_KERNEL(q4_0, 1, 0, 1)
+COLS_KERNEL(q5_0, 1, 0, 1)
+COLS_KERNEL(q4_1, 0, 1, 1)
+COLS_KERNEL(q5_1, 0, 1, 1)
+COLS_KERNEL(q4_K, 0, 1, 1)
+COLS_KERNEL(q5_K, 0, 1, 1)
+COLS_KERNEL(q6_K, 1, 0, 0)
 
 static tsr_vec_dot_q8_fn avx2_kernel(int dtype) {
   if (!tsr_cpu_has_avx2()) return NULL;

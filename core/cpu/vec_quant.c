@@ -63,8 +63,7 @@ AVX2 static float dot_q5_0(const void *w, const float *y, int64_t n) {
   const struct tsr_block_q5_0 *b = w;
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / TSR_QK5_0; i++, b++, y += TSR_QK5_0) {
-    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(tsr_nibbles32(b->qs), tsr_fifth_bits(b->qh)),
-                                      _mm256_set1_epi8(16));
+    const __m256i q = tsr_q5_0_codes(b->qs, b->qh);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
   }
   return tsr_hsum8(acc);
@@ -86,7 +85,7 @@ AVX2 static float dot_q5_1(const void *w, const float *y, int64_t n) {
   const struct tsr_block_q5_1 *b = w;
   __m256 acc = _mm256_setzero_ps(), offs = _mm256_setzero_ps();
   for (int64_t i = 0; i < n / TSR_QK5_1; i++, b++, y += TSR_QK5_1) {
-    const __m256i q = _mm256_or_si256(tsr_nibbles32(b->qs), tsr_fifth_bits(b->qh));
+    const __m256i q = tsr_q5_1_codes(b->qs, b->qh);
     acc = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->d)), dot32_i8(q, y), acc);
     offs = _mm256_fmadd_ps(_mm256_set1_ps(tsr_f16_to_f32(b->m)), sum32(y), offs);
   }

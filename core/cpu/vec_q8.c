@@ -1,13 +1,13 @@
 /*
 ** Weight rows dotted with columns quantized to 8 bits (the cpu backend's `activations: q8`):
 ** a column becomes blocks of 32 int8 codes q with a scale d (x ~ d q) once per product, and
-** each 32 values of a row meet a block in integers: the sum over 4 adjacent
-** values of code x code is exact, then multiplied by the row's scale for those values and d
-** into 8 f32 lanes (lane k: values 4k..4k+3 of each block), which are summed at the end in
-** one fixed tree; an offset (q4_1's and q5_1's m, the K types' mins) meets the block's code
-** sum in one more f32 chain. The portable reference computes every step in that order, so
-** the AVX2 kernels equal it bit for bit (tests/test_vec_q8.c); machines without AVX2 run
-** the reference.
+** each 32 values of a row meet a block in integers: the sum over 4 adjacent values of code
+** x code is exact, then multiplied by the row's scale for those values and d into 8 f32
+** lanes (lane k: values 4k..4k+3 of each block), which are summed at the end in one fixed
+** tree; an offset (q4_1's and q5_1's m, the K types' mins) meets the block's code sum in one
+** more f32 chain. The portable reference computes every step in that order, so the AVX2
+** kernels equal it bit for bit (core/tests/test_vec_q8.c); machines without AVX2 run the
+** reference.
 */
 #include "vec.h"
 
@@ -33,6 +33,12 @@ static void finish_block(float amax, bool finite, const int32_t *codes, struct t
   a->sum = sum;
 }
 
+/* 127 / amax, or 0 where amax is 0 or so small that the quotient overflows (every code 0) */
+static float inverse_step(float amax) {
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  return id <= 3.40282347e38f ? id : 0.0f;
+}
+
 void tsr_vec_quantize_q8_ref(const float *x, int64_t n, struct tsr_q8_act *out) {
   for (int64_t b = 0; b < n / TSR_Q8_ACT_BLOCK; b++, x += TSR_Q8_ACT_BLOCK) {
     float amax = 0.0f;
@@ -41,7 +47,7 @@ void tsr_vec_quantize_q8_ref(const float *x, int64_t n, struct tsr_q8_act *out) 
       finite &= isfinite(x[i]);
       amax = fmaxf(amax, fabsf(x[i]));
     }
-    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const float id = inverse_step(amax);
     int32_t codes[TSR_Q8_ACT_BLOCK];
     for (int i = 0; i < TSR_Q8_ACT_BLOCK; i++) codes[i] = finite ? (int32_t)lrintf(x[i] * id) : 0;
     finish_block(amax, finite, codes, &out[b]);
@@ -184,7 +190,7 @@ AVX2 static void quantize_avx2(const float *x, int64_t n, struct tsr_q8_act *out
     m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
     const float am = _mm_cvtss_f32(m);
     const bool finite = _mm256_movemask_ps(ok) == 0xff;
-    const __m256 id = _mm256_set1_ps(am > 0.0f ? 127.0f / am : 0.0f);
+    const __m256 id = _mm256_set1_ps(inverse_step(am));
     int32_t codes[TSR_Q8_ACT_BLOCK];
     for (int i = 0; i < 4; i++)
       _mm256_storeu_si256((__m256i *)(codes + 8 * i),

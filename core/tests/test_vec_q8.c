@@ -29,6 +29,7 @@ static void test_quantizer_equals_reference(void) {
   fill(x, N);
   x[3 * 32 + 4] = NAN, x[9 * 32] = INFINITY, x[10 * 32 + 31] = -INFINITY;
   x[12 * 32 + 1] = 3.0e38f, x[13 * 32 + 2] = 1e-38f; /* huge and subnormal-range scales */
+  for (int i = 0; i < 32; i++) x[14 * 32 + i] = (i % 2 ? 1e-38f : -2e-39f); /* 127/amax overflows */
   tsr_vec_quantize_q8(x, N, a);
   tsr_vec_quantize_q8_ref(x, N, r);
   CHECK_MSG(memcmp(a, r, sizeof a) == 0, "the quantizer differs from its reference");
@@ -42,6 +43,7 @@ static void test_quantizer_equals_reference(void) {
   }
   CHECK_MSG(isnan(r[3].d) && isnan(r[9].d) && isnan(r[10].d), "non-finite blocks: d NaN");
   CHECK_MSG(r[5].d == 0.0f && r[5].sum == 0, "an all-zero block is codes 0, d 0");
+  for (int i = 0; i < 32; i++) CHECK_MSG(r[14].q[i] == 0, "a block of 1e-38 codes %d", r[14].q[i]);
   /* a finite block round-trips within half a step */
   for (int i = 0; i < 32; i++) {
     const float back = r[1].d * (float)r[1].q[i];

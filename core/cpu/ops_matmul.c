@@ -255,13 +255,13 @@ static struct mm_scratch mm_scratch_at(const struct tsr_tensor *w, const struct 
                                        void *work) {
   const size_t k = (size_t)w->ne[0];
   const size_t tile = may_convert(w) ? align64((size_t)tile_rows(w->ne[0], w->ne[1]) * k * 4) : 0;
-  const size_t xcol = x->nb[0] != sizeof(float) ? align64(k * 4) : 0;
-  struct mm_scratch s = {.size = tile + xcol + q8_bytes(w, x)};
+  const size_t xcol = x->nb[0] != sizeof(float) ? align64(k * 4) : 0, q8 = q8_bytes(w, x);
+  struct mm_scratch s = {.size = tile + xcol + q8};
   if (!work) return s;
   char *p = work;
   if (tile) s.tile = (float *)p;
   if (xcol) s.xcol = (float *)(p + tile);
-  if (q8_bytes(w, x)) s.q8 = (struct tsr_q8_act *)(p + tile + xcol);
+  if (q8) s.q8 = (struct tsr_q8_act *)(p + tile + xcol);
   s.rest = p + s.size;
   return s;
 }

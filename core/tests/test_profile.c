@@ -642,6 +642,8 @@ static void test_cpu_activations_is_checked_and_printed(void) {
   free(out);
   expect_mem_error("bad.yaml", "model: m.gguf\nbackend: {name: cpu, activations: q4}\n",
                    "bad.yaml:2:", "key 'backend.activations': expected q8 or f32");
+  expect_mem_error("map.yaml", "model: m.gguf\nbackend: {name: cpu, activations: {q8: 1}}\n",
+                   "map.yaml:2:", "key 'backend.activations': expected q8 or f32");
   expect_mem_error("cuda.yaml", "model: m.gguf\nbackend: {name: cuda, activations: q8}\n",
                    "cuda.yaml:2:", "'backend.activations' is a cpu setting, and the backend is cuda");
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "graph/dtype.h"
+#include "tessera/attn_decode_fit.h"
 #include "common/error.h"
 #include "abi/plugin_host_internal.h"
 
@@ -100,11 +101,19 @@ static struct tsr_tensor *flash_build(void *ctx, const struct tsr_host *host, st
   return out;
 }
 
-/* the cpu kernel skips V rows as decode parameters ask (cpu/ops_attention.c); the
-** cuda kernels do not yet */
+/* V rows skipped as decode parameters ask: by the cpu kernel on every layer
+** (cpu/ops_attention.c), on cuda by the GQA decode kernel, on the layers it takes */
 static bool flash_honours_decode(void *ctx, const struct tsr_layer_desc *layer) {
-  (void)ctx;
-  return !strcmp(layer->backend, "cpu");
+  if (!strcmp(layer->backend, "cpu")) return true;
+  if (strcmp(layer->backend, "cuda") || layer->n_head_kv <= 0 ||
+      layer->n_head % layer->n_head_kv)
+    return false;
+  const struct tsr_host *h = tsr_plugin_host_services();
+  const struct tsr_kv_codec_v1 *k = h->find_kv_codec(ctx, layer->k_codec, 0);
+  const struct tsr_kv_codec_v1 *v = h->find_kv_codec(ctx, layer->v_codec, 0);
+  return k && v &&
+         tsr_gqa_decode_shape_fits(layer->n_head / layer->n_head_kv, layer->head_dim_k,
+                                   layer->head_dim_v, k->dtype, v->dtype);
 }
 
 static const struct tsr_attention_v1 g_flash = {

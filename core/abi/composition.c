@@ -207,6 +207,86 @@ void tsr_compose_layer_codecs(const struct tsr_composition_request *r, int i, co
   if (boundary) *boundary = true;
 }
 
+void tsr_compose_layer_desc(const struct tsr_composition_request *r, int i,
+                            struct tsr_layer_desc *d) {
+  const struct tsr_arch_layer *l = &r->layers[i];
+  *d = (struct tsr_layer_desc){
+      .struct_size = sizeof *d, .layer = i, .kind = l->kind, .n_head = l->n_head,
+      .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
+      .window = l->window, .backend = r->backend};
+  tsr_compose_layer_codecs(r, i, &d->k_codec, &d->v_codec, NULL);
+  for (int j = 0; j < r->n_layers; j++)
+    if (r->layers[j].kind >= 0 && r->layers[j].kind < TSR_LAYER_KIND_COUNT)
+      d->model_kinds |= 1u << r->layers[j].kind;
+}
+
+tsr_status tsr_compose_decode_params(const struct tsr_plugin_host *h,
+                                     const struct tsr_composition_request *r, int i,
+                                     struct tsr_decode_params *p,
+                                     const struct tsr_decode_policy_v1 **policy,
+                                     const struct tsr_plugin **owner) {
+  struct tsr_decode_counters *const counters = p->counters;
+  *p = (struct tsr_decode_params){.struct_size = sizeof *p, .counters = counters};
+  *policy = NULL, *owner = NULL;
+  if (r->layers[i].kind == TSR_LAYER_LINEAR) return TSR_OK;
+  struct tsr_layer_desc d;
+  tsr_compose_layer_desc(r, i, &d);
+  for (int k = 0; k < r->n_policies; k++) {
+    const struct tsr_plugin *o = NULL;
+    const struct tsr_decode_policy_v1 *pol = tsr_plugin_host_decode_policy(h, r->policies[k], &o);
+    if (!pol || !pol->params) continue;
+    struct tsr_decode_params q = {.struct_size = sizeof q, .counters = counters};
+    tsr_status st = pol->params(pol->ctx, &d, &q);
+    if (st != TSR_OK) {
+      tsr_error_prefix("layer %d: decode policy %s", i, pol->name);
+      return st;
+    }
+    if (!(q.v_skip_threshold > 0.0f)) continue;
+    if (*policy)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policies %s and %s both set "
+                           "its V-skip threshold", i, (*policy)->name, pol->name);
+    if (q.v_skip_threshold >= 1.0f || q.sink < 0 || q.recent < 0)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policy %s asks a V-skip "
+                           "threshold %g (0 < t < 1) with guards %d, %d (>= 0)", i, pol->name,
+                           (double)q.v_skip_threshold, q.sink, q.recent);
+    q.counters = counters;
+    *p = q;
+    *policy = pol, *owner = o;
+  }
+  return TSR_OK;
+}
+
+/* What the request's decode policies do on layer i, as the composition prints it:
+** "sparse_v: V rows under 0.05 skipped, sink 4, recent 64 (why)", "sparse_v: off (why)". */
+static void policies_text(const struct tsr_plugin_host *h, const struct tsr_composition_request *r,
+                          int i, const struct tsr_decode_params *p,
+                          const struct tsr_decode_policy_v1 *acting, char *out, size_t n) {
+  if (!r->n_policies) {
+    snprintf(out, n, "none");
+    return;
+  }
+  struct tsr_layer_desc d;
+  tsr_compose_layer_desc(r, i, &d);
+  size_t used = 0;
+  for (int k = 0; k < r->n_policies && used + 1 < n; k++) {
+    const struct tsr_plugin *o;
+    const struct tsr_decode_policy_v1 *pol = tsr_plugin_host_decode_policy(h, r->policies[k], &o);
+    if (!pol) continue;
+    char why[160] = "";
+    if (pol->describe) pol->describe(pol->ctx, &d, why, sizeof why);
+    why[sizeof why - 1] = '\0';
+    int w;
+    if (pol == acting)
+      w = snprintf(out + used, n - used, "%s%s: V rows under %g skipped, sink %d, recent %d%s%s%s",
+                   k ? "; " : "", pol->name, (double)p->v_skip_threshold, p->sink, p->recent,
+                   *why ? " (" : "", why, *why ? ")" : "");
+    else
+      w = snprintf(out + used, n - used, "%s%s: off%s%s%s", k ? "; " : "", pol->name,
+                   *why ? " (" : "", why, *why ? ")" : "");
+    used = w < 0 ? used : used + (size_t)w < n ? used + (size_t)w : n - 1;
+  }
+}
+
 /* The index of the group of kind with these codecs (tsr_compose's key: kind, boundary,
 ** codecs as the group stores them; NULL codecs for recurrent layers), or c->n_groups when
 ** none is yet. */
@@ -242,12 +322,10 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
   if (r->n_policies > TSR_COMPOSE_MAX_POLICIES)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "%d decode policies (at most %d)", r->n_policies,
                          TSR_COMPOSE_MAX_POLICIES);
-  const struct tsr_decode_policy_v1 *policies[TSR_COMPOSE_MAX_POLICIES];
   size_t used = 0;
   for (int i = 0; i < r->n_policies; i++) {
     const struct tsr_plugin *p_owner;
-    policies[i] = tsr_plugin_host_decode_policy(h, r->policies[i], &p_owner);
-    if (!policies[i]) {
+    if (!tsr_plugin_host_decode_policy(h, r->policies[i], &p_owner)) {
       char known[512];
       tsr_plugin_host_list_names(h, TSR_IFACE_DECODE_POLICY, known, sizeof known);
       return tsr_error_set(TSR_ERR_INVALID_ARG, "decode policy '%s' is not provided by any loaded "
@@ -330,10 +408,8 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
 
     const struct tsr_attention_v1 *attn = attn_of[l->kind];
     const char *attn_label = label_of[l->kind];
-    struct tsr_layer_desc d = {
-        .struct_size = sizeof d, .layer = i, .kind = l->kind, .n_head = l->n_head,
-        .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
-        .window = l->window, .k_codec = kc, .v_codec = vc, .backend = r->backend};
+    struct tsr_layer_desc d;
+    tsr_compose_layer_desc(r, i, &d);
     tsr_status st = check_codec_runs(h, &d, "K", kc);
     if (st == TSR_OK) st = check_codec_runs(h, &d, "V", vc);
     if (st == TSR_OK) st = codec_hooks(h, &d, attn, attn_label);
@@ -360,21 +436,35 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
                            tsr_layer_kind_name(l->kind), tsr_read_path_name(g->k_path),
                            tsr_read_path_name(g->v_path));
     }
-    for (int p = 0; p < r->n_policies; p++) {
-      /* a policy acts through the attention's kernels: they must honour it here */
+    /* a policy acts through the attention's kernels: they must honour it where it acts */
+    struct tsr_decode_params dp = {.struct_size = sizeof dp};
+    const struct tsr_decode_policy_v1 *pol;
+    const struct tsr_plugin *pol_owner;
+    if ((st = tsr_compose_decode_params(h, r, i, &dp, &pol, &pol_owner)) != TSR_OK) return st;
+    if (pol && r->decode_on_tiles)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): decode policy %s acts through "
+                           "cuda's GQA decode kernel, which backend.attention.decode turns off "
+                           "(set it to gqa or gqa_staged)", i, tsr_layer_kind_name(l->kind),
+                           pol->name);
+    if (pol) {
       bool (*honours)(void *, const struct tsr_layer_desc *) = attn->honours_decode;
       if (!honours || !honours(attn->ctx, &d))
-        return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): decode policy %s cannot act: "
-                             "attention %s does not act on decode parameters on backend %s",
-                             i, tsr_layer_kind_name(l->kind), r->policies[p], attn_label,
-                             r->backend);
-      if (!policies[p]->negotiate) continue;
-      st = policies[p]->negotiate(policies[p]->ctx, &d, attn);
-      if (st != TSR_OK) {
+        return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s, K %s, V %s): decode policy %s "
+                             "cannot act: attention %s does not act on decode parameters here "
+                             "on backend %s", i, tsr_layer_kind_name(l->kind), kc, vc, pol->name,
+                             attn_label, r->backend);
+      if (pol->negotiate && (st = pol->negotiate(pol->ctx, &d, attn)) != TSR_OK) {
         tsr_error_prefix("layer %d (%s): decode policy %s cannot act with attention %s",
-                         i, tsr_layer_kind_name(l->kind), r->policies[p], attn_label);
+                         i, tsr_layer_kind_name(l->kind), pol->name, attn_label);
         return st;
       }
+    }
+    if (g->n_layers == 1) {
+      g->policy_params = dp;
+      policies_text(h, r, i, &dp, pol, g->policies, sizeof g->policies);
+    } else if (dp.v_skip_threshold != g->policy_params.v_skip_threshold ||
+               dp.sink != g->policy_params.sink || dp.recent != g->policy_params.recent) {
+      g->policies_vary = true;
     }
   }
   for (int gi = 0; gi < out->n_groups; gi++) /* flush the last run */
@@ -411,7 +501,8 @@ void tsr_composition_print(const struct tsr_composition *c, FILE *f) {
     }
     fprintf(f, "          attention %s\n", g->attention);
     fprintf(f, "          K %s (%s), V %s (%s)\n", g->k_codec, g->k_how, g->v_codec, g->v_how);
-    fprintf(f, "          decode policies: %s\n", c->policies);
+    fprintf(f, "          decode policies: %s%s\n", g->policies,
+            g->policies_vary ? "; other layers of the group differ" : "");
   }
   fprintf(f, "  speculator: %s\n", c->speculator);
 }

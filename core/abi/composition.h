@@ -25,6 +25,8 @@ struct tsr_composition_request {
   int boundary_layers;
   const char *boundary_k, *boundary_v;
   bool refuse_lift; /* a codec attention reads only by lifting it to f16 is refused */
+  bool decode_on_tiles; /* cuda's backend.attention.decode is `tiles`: no GQA decode kernel,
+                        ** which is where decode policies act on cuda */
   const char *const *policies;
   int n_policies;
   const char *speculator; /* NULL: none */
@@ -50,6 +52,11 @@ struct tsr_composition_group {
   ** "example_codec 1.0.0; native as f16; hooks prepare_rows, prepare_q" */
   char k_how[160], v_how[160];
   char attention[160];     /* "dca (attn_dca 1.0.0)"; "" for linear layers */
+  /* what the decode policies do on the group's first layer, as printed, and whether
+  ** a later layer of the group got other parameters */
+  char policies[320];
+  struct tsr_decode_params policy_params;
+  bool policies_vary;
 };
 
 struct tsr_composition {
@@ -69,6 +76,18 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
 ** for a layer with recurrent state. *boundary (may be NULL): the boundary's were taken. */
 void tsr_compose_layer_codecs(const struct tsr_composition_request *r, int i, const char **k,
                               const char **v, bool *boundary);
+/* Layer i's description as plugins see it (struct tsr_layer_desc), from r. */
+void tsr_compose_layer_desc(const struct tsr_composition_request *r, int i,
+                            struct tsr_layer_desc *d);
+/* Layer i's decode parameters from r's decode policies (their params hooks): zeroed
+** but for struct_size and p->counters (kept) where none acts, else what the one acting
+** policy (*policy, its plugin *owner) set. Two policies setting one layer's threshold,
+** and parameters out of range, are refused naming the layer and the policy. */
+tsr_status tsr_compose_decode_params(const struct tsr_plugin_host *h,
+                                     const struct tsr_composition_request *r, int i,
+                                     struct tsr_decode_params *p,
+                                     const struct tsr_decode_policy_v1 **policy,
+                                     const struct tsr_plugin **owner);
 /* The group holding layer i, as tsr_compose made it from r; NULL for none. */
 const struct tsr_composition_group *tsr_composition_group_of(const struct tsr_composition *c,
                                                              const struct tsr_composition_request *r,

@@ -519,6 +519,7 @@ static const struct tsr_host_graph g_graph = {
     .rope = tsr_api_rope,
     .rope_apply = tsr_api_rope_apply,
     .flash_attn = host_flash_attn,
+    .decode_counters = tsr_decode_counters,
 };
 
 static const struct tsr_host_arch g_arch = {

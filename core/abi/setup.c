@@ -111,6 +111,7 @@ static tsr_status negotiate(struct tsr_setup *s) {
       .boundary_k = p->kv_boundary.k,
       .boundary_v = p->kv_boundary.v,
       .refuse_lift = !strcmp(p->kv_lift, "false"),
+      .decode_on_tiles = !strcmp(p->backend, "cuda") && p->cuda.attn_decode == TSR_CUDA_DECODE_TILE,
       .policies = p->decode_policies,
       .n_policies = (int)p->n_decode_policies,
       .speculator = p->has_speculator ? p->speculator.name : NULL,

@@ -85,6 +85,7 @@ struct fa_scratch {
   float *s;    /* [group][FA_TILE] logits of the tile, then their weights */
   float *bias; /* [FA_TILE] mask value per key; -inf for a hidden key */
   float *m, *l; /* [group] running max and running sum */
+  float *dropped; /* [group] weights of skipped V rows, on l's scale */
   float *k;    /* [D] a K row decoded or gathered, when it cannot be read in place */
   float *v;    /* [Dv] likewise for V */
   uint8_t *keep; /* [FA_TILE] keys the decode guards keep from skipping */
@@ -97,7 +98,7 @@ size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst) {
   const int64_t D = dst->src[0]->ne[0], Dv = dst->ne[0];
   const int64_t group = dst->src[0]->ne[2] / dst->src[1]->ne[2];
   const size_t per_head = pad16(D) + pad16(Dv) + FA_TILE;
-  return ((size_t)group * per_head + FA_TILE + 2 * pad16(group) + pad16(D) + pad16(Dv)) *
+  return ((size_t)group * per_head + FA_TILE + 3 * pad16(group) + pad16(D) + pad16(Dv)) *
              sizeof(float) +
          FA_TILE;
 }
@@ -112,6 +113,7 @@ static struct fa_scratch scratch_carve(const struct tsr_cpu_compute *c, const st
   s.bias = w, w += FA_TILE;
   s.m = w, w += pad16(a->group);
   s.l = w, w += pad16(a->group);
+  s.dropped = w, w += pad16(a->group);
   s.k = w, w += s.Dp;
   s.v = w, w += s.Dvp;
   s.keep = (uint8_t *)w;
@@ -257,20 +259,19 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
   }
   const struct tsr_host *h = tsr_plugin_host_services();
   const int32_t qp = a->q_pos ? pos_at(a->q_pos, a->qpos_stride, iq) : 0;
-  struct tsr_cpu_attn_skip skip = {.below = a->skip_below, .keep = s->keep};
+  struct tsr_cpu_attn_skip skip = {
+      .below = a->skip_below, .keep = s->keep, .dropped = s->dropped, .dropped_stride = 1};
+  for (int64_t g = 0; g < nh; g++) s->dropped[g] = 0.0f;
   for (int64_t j0 = 0; j0 < a->Nkv; j0 += FA_TILE) {
     const int64_t n = a->Nkv - j0 < FA_TILE ? a->Nkv - j0 : FA_TILE;
     if (!tile_bias(a, s->bias, iq, qp, j0, n)) continue; /* m, l and acc stay put */
     tile_logits(a, s, hk, nh, j0, n);
     for (int64_t g = 0; g < nh; g++)
-      tsr_cpu_attn_weights(h, s->s + g * FA_TILE, n, &s->m[g], &s->l[g],
+      tsr_cpu_attn_weights(h, s->s + g * FA_TILE, n, &s->m[g], &s->l[g], &s->dropped[g],
                            s->acc + (size_t)g * s->Dvp, a->Dv);
     tile_values(a, s, hk, nh, j0, n, qp, a->counters ? &skip : NULL);
   }
-  if (a->counters) {
-    __atomic_fetch_add(&a->counters->v_rows_read, skip.read, __ATOMIC_RELAXED);
-    __atomic_fetch_add(&a->counters->v_rows_skipped, skip.skipped, __ATOMIC_RELAXED);
-  }
+  if (a->counters) tsr_cpu_attn_count(a->counters, &skip, s->l, 1, nh);
   for (int64_t g = 0; g < nh; g++)
     tsr_cpu_attn_finish(s->acc + (size_t)g * s->Dvp, s->l[g],
                         (float *)((char *)dst->data + (size_t)(h0 + g) * dst->nb[1] +
@@ -294,9 +295,9 @@ TSR_CPU_KERNEL(flash_attn) {
       .sink = dst->op_params[TSR_FA_P_SINK],
       .recent = dst->op_params[TSR_FA_P_RECENT],
   };
-  /* V skipping needs the keys' positions for its guards */
-  if (a.skip_below > 0.0f && a.kv_pos)
-    memcpy(&a.counters, &dst->op_params[TSR_FA_P_COUNTERS], sizeof a.counters);
+  /* V skipping (the graph gives it the keys' positions, for its guards) */
+  if (a.skip_below > 0.0f && dst->src[TSR_FA_SRC_COUNTERS] && a.kv_pos)
+    a.counters = dst->src[TSR_FA_SRC_COUNTERS]->data;
   a.D = a.q->ne[0];
   a.Dv = a.v->ne[0];
   a.Nq = a.q->ne[1];
@@ -312,9 +313,10 @@ TSR_CPU_KERNEL(flash_attn) {
 
   /* Split each group into runs only as far as it takes to give every thread
   ** a unit (decode with few KV heads); each head's arithmetic is the same
-  ** whatever the split, so results do not depend on the thread count. */
+  ** whatever the split, so results do not depend on the thread count. V
+  ** skipping weighs every head of a group at once: no split. */
   int64_t runs = 1;
-  while (runs < a.group && a.Nq * a.Hkv * runs < c->nth) runs++;
+  while (!a.counters && runs < a.group && a.Nq * a.Hkv * runs < c->nth) runs++;
   const int64_t run_len = (a.group + runs - 1) / runs;
   runs = (a.group + run_len - 1) / run_len;
   /* Interleave units across threads: with causal prefill later queries see

@@ -336,6 +336,11 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
       .scale = tsr_param_f32(t, 0), .softcap = tsr_param_f32(t, 1),
       .causal = t->op_params[2] != 0, .window = t->op_params[3], .pipelined = c->attn_pipelined,
       .gqa_decode = c->attn_gqa_decode, .split_keys = c->attn_split_keys};
+  if (t->src[TSR_FA_SRC_COUNTERS] && tsr_param_f32(t, TSR_FA_P_SKIP) > 0.0f) {
+    a.skip_below = tsr_param_f32(t, TSR_FA_P_SKIP);
+    a.sink = t->op_params[TSR_FA_P_SINK], a.recent = t->op_params[TSR_FA_P_RECENT];
+    a.counters = (unsigned long long *)c->dptr[t->src[TSR_FA_SRC_COUNTERS]->index];
+  }
   void *scratch = NULL;
   size_t need = cu_flash_attn_scratch(&dst, &a, c->n_sm);
   if (need) {
@@ -344,6 +349,12 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
   }
   int refused = 0;
   CU_LAUNCH(cu_flash_attn(c->stream, &dst, &a, scratch, c->n_sm, &refused));
+  if (refused && a.skip_below > 0.0f) /* V skipping runs in the GQA decode kernel only */
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: flash attention '%s' has decode "
+                         "parameters (V skipping), but the GQA decode kernel cannot take it (K "
+                         "dtype %d, V dtype %d, head dims %lld/%lld): %s", t->name,
+                         (int)a.k.type, (int)a.v.type, (long long)a.k.ne[0],
+                         (long long)a.v.ne[0], cudaGetErrorString((cudaError_t)refused));
   if (refused && !c->said_attn_refused) { /* slower, not wrong: said once */
     fprintf(stderr, "tessera: cuda backend: flash attention '%s' (head dims %lld/%lld, %lld keys) "
             "could not launch on the tiled kernel (%s); it runs on the per-query kernel\n",

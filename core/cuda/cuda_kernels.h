@@ -98,6 +98,10 @@ struct cu_attn {
   int pipelined; /* backend.attention.pipeline: tsr_tile_args.pipelined */
   int gqa_decode; /* backend.attention.decode (0, 1, 2): tsr_tile_args.gqa_decode */
   int split_keys; /* backend.attention.split_keys: tsr_tile_args.split_keys */
+  /* decode parameters (tsr_tile_args.skip_below, sink, recent, counters); 0: none */
+  float skip_below;
+  int32_t sink, recent;
+  unsigned long long *counters;
 };
 /* Scratch bytes the launch needs (split-KV partials); 0 if none. */
 size_t cu_flash_attn_scratch(const struct cu_t *dst, const struct cu_attn *a, int n_sm);

@@ -191,6 +191,8 @@ static bool tile_args(const cu_t *dst, const cu_attn *a, const fa_shape &s, int 
   t->scale = a->scale, t->softcap = a->softcap, t->causal = a->causal, t->window = a->window;
   t->pipelined = a->pipelined, t->split_keys = a->split_keys;
   t->gqa_decode = a->gqa_decode;
+  t->skip_below = a->skip_below, t->sink = a->sink, t->recent = a->recent;
+  t->counters = a->counters;
   *part_bytes = tsr_tile_attn_plan(t, n_sm);
   return true;
 }
@@ -222,7 +224,10 @@ extern "C" int cu_flash_attn(cu_stream st, const cu_t *dst, const cu_attn *a, vo
     const cudaError_t e = tsr_tile_attn_launch(&t, tsr_one_band{}, (cudaStream_t)st);
     if (e == cudaSuccess) return (int)cudaSuccess;
     *tiled_refused = (int)e;
+  } else if (a->skip_below > 0.0f) {
+    *tiled_refused = (int)cudaErrorNotSupported;
   }
+  if (a->skip_below > 0.0f) return (int)cudaSuccess; /* the caller refuses: no V skipping here */
   const dim3 grid((unsigned)(s.Nq * s.Hq), (unsigned)s.splits);
   k_flash_attn<<<grid, 32 * FA_WARPS, 0, st>>>(*dst, *a, s, (float *)scratch);
   if (s.splits > 1) { /* the partials have tsr_tile_combine's layout */

@@ -78,13 +78,15 @@ struct tsr_engine {
     int32_t n, cap;
   } *seq_ids;
   /* the decode policies' parameters per layer (plugin.h), NULL where a layer has
-  ** none; the counters its attention adds to, what of them was reported, and the
-  ** policy plugin they are reported to */
+  ** none; what of its counters was reported, and the policy plugin they are reported
+  ** to. The counters the attention adds to are one array (decode_counters, kept on a
+  ** device backend: its kernels add to the device copy). */
   struct layer_decode {
     struct tsr_decode_params params;
-    struct tsr_decode_counters counters, reported;
+    struct tsr_decode_counters reported;
     struct tsr_plugin *owner;
   } *decode;
+  struct tsr_decode_counters *decode_counters;
   const struct tsr_decode_params **decode_of; /* [n_layers] */
   /* the profile's speculator and its plugin, or NULL; the target's final hidden
   ** rows of the last compute's read tokens (only with a speculator: they are what a
@@ -178,65 +180,58 @@ static tsr_status new_kv_cache(struct tsr_engine *e) {
   return st;
 }
 
-/* Each layer's decode parameters from the profile's decode policies (their params
-** hooks); two policies setting a layer's threshold are refused. */
+/* Each layer's decode parameters from the profile's decode policies (the composition's
+** rule, tsr_compose_decode_params). */
 static tsr_status setup_decode(struct tsr_engine *e) {
   const struct tsr_setup *s = e->setup;
-  const struct tsr_profile *p = s->profile;
-  if (!p->n_decode_policies) return TSR_OK;
+  if (!s->profile->n_decode_policies) return TSR_OK;
   const size_t n = s->n_layers > 0 ? (size_t)s->n_layers : 1;
-  if (!(e->decode = calloc(n, sizeof *e->decode)) || !(e->decode_of = calloc(n, sizeof *e->decode_of)))
+  if (!(e->decode = calloc(n, sizeof *e->decode)) ||
+      !(e->decode_of = calloc(n, sizeof *e->decode_of)) ||
+      !(e->decode_counters = calloc(n, sizeof *e->decode_counters)))
     return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  tsr_status kst = tsr_backend_keep(e->backend, e->decode_counters, n * sizeof *e->decode_counters);
+  if (kst != TSR_OK) return kst;
   for (int32_t i = 0; i < s->n_layers; i++) {
-    const struct tsr_arch_layer *l = &s->layers[i];
-    if (l->kind == TSR_LAYER_LINEAR) continue;
     struct layer_decode *d = &e->decode[i];
-    struct tsr_layer_desc desc = {
-        .struct_size = sizeof desc, .layer = i, .kind = l->kind, .n_head = l->n_head,
-        .n_head_kv = l->n_head_kv, .head_dim_k = l->head_dim_k, .head_dim_v = l->head_dim_v,
-        .window = l->window, .backend = p->backend};
-    tsr_compose_layer_codecs(&s->request, i, &desc.k_codec, &desc.v_codec, NULL);
-    for (size_t k = 0; k < p->n_decode_policies; k++) {
-      const struct tsr_plugin *owner = NULL;
-      const struct tsr_decode_policy_v1 *pol =
-          tsr_plugin_host_decode_policy(s->host, p->decode_policies[k], &owner);
-      if (!pol || !pol->params) continue;
-      struct tsr_decode_params q = {.struct_size = sizeof q, .counters = &d->counters};
-      tsr_status st = pol->params(pol->ctx, &desc, &q);
-      if (st != TSR_OK) {
-        tsr_error_prefix("layer %d: decode policy %s", i, pol->name);
-        return st;
-      }
-      if (!(q.v_skip_threshold > 0.0f)) continue;
-      if (d->owner)
-        return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policies %s and %s both set "
-                             "its V-skip threshold", i, tsr_plugin_name(d->owner), pol->name);
-      if (q.v_skip_threshold >= 1.0f || q.sink < 0 || q.recent < 0)
-        return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policy %s asks a V-skip "
-                             "threshold %g (0 < t < 1) with guards %d, %d (>= 0)", i, pol->name,
-                             (double)q.v_skip_threshold, q.sink, q.recent);
-      q.counters = &d->counters;
-      d->params = q;
-      d->owner = (struct tsr_plugin *)owner;
-      e->decode_of[i] = &d->params;
-    }
+    const struct tsr_decode_policy_v1 *pol;
+    const struct tsr_plugin *owner;
+    d->params.counters = &e->decode_counters[i];
+    tsr_status st = tsr_compose_decode_params(s->host, &s->request, i, &d->params, &pol, &owner);
+    if (st != TSR_OK) return st;
+    if (!pol) continue;
+    d->owner = (struct tsr_plugin *)owner;
+    e->decode_of[i] = &d->params;
   }
   return TSR_OK;
 }
 
 /* What the layers' attention did under their decode parameters since the last
 ** report, counted as each owning policy's engagement. */
-static void report_decode(struct tsr_engine *e) {
-  for (int32_t i = 0; e->decode && i < e->setup->n_layers; i++) {
+static tsr_status report_decode(struct tsr_engine *e) {
+  if (!e->decode) return TSR_OK;
+  const int32_t n = e->setup->n_layers;
+  tsr_status st = tsr_backend_sync_to_host(e->backend, e->decode_counters,
+                                           (size_t)(n > 0 ? n : 1) * sizeof *e->decode_counters);
+  if (st != TSR_OK) return st;
+  const struct tsr_host *h = tsr_plugin_host_services();
+  for (int32_t i = 0; i < n; i++) {
     struct layer_decode *d = &e->decode[i];
     if (!d->owner) continue;
-    const struct tsr_host *h = tsr_plugin_host_services();
-    const uint64_t read = d->counters.v_rows_read - d->reported.v_rows_read;
-    const uint64_t skipped = d->counters.v_rows_skipped - d->reported.v_rows_skipped;
-    if (read) h->engaged(d->owner, "v_rows_read", read);
-    if (skipped) h->engaged(d->owner, "v_rows_skipped", skipped);
-    d->reported = d->counters;
+    const struct tsr_decode_counters *c = &e->decode_counters[i];
+    struct tsr_decode_counters *r = &d->reported;
+    const struct {
+      const char *name;
+      uint64_t now, before;
+    } add[] = {{"v_rows_read", c->v_rows_read, r->v_rows_read},
+               {"v_rows_skipped", c->v_rows_skipped, r->v_rows_skipped},
+               {"query_rows", c->query_rows, r->query_rows},
+               {"mass_dropped_e9", c->mass_dropped_e9, r->mass_dropped_e9}};
+    for (size_t k = 0; k < sizeof add / sizeof add[0]; k++)
+      if (add[k].now != add[k].before) h->engaged(d->owner, add[k].name, add[k].now - add[k].before);
+    *r = *c;
   }
+  return TSR_OK;
 }
 
 /* n_vocab from the logits of a one-token graph that is built, never run. */
@@ -339,7 +334,6 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
     if (!(e->seq_ids = calloc((size_t)e->n_seq, sizeof *e->seq_ids)))
       st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   }
-  if (st == TSR_OK) st = setup_decode(e);
   if (st == TSR_OK && p->has_speculator) {
     const struct tsr_plugin *owner = NULL;
     e->spec = tsr_plugin_host_speculator(e->setup->host, p->speculator.name, &owner);
@@ -349,6 +343,7 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
                          p->speculator.name);
   }
   if (st == TSR_OK) st = open_backend(e, opt);
+  if (st == TSR_OK) st = setup_decode(e); /* its counters kept on the backend */
   if (st == TSR_OK) st = new_kv_cache(e);
   if (st == TSR_OK && e->device) st = keep_on_device(e);
   if (st == TSR_OK) st = read_n_vocab(e);
@@ -369,6 +364,7 @@ void tsr_engine_free(struct tsr_engine *e) {
   free(e->arena);
   for (int32_t i = 0; e->seq_ids && i < e->n_seq; i++) free(e->seq_ids[i].ids);
   free(e->seq_ids);
+  free(e->decode_counters); /* its device copy went with the backend */
   free(e->decode);
   free(e->decode_of);
   free(e->hidden);
@@ -534,7 +530,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
         tsr_kv_cache_fill_mask(e->kv, pl, pos, seqs, n, false, 0, span, fw.kv_mask[pl]->data);
     }
     st = tsr_backend_compute(e->backend, g);
-    report_decode(e);
+    if (st == TSR_OK) st = report_decode(e);
   }
   if (st == TSR_OK && e->spec) st = keep_hidden(e, fw.hidden_final, fw.logits->ne[1]);
   if (st == TSR_OK) {

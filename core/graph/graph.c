@@ -528,6 +528,14 @@ struct tsr_tensor *tsr_argmax(struct tsr_graph *g, struct tsr_tensor *a) {
   return t;
 }
 
+struct tsr_tensor *tsr_decode_counters(struct tsr_graph *g, const struct tsr_decode_params *p) {
+  if (!p || !p->counters) return fail(g, TSR_ERR_INVALID_ARG, "decode counters: none given");
+  const int64_t words = sizeof *p->counters / sizeof(int32_t);
+  struct tsr_tensor *t = tsr_new_external(g, TSR_I32, 1, &words, p->counters);
+  if (t) tsr_tensor_set_name(t, "decode_counters");
+  return t;
+}
+
 struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q, struct tsr_tensor *k,
                                   struct tsr_tensor *v, struct tsr_tensor *mask,
                                   struct tsr_tensor *q_pos, struct tsr_tensor *kv_pos,
@@ -578,6 +586,12 @@ struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q, str
   if (p->window < 0 || p->softcap < 0.0f)
     return fail(g, TSR_ERR_INVALID_ARG, "flash_attn: window %d and softcap %g must be >= 0",
                 p->window, p->softcap);
+  /* a decode policy's counters: memory the kernel adds to (kept on a device backend);
+  ** skipping needs the keys' positions for its guards */
+  struct tsr_tensor *counters = NULL;
+  if (p->decode && p->decode->v_skip_threshold > 0.0f && p->decode->counters && kv_pos &&
+      !(counters = tsr_decode_counters(g, p->decode)))
+    return NULL;
   struct tsr_tensor *t = node(g, TSR_OP_FLASH_ATTN, TSR_F32, v->ne[0], q->ne[2], q->ne[1], 1);
   if (!t) return NULL;
   t->src[0] = q, t->src[1] = k, t->src[2] = v;
@@ -586,12 +600,12 @@ struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q, str
   tsr_param_set_f32(t, 1, p->softcap);
   t->op_params[2] = p->causal;
   t->op_params[3] = p->window;
-  /* decode parameters: the threshold, the guards and where the counters are */
-  if (p->decode && p->decode->v_skip_threshold > 0.0f && p->decode->counters) {
+  /* decode parameters: the threshold and the guards */
+  if (counters) {
+    t->src[TSR_FA_SRC_COUNTERS] = counters;
     tsr_param_set_f32(t, TSR_FA_P_SKIP, p->decode->v_skip_threshold);
     t->op_params[TSR_FA_P_SINK] = p->decode->sink;
     t->op_params[TSR_FA_P_RECENT] = p->decode->recent;
-    memcpy(&t->op_params[TSR_FA_P_COUNTERS], &p->decode->counters, sizeof p->decode->counters);
   }
   return t;
 }

@@ -121,8 +121,12 @@ struct tsr_attn_params {
   const struct tsr_decode_params *decode;
 };
 /* flash_attn's op params past scale (0), softcap (1), causal (2), window (3): the
-** decode parameters (0 threshold: none) and the counters' address in two words */
-enum { TSR_FA_P_SKIP = 4, TSR_FA_P_SINK = 5, TSR_FA_P_RECENT = 6, TSR_FA_P_COUNTERS = 7 };
+** decode parameters (0 threshold: none). With a threshold, src[TSR_FA_SRC_COUNTERS] is
+** the layer's struct tsr_decode_counters (an external i32 [8]) the kernel adds to. */
+enum { TSR_FA_P_SKIP = 4, TSR_FA_P_SINK = 5, TSR_FA_P_RECENT = 6 };
+enum { TSR_FA_SRC_COUNTERS = 6 };
+/* p's counters as an external i32 [8] over their memory (a source kernels add to). */
+struct tsr_tensor *tsr_decode_counters(struct tsr_graph *g, const struct tsr_decode_params *p);
 
 /* Built-in attention `flash`: q f32[D,Nq,Hq]; k [D,Nkv,Hkv] and v [Dv,Nkv,Hkv]
 ** (Hq a multiple of Hkv), each of its own dtype: f32, f16, bf16 or any block

@@ -8,9 +8,12 @@
 **
 **   tsr_cpu_attn_start(&m, &l, acc, dv);
 **   per tile: logits x[t] (-INFINITY for a hidden key), then
-**     tsr_cpu_attn_weights(h, x, n, &m, &l, acc, dv);   // x becomes the weights
+**     tsr_cpu_attn_weights(h, x, n, &m, &l, dropped, acc, dv); // x becomes the weights
 **     tsr_cpu_attn_values(h, ...);                       // acc += weight * V row
 **   tsr_cpu_attn_finish(acc, l, out, dv);
+**
+** With V skipping on a decode step (struct tsr_cpu_attn_skip), dropped is a head's
+** sum of the weights of the rows it skipped, kept on the scale of l (NULL without).
 */
 #ifndef TESSERA_CPU_ATTN_TILE_H
 #define TESSERA_CPU_ATTN_TILE_H
@@ -33,13 +36,14 @@ static inline void tsr_cpu_attn_start(float *m, float *l, float *acc, int64_t dv
 ** the logits into weights exp(x - m). A hidden key (-inf) weighs exactly 0; while m
 ** is still -inf every key so far was hidden, so exp(-inf - -inf) is never taken. */
 static inline void tsr_cpu_attn_weights(const struct tsr_host *h, float *x, int64_t n, float *m,
-                                        float *l, float *acc, int64_t dv) {
+                                        float *l, float *dropped, float *acc, int64_t dv) {
   float tmax = -INFINITY;
   for (int64_t t = 0; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
   if (tmax > *m) {
     if (*m != -INFINITY) {
       const float f = expf(*m - tmax);
       *l *= f;
+      if (dropped) *dropped *= f;
       h->kernel->vec_scale_f32(acc, f, dv);
     }
     *m = tmax;
@@ -61,11 +65,14 @@ typedef const void *(*tsr_cpu_attn_row_fn)(void *ctx, int64_t t, enum tsr_cpu_ro
 
 /* V skipping on a decode step (struct tsr_decode_params): a visible key whose
 ** weights are all below `below` is not read unless keep[t] (the sink and recent
-** guards; NULL: none kept); read and skipped count the visible keys. */
+** guards; NULL: none kept); read and skipped count the visible keys, and each head g
+** adds a skipped key's weight to dropped[g * dropped_stride]. */
 struct tsr_cpu_attn_skip {
   float below;
   const uint8_t *keep;
   uint64_t read, skipped;
+  float *dropped;
+  size_t dropped_stride;
 };
 
 /* For nh heads g: acc[g] += w[g][t] * V row t over the tile's n keys. w[g] is at
@@ -87,6 +94,8 @@ static inline void tsr_cpu_attn_values(const struct tsr_host *h, const float *w,
       for (int64_t g = 0; g < nh && !above; g++) above = w[(size_t)g * w_stride + t] >= skip->below;
       if (used && !above && !(skip->keep && skip->keep[t])) {
         skip->skipped++;
+        for (int64_t g = 0; g < nh; g++)
+          skip->dropped[(size_t)g * skip->dropped_stride] += w[(size_t)g * w_stride + t];
         continue;
       }
     }
@@ -103,6 +112,22 @@ static inline void tsr_cpu_attn_values(const struct tsr_host *h, const float *w,
         h->kernel->vec_axpy_f32(a, p, (const float *)r, dv);
     }
   }
+}
+
+/* What a decode step of nh heads skipped, into the layer's counters (atomically:
+** threads share them): dropped[g] / l[g] is head g's skipped share of its softmax. */
+static inline void tsr_cpu_attn_count(struct tsr_decode_counters *c,
+                                      const struct tsr_cpu_attn_skip *skip, const float *l,
+                                      size_t l_stride, int64_t nh) {
+  uint64_t mass = 0;
+  for (int64_t g = 0; g < nh; g++) {
+    const float lg = l[(size_t)g * l_stride], d = skip->dropped[(size_t)g * skip->dropped_stride];
+    if (lg > 0.0f) mass += (uint64_t)llround((double)d / (double)lg * TSR_DECODE_MASS_UNIT);
+  }
+  __atomic_fetch_add(&c->v_rows_read, skip->read, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->v_rows_skipped, skip->skipped, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->query_rows, (uint64_t)nh, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&c->mass_dropped_e9, mass, __ATOMIC_RELAXED);
 }
 
 /* out = acc / l; l is 0 only when no key was visible, and acc is then 0: zeros. */

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessera/attn_decode_fit.h"
 #include "tessera/cuda_quant.cuh"
 
 #define TSR_TILE_WARPS 4
@@ -52,11 +53,25 @@ struct tsr_tile_args {
                       ** variant where tsr_gqa_staged; 0: the tile kernels */
   int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
   int32_t max_splits; /* the most splits the caller's part buffer holds; 0: no bound */
+  /* decode parameters (struct tsr_decode_params), acted on by the GQA decode kernel only:
+  ** skip_below > 0 skips the V row of a key whose weight against the warp's running max is
+  ** below it for every q head of the group, but for keys at positions below sink or within
+  ** recent of the query; counters (device memory: struct tsr_decode_counters' four words)
+  ** get the keys weighed and skipped, the rows and the softmax mass they dropped */
+  float skip_below;
+  int32_t sink, recent;
+  unsigned long long *counters;
   /* set by tsr_tile_attn_plan */
   int32_t mma, qpw, splits; /* mma: the tensor-core kernel (tessera/cuda_attn_mma.cuh) */
   int64_t per_split;
-  float *part; /* splits > 1: [Nq * Hq][splits][Dv + 2] partial states, the caller's */
+  float *part; /* splits > 1: [Nq * Hq][splits][Dv + 2] partial states, the caller's, then
+               ** with skip_below [Nq * Hq][splits] the skipped weights' sums (tsr_tile_skip_part) */
 };
+
+/* Where the splits' sums of skipped weights follow the partial states. */
+__host__ __device__ static inline float *tsr_tile_skip_part(const struct tsr_tile_args &a) {
+  return a.part + a.Nq * a.Hq * (int64_t)a.splits * (a.Dv + 2);
+}
 
 /* Where band b's query rows start. */
 __host__ __device__ static inline const char *tsr_tile_q_of(const struct tsr_tile_args &a, int b) {
@@ -86,23 +101,22 @@ static inline size_t tsr_mma_raw_bytes(struct tsr_tile_args *a, int tk) {
 }
 
 /* Whether a launch takes the GQA decode kernel (tessera/cuda_attn_gqa.cuh): asked for,
-** one query, a group of at most 8 q heads (the fragment's 8 columns), head dims in steps
-** of 32 and value head dims of 128, 256 or 512 (compiled exactly), K/V f16/f16, q8_0/q8_0,
-** q8_0/q4_0 or q4_0/q4_0 (a kernel each), f16 rows contiguous and 4-byte aligned, q8_0 and
-** q4_0 2-byte aligned (it loads a pair of values at a time). */
+** one query, a shape and K/V pair it compiles (tsr_gqa_decode_shape_fits), f16 rows
+** contiguous and 4-byte aligned, q8_0 and q4_0 2-byte aligned (it loads a pair of values
+** at a time). */
 static inline bool tsr_gqa_decode_fits(const struct tsr_tile_args *a) {
   auto aligned = [](int32_t type, int64_t nb0, int64_t nb1, int64_t nb2, const char *p) {
     const uintptr_t at = (uintptr_t)p;
     if (type == T_F16) return nb0 == 2 && nb1 % 4 == 0 && nb2 % 4 == 0 && at % 4 == 0;
     return nb1 % 2 == 0 && nb2 % 2 == 0 && at % 2 == 0;
   };
-  const int32_t k = a->k_type, v = a->v_type;
-  const bool pair = (k == T_F16 && v == T_F16) || (k == T_Q8_0 && (v == T_Q8_0 || v == T_Q4_0)) ||
-                    (k == T_Q4_0 && v == T_Q4_0);
-  return a->gqa_decode && a->Nq == 1 && a->group >= 1 && a->group <= 8 && a->D % 32 == 0 &&
-         a->D <= TSR_TILE_MAX_D && (a->Dv == 128 || a->Dv == 256 || a->Dv == 512) && pair &&
-         aligned(k, a->k_nb0, a->k_nb1, a->k_nb2, a->k) &&
-         aligned(v, a->v_nb0, a->v_nb1, a->v_nb2, a->v);
+  static_assert((int)T_F16 == (int)TSR_DTYPE_ID_F16 && (int)T_Q8_0 == (int)TSR_DTYPE_ID_Q8_0 &&
+                    (int)T_Q4_0 == (int)TSR_DTYPE_ID_Q4_0,
+                "the kernels' type ids are the dtype ids");
+  return a->gqa_decode && a->Nq == 1 &&
+         tsr_gqa_decode_shape_fits(a->group, a->D, a->Dv, a->k_type, a->v_type) &&
+         aligned(a->k_type, a->k_nb0, a->k_nb1, a->k_nb2, a->k) &&
+         aligned(a->v_type, a->v_nb0, a->v_nb1, a->v_nb2, a->v);
 }
 
 /* Whether a GQA decode launch may take the staged variant: asked for (gqa_decode 2), K and V

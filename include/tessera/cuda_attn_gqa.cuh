@@ -148,26 +148,37 @@ __device__ static inline uint32_t tsr_movmatrix_t(uint32_t x) {
 #ifdef TESSERA_CUDA_ATTN_TILE_CUH
 
 /* Bytes of one warp's staged step (tsr_gqa_decode STAGED): 16 keys' K and V rows as raw
-** bytes, as tsr_mma_copy_raw lands them. */
-__host__ __device__ static inline size_t tsr_gqa_stage_bytes(const struct tsr_tile_args *a) {
-  return tsr_mma_raw_span(TSR_GQA_KEYS, a->k_nb1) + tsr_mma_raw_span(TSR_GQA_KEYS, a->v_nb1);
+** bytes, as tsr_mma_copy_raw lands them; with V skipping (SKIP) K's only, since a step's
+** V rows are read only once its weights say which are needed. */
+__host__ __device__ static inline size_t tsr_gqa_stage_bytes(const struct tsr_tile_args *a,
+                                                             bool skip = false) {
+  return tsr_mma_raw_span(TSR_GQA_KEYS, a->k_nb1) +
+         (skip ? 0 : tsr_mma_raw_span(TSR_GQA_KEYS, a->v_nb1));
 }
 
 /* Shared memory of a block: the Q rows of every band (n_bands) as f16 (and, staged, two
-** steps a warp), then (reusing it) the warps' softmax states for their merge. */
-static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a, int n_bands, bool staged) {
+** steps a warp), then (reusing it) the warps' softmax states for their merge (with V
+** skipping, a row's skipped weights too). */
+static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a, int n_bands, bool staged,
+                                  bool skip = false) {
   const size_t q = sizeof(__half) * (size_t)n_bands * 8 * (size_t)(a->D + 8) +
-                   (staged ? 2 * TSR_TILE_WARPS * tsr_gqa_stage_bytes(a) : 0);
-  const size_t merge = sizeof(float) * (size_t)TSR_TILE_WARPS * 8 * (size_t)(a->Dv + 2);
+                   (staged ? 2 * TSR_TILE_WARPS * tsr_gqa_stage_bytes(a, skip) : 0);
+  const size_t merge =
+      sizeof(float) * (size_t)TSR_TILE_WARPS * 8 * (size_t)(a->Dv + 2 + (skip ? 1 : 0));
   return q > merge ? q : merge;
 }
 
 /* B: the band policy; KT, VT: K and V types; NV: O^T's m tiles of 16 dims (Dv = 16 NV);
 ** STAGED: each warp copies its next step's K and V rows whole into shared memory by
 ** cp.async (16-byte chunks, the step's every byte in flight) while it computes this one,
-** where unstaged the fragments load their pairs of values from global memory. grid (1, KV
-** heads, key splits). */
-template <class B, int KT, int VT, int NV, bool STAGED>
+** where unstaged the fragments load their pairs of values from global memory. SKIP: V
+** skipping (tsr_tile_args.skip_below): a key whose weight against the running max is below
+** the threshold for every q head of the group (rows past the group not counted), visible,
+** weighed (some weight not 0) and not guarded (sink, recent), has its weights zeroed and
+** added to the row's dropped sum; a step whose every key is so reads no V at all (its V
+** rows come from global memory, after the weights, staged or not). grid (1, KV heads, key
+** splits). */
+template <class B, int KT, int VT, int NV, bool STAGED, bool SKIP>
 __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_tile_args a,
                                                                          B policy) {
   constexpr unsigned ALL = 0xffffffffu;
@@ -187,13 +198,15 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   /* staged: this warp's two steps of raw rows, after the Q rows; step j0 .. j0 + 16 (those
   ** before j_hi) copied into stage s */
   const int64_t kspan = tsr_mma_raw_span(TSR_GQA_KEYS, a.k_nb1);
-  const int64_t stage = STAGED ? (int64_t)tsr_gqa_stage_bytes(&a) : 0;
+  const int64_t stage = STAGED ? (int64_t)tsr_gqa_stage_bytes(&a, SKIP) : 0;
+  constexpr bool V_STAGED = STAGED && !SKIP;
   unsigned char *raw = reinterpret_cast<unsigned char *>(qs + (size_t)B::n * 8 * ldq) +
                        (size_t)warp * 2 * stage;
   auto start_step = [&](int64_t j, int s) {
     const int64_t n = j_hi - j < TSR_GQA_KEYS ? j_hi - j : TSR_GQA_KEYS;
     tsr_mma_copy_raw(kbase + j * a.k_nb1, raw + s * stage, n * a.k_nb1, lane, 32);
-    tsr_mma_copy_raw(vbase + j * a.v_nb1, raw + s * stage + kspan, n * a.v_nb1, lane, 32);
+    if (V_STAGED)
+      tsr_mma_copy_raw(vbase + j * a.v_nb1, raw + s * stage + kspan, n * a.v_nb1, lane, 32);
   };
   constexpr int64_t STEP = (int64_t)TSR_GQA_KEYS * TSR_TILE_WARPS;
   if (STAGED) {
@@ -230,6 +243,8 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   /* this thread's rows 2t and 2t + 1: running max (warp-uniform), its keys' share of the
   ** sum, and O^T's columns 2t, 2t + 1 */
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, o[NV][4];
+  float sk[2] = {0.0f, 0.0f};   /* SKIP: the skipped keys' weights, on l's scale */
+  uint32_t n_read = 0, n_skip = 0; /* SKIP, lanes t == 0: keys g, g + 8 weighed, skipped */
 #pragma unroll
   for (int nv = 0; nv < NV; nv++) o[nv][0] = o[nv][1] = o[nv][2] = o[nv][3] = 0.0f;
 
@@ -278,12 +293,13 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     ** reading its last key */
     const int64_t last = j_hi - 1;
     const char *kstep = STAGED ? tsr_mma_raw_at(kbase + j0 * a.k_nb1, raw + s * stage) : nullptr;
-    const char *vstep = STAGED ? tsr_mma_raw_at(vbase + j0 * a.v_nb1, raw + s * stage + kspan)
-                               : nullptr;
-    auto key_row = [&](const char *step, const char *base, int64_t nb1, int i) {
-      return STAGED ? step + i * nb1 : base + (j0 + i < last ? j0 + i : last) * nb1;
+    const char *vstep =
+        V_STAGED ? tsr_mma_raw_at(vbase + j0 * a.v_nb1, raw + s * stage + kspan) : nullptr;
+    auto key_row = [&](bool staged, const char *step, const char *base, int64_t nb1, int i) {
+      return staged ? step + i * nb1 : base + (j0 + i < last ? j0 + i : last) * nb1;
     };
-    const char *krow[2] = {key_row(kstep, kbase, a.k_nb1, g), key_row(kstep, kbase, a.k_nb1, g + 8)};
+    const char *krow[2] = {key_row(STAGED, kstep, kbase, a.k_nb1, g),
+                           key_row(STAGED, kstep, kbase, a.k_nb1, g + 8)};
 
     float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f}; /* S^T of each key's band */
     for (int b = 0; b < B::n; b++) {
@@ -331,6 +347,41 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     }
 #pragma unroll
     for (int nv = 0; nv < NV; nv++) o[nv][0] *= f[0], o[nv][1] *= f[1], o[nv][2] *= f[0], o[nv][3] *= f[1];
+    bool v_needed = true; /* some key of the step has its V row read */
+    if (SKIP) {
+      /* keys g and g + 8 (bits 0, 1): below the threshold for every row of the group, and
+      ** weighed by some row; the quad's four lanes hold rows 0..7 */
+      const bool r0 = 2 * t < G, r1 = 2 * t + 1 < G;
+      const float tau = a.skip_below;
+      int below = ((!r0 || p[0] < tau) && (!r1 || p[1] < tau) ? 1 : 0) |
+                  ((!r0 || p[2] < tau) && (!r1 || p[3] < tau) ? 2 : 0);
+      int used = ((r0 && p[0] != 0.0f) || (r1 && p[1] != 0.0f) ? 1 : 0) |
+                 ((r0 && p[2] != 0.0f) || (r1 && p[3] != 0.0f) ? 2 : 0);
+#pragma unroll
+      for (int off = 1; off < 4; off <<= 1) {
+        below &= __shfl_xor_sync(ALL, below, off);
+        used |= __shfl_xor_sync(ALL, used, off);
+      }
+      /* the guards, by the keys' positions (lane i < 16 holds key i's) */
+      const int32_t kp_of[2] = {__shfl_sync(ALL, kp, g), __shfl_sync(ALL, kp, g + 8)};
+      bool skip[2], need[2];
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        const bool seen = band_g[c] < 3;
+        const bool kept = kp_of[c] < a.sink || (int64_t)qp - kp_of[c] < a.recent;
+        skip[c] = seen && (below >> c & 1) && (used >> c & 1) && !kept;
+        need[c] = seen && (used >> c & 1) && !skip[c];
+        if (t == 0) n_read += seen, n_skip += skip[c];
+      }
+#pragma unroll
+      for (int rr = 0; rr < 2; rr++) {
+        sk[rr] = sk[rr] * f[rr] + (skip[0] ? p[rr] : 0.0f) + (skip[1] ? p[2 + rr] : 0.0f);
+        if (skip[0]) p[rr] = 0.0f;
+        if (skip[1]) p[2 + rr] = 0.0f;
+      }
+      v_needed = __any_sync(ALL, need[0] || need[1]);
+    }
+    if (SKIP && !v_needed) continue;
     /* P^T's B fragment: S^T's halves (keys 0-7, 8-15) transposed */
     const uint32_t pb0 = tsr_movmatrix_t(cu_half2_bits(p[0], p[1]));
     const uint32_t pb1 = tsr_movmatrix_t(cu_half2_bits(p[2], p[3]));
@@ -342,7 +393,7 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       live[i] = __shfl_sync(ALL, band, key_of[i]) < 3;
-      vrow[i] = key_row(vstep, vbase, a.v_nb1, key_of[i]);
+      vrow[i] = key_row(V_STAGED, vstep, vbase, a.v_nb1, key_of[i]);
     }
 #pragma unroll
     for (int nv = 0; nv < NV / 2; nv++) {
@@ -356,17 +407,28 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   /* the rows' sums over every key of the warp (lanes of one t hold one row pair) */
 #pragma unroll
   for (int rr = 0; rr < 2; rr++)
-    for (int off = 4; off < 32; off <<= 1) l[rr] += __shfl_xor_sync(ALL, l[rr], off);
+    for (int off = 4; off < 32; off <<= 1) {
+      l[rr] += __shfl_xor_sync(ALL, l[rr], off);
+      if (SKIP) sk[rr] += __shfl_xor_sync(ALL, sk[rr], off);
+    }
+  if (SKIP && a.counters) { /* the keys this warp weighed and skipped */
+    const uint32_t r = __reduce_add_sync(ALL, n_read), k = __reduce_add_sync(ALL, n_skip);
+    if (lane == 0) {
+      if (r) atomicAdd(&a.counters[0], (unsigned long long)r);
+      if (k) atomicAdd(&a.counters[1], (unsigned long long)k);
+    }
+  }
 
   /* the warps' states through shared memory (the Q rows and stages are done with) */
   if (STAGED) asm volatile("cp.async.wait_group 0;\n" ::);
   __syncthreads();
-  float *st = tsr_gqa_smem_f; /* [warp][row 8][Dv + 2]: max, sum, O */
-  const int64_t ld = Dv + 2;
+  float *st = tsr_gqa_smem_f; /* [warp][row 8][Dv + 2 (+ 1)]: max, sum, O (, skipped) */
+  const int64_t ld = Dv + 2 + (SKIP ? 1 : 0);
 #pragma unroll
   for (int rr = 0; rr < 2; rr++) {
     float *sr = st + ((size_t)warp * 8 + 2 * t + rr) * ld;
     if (g == 0) sr[0] = m[rr], sr[1] = l[rr];
+    if (SKIP && g == 0) sr[2 + Dv] = sk[rr];
 #pragma unroll
     for (int nv = 0; nv < NV / 2; nv++) {
 #pragma unroll
@@ -382,14 +444,23 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
     const int r = cu_divmod(e, (int)Dv, &d);
     float M = -INFINITY;
     for (int w = 0; w < TSR_TILE_WARPS; w++) M = fmaxf(M, st[((size_t)w * 8 + r) * ld]);
-    float L = 0.0f, O = 0.0f;
+    float L = 0.0f, O = 0.0f, S = 0.0f;
     for (int w = 0; w < TSR_TILE_WARPS; w++) {
       const float *sr = st + ((size_t)w * 8 + r) * ld;
       if (sr[0] == -INFINITY) continue; /* a warp that saw no key of this row */
       const float e_w = expf(sr[0] - M);
       L += sr[1] * e_w, O += sr[2 + d] * e_w;
+      if (SKIP) S += sr[2 + Dv] * e_w;
     }
     const int64_t h = hk * G + r;
+    if (SKIP && d == 0) { /* the row's dropped weights: merged by tsr_tile_combine, or counted */
+      if (a.splits > 1)
+        tsr_tile_skip_part(a)[h * a.splits + blockIdx.z] = S;
+      else if (a.counters) {
+        atomicAdd(&a.counters[2], 1ull);
+        atomicAdd(&a.counters[3], (unsigned long long)llrintf(L > 0.0f ? S / L * 1e9f : 0.0f));
+      }
+    }
     if (a.splits > 1) { /* the partial state; tsr_tile_combine merges the splits */
       float *pr = a.part + (h * a.splits + blockIdx.z) * (Dv + 2);
       if (d == 0) pr[0] = M, pr[1] = L;
@@ -401,35 +472,45 @@ __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_til
   }
 }
 
-template <class B, int KT, int VT, bool STAGED>
+/* SKIP: V skipping (a->skip_below > 0; the caller picks it, so that a kernel plugin that
+** does not skip compiles no skipping variant). */
+template <class B, int KT, int VT, bool STAGED, bool SKIP = false>
 static inline cudaError_t tsr_gqa_decode_run(const struct tsr_tile_args *a, const B &policy,
                                              cudaStream_t stream) {
-  const size_t smem = tsr_gqa_smem(a, B::n, STAGED);
+  const size_t smem = tsr_gqa_smem(a, B::n, STAGED, SKIP);
   if (a->Dv == 128)
-    return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 8, STAGED>>(a, policy, 16, smem, stream);
+    return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 8, STAGED, SKIP>>(a, policy, 16, smem, stream);
   if (a->Dv == 256)
-    return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 16, STAGED>>(a, policy, 16, smem, stream);
-  return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 32, STAGED>>(a, policy, 16, smem, stream);
+    return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 16, STAGED, SKIP>>(a, policy, 16, smem, stream);
+  return tsr_attn_run<tsr_gqa_decode<B, KT, VT, 32, STAGED, SKIP>>(a, policy, 16, smem, stream);
 }
 
 /* q8_0 and q4_0 pairs: staged where tsr_gqa_staged and two steps a warp fit */
-template <class B, int KT, int VT>
+template <class B, int KT, int VT, bool SKIP>
 static inline cudaError_t tsr_gqa_decode_pick(const struct tsr_tile_args *a, const B &policy,
                                               cudaStream_t stream) {
-  if (tsr_gqa_staged(a) && tsr_gqa_smem(a, B::n, true) <= TSR_MMA_SMEM_MAX)
-    return tsr_gqa_decode_run<B, KT, VT, true>(a, policy, stream);
-  return tsr_gqa_decode_run<B, KT, VT, false>(a, policy, stream);
+  if (tsr_gqa_staged(a) && tsr_gqa_smem(a, B::n, true, SKIP) <= TSR_MMA_SMEM_MAX)
+    return tsr_gqa_decode_run<B, KT, VT, true, SKIP>(a, policy, stream);
+  return tsr_gqa_decode_run<B, KT, VT, false, SKIP>(a, policy, stream);
+}
+
+template <class B, bool SKIP>
+static inline cudaError_t tsr_gqa_decode_types(const struct tsr_tile_args *a, const B &policy,
+                                               cudaStream_t stream) {
+  if (a->k_type == T_F16)
+    return tsr_gqa_decode_run<B, T_F16, T_F16, false, SKIP>(a, policy, stream);
+  if (a->v_type == T_Q8_0) return tsr_gqa_decode_pick<B, T_Q8_0, T_Q8_0, SKIP>(a, policy, stream);
+  if (a->k_type == T_Q8_0) return tsr_gqa_decode_pick<B, T_Q8_0, T_Q4_0, SKIP>(a, policy, stream);
+  return tsr_gqa_decode_pick<B, T_Q4_0, T_Q4_0, SKIP>(a, policy, stream);
 }
 
 /* Launches a planned decode (tsr_gqa_decode_fits: one of the type pairs and value head
-** dims below) with the band policy `policy`. */
+** dims above) with the band policy `policy`, skipping V rows where a->skip_below asks. */
 template <class B>
 static inline cudaError_t tsr_gqa_decode_launch(const struct tsr_tile_args *a, const B &policy,
                                                 cudaStream_t stream) {
-  if (a->k_type == T_F16) return tsr_gqa_decode_run<B, T_F16, T_F16, false>(a, policy, stream);
-  if (a->v_type == T_Q8_0) return tsr_gqa_decode_pick<B, T_Q8_0, T_Q8_0>(a, policy, stream);
-  if (a->k_type == T_Q8_0) return tsr_gqa_decode_pick<B, T_Q8_0, T_Q4_0>(a, policy, stream);
-  return tsr_gqa_decode_pick<B, T_Q4_0, T_Q4_0>(a, policy, stream);
+  if (a->skip_below > 0.0f) return tsr_gqa_decode_types<B, true>(a, policy, stream);
+  return tsr_gqa_decode_types<B, false>(a, policy, stream);
 }
 #endif
 

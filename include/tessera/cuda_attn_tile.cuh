@@ -274,6 +274,16 @@ __global__ void tsr_tile_combine(tsr_tile_args a) {
     if (mi != -INFINITY) L += pp[i * stride + 1] * expf(mi - M);
   }
   const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  if (a.skip_below > 0.0f && a.counters && threadIdx.x == 0) { /* the row's dropped mass */
+    const float *sp = tsr_tile_skip_part(a) + unit * a.splits;
+    float S = 0.0f;
+    for (int i = 0; i < a.splits; i++) {
+      const float mi = pp[i * stride];
+      if (mi != -INFINITY) S += sp[i] * expf(mi - M);
+    }
+    atomicAdd(&a.counters[2], 1ull);
+    atomicAdd(&a.counters[3], (unsigned long long)llrintf(S * inv * 1e9f));
+  }
   char *out = a.dst + iq * a.dst_row + h * a.dst_head;
   for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
     float v = 0.0f;
@@ -341,7 +351,7 @@ static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
   a->splits = (int32_t)((a->Nkv + a->per_split - 1) / a->per_split);
   if (a->splits < 1) a->splits = 1;
   return a->splits > 1 ? sizeof(float) * (size_t)(a->Nq * a->Hq) * (size_t)a->splits *
-                             (size_t)(a->Dv + 2)
+                             (size_t)(a->Dv + 2 + (a->skip_below > 0.0f))
                        : 0;
 }
 
@@ -363,6 +373,7 @@ static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a, co
       a->Hq % a->group || (a->splits > 1 && !a->part))
     return cudaErrorInvalidValue;
   if (tsr_gqa_decode_fits(a)) return tsr_gqa_decode_launch(a, policy, stream);
+  if (a->skip_below > 0.0f) return cudaErrorNotSupported; /* V skipping is that kernel's */
   if (a->mma) return tsr_mma_attn_launch(a, policy, stream);
   const int64_t d = a->D > a->Dv ? a->D : a->Dv;
   if (a->qpw == 2) {

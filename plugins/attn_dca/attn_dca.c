@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "dca.h"
+#include "tessera/attn_decode_fit.h"
 
 /* Process-wide op ids: the registry outlives hosts, so a plugin initialised
 ** again (a second host in one process) keeps its first ids. */
@@ -204,6 +205,24 @@ static tsr_status dca_negotiate(void *ctx, const struct tsr_layer_desc *layer,
   return TSR_OK;
 }
 
+/* V skipping on decode steps: the cpu kernel acts on every layer it runs; on cuda the
+** GQA decode kernel does, on the layers it takes (a codec of its own layout is read
+** lifted to f16) */
+static bool dca_honours_decode(void *ctx, const struct tsr_layer_desc *layer) {
+  const struct dca_state *st = ctx;
+  if (!strcmp(layer->backend, "cpu")) return true;
+  if (strcmp(layer->backend, "cuda") || layer->n_head_kv <= 0 ||
+      layer->n_head % layer->n_head_kv)
+    return false;
+  const struct tsr_kv_codec_v1 *k = st->host->find_kv_codec(st->self, layer->k_codec, 0);
+  const struct tsr_kv_codec_v1 *v = st->host->find_kv_codec(st->self, layer->v_codec, 0);
+  if (!k || !v) return false;
+  const int32_t kt = k->dtype >= TSR_DTYPE_ID_CODEC_FIRST ? TSR_DTYPE_ID_F16 : k->dtype;
+  const int32_t vt = v->dtype >= TSR_DTYPE_ID_CODEC_FIRST ? TSR_DTYPE_ID_F16 : v->dtype;
+  return tsr_gqa_decode_shape_fits(layer->n_head / layer->n_head_kv, layer->head_dim_k,
+                                   layer->head_dim_v, kt, vt);
+}
+
 static struct tsr_tensor *dca_prepare_k(void *ctx, const struct tsr_host *h, struct tsr_graph *g,
                                         const struct tsr_attn_rope *rope, struct tsr_tensor *k,
                                         struct tsr_tensor *pos) {
@@ -335,13 +354,26 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   dca_put_ptr(params, DCA_P_VCODEC, vc);
   struct tsr_tensor *src[DCA_SRC_MASK + 1] = {qb[0],     qb[1],        qb[2],       call->k,
                                               call->v,   call->q_pos,  call->kv_pos, call->mask};
+  /* a decode step's V skipping (tsr_attn_call.decode): its threshold, guards and counters */
+  const struct tsr_decode_params *dp = call->decode;
+  if (dp && dp->v_skip_threshold > 0.0f && dp->counters) {
+    if (call->mask) {
+      h->graph->fail(g, TSR_ERR_INTERNAL, "dca (layer %d): decode parameters on a step with a "
+                     "mask (several sequences)", layer);
+      return NULL;
+    }
+    if (!(src[DCA_SRC_COUNTERS] = h->graph->decode_counters(g, dp))) return NULL;
+    memcpy(&params[DCA_P_SKIP], &dp->v_skip_threshold, sizeof(float));
+    params[DCA_P_SINK] = dp->sink;
+    params[DCA_P_RECENT] = dp->recent;
+  }
+  const int n_src = call->mask || src[DCA_SRC_COUNTERS] ? DCA_SRC_MASK + 1 : DCA_SRC_MASK;
   /* on cuda, rows past the output hold the split partials (dca.h) */
   const int64_t extra =
       st->on_cuda ? dca_split_rows(qi.ne[1], qi.ne[2], ki.ne[2], vi.ne[0], ki.ne[1]) : 0;
   const int64_t ne[3] = {vi.ne[0], qi.ne[2], qi.ne[1] + extra};
-  struct tsr_tensor *out = h->graph->custom_op(g, g_attn_op, 3, ne, src,
-                                        call->mask ? DCA_SRC_MASK + 1 : DCA_SRC_MASK, params,
-                                        DCA_P_COUNT);
+  struct tsr_tensor *out = h->graph->custom_op(g, g_attn_op, 3, ne, src, n_src, params,
+                                               DCA_P_COUNT);
   if (!out || !extra) return out;
   struct tsr_tensor_info oi;
   h->graph->tensor_info(out, &oi);
@@ -354,7 +386,8 @@ static const struct tsr_attention_v1 g_dca = {
     .name = "dca",
     .negotiate = dca_negotiate,
     .build = dca_build,
-    .v_skip = false,
+    .v_skip = true,
+    .honours_decode = dca_honours_decode,
     .rotates = true,
     .prepare_k = dca_prepare_k,
     .shift_k = dca_shift_k,

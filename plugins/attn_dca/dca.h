@@ -55,7 +55,9 @@ enum dca_pos_mode {
 
 /* Attention op sources: the queries rotated at each band's positions (intra, successive,
 ** inter; [D, Hq, Nq] each, the same strides), K and V, the query and key positions, and the
-** mask when DCA_P_MASK says so. */
+** mask when DCA_P_MASK says so, or with a V-skip threshold (DCA_P_SKIP) the layer's
+** struct tsr_decode_counters: decode parameters come on one sequence's decode step, which
+** has no mask. */
 enum {
   DCA_SRC_Q = 0, /* 3 */
   DCA_SRC_K = 3,
@@ -63,6 +65,7 @@ enum {
   DCA_SRC_Q_POS = 5,
   DCA_SRC_KV_POS = 6,
   DCA_SRC_MASK = 7,
+  DCA_SRC_COUNTERS = 7,
 };
 
 /* Attention op params (int32 words). */
@@ -75,7 +78,10 @@ enum {
   DCA_P_MASK = 6,   /* 1: source DCA_SRC_MASK is the mask */
   DCA_P_KCODEC = 7, /* 2 words each: const struct tsr_kv_codec_v1 * (NULL: read in place) */
   DCA_P_VCODEC = 9,
-  DCA_P_COUNT = 11,
+  DCA_P_SKIP = 11,  /* float bits: struct tsr_decode_params' threshold; 0: none */
+  DCA_P_SINK = 12,
+  DCA_P_RECENT = 13,
+  DCA_P_COUNT = 14,
 };
 
 /* The cuda kernel's split-KV partials live in rows planned past the output's Nq

@@ -84,6 +84,10 @@ struct node {
   int32_t c, temp_from;
   int64_t D, Dv, Nq, Nkv, Hq, Hkv, group;
   struct rows k_rows, v_rows;
+  /* decode parameters (struct tsr_decode_params); counters NULL: no skipping */
+  float skip_below;
+  int32_t sink, recent;
+  struct tsr_decode_counters *counters;
 };
 
 struct scratch {
@@ -93,6 +97,8 @@ struct scratch {
   float *bias;  /* [TILE] mask value per key; -inf hidden */
   uint8_t *band; /* [TILE] 0 intra, 1 successive, 2 inter */
   float *m, *l; /* [group] */
+  float *dropped; /* [group] weights of skipped V rows, on l's scale */
+  uint8_t *keep; /* [TILE] keys the decode guards keep from skipping */
   float *k, *v; /* a decoded row */
   uint16_t *h16; /* a row a codec decoded to f16 */
   size_t Dp, Dvp;
@@ -228,21 +234,31 @@ static void attend_unit(const struct node *a, const struct scratch *s,
                          (size_t)(h0 + g) * a->q[b]->nb[1];
       memcpy(s->q + ((size_t)b * a->group + g) * s->Dp, qrow, (size_t)a->D * sizeof(float));
     }
-  for (int64_t g = 0; g < nh; g++)
+  for (int64_t g = 0; g < nh; g++) {
     tsr_cpu_attn_start(&s->m[g], &s->l[g], s->acc + (size_t)g * s->Dvp, a->Dv);
+    s->dropped[g] = 0.0f;
+  }
   const int32_t qp = pos_at(a->q_pos, iq);
   const float gain = dca_logit_gain(qp, a->temp_from);
+  struct tsr_cpu_attn_skip skip = {
+      .below = a->skip_below, .keep = s->keep, .dropped = s->dropped, .dropped_stride = 1};
   for (int64_t j0 = 0; j0 < a->Nkv; j0 += DCA_TILE) {
     const int64_t n = a->Nkv - j0 < DCA_TILE ? a->Nkv - j0 : DCA_TILE;
     if (!tile_bias(a, s, iq, qp, j0, n)) continue;
     tile_logits(a, s, hk, nh, j0, n, gain);
     for (int64_t g = 0; g < nh; g++)
-      tsr_cpu_attn_weights(a->h, s->s + g * DCA_TILE, n, &s->m[g], &s->l[g],
+      tsr_cpu_attn_weights(a->h, s->s + g * DCA_TILE, n, &s->m[g], &s->l[g], &s->dropped[g],
                            s->acc + (size_t)g * s->Dvp, a->Dv);
+    if (a->counters) /* the sink and recent guards, by absolute position */
+      for (int64_t t = 0; t < n; t++) {
+        const int32_t kp = pos_at(a->kv_pos, j0 + t);
+        s->keep[t] = kp < a->sink || (int64_t)qp - kp < a->recent;
+      }
     struct tile_rows rows = {a, s, (const char *)a->v->data + (size_t)hk * a->v->nb[2], j0};
     tsr_cpu_attn_values(a->h, s->s, DCA_TILE, s->bias, nh, n, s->acc, s->Dvp, a->Dv, tile_row,
-                        &rows, NULL);
+                        &rows, a->counters ? &skip : NULL);
   }
+  if (a->counters) tsr_cpu_attn_count(a->counters, &skip, s->l, 1, nh);
   for (int64_t g = 0; g < nh; g++)
     tsr_cpu_attn_finish(s->acc + (size_t)g * s->Dvp, s->l[g],
                         (float *)((char *)dst->data + (size_t)(h0 + g) * dst->nb[1] +
@@ -254,8 +270,9 @@ static void *scratch_new(const struct node *a, struct scratch *s) {
   s->Dp = pad16(a->D), s->Dvp = pad16(a->Dv);
   const size_t group = (size_t)a->group;
   const size_t floats = 3 * group * s->Dp + group * s->Dvp + group * DCA_TILE + DCA_TILE +
-                        2 * pad16(a->group) + s->Dp + s->Dvp;
-  const size_t bytes = floats * sizeof(float) + DCA_TILE + 2 * (s->Dp > s->Dvp ? s->Dp : s->Dvp);
+                        3 * pad16(a->group) + s->Dp + s->Dvp;
+  const size_t bytes =
+      floats * sizeof(float) + 2 * DCA_TILE + 2 * (s->Dp > s->Dvp ? s->Dp : s->Dvp);
   float *w = malloc(bytes);
   if (!w) return NULL;
   s->q = w, w += 3 * group * s->Dp;
@@ -264,10 +281,12 @@ static void *scratch_new(const struct node *a, struct scratch *s) {
   s->bias = w, w += DCA_TILE;
   s->m = w, w += pad16(a->group);
   s->l = w, w += pad16(a->group);
+  s->dropped = w, w += pad16(a->group);
   s->k = w, w += s->Dp;
   s->v = w, w += s->Dvp;
   s->h16 = (uint16_t *)w;
   s->band = (uint8_t *)(s->h16 + (s->Dp > s->Dvp ? s->Dp : s->Dvp));
+  s->keep = s->band + DCA_TILE;
   return s->q;
 }
 
@@ -297,6 +316,11 @@ void dca_attention_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info
   };
   memcpy(&a.scale, &params[DCA_P_SCALE], sizeof a.scale);
   memcpy(&a.softcap, &params[DCA_P_SOFTCAP], sizeof a.softcap);
+  memcpy(&a.skip_below, &params[DCA_P_SKIP], sizeof a.skip_below);
+  if (a.skip_below > 0.0f && !a.mask && n_src > DCA_SRC_COUNTERS) {
+    a.counters = src[DCA_SRC_COUNTERS].data;
+    a.sink = params[DCA_P_SINK], a.recent = params[DCA_P_RECENT];
+  }
   a.D = a.q[0]->ne[0];
   a.Dv = a.v->ne[0];
   a.Hq = a.q[0]->ne[1];
@@ -310,9 +334,10 @@ void dca_attention_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info
   void *mem = scratch_new(&a, &s);
   if (!mem) abort(); /* a few KB per thread: nothing sensible remains to do */
 
-  /* units as flash splits them: results do not depend on the thread count */
+  /* units as flash splits them: results do not depend on the thread count (V skipping
+  ** weighs a group's heads at once: no split) */
   int64_t runs = 1;
-  while (runs < a.group && a.Nq * a.Hkv * runs < nth) runs++;
+  while (!a.counters && runs < a.group && a.Nq * a.Hkv * runs < nth) runs++;
   const int64_t run_len = (a.group + runs - 1) / runs;
   runs = (a.group + run_len - 1) / run_len;
   const int64_t n_units = a.Nq * a.Hkv * runs;

@@ -9,7 +9,7 @@
 **     say how many, and the logits stay close to exact (the skipped weights are
 **     below the threshold against the running max);
 **   - profile check refuses the policy where the attention's kernels do not act
-**     on decode parameters (cuda, dca), naming both.
+**     on decode parameters, naming both.
 ** usage: test_decode_policy OUT_DIR PLUGIN_DIR MODEL.gguf GOLDEN.gguf
 */
 #include <math.h>
@@ -114,10 +114,16 @@ static void expect_refused(const char *extra, const char *want) {
   tsr_engine_free(e);
 }
 
+/* On cuda the GQA decode kernel skips V rows: a K/V pair it has no kernel for, or the
+** kernel turned off, is refused before anything is allocated. */
 static void test_a_policy_the_attention_cannot_act_on_is_refused_naming_both(void) {
-  expect_refused("backend: cuda\n", "attention flash (core");
-  expect_refused("backend: cuda\n", "on backend cuda");
-  expect_refused("attention: dca\n", "attention dca (attn_dca");
+  const char *q5 = "backend: cuda\nkv: {k: q5_0, v: q5_0}\n";
+  expect_refused(q5, "attention flash (core");
+  expect_refused(q5, "on backend cuda");
+  expect_refused("backend: cuda\nattention: dca\nkv: {k: q5_0, v: q5_0}\n",
+                 "attention dca (attn_dca");
+  expect_refused("backend: {name: cuda, attention: {decode: tile}}\n",
+                 "backend.attention.decode turns off");
 }
 
 int main(int argc, char **argv) {

@@ -121,7 +121,7 @@ static void test_plugin_without_code_and_missing_plugin(void) {
   FILE *f = fopen(ini, "w");
   CHECK(f != NULL);
   if (f) {
-    fputs("[plugin]\nname = no_code_yet\nversion = 0.0.0\nabi = 2.1\nprovides = attention:1\n"
+    fputs("[plugin]\nname = no_code_yet\nversion = 0.0.0\nabi = 2.2\nprovides = attention:1\n"
           "requires =\ndescription = not written yet\n", f);
     fclose(f);
   }

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TSR_PLUGIN_ABI_MAJOR 2
-#define TSR_PLUGIN_ABI_MINOR 1
+#define TSR_PLUGIN_ABI_MINOR 2
 #define TSR_PLUGIN_ENTRY_SYMBOL "tsr_plugin_entry"
 
 #if defined(__GNUC__)
@@ -128,6 +128,9 @@ struct tsr_layer_desc {
   int32_t window;            /* SLIDING: window in tokens; else 0 */
   const char *k_codec, *v_codec;
   const char *backend;       /* "cpu", "cuda" */
+  /* ABI 2.2 */
+  uint32_t model_kinds;      /* bit k set: the model has a layer of kind k (an iSWA
+                             ** model has TSR_LAYER_SLIDING's and TSR_LAYER_FULL's) */
 };
 
 #ifdef __cplusplus

@@ -18,7 +18,15 @@ extern "C" {
 struct tsr_decode_counters {
   uint64_t v_rows_read;    /* V rows of visible keys a decode step weighed */
   uint64_t v_rows_skipped; /* of them, skipped for a weight below the threshold */
+  /* ABI 2.2 */
+  uint64_t query_rows;      /* (query head, decode step) rows the mass below is over */
+  uint64_t mass_dropped_e9; /* sum over those rows of the softmax mass their skipped V
+                            ** rows carried (against the row's final normaliser), in
+                            ** units of 1e-9 */
 };
+
+/* The counters' mass unit: a row that dropped mass x adds round(x * 1e9). */
+#define TSR_DECODE_MASS_UNIT 1e9
 
 /* What the decode policies of one layer ask of its attention on a decode step (one
 ** token of one sequence). The host fills one per layer from the policies' params
@@ -52,6 +60,11 @@ struct tsr_decode_policy_v1 {
   ** setting the same parameter of a layer are refused. */
   tsr_status (*params)(void *ctx, const struct tsr_layer_desc *layer,
                        struct tsr_decode_params *p);
+  /* ABI 2.2 */
+  /* Why params says what it says for this layer, in a few words the composition
+  ** printout shows beside the parameters ("auto: full-attention layer of an iSWA
+  ** model, q8_0 V"); writes at most n bytes, NUL included. NULL: nothing to add. */
+  void (*describe)(void *ctx, const struct tsr_layer_desc *layer, char *out, size_t n);
 };
 
 #ifdef __cplusplus

@@ -16,6 +16,7 @@ extern "C" {
 
 struct tsr_attn_call;
 struct tsr_attn_rope;
+struct tsr_decode_params;
 
 struct tsr_host_graph {
   uint32_t struct_size;
@@ -88,6 +89,12 @@ struct tsr_host_graph {
                                    struct tsr_tensor *x, struct tsr_tensor *pos);
   /* the core's flash attention over call's q, k, v (attention.h) */
   struct tsr_tensor *(*flash_attn)(struct tsr_graph *g, const struct tsr_attn_call *call);
+  /* ABI 2.2 */
+  /* p's counters (struct tsr_decode_params) as a tensor an attention op takes as a
+  ** source and its kernels add to (i32 [8]; on a device backend it lives on the device,
+  ** where kernels reach it through the source's address); NULL with an error when p has
+  ** none */
+  struct tsr_tensor *(*decode_counters)(struct tsr_graph *g, const struct tsr_decode_params *p);
 };
 
 #ifdef __cplusplus

@@ -83,7 +83,7 @@ static void count(const int32_t *params, int64_t n_queries) {
 static tsr_tile_args tile_args_of(const struct tsr_device_call *call,
                                   const struct tsr_tensor_info *dst,
                                   const struct tsr_tensor_info *src, bool has_mask,
-                                  const int32_t *params) {
+                                  bool has_counters, const int32_t *params) {
   const ten q = ten_of(&src[DCA_SRC_Q]), k = ten_of(&src[DCA_SRC_K]), v = ten_of(&src[DCA_SRC_V]);
   const ten qp = ten_of(&src[DCA_SRC_Q_POS]), kp = ten_of(&src[DCA_SRC_KV_POS]), out = ten_of(dst);
   tsr_tile_args t = {};
@@ -108,6 +108,13 @@ static tsr_tile_args tile_args_of(const struct tsr_device_call *call,
   memcpy(&t.scale, &params[DCA_P_SCALE], sizeof t.scale);
   memcpy(&t.softcap, &params[DCA_P_SOFTCAP], sizeof t.softcap);
   t.causal = 1;
+  /* a decode step's V skipping (dca.h: the counters in the mask's place) */
+  float skip;
+  memcpy(&skip, &params[DCA_P_SKIP], sizeof skip);
+  if (skip > 0.0f && !has_mask && has_counters) {
+    t.skip_below = skip, t.sink = params[DCA_P_SINK], t.recent = params[DCA_P_RECENT];
+    t.counters = (unsigned long long *)src[DCA_SRC_COUNTERS].data;
+  }
   return t;
 }
 
@@ -131,7 +138,8 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   const struct tsr_host *host = (const struct tsr_host *)ctx;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const cudaStream_t stream = tsr_cuda_call_stream(call);
-  tsr_tile_args t = tile_args_of(call, dst, src, params[DCA_P_MASK] && n_src > DCA_SRC_MASK, params);
+  tsr_tile_args t = tile_args_of(call, dst, src, params[DCA_P_MASK] && n_src > DCA_SRC_MASK,
+                                 n_src > DCA_SRC_COUNTERS, params);
   /* in a CUDA graph: the capture launches, the replay counts (as a call does below) */
   const int64_t graph = tsr_device_call_graph(call);
   if (graph == TSR_DEVICE_CALL_REPLAY) {
@@ -147,7 +155,8 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   if (t.Nq == 0) return;
   /* the split partials: the output's rows past Nq (dca_split_rows), as many splits as fit */
   const int64_t room = (dst->ne[2] - t.Nq) * (int64_t)dst->nb[2];
-  const int64_t per_split = t.Nq * t.Hq * (t.Dv + 2) * (int64_t)sizeof(float);
+  const int64_t per_split =
+      t.Nq * t.Hq * (t.Dv + 2 + (t.skip_below > 0.0f)) * (int64_t)sizeof(float);
   t.max_splits = (int32_t)(room / per_split > 1 ? room / per_split : 1);
   if (tsr_tile_attn_plan(&t, tsr_cuda_sm_count(call ? call->device : 0)))
     t.part = reinterpret_cast<float *>(static_cast<char *>(dst->data) + t.Nq * (int64_t)dst->nb[2]);

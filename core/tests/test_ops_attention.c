@@ -11,6 +11,7 @@
 #include "graph/dtype.h"
 #include "graph/graph.h"
 #include "harness.h"
+#include "tessera/cpu_attn_tile.h"
 
 enum kv_layout {
   KV_DENSE,    /* k [D,Nkv,Hkv] packed */
@@ -216,9 +217,10 @@ static struct tsr_tensor *make_kv(struct tsr_graph *g, const struct attn_case *c
   return tsr_view(g, t, 3, (int64_t[]){Dx, N, H}, nb, offs);
 }
 
-/* Runs the op on `threads` threads; out [Nq][Hq][Dv]. */
-static tsr_status run_flash(const struct attn_case *c, const struct attn_data *d, int threads,
-                            float *out) {
+/* Runs the op on `threads` threads, with decode parameters dp (NULL: none); out
+** [Nq][Hq][Dv]. */
+static tsr_status run_flash_with(const struct attn_case *c, const struct attn_data *d,
+                                 int threads, float *out, const struct tsr_decode_params *dp) {
   struct tsr_graph *g = tsr_graph_new(32);
   const size_t nq = (size_t)c->Hq * c->Nq * c->D;
   float *qs = malloc(nq * sizeof(float));
@@ -249,7 +251,7 @@ static tsr_status run_flash(const struct attn_case *c, const struct attn_data *d
     kp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){c->Nkv}, d->kvpos);
   }
   const struct tsr_attn_params p = {.scale = c->scale, .softcap = c->softcap,
-                                    .causal = c->causal, .window = c->window};
+                                    .causal = c->causal, .window = c->window, .decode = dp};
   struct tsr_tensor *o = tsr_flash_attn(g, q, k, v, mask, qp, kp, &p);
   tsr_graph_mark_output(o);
   struct tsr_graph_plan plan;
@@ -261,6 +263,11 @@ static tsr_status run_flash(const struct attn_case *c, const struct attn_data *d
   free(arena), free(qs), free(ks), free(vs), free(ms);
   tsr_graph_free(g);
   return st;
+}
+
+static tsr_status run_flash(const struct attn_case *c, const struct attn_data *d, int threads,
+                            float *out) {
+  return run_flash_with(c, d, threads, out, NULL);
 }
 
 /* Number of outputs off the reference by more than tol * (1 + |ref|); with
@@ -826,6 +833,181 @@ static void test_quantized_cache_with_empty_cells_and_hidden_rows(void) {
   data_free(&d);
 }
 
+
+/* ---- V skipping on decode steps (struct tsr_decode_params) -------------------- */
+
+/* The reference with the kernel's skipping rule, in double: per query and KV head, tiles
+** of TSR_CPU_ATTN_TILE keys; the running max moves over a tile's logits first, then a
+** visible key none of whose group's weights exp(s - m) reaches dp->v_skip_threshold and
+** no guard keeps (position below sink, within recent of the query) has its V row
+** skipped. The sum l keeps every weight. Counts as struct tsr_decode_counters does;
+** *mass gets the skipped rows' share of each row's softmax, summed over rows. */
+static void reference_skip(const struct attn_case *c, const struct attn_data *d,
+                           const struct tsr_decode_params *dp, double *out,
+                           struct tsr_decode_counters *n, double *mass) {
+  const int group = c->Hq / c->Hkv, T = TSR_CPU_ATTN_TILE;
+  double *s = malloc((size_t)group * c->Nkv * sizeof(double));
+  double *m = malloc((size_t)group * sizeof(double)), *l = malloc((size_t)group * sizeof(double));
+  double *drop = malloc((size_t)group * sizeof(double));
+  memset(n, 0, sizeof *n);
+  *mass = 0;
+  for (int iq = 0; iq < c->Nq; iq++)
+    for (int hk = 0; hk < c->Hkv; hk++) {
+      const int32_t qp = d->qpos[iq];
+      for (int g = 0; g < group; g++) {
+        const float *q = d->q + ((size_t)(hk * group + g) * c->Nq + iq) * c->D;
+        for (int j = 0; j < c->Nkv; j++) {
+          const float *k = d->k + ((size_t)hk * c->Nkv + j) * c->D;
+          double x = 0;
+          for (int e = 0; e < c->D; e++) x += (double)q[e] * k[e];
+          const int32_t kp = d->kvpos[j];
+          s[(size_t)g * c->Nkv + j] = kp < 0 || kp > qp ? -INFINITY : x * c->scale;
+        }
+        m[g] = -INFINITY, l[g] = 0, drop[g] = 0;
+        double *o = out + ((size_t)iq * c->Hq + hk * group + g) * c->Dv;
+        for (int e = 0; e < c->Dv; e++) o[e] = 0;
+      }
+      for (int j0 = 0; j0 < c->Nkv; j0 += T) {
+        const int nt = c->Nkv - j0 < T ? c->Nkv - j0 : T;
+        for (int g = 0; g < group; g++) {
+          double tmax = -INFINITY;
+          for (int t = 0; t < nt; t++) tmax = fmax(tmax, s[(size_t)g * c->Nkv + j0 + t]);
+          if (tmax > m[g]) {
+            const double f = m[g] == -INFINITY ? 0 : exp(m[g] - tmax);
+            double *o = out + ((size_t)iq * c->Hq + hk * group + g) * c->Dv;
+            for (int e = 0; e < c->Dv; e++) o[e] *= f;
+            l[g] *= f, drop[g] *= f, m[g] = tmax;
+          }
+        }
+        for (int t = 0; t < nt; t++) {
+          const int j = j0 + t;
+          if (s[j] == -INFINITY) continue; /* hidden for every head alike */
+          n->v_rows_read++;
+          bool above = false;
+          for (int g = 0; g < group; g++)
+            above |= exp(s[(size_t)g * c->Nkv + j] - m[g]) >= dp->v_skip_threshold;
+          const int32_t kp = d->kvpos[j];
+          const bool kept = kp < dp->sink || (int64_t)qp - kp < dp->recent;
+          const bool skip = !above && !kept;
+          n->v_rows_skipped += skip;
+          for (int g = 0; g < group; g++) {
+            const double w = exp(s[(size_t)g * c->Nkv + j] - m[g]);
+            l[g] += w;
+            if (skip) {
+              drop[g] += w;
+              continue;
+            }
+            const float *v = d->v + ((size_t)hk * c->Nkv + j) * c->Dv;
+            double *o = out + ((size_t)iq * c->Hq + hk * group + g) * c->Dv;
+            for (int e = 0; e < c->Dv; e++) o[e] += w * v[e];
+          }
+        }
+      }
+      for (int g = 0; g < group; g++) {
+        double *o = out + ((size_t)iq * c->Hq + hk * group + g) * c->Dv;
+        for (int e = 0; e < c->Dv; e++) o[e] = l[g] > 0 ? o[e] / l[g] : 0;
+        if (l[g] > 0) *mass += drop[g] / l[g];
+        n->query_rows++;
+      }
+    }
+  free(s), free(m), free(l), free(drop);
+}
+
+struct skip_case {
+  int D, Hq, Hkv, Nkv;
+  enum tsr_dtype kv;
+  float scale_gain; /* logits scaled by this over 1/sqrt(D): larger is more concentrated */
+  float threshold;
+  int sink, recent;
+  int empty_every; /* every n-th cell empty (kv_pos -1); 0: none */
+};
+
+/* One decode query (at the last position) against Nkv keys, skipping as sc says: the
+** kernel on 1 and 2 threads (the same bits, the same counts) against reference_skip. */
+static void check_skip_case(const struct skip_case *sc) {
+  struct attn_case c = plain(sc->D, 1, sc->Nkv, sc->Hq, sc->Hkv, sc->kv);
+  c.positions = c.causal = true;
+  c.scale = sc->scale_gain / sqrtf((float)sc->D);
+  struct attn_data d = data_new(&c);
+  for (int j = 0; sc->empty_every && j < c.Nkv; j += sc->empty_every) d.kvpos[j] = -1;
+  struct tsr_decode_counters got[2] = {{0}}, want;
+  const struct tsr_decode_params dp0 = {.struct_size = sizeof dp0,
+                                        .v_skip_threshold = sc->threshold,
+                                        .sink = sc->sink, .recent = sc->recent};
+  const size_t n = (size_t)c.Hq * c.Dv;
+  double *ref = malloc(n * sizeof(double)), mass;
+  float *out[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+  reference_skip(&c, &d, &dp0, ref, &want, &mass);
+  for (int t = 0; t < 2; t++) {
+    struct tsr_decode_params dp = dp0;
+    dp.counters = &got[t];
+    CHECK_OK(run_flash_with(&c, &d, t + 1, out[t], &dp));
+  }
+  CHECK_MSG(!memcmp(out[0], out[1], n * sizeof(float)) && !memcmp(&got[0], &got[1], sizeof want),
+            "1 and 2 threads differ (D %d, %d/%d heads, %d keys)", c.D, c.Hq, c.Hkv, c.Nkv);
+  /* a key at the threshold's edge may fall either side of it in float: a few may differ,
+  ** each moving the output by at most the threshold's share */
+  const long dskip = labs((long)got[0].v_rows_skipped - (long)want.v_rows_skipped);
+  const double tol = 1e-5 + 2.0 * dskip * sc->threshold;
+  const double got_mass = (double)got[0].mass_dropped_e9 / TSR_DECODE_MASS_UNIT;
+  printf("  D %d, %d/%d heads, %d keys, %s, gain %.1f, threshold %g, guards %d/%d: %llu of "
+         "%llu rows skipped (reference %llu), mass %.4g (reference %.4g)\n", c.D, c.Hq, c.Hkv,
+         c.Nkv, tsr_dtype_name(c.kdt), (double)sc->scale_gain, (double)sc->threshold,
+         sc->sink, sc->recent, (unsigned long long)got[0].v_rows_skipped,
+         (unsigned long long)got[0].v_rows_read, (unsigned long long)want.v_rows_skipped,
+         got_mass, mass);
+  CHECK(got[0].v_rows_read == want.v_rows_read && got[0].query_rows == want.query_rows);
+  CHECK_MSG(dskip <= 2, "%ld rows skipped differently", dskip);
+  CHECK_MSG(count_off(&c, ref, out[0], tol, true) == 0, "tolerance %.3g", tol);
+  CHECK_MSG(fabs(got_mass - mass) <= 1e-6 * (double)want.query_rows + 1e-3 * mass +
+                                        (double)dskip * sc->threshold,
+            "mass %.9g against %.9g", got_mass, mass);
+  free(ref), free(out[0]), free(out[1]);
+  data_free(&d);
+}
+
+static void test_v_skipping_matches_a_reference_with_the_same_rule(void) {
+  tsr_test_seed(41);
+  const struct skip_case cases[] = {
+      {64, 8, 1, 300, TSR_F32, 3.0f, 0.05f, 0, 0, 0},
+      {128, 8, 2, 1000, TSR_Q8_0, 3.0f, 0.05f, 4, 16, 0},
+      {128, 4, 4, 700, TSR_F16, 1.0f, 0.2f, 0, 8, 7},
+      {256, 16, 2, 257, TSR_Q4_0, 4.0f, 0.01f, 64, 64, 0},
+      {512, 8, 1, 150, TSR_Q8_0, 2.0f, 0.1f, 1, 1, 5},
+      {96, 2, 1, 64, TSR_F32, 3.0f, 0.3f, 0, 0, 0},   /* one tile */
+      {64, 4, 2, 1, TSR_F32, 3.0f, 0.3f, 0, 0, 0},    /* one key: the max, never skipped */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_skip_case(&cases[i]);
+}
+
+/* Guards that cover every key: the V skipping path reads every row and gives the dense
+** kernel's bits; a row with every key hidden is zeros, counted as read nothing. */
+static void test_v_skipping_that_skips_nothing_is_dense_bit_for_bit(void) {
+  tsr_test_seed(43);
+  struct attn_case c = plain(128, 1, 500, 8, 2, TSR_Q8_0);
+  c.positions = c.causal = true;
+  c.scale = 3.0f / sqrtf(128.0f);
+  struct attn_data d = data_new(&c);
+  const size_t n = (size_t)c.Hq * c.Dv;
+  float *dense = malloc(n * sizeof(float)), *kept = malloc(n * sizeof(float));
+  struct tsr_decode_counters cnt = {0};
+  struct tsr_decode_params dp = {.struct_size = sizeof dp, .v_skip_threshold = 0.4f,
+                                 .sink = 0, .recent = 1 << 30, .counters = &cnt};
+  CHECK_OK(run_flash(&c, &d, 2, dense));
+  CHECK_OK(run_flash_with(&c, &d, 2, kept, &dp));
+  CHECK(!memcmp(dense, kept, n * sizeof(float)));
+  CHECK(cnt.v_rows_read == (uint64_t)(c.Nkv * c.Hkv) && cnt.v_rows_skipped == 0 &&
+        cnt.mass_dropped_e9 == 0 && cnt.query_rows == (uint64_t)c.Hq);
+  /* every cell empty: zeros, no NaN, nothing read */
+  for (int j = 0; j < c.Nkv; j++) d.kvpos[j] = -1;
+  memset(&cnt, 0, sizeof cnt);
+  dp.recent = 0;
+  CHECK_OK(run_flash_with(&c, &d, 2, kept, &dp));
+  CHECK(all_zero(kept, n) && cnt.v_rows_read == 0 && cnt.mass_dropped_e9 == 0);
+  free(dense), free(kept);
+  data_free(&d);
+}
+
 int main(void) {
   TSR_RUN(test_matches_reference_across_shapes_and_gqa);
   TSR_RUN(test_permuted_q_and_kv_viewed_from_a_cache);
@@ -848,6 +1030,8 @@ int main(void) {
   TSR_RUN(test_q6_0_kv_matches_reference);
   TSR_RUN(test_quantized_kv_with_mask_softcap_and_narrow_v);
   TSR_RUN(test_quantized_cache_with_empty_cells_and_hidden_rows);
+  TSR_RUN(test_v_skipping_matches_a_reference_with_the_same_rule);
+  TSR_RUN(test_v_skipping_that_skips_nothing_is_dense_bit_for_bit);
   for (int i = 0; i < 5; i++) tsr_backend_free(backends[i]);
   return TSR_TEST_EXIT();
 }

@@ -544,6 +544,38 @@ void tsr_plugin_host_print_engagement(const struct tsr_plugin_host *h, FILE *f) 
   pthread_mutex_unlock((pthread_mutex_t *)&h->counter_lock);
 }
 
+void tsr_plugin_host_each_counter(const struct tsr_plugin_host *h,
+                                  void (*fn)(void *ctx, const char *plugin, const char *counter,
+                                             uint64_t value),
+                                  void *ctx) {
+  pthread_mutex_lock((pthread_mutex_t *)&h->counter_lock);
+  for (int i = 0; i < h->n_plugins; i++)
+    for (int c = 0; c < h->plugins[i]->n_counters; c++)
+      fn(ctx, h->plugins[i]->desc->name, h->plugins[i]->counters[c].name,
+         h->plugins[i]->counters[c].value);
+  pthread_mutex_unlock((pthread_mutex_t *)&h->counter_lock);
+}
+
+void tsr_plugin_host_print_decode_counters(const struct tsr_plugin_host *h, FILE *f) {
+  static const char *const kinds[] = {"full", "sliding"};
+  for (int i = 0; i < h->n_plugins; i++)
+    for (int k = 0; k < 2; k++) {
+      char name[48];
+      uint64_t v[4];
+      static const char *const what[] = {"v_rows_read", "v_rows_skipped", "query_rows",
+                                         "mass_dropped_e9"};
+      for (int w = 0; w < 4; w++) {
+        snprintf(name, sizeof name, "%s.%s", kinds[k], what[w]);
+        v[w] = tsr_plugin_engaged(h->plugins[i], name);
+      }
+      if (!v[0]) continue;
+      fprintf(f, "decode policy %s, %s layers: %llu of %llu V rows skipped (%.1f%%), %.3g of a "
+              "row's softmax mass dropped on average\n", h->plugins[i]->desc->name, kinds[k],
+              (unsigned long long)v[1], (unsigned long long)v[0], 100.0 * (double)v[1] / (double)v[0],
+              v[2] ? (double)v[3] / TSR_DECODE_MASS_UNIT / (double)v[2] : 0.0);
+    }
+}
+
 tsr_status tsr_plugin_host_require_engaged(const struct tsr_plugin_host *h,
                                            const char *const *names, int n) {
   for (int i = 0; i < n; i++) {

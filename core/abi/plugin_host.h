@@ -104,6 +104,16 @@ uint64_t tsr_plugin_engaged(const struct tsr_plugin *p, const char *counter);
 void tsr_plugin_host_reset_engagement(struct tsr_plugin_host *h);
 /* Prints "name: counter=n, ..." for every loaded plugin. */
 void tsr_plugin_host_print_engagement(const struct tsr_plugin_host *h, FILE *f);
+/* fn(ctx, plugin, counter, value) for every counter of every plugin, under the counters'
+** lock (fn must not count). */
+void tsr_plugin_host_each_counter(const struct tsr_plugin_host *h,
+                                  void (*fn)(void *ctx, const char *plugin, const char *counter,
+                                             uint64_t value),
+                                  void *ctx);
+/* A line per decode policy and layer kind that weighed V rows on decode steps (the
+** counters "<kind>.v_rows_read", ... the engine reports): rows skipped, their share,
+** and the mean softmax mass a row dropped. Nothing where no policy acted. */
+void tsr_plugin_host_print_decode_counters(const struct tsr_plugin_host *h, FILE *f);
 /* Fails naming each plugin in names that never counted anything (or is
 ** not loaded at all). */
 tsr_status tsr_plugin_host_require_engaged(const struct tsr_plugin_host *h,

@@ -640,6 +640,7 @@ int tsr_cli_bench(int argc, char **argv) {
     /* what each plugin did (a profile's attention that never engaged says so) */
     printf("\nplugins over the whole run (fills included):\n");
     tsr_plugin_host_print_engagement(s->host, stdout);
+    tsr_plugin_host_print_decode_counters(s->host, stdout);
     struct memory_use mem;
     memory_use(be, &mem);
     print_memory(&mem);

@@ -519,6 +519,7 @@ static int run(const struct run_args *a, struct tsr_engine *e, const char *promp
     code = st == TSR_ERR_INVALID_ARG ? TSR_EXIT_USAGE : TSR_EXIT_RUNTIME;
   }
   print_timing(&g);
+  tsr_plugin_host_print_decode_counters(s->host, stderr);
   if (code == TSR_EXIT_OK) {
     if (a->verbose) tsr_plugin_host_print_engagement(s->host, stderr);
     uint64_t captures = 0, replays = 0;

@@ -220,6 +220,8 @@ static tsr_status report_decode(struct tsr_engine *e) {
     if (!d->owner) continue;
     const struct tsr_decode_counters *c = &e->decode_counters[i];
     struct tsr_decode_counters *r = &d->reported;
+    /* per layer kind: "full.v_rows_read", ... (tsr_plugin_host_print_decode_counters) */
+    const char *kind = tsr_layer_kind_name(e->setup->layers[i].kind);
     const struct {
       const char *name;
       uint64_t now, before;
@@ -227,8 +229,11 @@ static tsr_status report_decode(struct tsr_engine *e) {
                {"v_rows_skipped", c->v_rows_skipped, r->v_rows_skipped},
                {"query_rows", c->query_rows, r->query_rows},
                {"mass_dropped_e9", c->mass_dropped_e9, r->mass_dropped_e9}};
-    for (size_t k = 0; k < sizeof add / sizeof add[0]; k++)
-      if (add[k].now != add[k].before) h->engaged(d->owner, add[k].name, add[k].now - add[k].before);
+    for (size_t k = 0; k < sizeof add / sizeof add[0]; k++) {
+      char name[48];
+      snprintf(name, sizeof name, "%s.%s", kind, add[k].name);
+      if (add[k].now != add[k].before) h->engaged(d->owner, name, add[k].now - add[k].before);
+    }
     *r = *c;
   }
   return TSR_OK;

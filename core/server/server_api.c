@@ -691,7 +691,7 @@ char *srv_render_slots(struct srv *s) {
   return print(a);
 }
 
-char *srv_render_metrics(struct srv *s) {
+char *srv_render_metrics(struct srv *s, const char *more) {
   pthread_mutex_lock(&s->mu);
   const struct srv_metrics m = s->m;
   int busy = 0, waiting = s->n_queue;
@@ -716,12 +716,14 @@ char *srv_render_metrics(struct srv *s) {
       {"connections_timed_out_total", "counter",
        "connections closed for sending headers or a body too slowly", (double)m.timeouts},
   };
-  size_t cap = 8192, len = 0; /* a row is under 300 bytes */
+  const size_t more_len = more ? strlen(more) : 0;
+  size_t cap = 8192 + more_len + 1, len = 0; /* a row is under 300 bytes */
   char *out = malloc(cap);
   for (size_t i = 0; out && i < sizeof rows / sizeof *rows; i++)
     len += (size_t)snprintf(out + len, cap - len, "# HELP tessera_%s %s\n# TYPE tessera_%s %s\n"
                             "tessera_%s %.17g\n", rows[i].name, rows[i].help, rows[i].name,
                             rows[i].type, rows[i].name, rows[i].v);
+  if (out && more_len) memcpy(out + len, more, more_len + 1);
   return out;
 }
 

@@ -9,6 +9,7 @@
 ** next step. SIGINT/SIGTERM: stop accepting, cancel everything, drain, free.
 */
 #define _GNU_SOURCE /* POLLRDHUP */
+#include <ctype.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -22,6 +23,7 @@
 
 #include "common/error.h"
 #include "server_internal.h"
+#include "abi/plugin_host.h"
 #include "abi/setup.h"
 #include "../cli/cli.h"
 
@@ -44,6 +46,40 @@ struct stream {
 };
 
 /* ---- helpers ---- */
+
+
+/* The plugins' counters as /metrics rows (a decode policy's per layer kind:
+** full.v_rows_skipped, ...); a name that is not label-safe is left out. */
+#define SRV_METRICS_MAX_COUNTERS 128
+struct metrics_rows {
+  char *out;
+  size_t len, cap;
+  int n;
+};
+
+static bool label_safe(const char *s) {
+  for (; *s; s++)
+    if (!(isalnum((unsigned char)*s) || *s == '_' || *s == '.' || *s == '-')) return false;
+  return true;
+}
+
+static void metrics_counter(void *ctx, const char *plugin, const char *counter, uint64_t v) {
+  struct metrics_rows *m = ctx;
+  if (m->n >= SRV_METRICS_MAX_COUNTERS || !label_safe(plugin) || !label_safe(counter)) return;
+  m->n++;
+  m->len += (size_t)snprintf(m->out + m->len, m->cap - m->len,
+                             "tessera_plugin_counter{plugin=\"%s\",counter=\"%s\"} %llu\n",
+                             plugin, counter, (unsigned long long)v);
+}
+
+static char *plugin_counters(struct srv *s) {
+  struct metrics_rows m = {.cap = 512 + 160 * SRV_METRICS_MAX_COUNTERS};
+  if (!(m.out = malloc(m.cap))) return NULL;
+  m.len = (size_t)snprintf(m.out, m.cap, "# HELP tessera_plugin_counter what each plugin "
+                           "counted doing\n# TYPE tessera_plugin_counter counter\n");
+  tsr_plugin_host_each_counter(tsr_engine_setup(s->e)->host, metrics_counter, &m);
+  return m.out;
+}
 
 static const char *allowed_origin(const struct srv *s, struct MHD_Connection *c) {
   return srv_allowed_origin(s->profile->server.cors_origins,
@@ -506,7 +542,12 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char
   int st;
   switch (found) {
     case 1: return respond_json(s, c, 200, srv_render_models(s));
-    case 2: return respond(s, c, 200, srv_render_metrics(s), "text/plain; version=0.0.4");
+    case 2: {
+      char *counters = plugin_counters(s);
+      char *body = srv_render_metrics(s, counters);
+      free(counters);
+      return respond(s, c, 200, body, "text/plain; version=0.0.4");
+    }
     case 3: return respond_json(s, c, 200, srv_render_slots(s));
     case 4:
     case 5:

@@ -164,7 +164,8 @@ char *srv_render_chunk(const struct srv *s, const struct srv_request *r, const c
 char *srv_render_final(const struct srv *s, const struct srv_request *r);
 char *srv_render_error(int status, const char *msg, const char *param, const char *code);
 char *srv_render_models(const struct srv *s);
-char *srv_render_metrics(struct srv *s);
+/* more: rows appended as they are (the plugins' counters), or NULL */
+char *srv_render_metrics(struct srv *s, const char *more);
 char *srv_render_slots(struct srv *s);
 /* /tokenize and /detokenize: 0 and *out, or a status with msg. */
 int srv_tokenize(const struct srv *s, const char *body, size_t len, char **out, char *msg,

@@ -26,6 +26,12 @@
 #            q4_K_M, pp2048 and tg64 at 0 and each depth (filled by positions) with f16, q8_0,
 #            turbo3 and turbo4 K/V (PERF_TURBO_KV, PERF_TURBO_N, PERF_TURBO_LIKE); those of
 #            PERF_TURBO_UNSTAGED again with TESSERA_CUDA_ATTN_GQA_DECODE=1
+#   sparse   (not in the default list) sparse_v: the Gemma-4-26B-A4B shape in q4_K_M with q8_0
+#            K/V, decode (tg PERF_SPARSE_N, 32) at each of PERF_SPARSE_DEPTHS (65536 131072
+#            262144) without the plugin and with it (its defaults: the auto-policy's 0.05 on the
+#            full layers), the depths filled by compute in ubatches of 2048 (a cache of
+#            positions alone holds zeros: uniform attention, nothing to skip); its counters
+#            (rows skipped, mass dropped) in the log
 #   dca      (not in the default list) DCA on against off, tests/gpu/dca_bench.sh, on the
 #            Qwen3-8B and Gemma-4-26B-A4B shapes in q4_0 at each of PERF_DCA_DEPTHS (the
 #            issue's 32768 131072 262144): pp512 and tg32, one fill to the deepest per profile
@@ -187,6 +193,21 @@ for part in $parts; do
       rm -f "$out/$m.gguf"
     done
     ;;
+  sparse)
+    m=sparse_gemma
+    gen "$m" --like gemma-4-26b-a4b --type q4_K_M --random-codes ${PERF_CUT_MOE:-} || continue
+    sdepths=$(echo "${PERF_SPARSE_DEPTHS:-65536 131072 262144}" | tr ' ' ',')
+    for pol in dense sparse_v; do
+      { printf 'model: %s\nbackend: %s\ncontext: 270336\nubatch: 2048\nbatch: 2048\n' \
+          "$out/$m.gguf" "$backend"
+        printf 'kv: {k: q8_0, v: q8_0}\nplugins: [arch_gemma4%s]\n' \
+          "$([ "$pol" = sparse_v ] && echo ", sparse_v")"
+        [ "$pol" = sparse_v ] && printf 'decode_policies: [sparse_v]\n'; } >"$out/$m.$pol.yaml"
+      bench "$m.$pol" "" --profile "$out/$m.$pol.yaml" -p 0 -n "${PERF_SPARSE_N:-32}" \
+        -d "$sdepths" -r "$reps" --warmup 1
+    done
+    rm -f "$out/$m.gguf"
+    ;;
   dca)
     for like in qwen3-8b gemma-4-26b-a4b; do
       m=dca_${like%%-*}
@@ -229,7 +250,7 @@ for part in $parts; do
     fi
     rm -f "$out/g26_1m.gguf"
     ;;
-  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels dca dca1m ncu)"; fails=$((fails + 1)) ;;
+  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels sparse dca dca1m ncu)"; fails=$((fails + 1)) ;;
   esac
 done
 echo "$fails failed" | tee "$out/done"

@@ -15,12 +15,15 @@
 #       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
 #       with DCA: cpu against cuda), and the benchmarks; prints a summary table last.
 #       Exit status 0 iff nothing failed. Sections (all by default; name some after
-#       RUN_DIR to run only those): loader ops models dca codec turbo spec run serve bench tbench.
+#       RUN_DIR to run only those): loader ops models dca codec turbo sparse spec run serve bench
+#       tbench.
 #       spec: speculation through the out-of-tree example speculator on cuda, a dense and
 #       a hybrid (linear layers) model (tests/plugins/test_speculator).
 #       codec: the out-of-tree example codec (tests/plugins/example_codec) through flash and
 #       dca on cuda, against f16 KV (tests/plugins/test_codec_hooks).
 #       turbo: kv_turbo's tiers on cuda (plugins/kv_turbo/tests/test_turbo_model.c).
+#       sparse: sparse_v's V skipping on cuda against the cpu, through flash and dca
+#       (plugins/sparse_v/tests/test_sparse_v.c).
 #       tbench: `tessera bench` on a model gen-model makes (env TBENCH_LIKE, default
 #       qwen3-8b; TBENCH_TYPE, default q4_0; TBENCH_ARGS, default -p 512 -n 64 -r 3;
 #       TBENCH_BACKEND, default cuda; TBENCH_GEN_ARGS, default --random-codes (codes drawn,
@@ -72,7 +75,7 @@ build)
   # the out-of-tree example codec, built against the installed headers (codec section)
   cp "$b/tests/plugins/test_codec_hooks" "$b/tests/plugins/test_speculator" \
      "$b/plugins/kv_turbo/tests/test_kv_turbo_model" "$b/plugins/kv_turbo/tests/test_kv_turbo_codec" \
-     "$run/" &&
+     "$b/plugins/sparse_v/tests/test_sparse_v" "$run/" &&
     bash tests/plugins/build_out_of_tree.sh "$b" "$run/oot" >/dev/null &&
     rm -rf "$run/oot/root" "$run/oot/abi1" "$run/oot/next_major" "$run/oot/newer_minor" ||
     { echo "building the example codec failed"; exit 1; }
@@ -299,6 +302,23 @@ check|sanitize)
       row "kv_turbo fixtures cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$out/turbo.log" | cut -c1-120)"
     fi
     grep -vE '^\[attn_dca\] info' "$out/turbo.log" | tail -60
+    rm -f "$m1" "$m2"
+  fi
+
+  if want sparse; then
+    # sparse_v on cuda: the GQA decode kernel's V skipping against the cpu's, flash and dca
+    echo "== sparse_v on backend cuda"
+    m1="$out/qwen3_tied.sv.gguf" m2="$out/gemma4_dense.sv.gguf"
+    if "$b/core/cli/tessera" convert "$fixtures/qwen3_tied" "$m1" --outtype f32 >"$out/convert.log" 2>&1 &&
+       "$b/core/cli/tessera" convert "$fixtures/gemma4_dense" "$m2" --outtype f32 >>"$out/convert.log" 2>&1 &&
+       TESSERA_PLUGIN_PATH="$b/plugins" "$b/test_sparse_v" --backend cuda "$out" \
+         "$m1" "$fixtures/qwen3_tied/golden.gguf" "$m2" "$fixtures/gemma4_dense/golden.gguf" \
+         >"$out/sparse.log" 2>&1; then
+      row "sparse_v fixtures cuda" PASS "$(grep -c '^ok' "$out/sparse.log") tests"
+    else
+      row "sparse_v fixtures cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$out/sparse.log" | cut -c1-120)"
+    fi
+    grep -vE '^\[attn_dca\] info' "$out/sparse.log" | tail -30
     rm -f "$m1" "$m2"
   fi
 

@@ -67,8 +67,8 @@ static bool run(const char *policy, struct run_out *out) {
   const struct tsr_plugin *p =
       tsr_plugin_host_find_plugin(tsr_engine_setup(e)->host, "example_policy");
   if (p) {
-    out->read = tsr_plugin_engaged(p, "v_rows_read");
-    out->skipped = tsr_plugin_engaged(p, "v_rows_skipped");
+    out->read = tsr_plugin_engaged(p, "full.v_rows_read"); /* the fixture's every layer */
+    out->skipped = tsr_plugin_engaged(p, "full.v_rows_skipped");
   }
   free(last);
   tsr_engine_free(e);

@@ -377,6 +377,8 @@ with su.Server(TESSERA, MODEL, ["--parallel", "2", "--max-body", str(MAX_BODY)],
         assert r["usage"]["completion_tokens"] == 3, r
         m = s.metrics()
         assert m["tessera_slots_busy"] == 0 and m["tessera_requests_waiting"] == 0, m
+        # the plugins' counters (flash's layers built, at least)
+        assert m.get("tessera_plugin_counter", 0) > 0, m
 
 
 def wait_for(what, pred, timeout=120):

@@ -47,6 +47,14 @@ struct result {
   char full[320], sliding[320]; /* the composition's decode policies line per kind */
 };
 
+/* A decode counter over the layer kinds (the engine counts "full.v_rows_read", ...) */
+static uint64_t kinds(const struct tsr_plugin *p, const char *counter) {
+  char full[64], sliding[64];
+  snprintf(full, sizeof full, "full.%s", counter);
+  snprintf(sliding, sizeof sliding, "sliding.%s", counter);
+  return tsr_plugin_engaged(p, full) + tsr_plugin_engaged(p, sliding);
+}
+
 static const char *const FLASH = "flash", *const DCA = "{full: dca, sliding: flash}";
 
 /* Runs m with KV kv on backend through attention att; settings: sparse_v's settings map
@@ -83,10 +91,10 @@ static bool run(const struct model *m, const char *backend, const char *kv, cons
   const struct tsr_setup *s = tsr_engine_setup(e);
   const struct tsr_plugin *p = tsr_plugin_host_find_plugin(s->host, "sparse_v");
   if (p) {
-    r->c.v_rows_read = tsr_plugin_engaged(p, "v_rows_read");
-    r->c.v_rows_skipped = tsr_plugin_engaged(p, "v_rows_skipped");
-    r->c.query_rows = tsr_plugin_engaged(p, "query_rows");
-    r->c.mass_dropped_e9 = tsr_plugin_engaged(p, "mass_dropped_e9");
+    r->c.v_rows_read = kinds(p, "v_rows_read");
+    r->c.v_rows_skipped = kinds(p, "v_rows_skipped");
+    r->c.query_rows = kinds(p, "query_rows");
+    r->c.mass_dropped_e9 = kinds(p, "mass_dropped_e9");
   }
   for (int i = 0; i < s->composition.n_groups; i++) {
     const struct tsr_composition_group *g = &s->composition.groups[i];

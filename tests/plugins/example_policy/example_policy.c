@@ -4,7 +4,7 @@
 ** steps, the V rows whose weight against the running max is below `threshold`,
 ** never the first `sink` keys nor the last `recent` (struct tsr_decode_params).
 ** The attention's kernel does the skipping and counts it; the host reports the
-** counts as this plugin's engagement (v_rows_read, v_rows_skipped). A test
+** counts as this plugin's engagement (full.v_rows_read, ..., per layer kind). A test
 ** instrument for the decode_policy interface, not a tuned policy: sparse_v is
 ** the real one.
 */

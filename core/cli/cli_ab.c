@@ -180,13 +180,14 @@ static tsr_status run_text(struct ab_args *a, struct tsr_logit_cmp *cmp, int64_t
   if (st == TSR_OK) st = tsr_logit_cmp_init(cmp, V, a->top_k);
   /* an untimed first window: page faults and arena growth are not speed */
   for (int k = 0; k < 2 && st == TSR_OK; k++)
-    st = tsr_qtext_eval_window(a->side[k].e, a->side[k].tok, &text, (int32_t)a->ctx, 0, window,
-                               a->side[k].logits);
+    st = tsr_qtext_eval_window(a->side[k].e, a->side[k].tok, &text, (int32_t)a->ctx, 0,
+                               (int32_t)a->ctx, window, a->side[k].logits);
   for (int64_t w = 0; w < *windows && st == TSR_OK; w++) {
     for (int k = 0; k < 2 && st == TSR_OK; k++) {
       struct ab_side *s = &a->side[k];
       const double t0 = tsr_now_s();
-      st = tsr_qtext_eval_window(s->e, s->tok, &text, (int32_t)a->ctx, w, window, s->logits);
+      st = tsr_qtext_eval_window(s->e, s->tok, &text, (int32_t)a->ctx, w, (int32_t)a->ctx,
+                                 window, s->logits);
       if (st != TSR_OK) tsr_error_prefix("%s", k ? "B" : "A");
       s->prefill_tokens += (double)a->ctx;
       s->prefill_s += tsr_now_s() - t0;

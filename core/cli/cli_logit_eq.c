@@ -194,10 +194,12 @@ static int compare(const struct leq_args *a, struct side *ref, struct side *cand
     fflush(stdout);
   }
   for (int64_t w = 0; w < windows && code == TSR_EXIT_OK; w++) {
-    st = tsr_qtext_eval_window(ref->e, ref->tok, &text, (int32_t)ctx, w, window, ref->logits);
+    st = tsr_qtext_eval_window(ref->e, ref->tok, &text, (int32_t)ctx, w, (int32_t)ctx, window,
+                               ref->logits);
     if (st != TSR_OK) tsr_error_prefix("reference");
     if (st == TSR_OK) {
-      st = tsr_qtext_eval_window(cand->e, cand->tok, &text, (int32_t)ctx, w, window, cand->logits);
+      st = tsr_qtext_eval_window(cand->e, cand->tok, &text, (int32_t)ctx, w, (int32_t)ctx, window,
+                                 cand->logits);
       if (st != TSR_OK) tsr_error_prefix("candidate");
     }
     if (st != TSR_OK) {

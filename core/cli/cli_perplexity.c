@@ -38,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "abi/plugin_host.h"
 #include "cli.h"
 #include "cli_quality.h"
 #include "common/error.h"
@@ -52,13 +53,16 @@
 static void ppl_usage(FILE *f) {
   fprintf(f,
           "usage: tessera perplexity FILE (--profile P | -m MODEL.gguf) [--ctx N] [--chunks N]\n"
-          "                          [--set key=value]... [--threads N]\n"
+          "                          [--set key=value]... [--threads N] [--decode]\n"
           "                          [--kl-divergence-base OUT.gguf | --kl-divergence BASE.gguf\n"
           "                           [--allow-flat-base]]\n"
           "Teacher-forced perplexity of FILE in windows of --ctx tokens (default: the\n"
           "profile's context, at most 512; a given --ctx also sizes the context), each in a\n"
           "fresh sequence, scoring the second half of each window. --chunks limits the\n"
-          "number of windows. --kl-divergence-base saves the run's full-vocabulary\n"
+          "number of windows. --decode evaluates each window's scored half a token at a time,\n"
+          "as decode steps (what decode-only settings act on: decode policies), the first\n"
+          "half as one prefill; a base and its candidates must agree on it.\n"
+          "--kl-divergence-base saves the run's full-vocabulary\n"
           "log-probabilities (uint16, <= 3.1e-4 nats error) for a later --kl-divergence run,\n"
           "which reports both PPLs, KL(base || this run) mean/median/p99/max and same-top %%.\n"
           "A KL report on a near-flat base (mean entropy > 0.9 ln vocab) is refused (exit 1)\n"
@@ -73,7 +77,7 @@ struct ppl_args {
   int n_sets;
   int64_t ctx, chunks;
   int threads;
-  bool allow_flat;
+  bool allow_flat, decode;
   char ctx_set[32];
 };
 
@@ -95,6 +99,7 @@ static int parse_args(int argc, char **argv, struct ppl_args *a) {
       return TSR_EXIT_OK;
     }
     if (!strcmp(f, "--allow-flat-base")) { a->allow_flat = true; continue; }
+    if (!strcmp(f, "--decode")) { a->decode = true; continue; }
     if (f[0] != '-') {
       if (a->file) return usage_error("unexpected argument '%s'", f);
       a->file = f;
@@ -142,6 +147,7 @@ static int exit_for(tsr_status st) {
 
 struct ident {
   char model[256], kv[128], text_hash[17], vocab_hash[17];
+  const char *eval; /* "prefill" or "decode" (--decode) */
   uint32_t n_vocab, n_ctx, n_windows;
   uint64_t text_bytes;
 };
@@ -248,6 +254,7 @@ static tsr_status write_base(const char *path, const struct ident *id, const str
   if (st == TSR_OK) st = tsr_gguf_writer_add_u32(w, K "format", 1);
   if (st == TSR_OK) st = tsr_gguf_writer_add_str(w, K "model", id->model);
   if (st == TSR_OK) st = tsr_gguf_writer_add_str(w, K "kv", id->kv);
+  if (st == TSR_OK) st = tsr_gguf_writer_add_str(w, K "eval", id->eval);
   if (st == TSR_OK) st = tsr_gguf_writer_add_u32(w, K "n_vocab", id->n_vocab);
   if (st == TSR_OK) st = tsr_gguf_writer_add_u32(w, K "n_ctx", id->n_ctx);
   if (st == TSR_OK) st = tsr_gguf_writer_add_u32(w, K "n_windows", id->n_windows);
@@ -303,6 +310,10 @@ static tsr_status open_base(const char *path, const struct ident *ours, struct t
   if (st == TSR_OK) st = tsr_gguf_get_u64(g, K "text_bytes", &bytes);
   if (st == TSR_OK) st = tsr_gguf_get_str(g, K "text_hash", &th);
   if (st == TSR_OK) st = tsr_gguf_get_str(g, K "vocab_hash", &vh);
+  const char *eval = "prefill"; /* a base from before --decode evaluated windows whole */
+  if (st == TSR_OK && tsr_gguf_find_key(g, K "eval") >= 0) st = tsr_gguf_get_str(g, K "eval", &eval);
+  if (st == TSR_OK && strcmp(eval, ours->eval))
+    st = mismatch(path, "how the scored tokens were evaluated (--decode)", eval, ours->eval);
   if (st == TSR_OK && n_vocab != ours->n_vocab) {
     snprintf(a, sizeof a, "%u", n_vocab), snprintf(c, sizeof c, "%u", ours->n_vocab);
     st = mismatch(path, "the vocabulary size", a, c);
@@ -385,6 +396,7 @@ static int run(const struct ppl_args *a, struct ppl_run *r) {
   const int32_t first = (int32_t)(ctx / 2), per_window = (int32_t)(ctx - 1 - first);
   struct ident id;
   ident_fill(&id, s, r->tok, &r->text, n_vocab, (int32_t)ctx, windows);
+  id.eval = a->decode ? "decode" : "prefill";
   if (a->base_in) {
     int64_t base_windows = 0;
     st = open_base(a->base_in, &id, &r->base, &r->b, &base_windows);
@@ -425,15 +437,16 @@ static int run(const struct ppl_args *a, struct ppl_run *r) {
     return TSR_EXIT_RUNTIME;
   }
   printf("perplexity: %s, %zu bytes, %zu tokens; %lld windows of %lld, scoring %d per window "
-         "(second half)\n", a->file, r->text.len, r->text.n_ids, (long long)windows,
-         (long long)ctx, per_window);
+         "(second half%s)\n", a->file, r->text.len, r->text.n_ids, (long long)windows,
+         (long long)ctx, per_window, a->decode ? ", decoded a token at a time" : "");
   printf("model: %s, kv %s\n", id.model, id.kv);
   fflush(stdout);
   const double t0 = tsr_now_s();
   const bool progress = isatty(STDERR_FILENO);
   int code = TSR_EXIT_OK;
   for (int64_t w = 0; w < windows && code == TSR_EXIT_OK; w++) {
-    st = tsr_qtext_eval_window(r->e, r->tok, &r->text, (int32_t)ctx, w, r->window, r->logits);
+    st = tsr_qtext_eval_window(r->e, r->tok, &r->text, (int32_t)ctx, w,
+                               a->decode ? first : (int32_t)ctx, r->window, r->logits);
     if (st == TSR_OK && a->base_in &&
         memcmp(r->window, r->b.tokens + w * ctx, (size_t)ctx * sizeof *r->window))
       st = tsr_error_set(TSR_ERR_INVALID_ARG, "%s: window %lld holds other tokens than this "
@@ -479,6 +492,7 @@ static int run(const struct ppl_args *a, struct ppl_run *r) {
     printf("%-26s %lld\n", "tokens scored", (long long)n_scored);
     printf("%-26s %.3f s (%.1f tokens/s evaluated)\n", "time", secs,
            secs > 0 ? (double)(windows * ctx) / secs : 0.0);
+    tsr_plugin_host_print_decode_counters(s->host, stdout);
     if (a->base_out) {
       printf("%-26s %.4f nats (ln vocab %.4f)\n", "mean entropy", tsr_mean_of(&ps.entropy_base),
              log((double)n_vocab));

@@ -71,11 +71,15 @@ uint64_t tsr_vocab_hash(const struct tsr_tokenizer *tok) {
 
 tsr_status tsr_qtext_eval_window(struct tsr_engine *e, const struct tsr_tokenizer *tok,
                                  const struct tsr_qtext *t, int32_t ctx, int64_t w,
-                                 int32_t *window, float *logits) {
+                                 int32_t decode_from, int32_t *window, float *logits) {
   memcpy(window, t->ids + (size_t)w * (size_t)ctx, (size_t)ctx * sizeof *window);
   if (tsr_tokenizer_adds_bos(tok) && tsr_tokenizer_bos(tok) >= 0) window[0] = tsr_tokenizer_bos(tok);
+  const int32_t split = decode_from < 1 ? 1 : decode_from < ctx ? decode_from : ctx;
+  const size_t row = (size_t)tsr_engine_n_vocab(e);
   tsr_status st = tsr_engine_seq_rm(e, 0, 0, -1);
-  if (st == TSR_OK) st = tsr_engine_eval(e, 0, window, ctx, NULL, logits);
+  if (st == TSR_OK) st = tsr_engine_eval(e, 0, window, split, NULL, logits);
+  for (int32_t j = split; j < ctx && st == TSR_OK; j++)
+    st = tsr_engine_eval(e, 0, window + j, 1, NULL, logits + (size_t)j * row);
   if (st != TSR_OK) tsr_error_prefix("window %lld", (long long)w + 1);
   return st;
 }

@@ -29,10 +29,12 @@ uint64_t tsr_vocab_hash(const struct tsr_tokenizer *tok);
 
 /* Window w: ctx tokens from w * ctx, the first replaced by BOS when the model
 ** wants one (llama.cpp's convention), evaluated from position 0 of sequence 0
-** after forgetting whatever it held. logits gets ctx x n_vocab floats. */
+** after forgetting whatever it held: tokens before decode_from as one prefill, the
+** rest a token at a time, as decode steps (decode_from = ctx: all one prefill).
+** logits gets ctx x n_vocab floats. */
 tsr_status tsr_qtext_eval_window(struct tsr_engine *e, const struct tsr_tokenizer *tok,
                                  const struct tsr_qtext *t, int32_t ctx, int64_t w,
-                                 int32_t *window, float *logits);
+                                 int32_t decode_from, int32_t *window, float *logits);
 
 /* "value +/- err" helpers: the mean of n samples and its standard error. */
 struct tsr_mean_acc {

@@ -97,6 +97,25 @@ def test_base_of_another_ctx_or_text_is_refused():
 
 
 @case
+def test_decode_scores_the_second_half_a_token_at_a_time():
+    """--decode: the same tokens scored, decode steps instead of one prefill (the cpu's f32
+    products: the same figures within rounding); a base of the other kind is refused."""
+    dbase = os.path.join(TMP, "decode_base.gguf")
+    out = ok(*tessera(*PPL, "--decode", "--set", "backend={name: cpu, activations: f32}",
+                      "--kl-divergence-base", dbase))
+    assert "decoded a token at a time" in out, out
+    prefill = ok(*tessera(*PPL, "--set", "backend={name: cpu, activations: f32}"))
+    assert abs(value(out, "PPL") - value(prefill, "PPL")) < 1e-3 * value(prefill, "PPL"), \
+        (out, prefill)
+    code, _, err = tessera(*PPL, "--kl-divergence", dbase)
+    assert code == 2 and "how the scored tokens were evaluated (--decode)" in err, \
+        f"exit {code}: {err}"
+    same = ok(*tessera(*PPL, "--decode", "--set", "backend={name: cpu, activations: f32}",
+                       "--kl-divergence", dbase))
+    assert value(same, "mean KL") < 1e-6, same
+
+
+@case
 def test_near_flat_base_is_refused_unless_allowed():
     flat = os.path.join(TMP, "flat.gguf")
     args = ["perplexity", TEXT, "-m", DEFAULT_MODEL, "--ctx", "64"]

@@ -241,14 +241,16 @@ tsr_status tsr_compose_decode_params(const struct tsr_plugin_host *h,
       tsr_error_prefix("layer %d: decode policy %s", i, pol->name);
       return st;
     }
-    if (!(q.v_skip_threshold > 0.0f)) continue;
+    if (!(q.v_skip_threshold > 0.0f) && !(q.v_skip_budget > 0.0f)) continue;
     if (*policy)
       return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policies %s and %s both set "
                            "its V-skip threshold", i, (*policy)->name, pol->name);
-    if (q.v_skip_threshold >= 1.0f || q.sink < 0 || q.recent < 0)
+    if (!(q.v_skip_threshold >= 0.0f && q.v_skip_threshold < 1.0f) ||
+        !(q.v_skip_budget >= 0.0f && q.v_skip_budget < 1.0f) || q.sink < 0 || q.recent < 0)
       return tsr_error_set(TSR_ERR_INVALID_ARG, "layer %d: decode policy %s asks a V-skip "
-                           "threshold %g (0 < t < 1) with guards %d, %d (>= 0)", i, pol->name,
-                           (double)q.v_skip_threshold, q.sink, q.recent);
+                           "threshold %g and budget %g (each in [0, 1)) with guards %d, %d "
+                           "(>= 0)", i, pol->name, (double)q.v_skip_threshold,
+                           (double)q.v_skip_budget, q.sink, q.recent);
     q.counters = counters;
     *p = q;
     *policy = pol, *owner = o;
@@ -276,10 +278,18 @@ static void policies_text(const struct tsr_plugin_host *h, const struct tsr_comp
     if (pol->describe) pol->describe(pol->ctx, &d, why, sizeof why);
     why[sizeof why - 1] = '\0';
     int w;
+    char rule[96];
+    if (p->v_skip_threshold > 0.0f && p->v_skip_budget > 0.0f)
+      snprintf(rule, sizeof rule, "V rows under %g and within a mass budget of %g skipped",
+               (double)p->v_skip_threshold, (double)p->v_skip_budget);
+    else if (p->v_skip_budget > 0.0f)
+      snprintf(rule, sizeof rule, "V rows skipped within a mass budget of %g",
+               (double)p->v_skip_budget);
+    else
+      snprintf(rule, sizeof rule, "V rows under %g skipped", (double)p->v_skip_threshold);
     if (pol == acting)
-      w = snprintf(out + used, n - used, "%s%s: V rows under %g skipped, sink %d, recent %d%s%s%s",
-                   k ? "; " : "", pol->name, (double)p->v_skip_threshold, p->sink, p->recent,
-                   *why ? " (" : "", why, *why ? ")" : "");
+      w = snprintf(out + used, n - used, "%s%s: %s, sink %d, recent %d%s%s%s", k ? "; " : "",
+                   pol->name, rule, p->sink, p->recent, *why ? " (" : "", why, *why ? ")" : "");
     else
       w = snprintf(out + used, n - used, "%s%s: off%s%s%s", k ? "; " : "", pol->name,
                    *why ? " (" : "", why, *why ? ")" : "");
@@ -441,6 +451,11 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
     const struct tsr_decode_policy_v1 *pol;
     const struct tsr_plugin *pol_owner;
     if ((st = tsr_compose_decode_params(h, r, i, &dp, &pol, &pol_owner)) != TSR_OK) return st;
+    if (pol && dp.v_skip_budget > 0.0f && strcmp(r->backend, "cpu"))
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): decode policy %s asks a mass "
+                           "budget, whose two passes over the keys run on the cpu only, not on "
+                           "backend %s (use a threshold there)", i, tsr_layer_kind_name(l->kind),
+                           pol->name, r->backend);
     if (pol && r->decode_on_tiles)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): decode policy %s acts through "
                            "cuda's GQA decode kernel, which backend.attention.decode turns off "
@@ -463,6 +478,7 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
       g->policy_params = dp;
       policies_text(h, r, i, &dp, pol, g->policies, sizeof g->policies);
     } else if (dp.v_skip_threshold != g->policy_params.v_skip_threshold ||
+               dp.v_skip_budget != g->policy_params.v_skip_budget ||
                dp.sink != g->policy_params.sink || dp.recent != g->policy_params.recent) {
       g->policies_vary = true;
     }

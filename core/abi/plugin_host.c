@@ -571,7 +571,8 @@ void tsr_plugin_host_print_decode_counters(const struct tsr_plugin_host *h, FILE
       if (!v[0]) continue;
       fprintf(f, "decode policy %s, %s layers: %llu of %llu V rows skipped (%.1f%%), %.3g of a "
               "row's softmax mass dropped on average\n", h->plugins[i]->desc->name, kinds[k],
-              (unsigned long long)v[1], (unsigned long long)v[0], 100.0 * (double)v[1] / (double)v[0],
+              (unsigned long long)v[1], (unsigned long long)v[0],
+              100.0 * (double)v[1] / (double)v[0],
               v[2] ? (double)v[3] / TSR_DECODE_MASS_UNIT / (double)v[2] : 0.0);
     }
 }

@@ -311,7 +311,8 @@ static tsr_status open_base(const char *path, const struct ident *ours, struct t
   if (st == TSR_OK) st = tsr_gguf_get_str(g, K "text_hash", &th);
   if (st == TSR_OK) st = tsr_gguf_get_str(g, K "vocab_hash", &vh);
   const char *eval = "prefill"; /* a base from before --decode evaluated windows whole */
-  if (st == TSR_OK && tsr_gguf_find_key(g, K "eval") >= 0) st = tsr_gguf_get_str(g, K "eval", &eval);
+  if (st == TSR_OK && tsr_gguf_find_key(g, K "eval") >= 0)
+    st = tsr_gguf_get_str(g, K "eval", &eval);
   if (st == TSR_OK && strcmp(eval, ours->eval))
     st = mismatch(path, "how the scored tokens were evaluated (--decode)", eval, ours->eval);
   if (st == TSR_OK && n_vocab != ours->n_vocab) {

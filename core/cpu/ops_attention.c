@@ -70,8 +70,9 @@ struct fa_node {
   int64_t D, Dv, Nq, Nkv, Hq, Hkv, group;
   struct fa_rows k_rows, v_rows;
   size_t qpos_stride, kvpos_stride; /* 0: positions need the general lookup */
-  /* decode parameters (plugin.h, struct tsr_decode_params): skip_below 0 is none */
-  float skip_below;
+  /* decode parameters (plugin.h, struct tsr_decode_params): skip_below and budget 0 are
+  ** none; counters NULL: no skipping */
+  float skip_below, budget;
   int32_t sink, recent;
   struct tsr_decode_counters *counters;
 };
@@ -86,6 +87,7 @@ struct fa_scratch {
   float *bias; /* [FA_TILE] mask value per key; -inf for a hidden key */
   float *m, *l; /* [group] running max and running sum */
   float *dropped; /* [group] weights of skipped V rows, on l's scale */
+  float *cut, *bar; /* [group] a mass budget's cut (logit) and the tile's skipping bar */
   float *k;    /* [D] a K row decoded or gathered, when it cannot be read in place */
   float *v;    /* [Dv] likewise for V */
   uint8_t *keep; /* [FA_TILE] keys the decode guards keep from skipping */
@@ -98,7 +100,7 @@ size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst) {
   const int64_t D = dst->src[0]->ne[0], Dv = dst->ne[0];
   const int64_t group = dst->src[0]->ne[2] / dst->src[1]->ne[2];
   const size_t per_head = pad16(D) + pad16(Dv) + FA_TILE;
-  return ((size_t)group * per_head + FA_TILE + 3 * pad16(group) + pad16(D) + pad16(Dv)) *
+  return ((size_t)group * per_head + FA_TILE + 5 * pad16(group) + pad16(D) + pad16(Dv)) *
              sizeof(float) +
          FA_TILE;
 }
@@ -114,6 +116,8 @@ static struct fa_scratch scratch_carve(const struct tsr_cpu_compute *c, const st
   s.m = w, w += pad16(a->group);
   s.l = w, w += pad16(a->group);
   s.dropped = w, w += pad16(a->group);
+  s.cut = w, w += pad16(a->group);
+  s.bar = w, w += pad16(a->group);
   s.k = w, w += s.Dp;
   s.v = w, w += s.Dvp;
   s.keep = (uint8_t *)w;
@@ -259,16 +263,36 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
   }
   const struct tsr_host *h = tsr_plugin_host_services();
   const int32_t qp = a->q_pos ? pos_at(a->q_pos, a->qpos_stride, iq) : 0;
-  struct tsr_cpu_attn_skip skip = {
-      .below = a->skip_below, .keep = s->keep, .dropped = s->dropped, .dropped_stride = 1};
+  const bool budget = a->counters && a->budget > 0.0f;
+  if (budget) { /* the first pass: each row's final max and sum, for its cut */
+    int64_t visible = 0;
+    for (int64_t j0 = 0; j0 < a->Nkv; j0 += FA_TILE) {
+      const int64_t n = a->Nkv - j0 < FA_TILE ? a->Nkv - j0 : FA_TILE;
+      const int64_t v = tile_bias(a, s->bias, iq, qp, j0, n);
+      if (!v) continue;
+      visible += v;
+      tile_logits(a, s, hk, nh, j0, n);
+      for (int64_t g = 0; g < nh; g++)
+        tsr_cpu_attn_measure(s->s + g * FA_TILE, n, &s->m[g], &s->l[g]);
+    }
+    for (int64_t g = 0; g < nh; g++) {
+      s->cut[g] = tsr_cpu_attn_budget_cut(s->m[g], s->l[g], a->budget, visible);
+      tsr_cpu_attn_start(&s->m[g], &s->l[g], s->acc + (size_t)g * s->Dvp, a->Dv);
+    }
+  }
+  struct tsr_cpu_attn_skip skip = {.below = a->skip_below, .below_of = budget ? s->bar : NULL,
+                                   .keep = s->keep, .dropped = s->dropped, .dropped_stride = 1};
   for (int64_t g = 0; g < nh; g++) s->dropped[g] = 0.0f;
   for (int64_t j0 = 0; j0 < a->Nkv; j0 += FA_TILE) {
     const int64_t n = a->Nkv - j0 < FA_TILE ? a->Nkv - j0 : FA_TILE;
     if (!tile_bias(a, s->bias, iq, qp, j0, n)) continue; /* m, l and acc stay put */
     tile_logits(a, s, hk, nh, j0, n);
-    for (int64_t g = 0; g < nh; g++)
+    for (int64_t g = 0; g < nh; g++) {
       tsr_cpu_attn_weights(h, s->s + g * FA_TILE, n, &s->m[g], &s->l[g], &s->dropped[g],
                            s->acc + (size_t)g * s->Dvp, a->Dv);
+      if (budget)
+        s->bar[g] = tsr_cpu_attn_skip_bar(a->skip_below, a->budget, s->cut[g], s->m[g]);
+    }
     tile_values(a, s, hk, nh, j0, n, qp, a->counters ? &skip : NULL);
   }
   if (a->counters) tsr_cpu_attn_count(a->counters, &skip, s->l, 1, nh);
@@ -292,11 +316,12 @@ TSR_CPU_KERNEL(flash_attn) {
       .causal = dst->op_params[2] != 0,
       .window = dst->op_params[3],
       .skip_below = tsr_param_f32(dst, TSR_FA_P_SKIP),
+      .budget = tsr_param_f32(dst, TSR_FA_P_BUDGET),
       .sink = dst->op_params[TSR_FA_P_SINK],
       .recent = dst->op_params[TSR_FA_P_RECENT],
   };
   /* V skipping (the graph gives it the keys' positions, for its guards) */
-  if (a.skip_below > 0.0f && dst->src[TSR_FA_SRC_COUNTERS] && a.kv_pos)
+  if ((a.skip_below > 0.0f || a.budget > 0.0f) && dst->src[TSR_FA_SRC_COUNTERS] && a.kv_pos)
     a.counters = dst->src[TSR_FA_SRC_COUNTERS]->data;
   a.D = a.q->ne[0];
   a.Dv = a.v->ne[0];

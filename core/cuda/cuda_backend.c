@@ -336,6 +336,9 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
       .scale = tsr_param_f32(t, 0), .softcap = tsr_param_f32(t, 1),
       .causal = t->op_params[2] != 0, .window = t->op_params[3], .pipelined = c->attn_pipelined,
       .gqa_decode = c->attn_gqa_decode, .split_keys = c->attn_split_keys};
+  if (t->src[TSR_FA_SRC_COUNTERS] && tsr_param_f32(t, TSR_FA_P_BUDGET) > 0.0f)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: flash attention '%s' has a decode "
+                         "policy's mass budget, which runs on the cpu only", t->name);
   if (t->src[TSR_FA_SRC_COUNTERS] && tsr_param_f32(t, TSR_FA_P_SKIP) > 0.0f) {
     a.skip_below = tsr_param_f32(t, TSR_FA_P_SKIP);
     a.sink = t->op_params[TSR_FA_P_SINK], a.recent = t->op_params[TSR_FA_P_RECENT];

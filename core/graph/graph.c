@@ -589,8 +589,9 @@ struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q, str
   /* a decode policy's counters: memory the kernel adds to (kept on a device backend);
   ** skipping needs the keys' positions for its guards */
   struct tsr_tensor *counters = NULL;
-  if (p->decode && p->decode->v_skip_threshold > 0.0f && p->decode->counters && kv_pos &&
-      !(counters = tsr_decode_counters(g, p->decode)))
+  const bool skips = p->decode && (p->decode->v_skip_threshold > 0.0f ||
+                                   p->decode->v_skip_budget > 0.0f);
+  if (skips && p->decode->counters && kv_pos && !(counters = tsr_decode_counters(g, p->decode)))
     return NULL;
   struct tsr_tensor *t = node(g, TSR_OP_FLASH_ATTN, TSR_F32, v->ne[0], q->ne[2], q->ne[1], 1);
   if (!t) return NULL;
@@ -604,6 +605,7 @@ struct tsr_tensor *tsr_flash_attn(struct tsr_graph *g, struct tsr_tensor *q, str
   if (counters) {
     t->src[TSR_FA_SRC_COUNTERS] = counters;
     tsr_param_set_f32(t, TSR_FA_P_SKIP, p->decode->v_skip_threshold);
+    tsr_param_set_f32(t, TSR_FA_P_BUDGET, p->decode->v_skip_budget);
     t->op_params[TSR_FA_P_SINK] = p->decode->sink;
     t->op_params[TSR_FA_P_RECENT] = p->decode->recent;
   }

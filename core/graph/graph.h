@@ -121,9 +121,9 @@ struct tsr_attn_params {
   const struct tsr_decode_params *decode;
 };
 /* flash_attn's op params past scale (0), softcap (1), causal (2), window (3): the
-** decode parameters (0 threshold: none). With a threshold, src[TSR_FA_SRC_COUNTERS] is
+** decode parameters (0 threshold and budget: none). With either, src[TSR_FA_SRC_COUNTERS] is
 ** the layer's struct tsr_decode_counters (an external i32 [8]) the kernel adds to. */
-enum { TSR_FA_P_SKIP = 4, TSR_FA_P_SINK = 5, TSR_FA_P_RECENT = 6 };
+enum { TSR_FA_P_SKIP = 4, TSR_FA_P_SINK = 5, TSR_FA_P_RECENT = 6, TSR_FA_P_BUDGET = 7 };
 enum { TSR_FA_SRC_COUNTERS = 6 };
 /* p's counters as an external i32 [8] over their memory (a source kernels add to). */
 struct tsr_tensor *tsr_decode_counters(struct tsr_graph *g, const struct tsr_decode_params *p);

@@ -838,19 +838,22 @@ static void test_quantized_cache_with_empty_cells_and_hidden_rows(void) {
 
 /* The reference with the kernel's skipping rule, in double: per query and KV head, tiles
 ** of TSR_CPU_ATTN_TILE keys; the running max moves over a tile's logits first, then a
-** visible key none of whose group's weights exp(s - m) reaches dp->v_skip_threshold and
-** no guard keeps (position below sink, within recent of the query) has its V row
-** skipped. The sum l keeps every weight. Counts as struct tsr_decode_counters does;
-** *mass gets the skipped rows' share of each row's softmax, summed over rows. */
+** visible key none of whose group's weights exp(s - m) reaches dp->v_skip_threshold (with
+** a mass budget: none of whose rows' final shares exp(s - M) / L reach budget / visible
+** keys, and with both, both) and no guard keeps (position below sink, within recent of
+** the query) has its V row skipped. The sum l keeps every weight. Counts as struct
+** tsr_decode_counters does; *mass gets the skipped rows' share of each row's softmax,
+** summed over rows, *worst the largest one row dropped. */
 static void reference_skip(const struct attn_case *c, const struct attn_data *d,
                            const struct tsr_decode_params *dp, double *out,
-                           struct tsr_decode_counters *n, double *mass) {
+                           struct tsr_decode_counters *n, double *mass, double *worst) {
   const int group = c->Hq / c->Hkv, T = TSR_CPU_ATTN_TILE;
   double *s = malloc((size_t)group * c->Nkv * sizeof(double));
   double *m = malloc((size_t)group * sizeof(double)), *l = malloc((size_t)group * sizeof(double));
   double *drop = malloc((size_t)group * sizeof(double));
+  double *cut = malloc((size_t)group * sizeof(double)); /* a budget's bar on s - M */
   memset(n, 0, sizeof *n);
-  *mass = 0;
+  *mass = 0, *worst = 0;
   for (int iq = 0; iq < c->Nq; iq++)
     for (int hk = 0; hk < c->Hkv; hk++) {
       const int32_t qp = d->qpos[iq];
@@ -866,6 +869,17 @@ static void reference_skip(const struct attn_case *c, const struct attn_data *d,
         m[g] = -INFINITY, l[g] = 0, drop[g] = 0;
         double *o = out + ((size_t)iq * c->Hq + hk * group + g) * c->Dv;
         for (int e = 0; e < c->Dv; e++) o[e] = 0;
+      }
+      if (dp->v_skip_budget > 0) { /* each row's final max and sum over the visible keys */
+        int visible = 0;
+        for (int j = 0; j < c->Nkv; j++) visible += s[j] != -INFINITY;
+        for (int g = 0; g < group; g++) {
+          double M = -INFINITY, L = 0;
+          for (int j = 0; j < c->Nkv; j++) M = fmax(M, s[(size_t)g * c->Nkv + j]);
+          for (int j = 0; M != -INFINITY && j < c->Nkv; j++)
+            L += s[(size_t)g * c->Nkv + j] == -INFINITY ? 0 : exp(s[(size_t)g * c->Nkv + j] - M);
+          cut[g] = M == -INFINITY ? -INFINITY : M + log(L * dp->v_skip_budget / visible);
+        }
       }
       for (int j0 = 0; j0 < c->Nkv; j0 += T) {
         const int nt = c->Nkv - j0 < T ? c->Nkv - j0 : T;
@@ -884,8 +898,11 @@ static void reference_skip(const struct attn_case *c, const struct attn_data *d,
           if (s[j] == -INFINITY) continue; /* hidden for every head alike */
           n->v_rows_read++;
           bool above = false;
-          for (int g = 0; g < group; g++)
-            above |= exp(s[(size_t)g * c->Nkv + j] - m[g]) >= dp->v_skip_threshold;
+          for (int g = 0; g < group; g++) {
+            const double x = s[(size_t)g * c->Nkv + j];
+            if (dp->v_skip_threshold > 0) above |= exp(x - m[g]) >= dp->v_skip_threshold;
+            if (dp->v_skip_budget > 0) above |= x >= cut[g];
+          }
           const int32_t kp = d->kvpos[j];
           const bool kept = kp < dp->sink || (int64_t)qp - kp < dp->recent;
           const bool skip = !above && !kept;
@@ -906,11 +923,11 @@ static void reference_skip(const struct attn_case *c, const struct attn_data *d,
       for (int g = 0; g < group; g++) {
         double *o = out + ((size_t)iq * c->Hq + hk * group + g) * c->Dv;
         for (int e = 0; e < c->Dv; e++) o[e] = l[g] > 0 ? o[e] / l[g] : 0;
-        if (l[g] > 0) *mass += drop[g] / l[g];
+        if (l[g] > 0) *mass += drop[g] / l[g], *worst = fmax(*worst, drop[g] / l[g]);
         n->query_rows++;
       }
     }
-  free(s), free(m), free(l), free(drop);
+  free(s), free(m), free(l), free(drop), free(cut);
 }
 
 struct skip_case {
@@ -920,24 +937,38 @@ struct skip_case {
   float threshold;
   int sink, recent;
   int empty_every; /* every n-th cell empty (kv_pos -1); 0: none */
+  float budget;    /* a mass budget; 0: none */
 };
 
 /* One decode query (at the last position) against Nkv keys, skipping as sc says: the
 ** kernel on 1 and 2 threads (the same bits, the same counts) against reference_skip. */
+static void check_skip_data(const struct skip_case *sc, const struct attn_case *cp,
+                            struct attn_data *dd);
+
 static void check_skip_case(const struct skip_case *sc) {
   struct attn_case c = plain(sc->D, 1, sc->Nkv, sc->Hq, sc->Hkv, sc->kv);
   c.positions = c.causal = true;
   c.scale = sc->scale_gain / sqrtf((float)sc->D);
   struct attn_data d = data_new(&c);
   for (int j = 0; sc->empty_every && j < c.Nkv; j += sc->empty_every) d.kvpos[j] = -1;
+  check_skip_data(sc, &c, &d);
+  data_free(&d);
+}
+
+/* sc's parameters on the case and data given */
+static void check_skip_data(const struct skip_case *sc, const struct attn_case *cp,
+                            struct attn_data *dd) {
+  const struct attn_case c = *cp;
+  struct attn_data d = *dd;
   struct tsr_decode_counters got[2] = {{0}}, want;
   const struct tsr_decode_params dp0 = {.struct_size = sizeof dp0,
                                         .v_skip_threshold = sc->threshold,
-                                        .sink = sc->sink, .recent = sc->recent};
+                                        .sink = sc->sink, .recent = sc->recent,
+                                        .v_skip_budget = sc->budget};
   const size_t n = (size_t)c.Hq * c.Dv;
-  double *ref = malloc(n * sizeof(double)), mass;
+  double *ref = malloc(n * sizeof(double)), mass, worst;
   float *out[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
-  reference_skip(&c, &d, &dp0, ref, &want, &mass);
+  reference_skip(&c, &d, &dp0, ref, &want, &mass, &worst);
   for (int t = 0; t < 2; t++) {
     struct tsr_decode_params dp = dp0;
     dp.counters = &got[t];
@@ -948,14 +979,20 @@ static void check_skip_case(const struct skip_case *sc) {
   /* a key at the threshold's edge may fall either side of it in float: a few may differ,
   ** each moving the output by at most the threshold's share */
   const long dskip = labs((long)got[0].v_rows_skipped - (long)want.v_rows_skipped);
-  const double tol = 1e-5 + 2.0 * dskip * sc->threshold;
+  const double bar = sc->threshold > sc->budget ? sc->threshold : sc->budget;
+  const double tol = 1e-5 + 2.0 * dskip * bar;
   const double got_mass = (double)got[0].mass_dropped_e9 / TSR_DECODE_MASS_UNIT;
-  printf("  D %d, %d/%d heads, %d keys, %s, gain %.1f, threshold %g, guards %d/%d: %llu of "
-         "%llu rows skipped (reference %llu), mass %.4g (reference %.4g)\n", c.D, c.Hq, c.Hkv,
-         c.Nkv, tsr_dtype_name(c.kdt), (double)sc->scale_gain, (double)sc->threshold,
-         sc->sink, sc->recent, (unsigned long long)got[0].v_rows_skipped,
-         (unsigned long long)got[0].v_rows_read, (unsigned long long)want.v_rows_skipped,
-         got_mass, mass);
+  printf("  D %d, %d/%d heads, %d keys, %s, gain %.1f, threshold %g, budget %g, guards %d/%d: "
+         "%llu of %llu rows skipped (reference %llu), mass %.4g (reference %.4g, at most %.3g "
+         "a row)\n", c.D, c.Hq, c.Hkv, c.Nkv, tsr_dtype_name(c.kdt), (double)sc->scale_gain,
+         (double)sc->threshold, (double)sc->budget, sc->sink, sc->recent,
+         (unsigned long long)got[0].v_rows_skipped, (unsigned long long)got[0].v_rows_read,
+         (unsigned long long)want.v_rows_skipped, got_mass, mass, worst);
+  if (sc->budget > 0) /* no row over its budget: the reference's, and the kernel's in sum */
+    CHECK_MSG(worst <= sc->budget * (1 + 1e-9) &&
+                  got_mass <= sc->budget * (double)got[0].query_rows * (1 + 1e-5),
+              "a row dropped %.9g of its mass, the rows %.9g in all (budget %g)", worst,
+              got_mass, (double)sc->budget);
   CHECK(got[0].v_rows_read == want.v_rows_read && got[0].query_rows == want.query_rows);
   CHECK_MSG(dskip <= 2, "%ld rows skipped differently", dskip);
   CHECK_MSG(count_off(&c, ref, out[0], tol, true) == 0, "tolerance %.3g", tol);
@@ -963,21 +1000,50 @@ static void check_skip_case(const struct skip_case *sc) {
                                         (double)dskip * sc->threshold,
             "mass %.9g against %.9g", got_mass, mass);
   free(ref), free(out[0]), free(out[1]);
-  data_free(&d);
 }
 
 static void test_v_skipping_matches_a_reference_with_the_same_rule(void) {
   tsr_test_seed(41);
   const struct skip_case cases[] = {
-      {64, 8, 1, 300, TSR_F32, 3.0f, 0.05f, 0, 0, 0},
-      {128, 8, 2, 1000, TSR_Q8_0, 3.0f, 0.05f, 4, 16, 0},
-      {128, 4, 4, 700, TSR_F16, 1.0f, 0.2f, 0, 8, 7},
-      {256, 16, 2, 257, TSR_Q4_0, 4.0f, 0.01f, 64, 64, 0},
-      {512, 8, 1, 150, TSR_Q8_0, 2.0f, 0.1f, 1, 1, 5},
-      {96, 2, 1, 64, TSR_F32, 3.0f, 0.3f, 0, 0, 0},   /* one tile */
-      {64, 4, 2, 1, TSR_F32, 3.0f, 0.3f, 0, 0, 0},    /* one key: the max, never skipped */
+      {64, 8, 1, 300, TSR_F32, 3.0f, 0.05f, 0, 0, 0, 0.0f},
+      {128, 8, 2, 1000, TSR_Q8_0, 3.0f, 0.05f, 4, 16, 0, 0.0f},
+      {128, 4, 4, 700, TSR_F16, 1.0f, 0.2f, 0, 8, 7, 0.0f},
+      {256, 16, 2, 257, TSR_Q4_0, 4.0f, 0.01f, 64, 64, 0, 0.0f},
+      {512, 8, 1, 150, TSR_Q8_0, 2.0f, 0.1f, 1, 1, 5, 0.0f},
+      {96, 2, 1, 64, TSR_F32, 3.0f, 0.3f, 0, 0, 0, 0.0f}, /* one tile */
+      {64, 4, 2, 1, TSR_F32, 3.0f, 0.3f, 0, 0, 0, 0.0f}, /* one key: the max, never skipped */
+      /* mass budgets, alone and with a threshold */
+      {128, 8, 2, 1000, TSR_Q8_0, 3.0f, 0.0f, 4, 16, 0, 1e-3f},
+      {64, 8, 1, 300, TSR_F32, 1.0f, 0.0f, 0, 0, 0, 0.05f},
+      {256, 16, 2, 257, TSR_Q4_0, 4.0f, 0.01f, 1, 4, 3, 1e-2f},
+      {128, 4, 1, 600, TSR_F32, 8.0f, 0.0f, 0, 0, 0, 1e-3f}, /* concentrated: most go */
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_skip_case(&cases[i]);
+}
+
+/* A mass budget judges every key against the row's final normaliser, found first: with
+** the one heavy key last, every earlier key is negligible and skipped. A budget on a
+** normaliser still growing (the running sum at the time a key is scored, over every key
+** the row will see) would keep the early keys: the earlier system's partial-L inversion. */
+static void test_budget_uses_the_final_normaliser(void) {
+  tsr_test_seed(47);
+  struct attn_case c = plain(64, 1, 200, 2, 1, TSR_F32);
+  c.positions = c.causal = true;
+  c.scale = 1.0f / 8.0f;
+  struct attn_data d = data_new(&c);
+  float *last = d.k + (size_t)(c.Nkv - 1) * c.D; /* both heads' query, tripled */
+  for (int e = 0; e < c.D; e++) last[e] = 3.0f * (d.q[e] + d.q[c.D + e]);
+  const struct skip_case sc = {64, 2, 1, 200, TSR_F32, 1.0f, 0.0f, 0, 1, 0, 1e-3f};
+  check_skip_data(&sc, &c, &d);
+  struct tsr_decode_counters cnt = {0};
+  const struct tsr_decode_params dp = {.struct_size = sizeof dp, .v_skip_budget = 1e-3f,
+                                       .recent = 1, .counters = &cnt};
+  float *out = malloc((size_t)c.Hq * c.Dv * sizeof(float));
+  CHECK_OK(run_flash_with(&c, &d, 1, out, &dp));
+  CHECK_MSG(cnt.v_rows_skipped == (uint64_t)c.Nkv - 1, "%llu of %d skipped",
+            (unsigned long long)cnt.v_rows_skipped, c.Nkv - 1);
+  free(out);
+  data_free(&d);
 }
 
 /* Guards that cover every key: the V skipping path reads every row and gives the dense
@@ -1032,6 +1098,7 @@ int main(void) {
   TSR_RUN(test_quantized_cache_with_empty_cells_and_hidden_rows);
   TSR_RUN(test_v_skipping_matches_a_reference_with_the_same_rule);
   TSR_RUN(test_v_skipping_that_skips_nothing_is_dense_bit_for_bit);
+  TSR_RUN(test_budget_uses_the_final_normaliser);
   for (int i = 0; i < 5; i++) tsr_backend_free(backends[i]);
   return TSR_TEST_EXIT();
 }

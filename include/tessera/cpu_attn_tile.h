@@ -57,6 +57,38 @@ static inline void tsr_cpu_attn_weights(const struct tsr_host *h, float *x, int6
   *l += sum;
 }
 
+/* The running max and sum alone over a tile's logits x (-inf: hidden), as
+** tsr_cpu_attn_weights moves them, bit for bit: a mass budget's first pass. */
+static inline void tsr_cpu_attn_measure(const float *x, int64_t n, float *m, float *l) {
+  float tmax = -INFINITY;
+  for (int64_t t = 0; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
+  if (tmax > *m) {
+    if (*m != -INFINITY) *l *= expf(*m - tmax);
+    *m = tmax;
+  }
+  const float mm = *m;
+  float sum = 0.0f;
+  for (int64_t t = 0; t < n; t++) sum += x[t] == -INFINITY ? 0.0f : expf(x[t] - mm);
+  *l += sum;
+}
+
+/* A mass budget's cut, from a row's final max m and sum l over n_visible keys: a key
+** whose logit is below it weighs under budget / n_visible of the row's softmax, so
+** skipping every such key drops at most `budget` of it. -inf where the row saw nothing. */
+static inline float tsr_cpu_attn_budget_cut(float m, float l, float budget, int64_t n_visible) {
+  if (!(l > 0.0f) || n_visible <= 0) return -INFINITY;
+  return m + logf(l * budget / (float)n_visible);
+}
+
+/* Head g's skipping bar on a tile's weights exp(x - m): threshold against the running
+** max m, and with a budget's cut (tsr_cpu_attn_budget_cut; budget 0: none) exp(cut - m),
+** the lower of the two where both are set. */
+static inline float tsr_cpu_attn_skip_bar(float threshold, float budget, float cut, float m) {
+  if (!(budget > 0.0f)) return threshold;
+  const float b = cut == -INFINITY ? 0.0f : expf(cut - m);
+  return threshold > 0.0f && threshold < b ? threshold : b;
+}
+
 /* How a V row is read: where it lies as f32 or f16, or decoded into f32 first. */
 enum tsr_cpu_row_read { TSR_CPU_ROW_F32 = 0, TSR_CPU_ROW_F16 = 1, TSR_CPU_ROW_DECODED = 2 };
 
@@ -64,11 +96,13 @@ enum tsr_cpu_row_read { TSR_CPU_ROW_F32 = 0, TSR_CPU_ROW_F16 = 1, TSR_CPU_ROW_DE
 typedef const void *(*tsr_cpu_attn_row_fn)(void *ctx, int64_t t, enum tsr_cpu_row_read *how);
 
 /* V skipping on a decode step (struct tsr_decode_params): a visible key whose
-** weights are all below `below` is not read unless keep[t] (the sink and recent
+** weights are all below their head's bar (below, or below_of[g] where given: a mass
+** budget's, tsr_cpu_attn_skip_bar) is not read unless keep[t] (the sink and recent
 ** guards; NULL: none kept); read and skipped count the visible keys, and each head g
 ** adds a skipped key's weight to dropped[g * dropped_stride]. */
 struct tsr_cpu_attn_skip {
   float below;
+  const float *below_of;
   const uint8_t *keep;
   uint64_t read, skipped;
   float *dropped;
@@ -91,7 +125,8 @@ static inline void tsr_cpu_attn_values(const struct tsr_host *h, const float *w,
     if (skip) {
       skip->read++;
       bool above = false;
-      for (int64_t g = 0; g < nh && !above; g++) above = w[(size_t)g * w_stride + t] >= skip->below;
+      for (int64_t g = 0; g < nh && !above; g++)
+        above = w[(size_t)g * w_stride + t] >= (skip->below_of ? skip->below_of[g] : skip->below);
       if (used && !above && !(skip->keep && skip->keep[t])) {
         skip->skipped++;
         for (int64_t g = 0; g < nh; g++)

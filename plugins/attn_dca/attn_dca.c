@@ -349,14 +349,13 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
   memcpy(&params[DCA_P_SCALE], &call->scale, sizeof(float));
   memcpy(&params[DCA_P_SOFTCAP], &call->softcap, sizeof(float));
   params[DCA_P_TEMP] = geo.temp_from;
-  params[DCA_P_MASK] = call->mask != NULL;
   dca_put_ptr(params, DCA_P_KCODEC, kc);
   dca_put_ptr(params, DCA_P_VCODEC, vc);
   struct tsr_tensor *src[DCA_SRC_MASK + 1] = {qb[0],     qb[1],        qb[2],       call->k,
                                               call->v,   call->q_pos,  call->kv_pos, call->mask};
   /* a decode step's V skipping (tsr_attn_call.decode): its threshold, guards and counters */
   const struct tsr_decode_params *dp = call->decode;
-  if (dp && dp->v_skip_threshold > 0.0f && dp->counters) {
+  if (dp && (dp->v_skip_threshold > 0.0f || dp->v_skip_budget > 0.0f) && dp->counters) {
     if (call->mask) {
       h->graph->fail(g, TSR_ERR_INTERNAL, "dca (layer %d): decode parameters on a step with a "
                      "mask (several sequences)", layer);
@@ -364,6 +363,7 @@ static struct tsr_tensor *dca_build(void *ctx, const struct tsr_host *h, struct 
     }
     if (!(src[DCA_SRC_COUNTERS] = h->graph->decode_counters(g, dp))) return NULL;
     memcpy(&params[DCA_P_SKIP], &dp->v_skip_threshold, sizeof(float));
+    memcpy(&params[DCA_P_BUDGET], &dp->v_skip_budget, sizeof(float));
     params[DCA_P_SINK] = dp->sink;
     params[DCA_P_RECENT] = dp->recent;
   }

@@ -54,10 +54,10 @@ enum dca_pos_mode {
 };
 
 /* Attention op sources: the queries rotated at each band's positions (intra, successive,
-** inter; [D, Hq, Nq] each, the same strides), K and V, the query and key positions, and the
-** mask when DCA_P_MASK says so, or with a V-skip threshold (DCA_P_SKIP) the layer's
-** struct tsr_decode_counters: decode parameters come on one sequence's decode step, which
-** has no mask. */
+** inter; [D, Hq, Nq] each, the same strides), K and V, the query and key positions, and,
+** when there is an eighth: with decode parameters (DCA_P_SKIP or DCA_P_BUDGET > 0) the
+** layer's struct tsr_decode_counters, else the mask. Decode parameters come on one
+** sequence's decode step, which has no mask. */
 enum {
   DCA_SRC_Q = 0, /* 3 */
   DCA_SRC_K = 3,
@@ -75,10 +75,10 @@ enum {
   DCA_P_SCALE = 3,  /* float bits */
   DCA_P_SOFTCAP = 4,
   DCA_P_TEMP = 5,   /* temp_from */
-  DCA_P_MASK = 6,   /* 1: source DCA_SRC_MASK is the mask */
-  DCA_P_KCODEC = 7, /* 2 words each: const struct tsr_kv_codec_v1 * (NULL: read in place) */
-  DCA_P_VCODEC = 9,
-  DCA_P_SKIP = 11,  /* float bits: struct tsr_decode_params' threshold; 0: none */
+  DCA_P_KCODEC = 6, /* 2 words each: const struct tsr_kv_codec_v1 * (NULL: read in place) */
+  DCA_P_VCODEC = 8,
+  DCA_P_SKIP = 10,  /* float bits: struct tsr_decode_params' threshold; 0: none */
+  DCA_P_BUDGET = 11, /* float bits: its mass budget; 0: none */
   DCA_P_SINK = 12,
   DCA_P_RECENT = 13,
   DCA_P_COUNT = 14,
@@ -124,5 +124,10 @@ void dca_attention_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info
 /* The YaRN temperature on the logits of a query at p: (0.1 ln((p+1)/from) + 1)^2
 ** past `from` positions, else 1. */
 float dca_logit_gain(int32_t p, int32_t from);
+
+/* Whether the op's eighth source is the decode counters (else the mask). */
+static inline bool dca_has_decode(const int32_t *params) {
+  return params[DCA_P_SKIP] != 0 || params[DCA_P_BUDGET] != 0; /* the bits of 0.0f */
+}
 
 #endif

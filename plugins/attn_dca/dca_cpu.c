@@ -85,7 +85,7 @@ struct node {
   int64_t D, Dv, Nq, Nkv, Hq, Hkv, group;
   struct rows k_rows, v_rows;
   /* decode parameters (struct tsr_decode_params); counters NULL: no skipping */
-  float skip_below;
+  float skip_below, budget;
   int32_t sink, recent;
   struct tsr_decode_counters *counters;
 };
@@ -98,6 +98,7 @@ struct scratch {
   uint8_t *band; /* [TILE] 0 intra, 1 successive, 2 inter */
   float *m, *l; /* [group] */
   float *dropped; /* [group] weights of skipped V rows, on l's scale */
+  float *cut, *bar; /* [group] a mass budget's cut (logit) and the tile's skipping bar */
   uint8_t *keep; /* [TILE] keys the decode guards keep from skipping */
   float *k, *v; /* a decoded row */
   uint16_t *h16; /* a row a codec decoded to f16 */
@@ -240,15 +241,35 @@ static void attend_unit(const struct node *a, const struct scratch *s,
   }
   const int32_t qp = pos_at(a->q_pos, iq);
   const float gain = dca_logit_gain(qp, a->temp_from);
-  struct tsr_cpu_attn_skip skip = {
-      .below = a->skip_below, .keep = s->keep, .dropped = s->dropped, .dropped_stride = 1};
+  const bool budget = a->counters && a->budget > 0.0f;
+  if (budget) { /* the first pass: each row's final max and sum, for its cut */
+    int64_t visible = 0;
+    for (int64_t j0 = 0; j0 < a->Nkv; j0 += DCA_TILE) {
+      const int64_t n = a->Nkv - j0 < DCA_TILE ? a->Nkv - j0 : DCA_TILE;
+      const int64_t v = tile_bias(a, s, iq, qp, j0, n);
+      if (!v) continue;
+      visible += v;
+      tile_logits(a, s, hk, nh, j0, n, gain);
+      for (int64_t g = 0; g < nh; g++)
+        tsr_cpu_attn_measure(s->s + g * DCA_TILE, n, &s->m[g], &s->l[g]);
+    }
+    for (int64_t g = 0; g < nh; g++) {
+      s->cut[g] = tsr_cpu_attn_budget_cut(s->m[g], s->l[g], a->budget, visible);
+      tsr_cpu_attn_start(&s->m[g], &s->l[g], s->acc + (size_t)g * s->Dvp, a->Dv);
+    }
+  }
+  struct tsr_cpu_attn_skip skip = {.below = a->skip_below, .below_of = budget ? s->bar : NULL,
+                                   .keep = s->keep, .dropped = s->dropped, .dropped_stride = 1};
   for (int64_t j0 = 0; j0 < a->Nkv; j0 += DCA_TILE) {
     const int64_t n = a->Nkv - j0 < DCA_TILE ? a->Nkv - j0 : DCA_TILE;
     if (!tile_bias(a, s, iq, qp, j0, n)) continue;
     tile_logits(a, s, hk, nh, j0, n, gain);
-    for (int64_t g = 0; g < nh; g++)
+    for (int64_t g = 0; g < nh; g++) {
       tsr_cpu_attn_weights(a->h, s->s + g * DCA_TILE, n, &s->m[g], &s->l[g], &s->dropped[g],
                            s->acc + (size_t)g * s->Dvp, a->Dv);
+      if (budget)
+        s->bar[g] = tsr_cpu_attn_skip_bar(a->skip_below, a->budget, s->cut[g], s->m[g]);
+    }
     if (a->counters) /* the sink and recent guards, by absolute position */
       for (int64_t t = 0; t < n; t++) {
         const int32_t kp = pos_at(a->kv_pos, j0 + t);
@@ -270,7 +291,7 @@ static void *scratch_new(const struct node *a, struct scratch *s) {
   s->Dp = pad16(a->D), s->Dvp = pad16(a->Dv);
   const size_t group = (size_t)a->group;
   const size_t floats = 3 * group * s->Dp + group * s->Dvp + group * DCA_TILE + DCA_TILE +
-                        3 * pad16(a->group) + s->Dp + s->Dvp;
+                        5 * pad16(a->group) + s->Dp + s->Dvp;
   const size_t bytes =
       floats * sizeof(float) + 2 * DCA_TILE + 2 * (s->Dp > s->Dvp ? s->Dp : s->Dvp);
   float *w = malloc(bytes);
@@ -282,6 +303,8 @@ static void *scratch_new(const struct node *a, struct scratch *s) {
   s->m = w, w += pad16(a->group);
   s->l = w, w += pad16(a->group);
   s->dropped = w, w += pad16(a->group);
+  s->cut = w, w += pad16(a->group);
+  s->bar = w, w += pad16(a->group);
   s->k = w, w += s->Dp;
   s->v = w, w += s->Dvp;
   s->h16 = (uint16_t *)w;
@@ -311,13 +334,14 @@ void dca_attention_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info
       .q = {&src[DCA_SRC_Q], &src[DCA_SRC_Q + 1], &src[DCA_SRC_Q + 2]},
       .k = &src[DCA_SRC_K], .v = &src[DCA_SRC_V], .q_pos = &src[DCA_SRC_Q_POS],
       .kv_pos = &src[DCA_SRC_KV_POS],
-      .mask = params[DCA_P_MASK] && n_src > DCA_SRC_MASK ? &src[DCA_SRC_MASK] : NULL,
+      .mask = !dca_has_decode(params) && n_src > DCA_SRC_MASK ? &src[DCA_SRC_MASK] : NULL,
       .c = params[DCA_P_C], .temp_from = params[DCA_P_TEMP],
   };
   memcpy(&a.scale, &params[DCA_P_SCALE], sizeof a.scale);
   memcpy(&a.softcap, &params[DCA_P_SOFTCAP], sizeof a.softcap);
   memcpy(&a.skip_below, &params[DCA_P_SKIP], sizeof a.skip_below);
-  if (a.skip_below > 0.0f && !a.mask && n_src > DCA_SRC_COUNTERS) {
+  memcpy(&a.budget, &params[DCA_P_BUDGET], sizeof a.budget);
+  if (dca_has_decode(params) && n_src > DCA_SRC_COUNTERS) {
     a.counters = src[DCA_SRC_COUNTERS].data;
     a.sink = params[DCA_P_SINK], a.recent = params[DCA_P_RECENT];
   }

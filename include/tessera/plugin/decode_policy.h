@@ -41,6 +41,14 @@ struct tsr_decode_params {
   int32_t sink;   /* keys at positions below sink are never skipped */
   int32_t recent; /* nor keys within recent positions of the query */
   struct tsr_decode_counters *counters; /* the layer's (host memory) */
+  /* ABI 2.2 */
+  /* > 0: a mass budget: a first pass over the keys finds each row's final max M and sum
+  ** L, then a V row is skipped when every query head reading it weighs it below
+  ** budget / (visible keys) of its softmax, exp(s - M) / L: each row drops at most
+  ** `budget` of its mass, against its true normaliser. With a threshold too, a row is
+  ** skipped only when both say so. The cpu's kernels only (profile check refuses it
+  ** elsewhere). */
+  float v_skip_budget;
 };
 
 struct tsr_attention_v1;

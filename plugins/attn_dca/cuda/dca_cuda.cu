@@ -138,8 +138,8 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   const struct tsr_host *host = (const struct tsr_host *)ctx;
   struct tsr_device_call *call = tsr_cuda_call_begin(ctx);
   const cudaStream_t stream = tsr_cuda_call_stream(call);
-  tsr_tile_args t = tile_args_of(call, dst, src, params[DCA_P_MASK] && n_src > DCA_SRC_MASK,
-                                 n_src > DCA_SRC_COUNTERS, params);
+  const bool decode = dca_has_decode(params), eighth = n_src > DCA_SRC_MASK;
+  tsr_tile_args t = tile_args_of(call, dst, src, eighth && !decode, eighth && decode, params);
   /* in a CUDA graph: the capture launches, the replay counts (as a call does below) */
   const int64_t graph = tsr_device_call_graph(call);
   if (graph == TSR_DEVICE_CALL_REPLAY) {
@@ -150,6 +150,12 @@ dca_attention_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
     if (call)
       call->status = host->set_error(TSR_ERR_UNSUPPORTED, "attn_dca on cuda: head dims %lld/%lld "
                                      "past %d", (long long)t.D, (long long)t.Dv, DCA_MAX_D);
+    return;
+  }
+  if (params[DCA_P_BUDGET] != 0) { /* profile check refuses it: said, not ignored */
+    if (call)
+      call->status = host->set_error(TSR_ERR_UNSUPPORTED, "attn_dca on cuda: a decode policy's "
+                                     "mass budget runs on the cpu only");
     return;
   }
   if (t.Nq == 0) return;

@@ -111,7 +111,10 @@ static void result_free(struct result *r) { free(r->logits), r->logits = NULL; }
 
 static double rms(const struct result *a, const struct result *b) {
   double s = 0;
-  for (size_t i = 0; i < a->n; i++) s += ((double)a->logits[i] - b->logits[i]) * ((double)a->logits[i] - b->logits[i]);
+  for (size_t i = 0; i < a->n; i++) {
+    const double d = (double)a->logits[i] - b->logits[i];
+    s += d * d;
+  }
   return sqrt(s / (double)a->n);
 }
 
@@ -149,7 +152,7 @@ static void test_auto_policy_acts_where_the_rule_says(void) {
   }
   result_free(&r);
   if (run(&g_qwen, g_backend, "q8_0", FLASH, 16, "layers: all, threshold: 0", &r))
-    CHECK_MSG(strstr(r.full, "sparse_v: off (threshold 0)"), "%s", r.full);
+    CHECK_MSG(strstr(r.full, "sparse_v: off (threshold and budget 0)"), "%s", r.full);
   result_free(&r);
   if (run(&g_qwen, g_backend, "q8_0", DCA, 16, "layers: all", &r)) {
     CHECK_MSG(strstr(r.full, "V rows under 0.05 skipped") && strstr(r.full, "(layers: all)"),
@@ -205,6 +208,52 @@ static void test_skipping_is_counted_and_stays_close(void) {
       }
       result_free(&dense), result_free(&skip);
     }
+}
+
+/* A mass budget (cpu): the auto-policy applies it alone on a model of full attention only;
+** no row drops more than the budget (the counters' sum over rows bounds it); refused on
+** cuda before anything is allocated. */
+static void test_budget_bounds_the_mass_and_runs_on_the_cpu_only(void) {
+  struct result dense, b;
+  if (run(&g_qwen, "cpu", "q8_0", FLASH, 16, "budget: 0.05", &b))
+    CHECK_MSG(strstr(b.full, "V rows skipped within a mass budget of 0.05") &&
+                  strstr(b.full, "auto: the model is not iSWA: the mass budget alone"),
+              "%s", b.full);
+  result_free(&b);
+  for (int a = 0; a < 2; a++) { /* gemma4's attention is concentrated enough to skip */
+    const char *att = a ? DCA : FLASH;
+    if (run(&g_gemma, "cpu", "q8_0", att, 16, NULL, &dense) &&
+        run(&g_gemma, "cpu", "q8_0", att, 16, "layers: all, budget: 0.05, sink: 1, recent: 4",
+            &b)) {
+      const double mass = (double)b.c.mass_dropped_e9 / TSR_DECODE_MASS_UNIT;
+      printf("  gemma4 %s, budget 0.05: %llu of %llu V rows skipped, mass %.4g over %llu rows, "
+             "rms %.3e\n", att, (unsigned long long)b.c.v_rows_skipped,
+             (unsigned long long)b.c.v_rows_read, mass, (unsigned long long)b.c.query_rows,
+             rms(&b, &dense));
+      CHECK(b.c.v_rows_read > 0 && b.c.v_rows_skipped > 0);
+      CHECK_MSG(mass <= 0.05 * (double)b.c.query_rows, "mass %.6g over %llu rows", mass,
+                (unsigned long long)b.c.query_rows);
+      CHECK(rms(&b, &dense) < 1.0);
+    }
+    result_free(&dense), result_free(&b);
+  }
+  /* cuda: refused at profile check, naming the policy and the backend (no device needed) */
+  static char path[1024];
+  snprintf(path, sizeof path, "%s/sv_budget_cuda.yaml", g_out);
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fprintf(f, "model: %s\nbackend: cuda\nkv: {k: q8_0, v: q8_0}\nplugins:\n  - arch_qwen\n"
+          "  - name: sparse_v\n    settings: {budget: 0.01}\ndecode_policies: [sparse_v]\n",
+          g_qwen.path);
+  fclose(f);
+  struct tsr_engine_options opt = {.profile_path = path, .n_threads = 2};
+  struct tsr_engine *e = NULL;
+  const tsr_status st = tsr_engine_new(&opt, &e);
+  CHECK_MSG(st == TSR_ERR_UNSUPPORTED && strstr(tsr_error_message(), "mass budget") &&
+                strstr(tsr_error_message(), "backend cuda") &&
+                strstr(tsr_error_message(), "sparse_v"),
+            "status %d: %s", st, tsr_error_message());
+  tsr_engine_free(e);
 }
 
 /* dca over one chunk (chunk_size past the context) is flash: the same skips, the same bits */
@@ -267,6 +316,7 @@ int main(int argc, char **argv) {
   if (!strcmp(g_backend, "cpu")) {
     TSR_RUN(test_skipping_is_counted_and_stays_close);
     TSR_RUN(test_dca_of_one_chunk_equals_flash_with_skipping);
+    TSR_RUN(test_budget_bounds_the_mass_and_runs_on_the_cpu_only);
   } else {
     TSR_RUN(test_cuda_skips_like_the_cpu);
   }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "abi/plugin_host.h"
 #include "model/chat.h"
 #include "cli.h"
 #include "cli_quality.h"
@@ -305,6 +306,7 @@ int tsr_cli_ruler(int argc, char **argv) {
     printf("prefill %.1f tok/s, decode %.1f tok/s\n",
            r.prefill_s > 0 ? r.prefill_tokens / r.prefill_s : 0,
            r.decode_s > 0 ? r.decode_tokens / r.decode_s : 0);
+    tsr_plugin_host_print_decode_counters(s->host, stdout);
     if (a.json) {
       cJSON *o = cJSON_CreateObject();
       cJSON_AddStringToObject(o, "task", tsr_ruler_task_name(a.o.task));

@@ -123,6 +123,7 @@ static const struct tsr_attention_v1 g_flash = {
     .build = flash_build,
     .v_skip = true,
     .honours_decode = flash_honours_decode,
+    .v_skip_budget = true, /* on the cpu: the composition refuses a budget elsewhere */
 };
 
 /* ---- scalar codecs, straight from the dtype traits ---------------------- */

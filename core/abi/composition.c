@@ -468,6 +468,10 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
                              "cannot act: attention %s does not act on decode parameters here "
                              "on backend %s", i, tsr_layer_kind_name(l->kind), kc, vc, pol->name,
                              attn_label, r->backend);
+      if (dp.v_skip_budget > 0.0f && !attn->v_skip_budget)
+        return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): decode policy %s asks a mass "
+                             "budget; attention %s skips by threshold only",
+                             i, tsr_layer_kind_name(l->kind), pol->name, attn_label);
       if (pol->negotiate && (st = pol->negotiate(pol->ctx, &d, attn)) != TSR_OK) {
         tsr_error_prefix("layer %d (%s): decode policy %s cannot act with attention %s",
                          i, tsr_layer_kind_name(l->kind), pol->name, attn_label);

@@ -388,6 +388,7 @@ static const struct tsr_attention_v1 g_dca = {
     .build = dca_build,
     .v_skip = true,
     .honours_decode = dca_honours_decode,
+    .v_skip_budget = true, /* on the cpu: the composition refuses a budget elsewhere */
     .rotates = true,
     .prepare_k = dca_prepare_k,
     .shift_k = dca_shift_k,

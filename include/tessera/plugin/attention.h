@@ -116,6 +116,10 @@ struct tsr_attention_v1 {
   ** tsr_attn_call.decode; NULL or false: the host refuses a decode policy on the
   ** layer, naming both. */
   bool (*honours_decode)(void *ctx, const struct tsr_layer_desc *layer);
+  /* ABI 2.2 */
+  /* Its kernels also act on tsr_decode_params.v_skip_budget where they honour decode
+  ** parameters (two passes over the keys); false: the host refuses a budget on it. */
+  bool v_skip_budget;
 };
 
 #ifdef __cplusplus

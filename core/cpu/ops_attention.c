@@ -252,6 +252,21 @@ static void tile_values(const struct fa_node *a, const struct fa_scratch *s, int
                       a->Dv, tile_row, &rows, skip);
 }
 
+/* A mass budget's first pass over one unit (tsr_cpu_attn_budget_pass) */
+struct fa_pass {
+  const struct fa_node *a;
+  const struct fa_scratch *s;
+  int64_t iq, hk, nh;
+  int32_t qp;
+};
+
+static int64_t pass_logits(void *ctx, int64_t j0, int64_t n) {
+  const struct fa_pass *p = ctx;
+  const int64_t visible = tile_bias(p->a, p->s->bias, p->iq, p->qp, j0, n);
+  if (visible) tile_logits(p->a, p->s, p->hk, p->nh, j0, n);
+  return visible;
+}
+
 /* Query iq against KV head hk for q heads h0 .. h0+nh-1. */
 static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
                         struct tsr_tensor *dst, int64_t iq, int64_t hk, int64_t h0, int64_t nh) {
@@ -265,20 +280,11 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
   const int32_t qp = a->q_pos ? pos_at(a->q_pos, a->qpos_stride, iq) : 0;
   const bool budget = a->counters && a->budget > 0.0f;
   if (budget) { /* the first pass: each row's final max and sum, for its cut */
-    int64_t visible = 0;
-    for (int64_t j0 = 0; j0 < a->Nkv; j0 += FA_TILE) {
-      const int64_t n = a->Nkv - j0 < FA_TILE ? a->Nkv - j0 : FA_TILE;
-      const int64_t v = tile_bias(a, s->bias, iq, qp, j0, n);
-      if (!v) continue;
-      visible += v;
-      tile_logits(a, s, hk, nh, j0, n);
-      for (int64_t g = 0; g < nh; g++)
-        tsr_cpu_attn_measure(s->s + g * FA_TILE, n, &s->m[g], &s->l[g]);
-    }
-    for (int64_t g = 0; g < nh; g++) {
-      s->cut[g] = tsr_cpu_attn_budget_cut(s->m[g], s->l[g], a->budget, visible);
+    struct fa_pass p = {a, s, iq, hk, nh, qp};
+    tsr_cpu_attn_budget_pass(a->Nkv, nh, s->s, FA_TILE, pass_logits, &p, a->budget, s->m, s->l,
+                             s->cut);
+    for (int64_t g = 0; g < nh; g++)
       tsr_cpu_attn_start(&s->m[g], &s->l[g], s->acc + (size_t)g * s->Dvp, a->Dv);
-    }
   }
   struct tsr_cpu_attn_skip skip = {.below = a->skip_below, .below_of = budget ? s->bar : NULL,
                                    .keep = s->keep, .dropped = s->dropped, .dropped_stride = 1};

@@ -80,6 +80,30 @@ static inline float tsr_cpu_attn_budget_cut(float m, float l, float budget, int6
   return m + logf(l * budget / (float)n_visible);
 }
 
+/* A tile's logits for a mass budget's first pass: keys [j0, j0 + n) into the caller's rows
+** (-inf for a hidden key); returns how many are visible (0: none, rows left as they were). */
+typedef int64_t (*tsr_cpu_attn_logits_fn)(void *ctx, int64_t j0, int64_t n);
+
+/* A mass budget's first pass over n_kv keys in tiles of TSR_CPU_ATTN_TILE: each of nh rows'
+** final max m[g] and sum l[g] (head g's logits at x + g * x_stride) and its cut[g]
+** (tsr_cpu_attn_budget_cut). The second pass starts m, l and its sums again. */
+static inline void tsr_cpu_attn_budget_pass(int64_t n_kv, int64_t nh, const float *x,
+                                            size_t x_stride, tsr_cpu_attn_logits_fn logits,
+                                            void *ctx, float budget, float *m, float *l,
+                                            float *cut) {
+  int64_t visible = 0;
+  for (int64_t g = 0; g < nh; g++) m[g] = -INFINITY, l[g] = 0.0f;
+  for (int64_t j0 = 0; j0 < n_kv; j0 += TSR_CPU_ATTN_TILE) {
+    const int64_t n = n_kv - j0 < TSR_CPU_ATTN_TILE ? n_kv - j0 : TSR_CPU_ATTN_TILE;
+    const int64_t v = logits(ctx, j0, n);
+    if (!v) continue;
+    visible += v;
+    for (int64_t g = 0; g < nh; g++)
+      tsr_cpu_attn_measure(x + (size_t)g * x_stride, n, &m[g], &l[g]);
+  }
+  for (int64_t g = 0; g < nh; g++) cut[g] = tsr_cpu_attn_budget_cut(m[g], l[g], budget, visible);
+}
+
 /* Head g's skipping bar on a tile's weights exp(x - m): threshold against the running
 ** max m, and with a budget's cut (tsr_cpu_attn_budget_cut; budget 0: none) exp(cut - m),
 ** the lower of the two where both are set. */

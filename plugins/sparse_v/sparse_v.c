@@ -99,7 +99,7 @@ static tsr_status sv_params(void *ctx, const struct tsr_layer_desc *layer,
     p->v_skip_budget = budget;
   else if (budget > 0.0f)
     return sv->host->set_error(TSR_ERR_UNSUPPORTED, "sparse_v: this tessera takes no mass "
-                               "budget (its decode parameters are ABI 2.0's)");
+                               "budget (its decode parameters are older than ABI 2.2)");
   p->sink = (int32_t)sv->sink;
   p->recent = (int32_t)sv->recent;
   return TSR_OK;

@@ -175,9 +175,9 @@ static inline size_t tsr_gqa_smem(const struct tsr_tile_args *a, int n_bands, bo
 ** skipping (tsr_tile_args.skip_below): a key whose weight against the running max is below
 ** the threshold for every q head of the group (rows past the group not counted), visible,
 ** weighed (some weight not 0) and not guarded (sink, recent), has its weights zeroed and
-** added to the row's dropped sum; a step whose every key is so reads no V at all (its V
-** rows come from global memory, after the weights, staged or not). grid (1, KV heads, key
-** splits). */
+** added to the row's dropped sum; a step none of whose keys needs its V row (skipped,
+** not seen, or weighed exactly 0 by every row) reads no V at all (its V rows come from
+** global memory, after the weights, staged or not). grid (1, KV heads, key splits). */
 template <class B, int KT, int VT, int NV, bool STAGED, bool SKIP>
 __global__ void __launch_bounds__(32 * TSR_TILE_WARPS, 2) tsr_gqa_decode(tsr_tile_args a,
                                                                          B policy) {

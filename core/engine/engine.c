@@ -535,7 +535,9 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
         tsr_kv_cache_fill_mask(e->kv, pl, pos, seqs, n, false, 0, span, fw.kv_mask[pl]->data);
     }
     st = tsr_backend_compute(e->backend, g);
-    if (st == TSR_OK) st = report_decode(e);
+    /* decode parameters reach attention on one sequence's one-token steps only
+    ** (tsr_attn_call.decode): other computes leave the counters as they were */
+    if (st == TSR_OK && n == 1 && seq >= 0) st = report_decode(e);
   }
   if (st == TSR_OK && e->spec) st = keep_hidden(e, fw.hidden_final, fw.logits->ne[1]);
   if (st == TSR_OK) {

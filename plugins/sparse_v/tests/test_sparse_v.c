@@ -256,6 +256,32 @@ static void test_budget_bounds_the_mass_and_runs_on_the_cpu_only(void) {
   tsr_engine_free(e);
 }
 
+/* Settings out of range or unknown are refused when the profile loads, naming the setting */
+static void test_bad_settings_are_refused_by_name(void) {
+  static const char *const bad[][2] = {{"threshold: 0.7", "threshold"},
+                                       {"budget: -0.1", "budget"},
+                                       {"threshold: nan", "threshold"},
+                                       {"layers: most", "layers"},
+                                       {"sink: -1", "sink"},
+                                       {"recent: 99999999999", "recent"},
+                                       {"skip: 0.1", "skip"}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    static char path[1024];
+    snprintf(path, sizeof path, "%s/sv_bad_%zu.yaml", g_out, i);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "model: %s\nplugins:\n  - arch_qwen\n  - name: sparse_v\n    settings: {%s}\n"
+            "decode_policies: [sparse_v]\n", g_qwen.path, bad[i][0]);
+    fclose(f);
+    struct tsr_engine_options opt = {.profile_path = path, .n_threads = 2};
+    struct tsr_engine *e = NULL;
+    const tsr_status st = tsr_engine_new(&opt, &e);
+    CHECK_MSG(st != TSR_OK && strstr(tsr_error_message(), bad[i][1]), "{%s}: status %d, '%s'",
+              bad[i][0], st, tsr_error_message());
+    tsr_engine_free(e);
+  }
+}
+
 /* dca over one chunk (chunk_size past the context) is flash: the same skips, the same bits */
 static void test_dca_of_one_chunk_equals_flash_with_skipping(void) {
   const char *sv = "layers: all, threshold: 0.2, sink: 1, recent: 4";
@@ -313,6 +339,7 @@ int main(int argc, char **argv) {
     return 2;
   TSR_RUN(test_auto_policy_acts_where_the_rule_says);
   TSR_RUN(test_threshold_zero_and_covering_guards_are_dense);
+  TSR_RUN(test_bad_settings_are_refused_by_name);
   if (!strcmp(g_backend, "cpu")) {
     TSR_RUN(test_skipping_is_counted_and_stays_close);
     TSR_RUN(test_dca_of_one_chunk_equals_flash_with_skipping);

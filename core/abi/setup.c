@@ -340,6 +340,18 @@ static void print_bytes(FILE *f, const char *label, uint64_t bytes) {
   fprintf(f, "  %-22s %12.2f MiB\n", label, bytes / 1048576.0);
 }
 
+void tsr_setup_print(const struct tsr_setup *s, bool complete, FILE *f) {
+  if (s->profile) {
+    fprintf(f, "# resolved profile\n");
+    tsr_profile_print(s->profile, f);
+  }
+  if (!complete) return;
+  fprintf(f, "\nmodel: %s (%s, %d layers, arch plugin %s %s)\n", s->model_path, s->arch_name,
+          s->n_layers, tsr_plugin_name(s->arch_owner), tsr_plugin_version(s->arch_owner));
+  tsr_composition_print(&s->composition, f);
+  tsr_memory_plan_print(&s->memory, f);
+}
+
 void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f) {
   fprintf(f, "memory plan:\n");
   print_bytes(f, "weights", m->weights);

@@ -75,6 +75,9 @@ void tsr_setup_attention_kinds(const struct tsr_setup *s,
                                const struct tsr_attention_v1 *out[TSR_LAYER_KIND_COUNT]);
 
 void tsr_memory_plan_print(const struct tsr_memory_plan *m, FILE *f);
+/* What `tessera profile check` prints: the resolved profile (when loaded) and, when
+** complete (every step succeeded), the model, the composition and the memory plan. */
+void tsr_setup_print(const struct tsr_setup *s, bool complete, FILE *f);
 
 /* The chat template of the loaded model: the name in override when given,
 ** else what the GGUF's tokenizer.chat_template (gguf_template) is recognised

@@ -43,16 +43,7 @@ int tsr_cli_profile(int argc, char **argv) {
   struct tsr_setup *s = NULL;
   tsr_status st = tsr_setup_from_profile(path, sets, n_sets, &s);
   free(sets);
-  if (s && s->profile) {
-    printf("# resolved profile\n");
-    tsr_profile_print(s->profile, stdout);
-  }
-  if (st == TSR_OK) {
-    printf("\nmodel: %s (%s, %d layers, arch plugin %s %s)\n", s->model_path, s->arch_name,
-           s->n_layers, tsr_plugin_name(s->arch_owner), tsr_plugin_version(s->arch_owner));
-    tsr_composition_print(&s->composition, stdout);
-    tsr_memory_plan_print(&s->memory, stdout);
-  }
+  if (s) tsr_setup_print(s, st == TSR_OK, stdout);
   fflush(stdout);
   if (st != TSR_OK) fprintf(stderr, "tessera profile check: %s\n", tsr_error_message());
   tsr_setup_free(s);

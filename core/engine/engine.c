@@ -60,6 +60,7 @@
 #include "abi/plugin_manifest.h"
 #include "engine/sampler.h"
 #include "engine/spec_verify.h"
+#include "api/embed.h"
 
 struct tsr_engine {
   struct tsr_setup *setup;
@@ -99,6 +100,7 @@ struct tsr_engine {
   int32_t spec_dist_rows;
   float *hidden;
   int32_t n_embd, hidden_rows, hidden_last;
+  struct tsr_embed *embed; /* what the embedding API keeps per engine (api/embed.h) */
 };
 
 /* Whether plugin `name` has a manifest on the default search path. */
@@ -362,6 +364,7 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
 
 void tsr_engine_free(struct tsr_engine *e) {
   if (!e) return;
+  tsr_embed_free(e->embed);
   /* first: a device backend holds copies of the cache and of the model mapping */
   if (e->backend) tsr_backend_free(e->backend);
   tsr_kv_cache_free(e->kv);
@@ -380,6 +383,12 @@ void tsr_engine_free(struct tsr_engine *e) {
 
 const struct tsr_setup *tsr_engine_setup(const struct tsr_engine *e) { return e->setup; }
 int32_t tsr_engine_n_vocab(const struct tsr_engine *e) { return e->n_vocab; }
+int32_t tsr_engine_n_ctx(const struct tsr_engine *e) {
+  return (int32_t)e->setup->profile->context;
+}
+int32_t tsr_engine_n_seq(const struct tsr_engine *e) { return e->n_seq; }
+int32_t tsr_engine_n_ubatch(const struct tsr_engine *e) { return e->n_ubatch; }
+struct tsr_embed **tsr_engine_embed(struct tsr_engine *e) { return &e->embed; }
 int64_t tsr_engine_logits_rows(const struct tsr_engine *e) { return e->logits_rows; }
 struct tsr_backend *tsr_engine_backend(const struct tsr_engine *e) { return e->backend; }
 
@@ -413,6 +422,38 @@ static void ids_add(struct tsr_engine *e, int32_t seq, int32_t p0, const int32_t
   }
   memcpy(q->ids + q->n, t, (size_t)n * sizeof *t);
   q->n += n;
+}
+
+static tsr_status seq_check(const struct tsr_engine *e, const char *what, int32_t seq) {
+  if (seq >= 0 && seq < e->n_seq) return TSR_OK;
+  return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: sequence %d (the cache holds %d: 0..%d)", what,
+                       seq, e->n_seq, e->n_seq - 1);
+}
+
+tsr_status tsr_engine_seq_cp(struct tsr_engine *e, int32_t src, int32_t dst) {
+  tsr_status st = seq_check(e, "seq_cp", src);
+  if (st == TSR_OK) st = seq_check(e, "seq_cp", dst);
+  if (st != TSR_OK || src == dst) return st;
+  if ((st = kv_seq_rm(e, dst, -1, -1)) != TSR_OK) return st;
+  ids_cut(e, dst, 0);
+  if ((st = tsr_kv_cache_seq_cp(e->kv, src, dst, -1, -1)) != TSR_OK) return st;
+  /* the cache copied src's recurrent state on the host: the device copy must hear of it */
+  for (int32_t l = 0; e->device && e->has_linear && l < e->setup->n_layers; l++) {
+    float *state = tsr_kv_cache_state(e->kv, l, dst);
+    if (state) tsr_backend_sync_to_device(e->backend, state, (size_t)e->setup->layers[l].state_bytes);
+  }
+  if (e->seq_ids[src].n) ids_add(e, dst, 0, e->seq_ids[src].ids, e->seq_ids[src].n);
+  return TSR_OK;
+}
+
+tsr_status tsr_engine_seq_keep(struct tsr_engine *e, int32_t seq) {
+  tsr_status st = seq_check(e, "seq_keep", seq);
+  if (st != TSR_OK) return st;
+  tsr_kv_cache_seq_keep(e->kv, seq);
+  push_zeroed_state(e, -1);
+  for (int32_t s = 0; s < e->n_seq; s++)
+    if (s != seq) e->seq_ids[s].n = 0;
+  return TSR_OK;
 }
 
 tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1) {

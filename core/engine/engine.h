@@ -28,7 +28,12 @@ void tsr_engine_free(struct tsr_engine *e);
 
 /* The resolved profile, host, model, composition and memory plan. */
 const struct tsr_setup *tsr_engine_setup(const struct tsr_engine *e);
-int32_t tsr_engine_n_vocab(const struct tsr_engine *e);
+/* Tokens one forward pass takes at most (the profile's ubatch, within the context). */
+int32_t tsr_engine_n_ubatch(const struct tsr_engine *e);
+/* The slot where the embedding API keeps its per-engine state (api/embed.h);
+** tsr_engine_free frees what it holds. */
+struct tsr_embed;
+struct tsr_embed **tsr_engine_embed(struct tsr_engine *e);
 /* Rows of logits the LM head has computed so far: a token's logits are computed only
 ** when read (the last of a prefill, unless all are asked for), when the arch takes
 ** tsr_arch_forward.output_rows. */

@@ -28,6 +28,7 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,7 @@ struct tsr_sampler {
   uint64_t rng;
   struct cand *c, *tmp; /* n_vocab entries each */
   uint32_t *hist;       /* HIST_BINS */
+  char text[160];       /* tsr_sampler_describe's */
 };
 
 /* The kept set: c[0 .. n), of which c[0 .. ranked) are in rank order and the rest in id
@@ -341,4 +343,12 @@ double tsr_sampler_uniform(struct tsr_sampler *s) { return next_unit(&s->rng); }
 
 const struct tsr_sampler_params *tsr_sampler_params_of(const struct tsr_sampler *s) {
   return &s->p;
+}
+
+const char *tsr_sampler_describe(const struct tsr_sampler *s) {
+  struct tsr_sampler *w = (struct tsr_sampler *)s; /* the text is a cache of p */
+  snprintf(w->text, sizeof w->text, "temp %g, top_k %d, top_p %g, min_p %g, seed %llu",
+           (double)s->p.temperature, s->p.top_k, (double)s->p.top_p, (double)s->p.min_p,
+           (unsigned long long)s->p.seed);
+  return s->text;
 }

@@ -29,7 +29,9 @@ struct tsr_embed {
   atomic_int cancel;
   tsr_progress_fn progress;
   void *progress_user;
-  double stat[TSR_STAT_SHIFTS + 1];
+  tsr_notice_fn notice;
+  void *notice_user;
+  double stat[TSR_STAT_MAX_DRAFT + 1];
 };
 
 void tsr_embed_free(struct tsr_embed *s) {
@@ -129,6 +131,9 @@ const char *tsr_engine_model_path(const tsr_engine *e) { return tsr_engine_setup
 const char *tsr_engine_arch(const tsr_engine *e) {
   const char *a = tsr_engine_setup(e)->arch_name;
   return a ? a : "";
+}
+int tsr_engine_has_plugin(const tsr_engine *e, const char *name) {
+  return name && tsr_plugin_host_find_plugin(tsr_engine_setup(e)->host, name) != NULL;
 }
 int32_t tsr_engine_max_tokens(const tsr_engine *e) {
   return tsr_engine_setup(e)->profile->sampling.max_tokens;
@@ -338,7 +343,9 @@ tsr_status tsr_sampler_open(const tsr_engine *e, const char *const *sets, int n_
   struct tsr_sampler_params p = {.temperature = (float)temp, .top_k = (int32_t)top_k,
                                  .top_p = (float)top_p, .min_p = (float)min_p,
                                  .seed = seed == -1 ? random_seed() : (uint64_t)seed};
-  return tsr_sampler_new(&p, tsr_engine_n_vocab(e), out);
+  tsr_status st = tsr_sampler_new(&p, tsr_engine_n_vocab(e), out);
+  if (st == TSR_OK && seed == -1) tsr_sampler_seed_drawn(*out);
+  return st;
 }
 
 void tsr_sampler_close(tsr_sampler *s) { tsr_sampler_free(s); }
@@ -356,9 +363,14 @@ void tsr_engine_set_progress(tsr_engine *e, tsr_progress_fn fn, void *user) {
   if (s) s->progress = fn, s->progress_user = user;
 }
 
+void tsr_engine_set_notice(tsr_engine *e, tsr_notice_fn fn, void *user) {
+  struct tsr_embed *s = embed_of(e);
+  if (s) s->notice = fn, s->notice_user = user;
+}
+
 double tsr_engine_stat(const tsr_engine *e, enum tsr_stat what) {
   const struct tsr_embed *s = *tsr_engine_embed((tsr_engine *)e);
-  return s && what >= 0 && what <= TSR_STAT_SHIFTS ? s->stat[what] : 0;
+  return s && what >= 0 && what <= TSR_STAT_MAX_DRAFT ? s->stat[what] : 0;
 }
 
 static bool cancelled(struct tsr_embed *s) { return atomic_load(&s->cancel) != 0; }
@@ -410,8 +422,15 @@ static tsr_status shift(tsr_engine *e, struct tsr_embed *s, int32_t seq, int32_t
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cannot shift: keeping %d leaves nothing of the "
                          "%d tokens to drop", n_keep, len);
   tsr_status st = tsr_engine_context_shift(e, seq, n_keep, discard);
-  if (st == TSR_OK) s->stat[TSR_STAT_SHIFTS]++;
-  return st;
+  if (st != TSR_OK) return st;
+  s->stat[TSR_STAT_SHIFTS]++;
+  if (s->notice) {
+    char text[160];
+    snprintf(text, sizeof text, "context full at %d tokens: shifted, kept the first %d, dropped "
+             "the next %d", len, n_keep, discard);
+    s->notice(s->notice_user, text);
+  }
+  return TSR_OK;
 }
 
 /* One decode step of token t; a full context shifts (n_keep >= 0) or ends the generation
@@ -425,15 +444,14 @@ static tsr_status step(tsr_engine *e, struct tsr_embed *s, int32_t seq, int32_t 
   st = n_keep >= 0 ? shift(e, s, seq, n_keep)
                    : tsr_error_set(TSR_ERR_UNSUPPORTED, "context shift not asked for");
   if (st == TSR_OK) return tsr_engine_eval(e, seq, &t, 1, s->logits, NULL);
-  if (st == TSR_ERR_UNSUPPORTED && max_tokens < 0) {
-    /* running until a context that cannot shift is full is a normal way to stop */
-    *full = true;
-    return TSR_OK;
-  }
   char why_not[512];
   snprintf(why_not, sizeof why_not, "%s", tsr_error_message());
-  return tsr_error_set(st == TSR_ERR_UNSUPPORTED ? TSR_ERR_NOMEM : st, "%s; %s", why_full,
-                       why_not);
+  st = tsr_error_set(st == TSR_ERR_UNSUPPORTED ? TSR_ERR_NOMEM : st, "%s; %s", why_full, why_not);
+  if (st != TSR_ERR_NOMEM || max_tokens >= 0) return st;
+  /* running until a context that cannot shift is full is a normal way to stop; the
+  ** message stays to say why */
+  *full = true;
+  return TSR_OK;
 }
 
 tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *smp, const int32_t *prompt,
@@ -458,6 +476,7 @@ tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *smp, const int3
     max_draft = tsr_engine_n_ubatch(e) - 1;
     if (max_draft > TSR_SPEC_MAX_DRAFT) max_draft = TSR_SPEC_MAX_DRAFT;
   }
+  s->stat[TSR_STAT_MAX_DRAFT] = max_draft;
   bool stopped = false, full = false;
   enum tsr_stop why = TSR_STOP_LIMIT;
   st = feed(e, s, seq, prompt, n_prompt, &stopped);

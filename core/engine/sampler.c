@@ -49,6 +49,7 @@ struct tsr_sampler {
   struct cand *c, *tmp; /* n_vocab entries each */
   uint32_t *hist;       /* HIST_BINS */
   char text[160];       /* tsr_sampler_describe's */
+  bool seed_drawn;      /* the seed was drawn at random (tsr_sampler_seed_drawn) */
 };
 
 /* The kept set: c[0 .. n), of which c[0 .. ranked) are in rank order and the rest in id
@@ -347,8 +348,10 @@ const struct tsr_sampler_params *tsr_sampler_params_of(const struct tsr_sampler 
 
 const char *tsr_sampler_describe(const struct tsr_sampler *s) {
   struct tsr_sampler *w = (struct tsr_sampler *)s; /* the text is a cache of p */
-  snprintf(w->text, sizeof w->text, "temp %g, top_k %d, top_p %g, min_p %g, seed %llu",
+  snprintf(w->text, sizeof w->text, "temp %g, top_k %d, top_p %g, min_p %g, seed %llu%s",
            (double)s->p.temperature, s->p.top_k, (double)s->p.top_p, (double)s->p.min_p,
-           (unsigned long long)s->p.seed);
+           (unsigned long long)s->p.seed, s->seed_drawn ? " (random)" : "");
   return s->text;
 }
+
+void tsr_sampler_seed_drawn(struct tsr_sampler *s) { s->seed_drawn = true; }

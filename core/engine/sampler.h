@@ -85,5 +85,7 @@ double tsr_sampler_uniform(struct tsr_sampler *s);
 
 /* The parameters the sampler was made with. */
 const struct tsr_sampler_params *tsr_sampler_params_of(const struct tsr_sampler *s);
+/* Marks the seed as drawn at random: tsr_sampler_describe says so. */
+void tsr_sampler_seed_drawn(struct tsr_sampler *s);
 
 #endif

@@ -85,6 +85,8 @@ TSR_API int32_t tsr_engine_n_ctx(const tsr_engine *e);
 TSR_API int32_t tsr_engine_n_seq(const tsr_engine *e);
 TSR_API const char *tsr_engine_model_path(const tsr_engine *e);
 TSR_API const char *tsr_engine_arch(const tsr_engine *e);
+/* Whether the profile loaded plugin name. */
+TSR_API int tsr_engine_has_plugin(const tsr_engine *e, const char *name);
 /* The profile's sampling.max_tokens (-1: no limit). */
 TSR_API int32_t tsr_engine_max_tokens(const tsr_engine *e);
 
@@ -192,9 +194,6 @@ enum tsr_stop {
 ** characters only; len may be 0 while a character is split across tokens).
 ** Returning 0 stops the generation (TSR_STOP_CANCELLED). */
 typedef int (*tsr_token_fn)(void *user, int32_t token, const char *text, size_t len);
-/* Called between prefill chunks: done of total prompt tokens evaluated. */
-typedef void (*tsr_progress_fn)(void *user, int64_t done, int64_t total);
-
 /* Makes sequence seq hold exactly prompt[0..n_prompt) (reusing the prefix it
 ** already holds, evaluating the rest), then samples up to max_tokens tokens
 ** (< 0: until the model ends it or the context is full) with s, streaming each
@@ -202,15 +201,23 @@ typedef void (*tsr_progress_fn)(void *user, int64_t done, int64_t total);
 ** one. A full context is shifted when n_keep >= 0 (the first n_keep tokens
 ** stay, half of the rest is dropped); otherwise, or where the model cannot
 ** shift, the generation stops with TSR_STOP_CONTEXT_FULL when max_tokens < 0
-** and fails when a fixed max_tokens was asked. *stop (may be NULL) says why
-** it ended. */
+** and fails when a fixed max_tokens was asked; after TSR_STOP_CONTEXT_FULL
+** tsr_error_message() says why it could not shift. *stop (may be NULL) says
+** why it ended. */
 TSR_API tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *s, const int32_t *prompt,
                                 size_t n_prompt, int64_t max_tokens, int32_t n_keep,
                                 tsr_token_fn fn, void *user, enum tsr_stop *stop);
 /* Stops the tsr_generate running on e at its next token (or prefill chunk);
 ** safe from any thread. A cancel while none runs is forgotten. */
 TSR_API void tsr_engine_cancel(tsr_engine *e);
+/* Called between prefill chunks: done of total prompt tokens evaluated. */
+typedef void (*tsr_progress_fn)(void *user, int64_t done, int64_t total);
 TSR_API void tsr_engine_set_progress(tsr_engine *e, tsr_progress_fn fn, void *user);
+/* Called with a line of text when generate does something the caller did not
+** ask for in so many words: "context full at 2048 tokens: shifted, kept the
+** first 4, dropped the next 1022". */
+typedef void (*tsr_notice_fn)(void *user, const char *text);
+TSR_API void tsr_engine_set_notice(tsr_engine *e, tsr_notice_fn fn, void *user);
 
 /* What the last tsr_generate on e did. */
 enum tsr_stat {
@@ -221,6 +228,7 @@ enum tsr_stat {
   TSR_STAT_EVAL_STEPS,       /* decode steps (speculative steps count once) */
   TSR_STAT_EVAL_MS,          /* time in them */
   TSR_STAT_SHIFTS,           /* context shifts */
+  TSR_STAT_MAX_DRAFT,        /* drafts a speculative step proposes at most (0: no speculator) */
 };
 TSR_API double tsr_engine_stat(const tsr_engine *e, enum tsr_stat what);
 

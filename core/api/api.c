@@ -4,6 +4,7 @@
 ** generation with prefix reuse, context shift and speculation, log-probs and
 ** the plugins' counters. `tessera run` and `tessera serve` are its clients.
 */
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include "graph/backend.h"
 #include "model/chat.h"
 #include "model/tokenizer.h"
+#include "profile/profile.h"
 
 struct tsr_embed {
   struct tsr_tokenizer *tok;
@@ -93,10 +95,15 @@ tsr_status tsr_engine_open(const char *profile, const char *model, const char *c
   struct tsr_engine *e = NULL;
   tsr_status st = tsr_engine_new(&opt, &e);
   if (st != TSR_OK) return st;
-  if (!embed_of(e)) { /* made now: tsr_engine_cancel may come from another thread */
+  /* made now, not on first use: tsr_engine_cancel and the read-only token calls may
+  ** come from other threads */
+  struct tsr_tokenizer *tok;
+  if (!embed_of(e) || (st = tokenizer_of(e, &tok)) != TSR_OK) {
     tsr_engine_free(e);
-    return TSR_ERR_NOMEM;
+    return st != TSR_OK ? st : TSR_ERR_NOMEM;
   }
+  /* the model's own chat template when it has one; chat calls name it missing otherwise */
+  if (tsr_chat_template_choose(e, NULL, NULL, NULL) != TSR_OK) tsr_error_clear();
   *out = e;
   return TSR_OK;
 }
@@ -132,6 +139,19 @@ const char *tsr_engine_arch(const tsr_engine *e) {
   const char *a = tsr_engine_setup(e)->arch_name;
   return a ? a : "";
 }
+tsr_status tsr_engine_setting(const tsr_engine *e, const char *key, char **value,
+                              const char **where) {
+  *value = NULL;
+  const struct tsr_profile *p = tsr_engine_setup(e)->profile;
+  char buf[1024];
+  if (!key || !tsr_profile_value(p, key, buf, sizeof buf))
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "setting '%s': not one value of the profile's "
+                         "schema", key ? key : "(null)");
+  if (!(*value = strdup(buf))) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  if (where) *where = tsr_profile_where(p, key);
+  return TSR_OK;
+}
+
 int tsr_engine_has_plugin(const tsr_engine *e, const char *name) {
   return name && tsr_plugin_host_find_plugin(tsr_engine_setup(e)->host, name) != NULL;
 }
@@ -168,6 +188,59 @@ int tsr_token_is_eog(tsr_engine *e, int32_t token) {
   return tokenizer_of(e, &tok) == TSR_OK && tsr_tokenizer_is_eog(tok, token);
 }
 
+struct tsr_text_stream {
+  const struct tsr_tokenizer *tok;
+  struct tsr_utf8_stream utf8;
+  char *buf;
+  size_t cap;
+};
+
+tsr_status tsr_text_stream_open(tsr_engine *e, tsr_text_stream **out) {
+  *out = NULL;
+  struct tsr_tokenizer *tok;
+  tsr_status st = tokenizer_of(e, &tok);
+  if (st != TSR_OK) return st;
+  tsr_text_stream *t = calloc(1, sizeof *t);
+  if (!t) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  t->tok = tok;
+  t->utf8 = (struct tsr_utf8_stream)TSR_UTF8_STREAM_INIT;
+  *out = t;
+  return TSR_OK;
+}
+
+void tsr_text_stream_close(tsr_text_stream *t) {
+  if (t) free(t->buf);
+  free(t);
+}
+
+tsr_status tsr_text_stream_push(tsr_text_stream *t, int32_t token, const char **text,
+                                size_t *len) {
+  *text = "", *len = 0;
+  size_t n = 0;
+  const char *piece = tsr_tokenizer_piece(t->tok, token, &n);
+  if (!piece)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "token %d is outside the vocabulary of %d", token,
+                         tsr_tokenizer_n_vocab(t->tok));
+  if (n + 4 > t->cap) {
+    char *grown = realloc(t->buf, n + 4);
+    if (!grown) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+    t->buf = grown, t->cap = n + 4;
+  }
+  *len = tsr_utf8_stream_push(&t->utf8, piece, n, t->buf);
+  *text = t->buf;
+  return TSR_OK;
+}
+
+void tsr_text_stream_flush(tsr_text_stream *t, const char **text, size_t *len) {
+  static char none[1];
+  if (t->cap < 4) { /* nothing was pushed, so nothing is pending */
+    *text = none, *len = 0;
+    return;
+  }
+  *len = tsr_utf8_stream_flush(&t->utf8, t->buf);
+  *text = t->buf;
+}
+
 tsr_status tsr_chat_template_choose(tsr_engine *e, const char *name, const char **chosen,
                                     const char **source) {
   struct tsr_tokenizer *tok;
@@ -197,8 +270,11 @@ static tsr_status chat_render(tsr_engine *e, const char *const *roles, const cha
     return tsr_error_set(TSR_ERR_INVALID_ARG, "chat: %zu messages without roles or contents", n);
   struct tsr_embed *s = embed_of(e);
   if (!s) return TSR_ERR_NOMEM;
-  tsr_status st = s->have_template ? TSR_OK : tsr_chat_template_choose(e, NULL, NULL, NULL);
-  if (st != TSR_OK) return st;
+  if (!s->have_template)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: the model has no chat template and the arch "
+                         "plugin none for it: choose one (chatml, gemma, gemma4)",
+                         tsr_engine_model_path(e));
+  tsr_status st = TSR_OK;
   struct tsr_chat_message *m = calloc(n ? n : 1, sizeof *m);
   if (!m) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   for (size_t i = 0; i < n && st == TSR_OK; i++) {
@@ -312,8 +388,9 @@ tsr_status tsr_sampler_open(const tsr_engine *e, const char *const *sets, int n_
                             tsr_sampler **out) {
   *out = NULL;
   const struct tsr_profile_sampling *d = &tsr_engine_setup(e)->profile->sampling;
-  double temp = d->temperature, top_k = d->top_k, top_p = d->top_p, min_p = d->min_p,
-         seed = (double)d->seed;
+  double temp = d->temperature, top_k = d->top_k, top_p = d->top_p, min_p = d->min_p;
+  bool seed_random = d->seed == -1;
+  unsigned long long seed_value = d->seed < 0 ? 0 : (unsigned long long)d->seed;
   for (int i = 0; i < n_sets; i++) {
     const char *kv = sets ? sets[i] : NULL;
     const char *eq = kv ? strchr(kv, '=') : NULL;
@@ -321,7 +398,7 @@ tsr_status tsr_sampler_open(const tsr_engine *e, const char *const *sets, int n_
                                   i, kv ? kv : "(null)");
     const size_t klen = (size_t)(eq - kv);
     static const char *const keys[] = {"temperature", "top_k", "top_p", "min_p", "seed"};
-    double *slots[] = {&temp, &top_k, &top_p, &min_p, &seed};
+    double *slots[] = {&temp, &top_k, &top_p, &min_p, NULL};
     int k = -1;
     for (int j = 0; j < 5; j++)
       if (strlen(keys[j]) == klen && !strncmp(kv, keys[j], klen)) k = j;
@@ -329,22 +406,30 @@ tsr_status tsr_sampler_open(const tsr_engine *e, const char *const *sets, int n_
       return tsr_error_set(TSR_ERR_INVALID_ARG, "sampler setting '%.*s': unknown (temperature, "
                            "top_k, top_p, min_p, seed)", (int)klen, kv);
     double v;
-    if (!parse_num(eq + 1, &v) || ((k == 1 || k == 4) && v != floor(v)))
+    if (k == 4) { /* a seed is any 64-bit value: read exactly, not through a double */
+      char *end;
+      errno = 0;
+      const bool neg = eq[1] == '-';
+      const unsigned long long u = neg ? 0 : strtoull(eq + 1, &end, 10);
+      if (neg ? strcmp(eq + 1, "-1") : (errno || end == eq + 1 || *end))
+        return tsr_error_set(TSR_ERR_INVALID_ARG, "sampler setting seed: '%s' is not a 64-bit "
+                             "unsigned integer or -1", eq + 1);
+      seed_random = neg, seed_value = u;
+      continue;
+    }
+    if (!parse_num(eq + 1, &v) || (k == 1 && v != floor(v)))
       return tsr_error_set(TSR_ERR_INVALID_ARG, "sampler setting %s: '%s' is not %s", keys[k],
-                           eq + 1, k == 1 || k == 4 ? "an integer" : "a number");
+                           eq + 1, k == 1 ? "an integer" : "a number");
     *slots[k] = v;
   }
   if (top_k < 0 || top_k > INT32_MAX)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "sampler setting top_k: %g is out of range "
                          "[0, %d]", top_k, INT32_MAX);
-  if (seed < -1 || seed > 18446744073709551615.0)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "sampler setting seed: %g is out of range "
-                         "(-1 draws one)", seed);
   struct tsr_sampler_params p = {.temperature = (float)temp, .top_k = (int32_t)top_k,
                                  .top_p = (float)top_p, .min_p = (float)min_p,
-                                 .seed = seed == -1 ? random_seed() : (uint64_t)seed};
+                                 .seed = seed_random ? random_seed() : (uint64_t)seed_value};
   tsr_status st = tsr_sampler_new(&p, tsr_engine_n_vocab(e), out);
-  if (st == TSR_OK && seed == -1) tsr_sampler_seed_drawn(*out);
+  if (st == TSR_OK && seed_random) tsr_sampler_seed_drawn(*out);
   return st;
 }
 

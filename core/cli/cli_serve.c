@@ -41,7 +41,8 @@ static const struct {
 #define N_SERVER_KEYS (sizeof server_keys / sizeof *server_keys)
 
 int tsr_cli_serve(int argc, char **argv) {
-  static const char *sets[MAX_SETS + N_SERVER_KEYS + 1];
+  static const char *sets[MAX_SETS + N_SERVER_KEYS + 2];
+  static char threads[32];
   static char key_sets[N_SERVER_KEYS][512];
   struct tsr_server_options o = {.port = -1, .queue = 64, .max_body = 1 << 20};
   int n_sets = 0;
@@ -65,8 +66,8 @@ int tsr_cli_serve(int argc, char **argv) {
       if (!again) sets[n_sets++] = key_sets[k];
       continue;
     }
-    if (!strcmp(f, "-m") || !strcmp(f, "--model")) o.engine.model_path = v;
-    else if (!strcmp(f, "--profile")) o.engine.profile_path = v;
+    if (!strcmp(f, "-m") || !strcmp(f, "--model")) o.model = v;
+    else if (!strcmp(f, "--profile")) o.profile = v;
     else if (!strcmp(f, "--host")) o.host = v;
     else if (!strcmp(f, "--port")) ok = tsr_cli_parse_i64(v, 0, 65535, &n), o.port = (int)n;
     else if (!strcmp(f, "--queue")) ok = tsr_cli_parse_i64(v, 0, 4096, &n), o.queue = (int)n;
@@ -75,8 +76,15 @@ int tsr_cli_serve(int argc, char **argv) {
     else if (!strcmp(f, "--max-body"))
       ok = tsr_cli_parse_i64(v, 1, (int64_t)1 << 30, &n), o.max_body = (size_t)n;
     else if (!strcmp(f, "--chat-template")) o.chat_template = v;
-    else if (!strcmp(f, "--threads") || !strcmp(f, "-t"))
-      ok = tsr_cli_parse_i64(v, 1, 4096, &n), o.engine.n_threads = (int)n;
+    else if (!strcmp(f, "--threads") || !strcmp(f, "-t")) {
+      /* the profile's `threads`, ahead of the --set overrides */
+      ok = tsr_cli_parse_i64(v, 1, 4096, &n);
+      if (ok && !threads[0]) {
+        memmove(sets + 1, sets, (size_t)n_sets++ * sizeof *sets);
+        sets[0] = threads;
+      }
+      snprintf(threads, sizeof threads, "threads=%lld", (long long)n);
+    }
     else if (!strcmp(f, "--set")) {
       if (n_sets == MAX_SETS) return usage_error("more than 64 --set", "");
       sets[n_sets++] = v;
@@ -86,7 +94,7 @@ int tsr_cli_serve(int argc, char **argv) {
       return TSR_EXIT_USAGE;
     }
   }
-  o.engine.sets = sets;
-  o.engine.n_sets = n_sets;
+  o.sets = sets;
+  o.n_sets = n_sets;
   return tsr_server_run(&o);
 }

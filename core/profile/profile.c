@@ -715,6 +715,39 @@ const char *tsr_profile_where(const struct tsr_profile *p, const char *key_path)
   return d ? d : p->path;
 }
 
+bool tsr_profile_value(const struct tsr_profile *p, const char *key_path, char *buf, size_t cap) {
+  const struct section *sec = &top;
+  const char *base = (const char *)p;
+  for (const char *s = key_path; s && *s;) {
+    const size_t len = strcspn(s, ".");
+    const struct field *f = NULL;
+    for (size_t i = 0; i < sec->n && !f; i++)
+      if (strlen(sec->fields[i].name) == len && !strncmp(sec->fields[i].name, s, len))
+        f = &sec->fields[i];
+    if (!f || f->type == F_FN) return false;
+    const char *at = base + f->off;
+    s += len;
+    if (f->type == F_MAP) {
+      if (*s++ != '.') return false; /* a section is not one value */
+      sec = f->sub, base = at;
+      continue;
+    }
+    if (*s) return false;
+    switch (f->type) {
+    case F_INT:
+      snprintf(buf, cap, "%lld", f->width == 8 ? (long long)*(const int64_t *)at
+                                               : (long long)*(const int32_t *)at);
+      return true;
+    case F_FLOAT: snprintf(buf, cap, "%.17g", *(const double *)at); return true;
+    case F_SIZE: snprintf(buf, cap, "%llu", (unsigned long long)*(const uint64_t *)at); return true;
+    default: /* strings and choices; an unset optional string is "" */
+      snprintf(buf, cap, "%s", *(const char *const *)at ? *(const char *const *)at : "");
+      return true;
+    }
+  }
+  return false;
+}
+
 const char *tsr_profile_k_codec(const struct tsr_profile *p, enum tsr_profile_layer_kind kind) {
   return kind < TSR_PROFILE_LAYER_KINDS && p->kv_per_kind[kind].k ? p->kv_per_kind[kind].k : p->kv.k;
 }

@@ -24,6 +24,8 @@
 
 #include "graph/cuda_settings.h"
 #include "common/error.h"
+#include <stdbool.h>
+
 #include "tessera/tessera.h"
 
 struct tsr_parena; /* one allocation arena per loaded profile */
@@ -172,6 +174,10 @@ void tsr_profile_print(const struct tsr_profile *p, FILE *f);
 /* "file:line:col" of the value at a dotted KEY_PATH ("kv.per_kind.full.k"),
 ** or "PROFILE (default)" when the profile does not set it. */
 const char *tsr_profile_where(const struct tsr_profile *p, const char *key_path);
+/* The resolved value of a scalar key ("context", "sampling.top_p", "server.port") as
+** text in buf ("" for an optional string that is unset); false for a key that is not
+** one scalar of the schema (unknown, a section, or a list such as plugins). */
+bool tsr_profile_value(const struct tsr_profile *p, const char *key_path, char *buf, size_t cap);
 
 /* Effective codecs for a layer kind: per_kind when set, else kv.k / kv.v. */
 const char *tsr_profile_k_codec(const struct tsr_profile *p, enum tsr_profile_layer_kind kind);

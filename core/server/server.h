@@ -7,10 +7,12 @@
 
 #include <stddef.h>
 
-#include "engine/engine.h"
-
 struct tsr_server_options {
-  struct tsr_engine_options engine;
+  /* the engine: tsr_engine_open's profile (NULL: the default), model (or NULL) and
+  ** --set overrides */
+  const char *profile, *model;
+  const char *const *sets;
+  int n_sets;
   const char *host;          /* NULL: the profile's server.host */
   int port;                  /* -1: the profile's server.port; 0: a free port */
   int parallel;              /* slots; <= 0: the profile's server.parallel */

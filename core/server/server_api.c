@@ -157,9 +157,9 @@ static int get_stop(const cJSON *root, const char *name, struct srv_params *p, s
 
 static int sampling_fields(const struct srv *s, const cJSON *root, struct srv_params *p,
                            struct perr *e) {
-  const struct tsr_profile_sampling *d = &s->profile->sampling;
+  const struct srv_sampling *d = &s->cfg.sampling;
   double temp = d->temperature, top_p = d->top_p, min_p = d->min_p, top_k = d->top_k;
-  double seed = (double)d->seed;
+  double seed = (double)s->cfg.seed;
   int st = get_num(root, "temperature", 0, 2, false, &temp, e);
   if (!st) st = get_num(root, "top_p", 0, 1, false, &top_p, e);
   if (!st && top_p <= 0) st = bad(e, "top_p", "'top_p' must be above 0");
@@ -167,8 +167,8 @@ static int sampling_fields(const struct srv *s, const cJSON *root, struct srv_pa
   if (!st) st = get_num(root, "top_k", 0, 1e9, true, &top_k, e);
   if (!st) st = get_num(root, "seed", -9007199254740992.0, 9007199254740992.0, true, &seed, e);
   if (st) return st;
-  p->sampling = (struct tsr_sampler_params){.temperature = (float)temp, .top_k = (int32_t)top_k,
-                                            .top_p = (float)top_p, .min_p = (float)min_p};
+  p->sampling = (struct srv_sampling){.temperature = temp, .top_k = (int32_t)top_k,
+                                      .top_p = top_p, .min_p = min_p};
   if (seed == -1) { /* a fresh seed per request */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -190,18 +190,13 @@ static int stream_options(const cJSON *root, struct srv_params *p, struct perr *
   return st ? st : get_bool(v, "include_usage", &p->include_usage, e);
 }
 
-/* special_ok: which bytes may hold special tokens (NULL: all of them when
-** parse_special, none otherwise). */
-static int tokenize(const struct srv *s, const char *text, size_t len, bool parse_special,
-                    const unsigned char *special_ok, struct srv_params *p, struct perr *e) {
-  int32_t *ids = NULL;
-  size_t n = 0;
-  if (tsr_tokenizer_encode_marked(s->tok, text, len, parse_special, special_ok, true, &ids, &n) !=
-      TSR_OK)
-    return bad(e, "prompt", "%s", tsr_error_message());
+/* The prompt's tokens (ids, n from tsr_tokenize or tsr_chat_tokenize: status st) kept in p. */
+static int take_prompt(tsr_status st, int32_t *ids, size_t n, const char *param,
+                       struct srv_params *p, struct perr *e) {
+  if (st != TSR_OK) return bad(e, param, "%s", tsr_error_message());
   if (n == 0 || n > INT32_MAX) {
-    free(ids);
-    return bad(e, "prompt", "the prompt is empty");
+    tsr_free(ids);
+    return bad(e, param, "the prompt is empty");
   }
   p->prompt = ids;
   p->n_prompt = (int32_t)n;
@@ -215,9 +210,10 @@ static int chat_prompt(const struct srv *s, const cJSON *root, struct srv_params
   if (!cJSON_IsArray(msgs) || !cJSON_GetArraySize(msgs))
     return bad(e, "messages", "'messages' must be a non-empty array");
   const int n = cJSON_GetArraySize(msgs);
-  struct tsr_chat_message *m = calloc((size_t)n, sizeof *m);
+  const char **role_of = calloc((size_t)n, sizeof *role_of);
+  const char **content_of = calloc((size_t)n, sizeof *content_of);
   char **owned = calloc((size_t)n, sizeof *owned);
-  int st = m && owned ? 0 : 500, i = 0;
+  int st = role_of && content_of && owned ? 0 : 500, i = 0;
   for (const cJSON *x = msgs->child; x && !st; x = x->next, i++) {
     const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
@@ -239,9 +235,9 @@ static int chat_prompt(const struct srv *s, const cJSON *root, struct srv_params
       st = bad(e, "messages", "messages[%d].role must be a string", i);
       break;
     }
-    m[i].role = !strcmp(role->valuestring, "developer") ? "system" : role->valuestring;
+    role_of[i] = !strcmp(role->valuestring, "developer") ? "system" : role->valuestring;
     if (cJSON_IsString(content)) {
-      m[i].content = content->valuestring;
+      content_of[i] = content->valuestring;
     } else if (cJSON_IsArray(content)) { /* text parts, joined */
       size_t len = 1;
       int j = 0;
@@ -264,22 +260,22 @@ static int chat_prompt(const struct srv *s, const cJSON *root, struct srv_params
       if (!(owned[i] = calloc(len, 1))) st = 500;
       for (const cJSON *part = content->child; part && !st; part = part->next)
         strcat(owned[i], cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring);
-      m[i].content = owned[i];
+      content_of[i] = owned[i];
     } else {
       st = bad(e, "messages", "messages[%d].content must be a string or an array of text "
                "parts", i);
     }
   }
-  char *text = NULL;
-  unsigned char *template_bytes = NULL;
-  if (!st && tsr_chat_render_marked(s->tmpl, m, (size_t)n, true, &text, &template_bytes) != TSR_OK)
-    st = bad(e, "messages", "%s", tsr_error_message());
-  if (!st) st = tokenize(s, text, strlen(text), true, template_bytes, p, e);
-  free(text);
-  free(template_bytes);
+  if (!st) { /* the template's markers are special tokens; the same text in a message is not */
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    const tsr_status ts = tsr_chat_tokenize(s->e, role_of, content_of, (size_t)n, 1, &ids, &n_ids);
+    st = take_prompt(ts, ids, n_ids, "messages", p, e);
+  }
   for (int j = 0; owned && j < n; j++) free(owned[j]);
   free(owned);
-  free(m);
+  free(role_of);
+  free(content_of);
   return st;
 }
 
@@ -292,8 +288,15 @@ static int text_prompt(const struct srv *s, const cJSON *root, struct srv_params
   bool parse_special = false;
   int st = get_bool(root, "parse_special", &parse_special, e);
   if (st) return st;
-  if (cJSON_IsString(v))
-    return tokenize(s, v->valuestring, strlen(v->valuestring), parse_special, NULL, p, e);
+  if (cJSON_IsString(v)) {
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    const tsr_status ts = tsr_tokenize(s->e, v->valuestring, strlen(v->valuestring),
+                                       TSR_TOKENIZE_ADD_SPECIAL |
+                                           (parse_special ? TSR_TOKENIZE_PARSE_SPECIAL : 0),
+                                       &ids, &n_ids);
+    return take_prompt(ts, ids, n_ids, "prompt", p, e);
+  }
   if (!cJSON_IsArray(v) || !cJSON_GetArraySize(v))
     return bad(e, "prompt", "'prompt' must be a string or a non-empty array of token ids");
   const int n = cJSON_GetArraySize(v);
@@ -329,7 +332,7 @@ static int parse_fields(struct srv *s, enum srv_kind k, const cJSON *root, struc
                                                    : k_llama_fields;
   int st = check_fields(root, known, names[k], e);
   if (st) return st;
-  const int32_t profile_max = s->profile->sampling.max_tokens;
+  const int32_t profile_max = s->cfg.max_tokens;
   const double not_asked = -2; /* below every valid value, -1 included */
   double max = not_asked, n = 1;
   p->cache_prompt = true;
@@ -419,10 +422,10 @@ int srv_parse_request(struct srv *s, enum srv_kind k, const char *body, size_t l
              "this slot's context is %d tokens; the prompt has %d%s", s->n_ctx_slot,
              r->p.n_prompt, asks);
   }
-  struct tsr_sampler *probe = NULL; /* the sampler's own validation, before queueing */
-  if (!st && tsr_sampler_new(&r->p.sampling, s->n_vocab, &probe) != TSR_OK)
+  tsr_sampler *probe = NULL; /* the sampler's own validation, before queueing */
+  if (!st && srv_sampler_open(s, &r->p.sampling, &probe) != TSR_OK)
     st = bad(&e, NULL, "%s", tsr_error_message());
-  tsr_sampler_free(probe);
+  tsr_sampler_close(probe);
   cJSON_Delete(root);
   if (st == 500) snprintf(msg, cap, "out of memory");
   if (st) {
@@ -754,8 +757,10 @@ int srv_tokenize(const struct srv *s, const char *body, size_t len, char **out, 
   if (!st) st = get_bool(root, "parse_special", &parse_special, &e);
   int32_t *ids = NULL;
   size_t n = 0;
-  if (!st && tsr_tokenizer_encode(s->tok, c->valuestring, strlen(c->valuestring), parse_special,
-                                  add_special, &ids, &n) != TSR_OK)
+  if (!st && tsr_tokenize(s->e, c->valuestring, strlen(c->valuestring),
+                          (add_special ? TSR_TOKENIZE_ADD_SPECIAL : 0) |
+                              (parse_special ? TSR_TOKENIZE_PARSE_SPECIAL : 0),
+                          &ids, &n) != TSR_OK)
     st = bad(&e, "content", "%s", tsr_error_message());
   if (!st) {
     cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "tokens");
@@ -789,7 +794,7 @@ int srv_detokenize(const struct srv *s, const char *body, size_t len, char **out
   }
   char *text = NULL;
   size_t tlen = 0;
-  if (!st && tsr_tokenizer_decode(s->tok, ids, (size_t)n, &text, &tlen) != TSR_OK)
+  if (!st && tsr_detokenize(s->e, ids, (size_t)n, &text, &tlen) != TSR_OK)
     st = bad(&e, "tokens", "%s", tsr_error_message());
   if (!st) {
     struct srv_request tmp = {0}; /* reuse the UTF-8 cleaning of generated text */
@@ -803,4 +808,15 @@ int srv_detokenize(const struct srv *s, const char *body, size_t len, char **out
   free(ids);
   cJSON_Delete(root);
   return st;
+}
+
+tsr_status srv_sampler_open(const struct srv *s, const struct srv_sampling *p, tsr_sampler **out) {
+  char set[5][64];
+  snprintf(set[0], sizeof set[0], "temperature=%.17g", p->temperature);
+  snprintf(set[1], sizeof set[1], "top_k=%d", p->top_k);
+  snprintf(set[2], sizeof set[2], "top_p=%.17g", p->top_p);
+  snprintf(set[3], sizeof set[3], "min_p=%.17g", p->min_p);
+  snprintf(set[4], sizeof set[4], "seed=%llu", (unsigned long long)p->seed);
+  const char *const sets[] = {set[0], set[1], set[2], set[3], set[4]};
+  return tsr_sampler_open(s->e, sets, 5, out);
 }

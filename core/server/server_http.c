@@ -23,8 +23,6 @@
 
 #include "common/error.h"
 #include "server_internal.h"
-#include "abi/plugin_host.h"
-#include "abi/setup.h"
 #include "../cli/cli.h"
 
 struct conn {
@@ -77,12 +75,12 @@ static char *plugin_counters(struct srv *s) {
   if (!(m.out = malloc(m.cap))) return NULL;
   m.len = (size_t)snprintf(m.out, m.cap, "# HELP tessera_plugin_counter what each plugin "
                            "counted doing\n# TYPE tessera_plugin_counter counter\n");
-  tsr_plugin_host_each_counter(tsr_engine_setup(s->e)->host, metrics_counter, &m);
+  tsr_engine_counters(s->e, metrics_counter, &m);
   return m.out;
 }
 
 static const char *allowed_origin(const struct srv *s, struct MHD_Connection *c) {
-  return srv_allowed_origin(s->profile->server.cors_origins,
+  return srv_allowed_origin(s->cfg.cors_origins,
                             MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin"));
 }
 
@@ -365,7 +363,7 @@ static void watch_expire(struct srv_watch *w, int header_timeout, int body_timeo
 
 static void *watchdog_main(void *arg) {
   struct srv *s = arg;
-  const struct tsr_profile_server *sv = &s->profile->server;
+  const struct srv_settings *sv = &s->cfg;
   pthread_mutex_lock(&s->watch_mu);
   while (!s->watchdog_stop) {
     const double now = srv_now();
@@ -403,7 +401,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
   struct srv_watch *w = *socket_context;
   if (code == MHD_CONNECTION_NOTIFY_STARTED) {
     if (!(w = calloc(1, sizeof *w))) return; /* on_request refuses an unwatched connection */
-    const struct tsr_profile_server *sv = &s->profile->server;
+    const struct srv_settings *sv = &s->cfg;
     *w = (struct srv_watch){.fd = conn_fd(c), .phase = WATCH_HEADERS,
                             .deadline = srv_now() + sv->header_timeout};
     pthread_mutex_lock(&s->watch_mu);
@@ -430,7 +428,7 @@ static bool watch_phase(struct srv *s, struct MHD_Connection *c, enum watch_phas
       MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
   struct srv_watch *w = i ? i->socket_context : NULL;
   if (!w) return false;
-  const struct tsr_profile_server *sv = &s->profile->server;
+  const struct srv_settings *sv = &s->cfg;
   pthread_mutex_lock(&s->watch_mu);
   const bool open = w->phase != WATCH_CLOSED;
   if (open) {
@@ -660,43 +658,100 @@ static void model_id(struct srv *s, const char *path) {
   s->model_id[n] = 0;
 }
 
-static tsr_status open_engine(struct srv *s) {
-  tsr_status st = tsr_engine_new(&s->opt.engine, &s->e);
+/* The profile's value of key: text into buf, or parsed into *i (i != NULL) or *d. */
+static tsr_status setting(struct srv *s, const char *key, char *buf, size_t cap, int64_t *i,
+                          double *d) {
+  char *v = NULL;
+  tsr_status st = tsr_engine_setting(s->e, key, &v, NULL);
   if (st != TSR_OK) return st;
-  const struct tsr_setup *su = tsr_engine_setup(s->e);
-  const struct tsr_profile *p = s->profile = su->profile;
+  if (buf) snprintf(buf, cap, "%s", v);
+  char *end = v;
+  if (i) *i = strtoll(v, &end, 10);
+  if (d) *d = strtod(v, &end);
+  const bool bad = (i || d) && (end == v || *end);
+  tsr_free(v);
+  return bad ? tsr_error_set(TSR_ERR_INTERNAL, "setting %s is not a number", key) : TSR_OK;
+}
+
+static tsr_status read_settings(struct srv *s) {
+  struct srv_settings *c = &s->cfg;
+  struct {
+    const char *key;
+    int64_t *i64;
+    int32_t *i32;
+    double *d;
+  } nums[] = {{"context", &c->context, NULL, NULL}, {"batch", &c->batch, NULL, NULL},
+              {"server.parallel", NULL, &c->parallel, NULL},
+              {"server.port", NULL, &c->port, NULL},
+              {"server.header_timeout", NULL, &c->header_timeout, NULL},
+              {"server.body_timeout", NULL, &c->body_timeout, NULL},
+              {"server.client_connections", NULL, &c->client_connections, NULL},
+              {"sampling.temperature", NULL, NULL, &c->sampling.temperature},
+              {"sampling.top_p", NULL, NULL, &c->sampling.top_p},
+              {"sampling.min_p", NULL, NULL, &c->sampling.min_p},
+              {"sampling.top_k", NULL, &c->sampling.top_k, NULL},
+              {"sampling.max_tokens", NULL, &c->max_tokens, NULL}};
+  tsr_status st = TSR_OK;
+  for (size_t k = 0; k < sizeof nums / sizeof *nums && st == TSR_OK; k++) {
+    int64_t v = 0;
+    st = setting(s, nums[k].key, NULL, 0, nums[k].d ? NULL : &v, nums[k].d);
+    if (nums[k].i64) *nums[k].i64 = v;
+    if (nums[k].i32) *nums[k].i32 = (int32_t)v;
+  }
+  char cors[4096];
+  if (st == TSR_OK) st = setting(s, "sampling.seed", NULL, 0, &c->seed, NULL);
+  if (st == TSR_OK) st = setting(s, "server.host", c->host, sizeof c->host, NULL, NULL);
+  if (st == TSR_OK) st = setting(s, "server.api_key_env", c->api_key_env, sizeof c->api_key_env,
+                                 NULL, NULL);
+  char *unused = NULL;
+  const char *where = NULL;
+  if (st == TSR_OK && (st = tsr_engine_setting(s->e, "server.api_key_env", &unused, &where)) ==
+                          TSR_OK)
+    snprintf(c->api_key_env_where, sizeof c->api_key_env_where, "%s", where);
+  tsr_free(unused);
+  if (st == TSR_OK) st = setting(s, "server.cors_origins", cors, sizeof cors, NULL, NULL);
+  if (st == TSR_OK && cors[0] && !(c->cors_origins = strdup(cors)))
+    st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  return st;
+}
+
+static tsr_status open_engine(struct srv *s) {
+  tsr_status st = tsr_engine_open(s->opt.profile, s->opt.model, s->opt.sets, s->opt.n_sets, &s->e);
+  if (st == TSR_OK) st = read_settings(s);
+  if (st != TSR_OK) return st;
+  const struct srv_settings *c = &s->cfg;
   s->n_vocab = tsr_engine_n_vocab(s->e);
-  s->n_slots = p->server.parallel > 0 ? p->server.parallel : 1;
+  s->n_slots = c->parallel > 0 ? c->parallel : 1;
   if (s->n_slots > SRV_MAX_SLOTS)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "%d slots: at most %d", s->n_slots, SRV_MAX_SLOTS);
-  s->n_ctx_slot = (int32_t)(p->context / s->n_slots);
-  s->n_batch = p->batch > 0 ? p->batch : 512;
-  s->m.kv_total = (uint64_t)p->context;
+  s->n_ctx_slot = (int32_t)(c->context / s->n_slots);
+  s->n_batch = c->batch > 0 ? (int32_t)c->batch : 512;
+  s->m.kv_total = (uint64_t)c->context;
   if (s->n_ctx_slot < 2)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "context %lld over %d slots leaves %d positions "
-                         "per slot", (long long)p->context, s->n_slots, s->n_ctx_slot);
-  if ((st = tsr_tokenizer_load(su->model, &s->tok)) != TSR_OK) return st;
-  const char *source = NULL;
-  st = tsr_setup_chat_template(su, s->opt.chat_template, tsr_tokenizer_chat_template(s->tok),
-                               &s->tmpl, &source);
+                         "per slot", (long long)c->context, s->n_slots, s->n_ctx_slot);
+  const char *tmpl = NULL, *source = NULL;
+  st = tsr_chat_template_choose(s->e, s->opt.chat_template, &tmpl, &source);
   if (st != TSR_OK)
-    return tsr_error_set(st, "%s: %s (choose one with --chat-template chatml|gemma|gemma4)",
-                         su->model_path, tsr_error_message());
-  if (!s->opt.host) s->opt.host = p->server.host;
-  if (s->opt.port < 0) s->opt.port = p->server.port;
-  if (!s->opt.api_key && p->server.api_key_env) {
-    s->api_key = getenv(p->server.api_key_env);
+    return tsr_error_set(st, "%s (choose one with --chat-template chatml|gemma|gemma4)",
+                         tsr_error_message());
+  for (int i = 0; i < s->n_slots && st == TSR_OK; i++)
+    st = tsr_text_stream_open(s->e, &s->slots[i].text);
+  if (st != TSR_OK) return st;
+  if (!s->opt.host) s->opt.host = c->host;
+  if (s->opt.port < 0) s->opt.port = c->port;
+  if (!s->opt.api_key && c->api_key_env[0]) {
+    s->api_key = getenv(c->api_key_env);
     if (!s->api_key || !*s->api_key)
       return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: server.api_key_env names %s, which is not "
-                           "set", tsr_profile_where(p, "server.api_key_env"),
-                           p->server.api_key_env);
+                           "set", c->api_key_env_where, c->api_key_env);
   } else {
     s->api_key = s->opt.api_key;
   }
-  model_id(s, su->model_path);
+  model_id(s, tsr_engine_model_path(s->e));
   fprintf(stderr, "tessera serve: %s (%s), %d slots of %d positions, batch %d, chat template "
-          "%s (%s)\n", su->model_path, su->arch_name ? su->arch_name : "?", s->n_slots,
-          s->n_ctx_slot, s->n_batch, tsr_chat_template_name(s->tmpl), source);
+          "%s (%s)\n", tsr_engine_model_path(s->e), tsr_engine_arch(s->e), s->n_slots,
+          s->n_ctx_slot, s->n_batch, tmpl, source);
   return TSR_OK;
 }
 
@@ -717,7 +772,7 @@ static struct MHD_Daemon *listen_on(struct srv *s, struct sockaddr_storage *addr
   if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
   freeaddrinfo(ai);
   const unsigned limit = (unsigned)(s->n_slots + s->opt.queue + 32);
-  const int32_t per_client_set = s->profile->server.client_connections;
+  const int32_t per_client_set = s->cfg.client_connections;
   const unsigned per_client = per_client_set > 0 ? (unsigned)per_client_set : (limit + 1) / 2;
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)addr,
@@ -789,8 +844,9 @@ int tsr_server_run(const struct tsr_server_options *opt) {
   if (d) MHD_stop_daemon(d);
   if (s->watchdog_running) watchdog_stop(s);
   if (s->sched_running) srv_sched_stop(s);
-  tsr_tokenizer_free(s->tok);
-  tsr_engine_free(s->e);
+  for (int i = 0; i < SRV_MAX_SLOTS; i++) tsr_text_stream_close(s->slots[i].text);
+  free(s->cfg.cors_origins);
+  tsr_engine_close(s->e);
   pthread_cond_destroy(&s->watch_wake);
   pthread_mutex_destroy(&s->watch_mu);
   pthread_cond_destroy(&s->progress);

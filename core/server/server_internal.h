@@ -5,8 +5,10 @@
 ** Threads. libmicrohttpd runs one thread per connection; one scheduler thread
 ** owns the engine. They share the server's mutex: the queue, the slots, each
 ** request's progress and the metrics are read and written under it. The
-** engine and the samplers are touched by the scheduler only, and it does not
-** hold the mutex while a batch runs. The tokenizer is read-only and shared.
+** engine, the samplers and the text streams are touched by the scheduler
+** only, and it does not hold the mutex while a batch runs; connection threads
+** call only the engine's read-only token and chat calls (tessera.h says they
+** may).
 **
 ** A request is referenced by its connection and, while queued or in a slot,
 ** by the scheduler; the last one to let go frees it.
@@ -19,12 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/chat.h"
-#include "engine/engine.h"
-#include "profile/profile.h"
-#include "engine/sampler.h"
 #include "server.h"
-#include "model/tokenizer.h"
+#include "tessera/tessera.h"
 
 #define SRV_MAX_SLOTS 64
 #define SRV_MAX_STOP 16
@@ -38,7 +36,11 @@ struct srv_params {
   bool stream, include_usage, cache_prompt;
   int64_t max_tokens;                    /* -1: until end of generation or context */
   bool max_tokens_default;               /* max_tokens is the default, not the request's */
-  struct tsr_sampler_params sampling;
+  struct srv_sampling {
+    double temperature, top_p, min_p;
+    int32_t top_k;
+    uint64_t seed;
+  } sampling;
   char *stop[SRV_MAX_STOP];
   int n_stop;
   int32_t *prompt;
@@ -68,8 +70,8 @@ struct srv_request {
 
 struct srv_slot {
   struct srv_request *req;   /* NULL: idle */
-  struct tsr_sampler *smp;
-  struct tsr_utf8_stream utf8;
+  tsr_sampler *smp;
+  tsr_text_stream *text;     /* the reply's text, whole characters at a time */
   int32_t n_prompt_done;     /* prompt tokens the cache holds */
   int32_t next_token;        /* sampled, to be evaluated next step; -1 none */
   int32_t n_cached;          /* tokens the sequence holds (for /slots) */
@@ -82,12 +84,21 @@ struct srv_metrics {
   uint64_t kv_used, kv_total;
 };
 
+/* The profile's settings the server reads (tsr_engine_setting), once. */
+struct srv_settings {
+  int64_t context, batch;
+  int32_t parallel, port, header_timeout, body_timeout, client_connections;
+  char host[256], api_key_env[256], api_key_env_where[256];
+  char *cors_origins;        /* NULL: none */
+  struct srv_sampling sampling; /* its seed unused: seed is the default's */
+  int64_t seed;                 /* -1: a fresh seed per request */
+  int32_t max_tokens;
+};
+
 struct srv {
   struct tsr_server_options opt;
-  struct tsr_engine *e;
-  const struct tsr_profile *profile; /* the engine's */
-  struct tsr_tokenizer *tok;
-  enum tsr_chat_template tmpl;
+  tsr_engine *e;
+  struct srv_settings cfg;
   int32_t n_vocab, n_slots, n_ctx_slot, n_batch;
   char model_id[256];
   const char *api_key;
@@ -172,6 +183,9 @@ int srv_tokenize(const struct srv *s, const char *body, size_t len, char **out, 
                  size_t cap, const char **param);
 int srv_detokenize(const struct srv *s, const char *body, size_t len, char **out, char *msg,
                    size_t cap, const char **param);
+
+/* A sampler for p (the request's settings, validated by the sampler itself). */
+tsr_status srv_sampler_open(const struct srv *s, const struct srv_sampling *p, tsr_sampler **out);
 
 /* Appends len bytes as valid UTF-8 (an invalid byte or a NUL becomes U+FFFD). */
 bool srv_text_append(struct srv_request *r, const char *bytes, size_t len);

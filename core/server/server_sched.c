@@ -81,10 +81,11 @@ static void request_done(struct srv *s, struct srv_request *r, const char *finis
 
 static void slot_finish(struct srv *s, struct srv_slot *sl, const char *finish) {
   struct srv_request *r = sl->req;
-  char rest[8];
-  size_t n = tsr_utf8_stream_flush(&sl->utf8, rest);
+  const char *rest;
+  size_t n;
+  tsr_text_stream_flush(sl->text, &rest, &n);
   if (n && strcmp(finish, "cancelled")) srv_text_append(r, rest, n);
-  tsr_sampler_free(sl->smp);
+  tsr_sampler_close(sl->smp);
   sl->smp = NULL;
   sl->req = NULL;
   sl->next_token = -1;
@@ -126,7 +127,6 @@ static void admit(struct srv *s) {
     struct srv_slot *sl = &s->slots[slot];
     sl->req = r;
     sl->next_token = -1;
-    sl->utf8 = (struct tsr_utf8_stream)TSR_UTF8_STREAM_INIT;
     r->state = SRV_RUNNING;
     r->slot = slot;
     r->t_start = srv_now();
@@ -140,7 +140,7 @@ static void admit(struct srv *s) {
       }
     }
     sl->n_prompt_done = r->n_cached = k;
-    if (tsr_sampler_new(&r->p.sampling, s->n_vocab, &sl->smp) != TSR_OK)
+    if (srv_sampler_open(s, &r->p.sampling, &sl->smp) != TSR_OK)
       slot_fail(s, sl, 400, tsr_error_message());
   }
 }
@@ -150,7 +150,7 @@ static void admit(struct srv *s) {
 struct srv_step {
   int32_t n;
   int32_t *tok, *seq, *slot_of_row;
-  bool *want;
+  unsigned char *want;
   int32_t n_rows, n_prompt_tokens;
   int32_t *row_token; /* sampled per row */
   int32_t prefill_take[SRV_MAX_SLOTS];
@@ -193,20 +193,19 @@ static void apply_token(struct srv *s, int i, int32_t t) {
   struct srv_slot *sl = &s->slots[i];
   struct srv_request *r = sl->req;
   if (!r->t_first) r->t_first = srv_now();
-  if (tsr_tokenizer_is_eog(s->tok, t)) {
+  if (tsr_token_is_eog(s->e, t)) {
     r->stop_type = "eos";
     slot_finish(s, sl, "stop");
     return;
   }
+  const char *text;
   size_t len = 0;
-  const char *piece = tsr_tokenizer_piece(s->tok, t, &len);
-  char *out = malloc(len + 4);
-  size_t before = r->n_text;
-  bool ok = out != NULL;
-  if (ok) ok = srv_text_append(r, out, tsr_utf8_stream_push(&sl->utf8, piece ? piece : "",
-                                                             piece ? len : 0, out));
-  free(out);
-  if (!ok) {
+  const size_t before = r->n_text;
+  if (tsr_text_stream_push(sl->text, t, &text, &len) != TSR_OK) {
+    slot_fail(s, sl, 500, tsr_error_message());
+    return;
+  }
+  if (!srv_text_append(r, text, len)) {
     slot_fail(s, sl, 500, "out of memory");
     return;
   }
@@ -254,9 +253,8 @@ static void apply_token(struct srv *s, int i, int32_t t) {
 }
 
 static void run_step(struct srv *s, struct srv_step *st) {
-  struct tsr_engine_batch b = {.n = st->n, .tokens = st->tok, .seq = st->seq, .logits = st->want};
   const double t0 = srv_now();
-  tsr_status rc = tsr_engine_eval_batch(s->e, &b, s->logits);
+  tsr_status rc = tsr_engine_eval_multi(s->e, st->n, st->tok, st->seq, st->want, s->logits);
   const double dt = srv_now() - t0;
   char err[512] = "";
   if (rc != TSR_OK) snprintf(err, sizeof err, "%s", tsr_error_message());
@@ -291,12 +289,10 @@ static void run_step(struct srv *s, struct srv_step *st) {
     else
       apply_token(s, st->slot_of_row[row], st->row_token[row]);
   }
-  int32_t lens[SRV_MAX_SLOTS];
-  tsr_engine_seq_lens(s->e, lens);
   s->m.kv_used = 0;
   for (int i = 0; i < s->n_slots; i++) {
-    s->slots[i].n_cached = lens[i];
-    s->m.kv_used += (uint64_t)lens[i];
+    s->slots[i].n_cached = tsr_engine_seq_len(s->e, i);
+    s->m.kv_used += (uint64_t)s->slots[i].n_cached;
   }
   pthread_mutex_unlock(&s->mu);
 }
@@ -361,7 +357,7 @@ tsr_status srv_sched_start(struct srv *s) {
     return tsr_error_set(TSR_ERR_NOMEM, "out of memory for the scheduler's buffers: a step of "
                          "up to %zu tokens (the profile's batch %d plus one per slot) and the "
                          "logits of %d slots, %.1f MiB in all; lower batch", cap, s->n_batch,
-                         s->n_slots, (double)(cap * (4 * sizeof(int32_t) + sizeof(bool)) +
+                         s->n_slots, (double)(cap * (4 * sizeof(int32_t) + sizeof(unsigned char)) +
                                    n_logits * sizeof(float)) / 1048576.0);
   }
   for (int i = 0; i < SRV_MAX_SLOTS; i++) s->slots[i].next_token = -1;

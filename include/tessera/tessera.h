@@ -51,10 +51,14 @@ TSR_API const char *tsr_version(void);
 ** Opaque handles; every struct stays inside the library. An engine is one
 ** loaded profile (plugins, model, negotiated composition, KV cache, backend).
 **
-** Threads: calls on one engine, and on the samplers opened from it, must not
-** run at the same time (a caller serialises them); tsr_engine_cancel may be
-** called from any thread at any time. Different engines may be used from
-** different threads. Errors are per thread (tsr_error_message).
+** Threads: calls on one engine, and on the samplers and text streams opened
+** from it, must not run at the same time (a caller serialises them), with two
+** exceptions: tsr_engine_cancel may be called from any thread at any time, and
+** the token and chat calls that only read (tsr_tokenize, tsr_detokenize,
+** tsr_token_is_eog, tsr_chat_format, tsr_chat_tokenize) may run on any thread
+** alongside anything but tsr_chat_template_choose and tsr_engine_close.
+** Different engines may be used from different threads. Errors are per thread
+** (tsr_error_message).
 **
 ** Memory: what a call hands back through a char ** or int32_t ** is the
 ** caller's, released with tsr_free. Strings returned as const char * belong
@@ -89,6 +93,13 @@ TSR_API const char *tsr_engine_arch(const tsr_engine *e);
 TSR_API int tsr_engine_has_plugin(const tsr_engine *e, const char *name);
 /* The profile's sampling.max_tokens (-1: no limit). */
 TSR_API int32_t tsr_engine_max_tokens(const tsr_engine *e);
+/* The resolved profile's value of one scalar key ("context", "server.port",
+** "sampling.top_p") as text (*value: tsr_free it; "" for an optional string
+** left unset), and where it was set (*where, may be NULL: "conf/x.yaml:12:5",
+** or the profile's path and "(default)"). A key that is not one value of the
+** schema is TSR_ERR_INVALID_ARG. */
+TSR_API tsr_status tsr_engine_setting(const tsr_engine *e, const char *key, char **value,
+                                      const char **where);
 
 /* ---- tokens ---- */
 
@@ -105,10 +116,24 @@ TSR_API tsr_status tsr_detokenize(tsr_engine *e, const int32_t *tokens, size_t n
 /* Whether token ends a generation (EOS, end of turn). */
 TSR_API int tsr_token_is_eog(tsr_engine *e, int32_t token);
 
-/* The chat template generate and the chat calls use: name ("chatml",
-** "gemma", "gemma4") or NULL for the model's own (its GGUF template, else
-** the arch plugin's). *chosen and *source (may be NULL) get its name and
-** where it came from. */
+/* Text of tokens as they come, in whole UTF-8 characters: a character split
+** across tokens waits for its last byte; bytes that can never complete one
+** pass through as they are. */
+typedef struct tsr_text_stream tsr_text_stream;
+TSR_API tsr_status tsr_text_stream_open(tsr_engine *e, tsr_text_stream **out);
+TSR_API void tsr_text_stream_close(tsr_text_stream *t);
+/* The text token completes (*text valid until the next call on t; *len may be
+** 0). A token outside the vocabulary is TSR_ERR_INVALID_ARG. */
+TSR_API tsr_status tsr_text_stream_push(tsr_text_stream *t, int32_t token, const char **text,
+                                        size_t *len);
+/* What is still pending (an incomplete character, at most 3 bytes); the
+** stream starts over. */
+TSR_API void tsr_text_stream_flush(tsr_text_stream *t, const char **text, size_t *len);
+
+/* The chat template the chat calls use: name ("chatml", "gemma", "gemma4")
+** or NULL for the model's own (its GGUF template, else the arch plugin's),
+** which an engine starts with when the model has one. *chosen and *source
+** (may be NULL) get its name and where it came from. */
 TSR_API tsr_status tsr_chat_template_choose(tsr_engine *e, const char *name, const char **chosen,
                                             const char **source);
 /* A conversation of n messages (roles[i]: "system", "user" or "assistant")

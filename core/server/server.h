@@ -5,6 +5,7 @@
 #ifndef TSR_SERVER_H
 #define TSR_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct tsr_server_options {
@@ -21,6 +22,7 @@ struct tsr_server_options {
   const char *alias;         /* model id; NULL: the model file's name */
   size_t max_body;           /* request body limit in bytes */
   const char *chat_template; /* NULL: the GGUF's, else the arch plugin's */
+  bool chat_page;            /* serve the chat page at / */
 };
 
 /* Loads the engine, listens, serves until SIGINT or SIGTERM, then cancels

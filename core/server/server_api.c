@@ -676,6 +676,15 @@ char *srv_render_models(const struct srv *s) {
   return print(o);
 }
 
+char *srv_render_props(const struct srv *s) {
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddStringToObject(o, "model", s->model_id);
+  cJSON_AddNumberToObject(o, "slots", s->n_slots);
+  cJSON_AddNumberToObject(o, "slot_context", s->n_ctx_slot);
+  cJSON_AddStringToObject(o, "composition", s->composition ? s->composition : "");
+  return print(o);
+}
+
 char *srv_render_slots(struct srv *s) {
   cJSON *a = cJSON_CreateArray();
   pthread_mutex_lock(&s->mu);

@@ -494,22 +494,44 @@ static enum MHD_Result health(struct srv *s, struct MHD_Connection *c) {
   return respond_json(s, c, strcmp(state, "ok") ? 503 : 200, strdup(body));
 }
 
+/* The chat page (chat.html, compiled in): static, so served without a key; it asks for
+** one when the server wants it. Framing and inline scripts are its own only. */
+static enum MHD_Result chat_page(struct MHD_Connection *c) {
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      srv_chat_page_len, (void *)srv_chat_page, MHD_RESPMEM_PERSISTENT);
+  if (!r) return MHD_NO;
+  MHD_add_response_header(r, "Content-Type", "text/html; charset=utf-8");
+  MHD_add_response_header(r, "Content-Security-Policy",
+                          "default-src 'self'; script-src 'unsafe-inline'; style-src "
+                          "'unsafe-inline'; frame-ancestors 'none'");
+  MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  enum MHD_Result ret = MHD_queue_response(c, 200, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
 static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char *url,
                              const char *method, const struct conn *cn) {
   static const struct { const char *path, *method; } routes[] = {
       {"/health", "GET"},         {"/v1/models", "GET"},  {"/metrics", "GET"},
       {"/slots", "GET"},          {"/tokenize", "POST"}, {"/detokenize", "POST"},
-      {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/completion", "POST"}};
+      {"/v1/chat/completions", "POST"}, {"/v1/completions", "POST"}, {"/completion", "POST"},
+      {"/props", "GET"},          {"/", "GET"}};
+  enum { ROUTE_PROPS = 9, ROUTE_PAGE = 10 };
   int found = -1;
   for (size_t i = 0; i < sizeof routes / sizeof *routes && found < 0; i++)
     if (!strcmp(url, routes[i].path)) found = (int)i;
   char msg[1024];
-  if (found < 0) {
-    snprintf(msg, sizeof msg, "no endpoint %s %s", method, url);
+  if (found < 0 || (found == ROUTE_PAGE && !s->opt.chat_page)) {
+    snprintf(msg, sizeof msg, "no endpoint %s %s%s", method, url,
+             found == ROUTE_PAGE ? " (the chat page is off: --no-chat-page)" : "");
     return respond_error(s, c, 404, msg, NULL, NULL);
   }
   const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-  if (origin && !allowed_origin(s, c)) {
+  /* the chat page calls from the server's own origin */
+  const bool own = s->opt.chat_page &&
+                   srv_same_origin(origin, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host"));
+  if (origin && !own && !allowed_origin(s, c)) {
     /* a web page may not drive the server unless the profile names its origin */
     snprintf(msg, sizeof msg, "requests from origin '%s' are not allowed (server.cors_origins "
              "lists the origins a browser may call from)", origin);
@@ -523,6 +545,7 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char
     return respond_error(s, c, 405, msg, NULL, "method_not_allowed");
   }
   if (found == 0) return health(s, c);
+  if (found == ROUTE_PAGE) return chat_page(c);
   if (!authorized(s, c))
     return respond_error(s, c, 401, "invalid or missing API key (Authorization: Bearer KEY)", NULL,
                          "invalid_api_key");
@@ -547,6 +570,7 @@ static enum MHD_Result route(struct srv *s, struct MHD_Connection *c, const char
       return respond(s, c, 200, body, "text/plain; version=0.0.4");
     }
     case 3: return respond_json(s, c, 200, srv_render_slots(s));
+    case ROUTE_PROPS: return respond_json(s, c, 200, srv_render_props(s));
     case 4:
     case 5:
       st = (found == 4 ? srv_tokenize : srv_detokenize)(s, cn->body ? cn->body : "", cn->len,
@@ -749,6 +773,7 @@ static tsr_status open_engine(struct srv *s) {
     s->api_key = s->opt.api_key;
   }
   model_id(s, tsr_engine_model_path(s->e));
+  if ((st = tsr_engine_describe(s->e, &s->composition)) != TSR_OK) return st;
   fprintf(stderr, "tessera serve: %s (%s), %d slots of %d positions, batch %d, chat template "
           "%s (%s)\n", tsr_engine_model_path(s->e), tsr_engine_arch(s->e), s->n_slots,
           s->n_ctx_slot, s->n_batch, tmpl, source);
@@ -846,6 +871,7 @@ int tsr_server_run(const struct tsr_server_options *opt) {
   if (s->sched_running) srv_sched_stop(s);
   for (int i = 0; i < SRV_MAX_SLOTS; i++) tsr_text_stream_close(s->slots[i].text);
   free(s->cfg.cors_origins);
+  tsr_free(s->composition);
   tsr_engine_close(s->e);
   pthread_cond_destroy(&s->watch_wake);
   pthread_mutex_destroy(&s->watch_mu);

@@ -101,6 +101,7 @@ struct srv {
   struct srv_settings cfg;
   int32_t n_vocab, n_slots, n_ctx_slot, n_batch;
   char model_id[256];
+  char *composition;         /* the engine's description (/props), made at start */
   const char *api_key;
   pthread_mutex_t mu;
   pthread_cond_t work;       /* the scheduler waits for requests */
@@ -130,6 +131,10 @@ double srv_now(void);
 /* The value for Access-Control-Allow-Origin when origin is in list (comma-separated,
 ** case-insensitive; "*": any), else NULL (no origin, no list, or not listed). */
 const char *srv_allowed_origin(const char *list, const char *origin);
+/* Whether origin is the server's own as the browser reached it: "http://" + the Host
+** header, where the host is an IP literal or localhost (a DNS name could be an
+** attacker's, rebound to this address). */
+bool srv_same_origin(const char *origin, const char *host);
 /* Whether a Content-Type (NULL: none) declares JSON; if not, msg says what is wrong.
 ** Browsers send other types, or none, without a preflight: requiring JSON makes them ask. */
 bool srv_json_content_type(const char *type, char *msg, size_t cap);
@@ -175,6 +180,8 @@ char *srv_render_chunk(const struct srv *s, const struct srv_request *r, const c
 char *srv_render_final(const struct srv *s, const struct srv_request *r);
 char *srv_render_error(int status, const char *msg, const char *param, const char *code);
 char *srv_render_models(const struct srv *s);
+/* /props: the model, slots, their context and the composition (the chat page shows it) */
+char *srv_render_props(const struct srv *s);
 /* more: rows appended as they are (the plugins' counters), or NULL */
 char *srv_render_metrics(struct srv *s, const char *more);
 char *srv_render_slots(struct srv *s);
@@ -183,6 +190,10 @@ int srv_tokenize(const struct srv *s, const char *body, size_t len, char **out, 
                  size_t cap, const char **param);
 int srv_detokenize(const struct srv *s, const char *body, size_t len, char **out, char *msg,
                    size_t cap, const char **param);
+
+/* chat.html, compiled in (embed_page.py writes chat_page.c) */
+extern const char srv_chat_page[];
+extern const size_t srv_chat_page_len;
 
 /* A sampler for p (the request's settings, validated by the sampler itself). */
 tsr_status srv_sampler_open(const struct srv *s, const struct srv_sampling *p, tsr_sampler **out);

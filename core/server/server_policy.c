@@ -26,6 +26,30 @@ const char *srv_allowed_origin(const char *list, const char *origin) {
   return NULL;
 }
 
+bool srv_same_origin(const char *origin, const char *host) {
+  static const char scheme[] = "http://";
+  if (!origin || !host || strncasecmp(origin, scheme, sizeof scheme - 1) ||
+      strcasecmp(origin + sizeof scheme - 1, host))
+    return false;
+  /* the name the browser reached must be an address or localhost, never a DNS name: a
+  ** name an attacker controls could point at this server and pass as its own origin */
+  size_t name = strcspn(host, ":");
+  if (host[0] == '[') { /* [IPv6]:port */
+    const char *close = strchr(host, ']');
+    if (!close || (close[1] && close[1] != ':')) return false;
+    for (const char *p = host + 1; p < close; p++)
+      if (!strchr("0123456789abcdefABCDEF:.", *p)) return false;
+    return close > host + 1;
+  }
+  if (name == 9 && !strncasecmp(host, "localhost", 9)) return true;
+  int dots = 0;
+  for (size_t i = 0; i < name; i++) {
+    if (host[i] == '.') dots++;
+    else if (host[i] < '0' || host[i] > '9') return false;
+  }
+  return dots == 3 && name >= 7;
+}
+
 bool srv_json_content_type(const char *type, char *msg, size_t cap) {
   const char *v = type ? type : "";
   while (*v == ' ' || *v == '\t') v++;

@@ -12,7 +12,11 @@
 #include <stdint.h>
 
 #include "abi/setup.h"
+#include "tessera/tessera.h"
 
+/* The engine's calls that are also the embedding API (tsr_engine_n_vocab, _n_ctx,
+** _n_seq, _eval, _seq_len, _seq_rm, _seq_cp, _seq_keep, _common_prefix,
+** _context_shift) are declared, and their contracts stated, in tessera/tessera.h. */
 struct tsr_engine;
 
 struct tsr_engine_options {
@@ -41,15 +45,6 @@ int64_t tsr_engine_logits_rows(const struct tsr_engine *e);
 /* The backend the engine computes on (tessera bench probes it). */
 struct tsr_backend *tsr_engine_backend(const struct tsr_engine *e);
 
-/* Runs n tokens at the next positions of sequence seq (0 when serving one):
-** prefill in ubatches of the profile's ubatch size, decode when n is 1.
-** Writes the logits of the last token to logits_last (n_vocab floats), and
-** when logits_all is not NULL those of every token (n x n_vocab). A
-** context that is full is TSR_ERR_NOMEM naming n_ctx; the cache is then as
-** before the call. */
-tsr_status tsr_engine_eval(struct tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
-                           float *logits_last, float *logits_all);
-
 /* Tokens of several sequences in one pass (continuous batching): token i
 ** goes to the next position of sequence seq[i], a sequence's tokens in
 ** batch order. logits (when not NULL) receives one row of n_vocab floats per
@@ -77,23 +72,9 @@ tsr_status tsr_engine_eval_batch(struct tsr_engine *e, const struct tsr_engine_b
 ** cells; a fill refused partway takes back what it added. */
 tsr_status tsr_engine_fill_positions(struct tsr_engine *e, int32_t seq, int32_t n);
 
-/* Next position of seq (= tokens it holds). */
-int32_t tsr_engine_seq_len(const struct tsr_engine *e, int32_t seq);
-/* The same for every sequence (the profile's server.parallel of them) in one
+/* tsr_engine_seq_len of every sequence (the profile's server.parallel of them) in one
 ** pass over the cache: a caller tracking many sequences per step uses this. */
 void tsr_engine_seq_lens(const struct tsr_engine *e, int32_t *lens);
-/* Forgets positions [p0, p1) of seq (p1 < 0: to the end). Refused, naming
-** why, when seq could not resume at p0 (recurrent state, or sliding-ring
-** keys already released). */
-tsr_status tsr_engine_seq_rm(struct tsr_engine *e, int32_t seq, int32_t p0, int32_t p1);
-
-/* Prompt-prefix reuse: how many leading tokens of tokens[0..n) seq already
-** holds at positions 0.. (the engine remembers the ids eval gave it). A
-** caller keeps those (seq_rm from there on) and evaluates only the rest.
-** 0 when the sequence cannot resume there (a sliding ring has released the
-** keys a query at that position needs): everything is evaluated again. */
-int32_t tsr_engine_common_prefix(const struct tsr_engine *e, int32_t seq, const int32_t *tokens,
-                                 int32_t n);
 
 /* One speculative step of sequence seq through the profile's speculator:
 ** `next` is the token to evaluate next (sampled, not yet in the cache). The
@@ -109,16 +90,5 @@ struct tsr_sampler;
 tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
                                 struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
                                 int32_t *n_out);
-
-/* Context shift: drops positions [n_keep, n_keep + n_discard) of seq and
-** moves the later ones down by n_discard, re-rotating their cached keys
-** through the arch's shift_keys (K is cached after RoPE), so the sequence
-** goes on as if the dropped tokens had never been there but the kept ones
-** were computed with them. Refused with TSR_ERR_UNSUPPORTED and the cache
-** unchanged, naming why, for a model with linear (recurrent) layers, an arch
-** without shift_keys, sliding layers whose ring has released positions the
-** shifted sequence would see again, or cells shared with another sequence. */
-tsr_status tsr_engine_context_shift(struct tsr_engine *e, int32_t seq, int32_t n_keep,
-                                    int32_t n_discard);
 
 #endif

@@ -252,7 +252,9 @@ with su.Server(TESSERA, MODEL, ["--parallel", "2", "--max-body", str(MAX_BODY)],
 
     @case
     def test_unknown_path_is_404():
-        for method, path in (("GET", "/"), ("GET", "/v2/models"), ("POST", "/v1/embeddings"),
+        # "/" is the chat page (test_chat_page.py); "//" and "/index.html" are not it
+        for method, path in (("GET", "//"), ("GET", "/index.html"),
+                             ("GET", "/v2/models"), ("POST", "/v1/embeddings"),
                              ("GET", "/health/x"), ("GET", "/v1/models/../../etc/passwd"),
                              ("POST", "/v1/chat/completions/x"), ("GET", "/" + "a" * 2000)):
             status, doc = s.json(method, path, b"{}" if method == "POST" else None)

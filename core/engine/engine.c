@@ -436,12 +436,21 @@ tsr_status tsr_engine_seq_cp(struct tsr_engine *e, int32_t src, int32_t dst) {
   if (st != TSR_OK || src == dst) return st;
   if ((st = kv_seq_rm(e, dst, -1, -1)) != TSR_OK) return st;
   ids_cut(e, dst, 0);
-  if ((st = tsr_kv_cache_seq_cp(e->kv, src, dst, -1, -1)) != TSR_OK) return st;
-  /* the cache copied src's recurrent state on the host: the device copy must hear of it */
-  for (int32_t l = 0; e->device && e->has_linear && l < e->setup->n_layers; l++) {
-    float *state = tsr_kv_cache_state(e->kv, l, dst);
-    if (state) tsr_backend_sync_to_device(e->backend, state, (size_t)e->setup->layers[l].state_bytes);
+  /* the cache copies recurrent state on the host: on a device the device copy is the one
+  ** that counts, so src's comes down first and dst's goes up after */
+  const bool device_state = e->device && e->has_linear;
+  for (int32_t l = 0; device_state && st == TSR_OK && l < e->setup->n_layers; l++) {
+    float *state = tsr_kv_cache_state(e->kv, l, src);
+    if (state)
+      st = tsr_backend_sync_to_host(e->backend, state, (size_t)e->setup->layers[l].state_bytes);
   }
+  if (st == TSR_OK) st = tsr_kv_cache_seq_cp(e->kv, src, dst, -1, -1);
+  for (int32_t l = 0; device_state && st == TSR_OK && l < e->setup->n_layers; l++) {
+    float *state = tsr_kv_cache_state(e->kv, l, dst);
+    if (state)
+      st = tsr_backend_sync_to_device(e->backend, state, (size_t)e->setup->layers[l].state_bytes);
+  }
+  if (st != TSR_OK) return st;
   if (e->seq_ids[src].n) ids_add(e, dst, 0, e->seq_ids[src].ids, e->seq_ids[src].n);
   return TSR_OK;
 }

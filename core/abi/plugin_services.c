@@ -20,6 +20,7 @@
 #include "abi/op_registry.h"
 #include "abi/plugin_graph_api.h"
 #include "abi/plugin_host_internal.h"
+#include "api/embed.h"
 
 static void host_log(struct tsr_plugin *self, enum tsr_log_level level, const char *fmt, ...) {
   static const char *names[] = {"debug", "info", "warn", "error"};
@@ -603,6 +604,7 @@ static const struct tsr_host g_services = {
     .arch = &g_arch,
     .convert = &g_convert,
     .kernel = &g_kernel,
+    .spec = &tsr_host_spec_services,
 };
 
 const struct tsr_host *tsr_plugin_host_services(void) { return &g_services; }

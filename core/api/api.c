@@ -183,6 +183,17 @@ tsr_status tsr_detokenize(tsr_engine *e, const int32_t *tokens, size_t n, char *
   return st != TSR_OK ? st : tsr_tokenizer_decode(tok, tokens, n, text, len);
 }
 
+const char *tsr_embed_piece(tsr_engine *e, int32_t id, size_t *len) {
+  struct tsr_tokenizer *tok;
+  *len = 0;
+  return tokenizer_of(e, &tok) == TSR_OK ? tsr_tokenizer_piece(tok, id, len) : NULL;
+}
+
+int32_t tsr_embed_n_tokens(tsr_engine *e) {
+  struct tsr_tokenizer *tok;
+  return tokenizer_of(e, &tok) == TSR_OK ? tsr_tokenizer_n_vocab(tok) : 0;
+}
+
 int tsr_token_is_eog(tsr_engine *e, int32_t token) {
   struct tsr_tokenizer *tok;
   return tokenizer_of(e, &tok) == TSR_OK && tsr_tokenizer_is_eog(tok, token);

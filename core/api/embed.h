@@ -8,7 +8,20 @@
 
 struct tsr_embed;
 
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/tessera.h"
+
 /* Frees the state (NULL: nothing). */
 void tsr_embed_free(struct tsr_embed *s);
+
+/* The bytes token id of e's vocabulary decodes to, or NULL out of range; and the
+** vocabulary's size (tokens the tokenizer knows, which the logits may pad). */
+const char *tsr_embed_piece(tsr_engine *e, int32_t id, size_t *len);
+int32_t tsr_embed_n_tokens(tsr_engine *e);
+
+/* host->spec: draft models for speculators (spec_model.c) */
+extern const struct tsr_host_spec tsr_host_spec_services;
 
 #endif

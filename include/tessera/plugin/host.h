@@ -11,6 +11,7 @@
 **   host->arch     an arch's KV cache and attention      (plugin/arch.h)
 **   host->convert  a checkpoint's config and tensors in, GGUF out (plugin/convert.h)
 **   host->kernel   plugin ops, their kernels, device calls (plugin/kernel.h)
+**   host->spec     a speculator's own draft model (plugin/speculator.h; ABI 2.3)
 ** A call that fails returns a tsr_status and sets the message the host
 ** reports; the plugin's own refusals go through set_error the same way.
 */
@@ -89,6 +90,8 @@ struct tsr_host {
   const struct tsr_host_arch *arch;
   const struct tsr_host_convert *convert;
   const struct tsr_host_kernel *kernel;
+  /* ABI 2.3 */
+  const struct tsr_host_spec *spec;
 };
 
 /* The rows of x (a residual [n_embd, n_tokens]) whose logits the host reads

@@ -60,6 +60,29 @@ struct tsr_speculator_v1 {
   void (*accepted)(void *ctx, int32_t seq, int32_t n_accepted);
 };
 
+/* ---- ABI 2.3: a model of the speculator's own (host->spec) ---------------- */
+
+/* A draft model the host runs for a speculator: one sequence, its own KV cache. */
+struct tsr_spec_model;
+
+struct tsr_host_spec {
+  uint32_t struct_size;
+  /* Opens model (a GGUF path) under the host's built-in default profile with the
+  ** overrides in sets ("context=4096", "backend=cuda", "threads=2"): every check a
+  ** profile gets is made, and a failure names what was wrong. With target (the model
+  ** the speculator drafts for) the draft must share its vocabulary, every token's
+  ** bytes, or it is refused naming the first token that differs. */
+  tsr_status (*open)(const struct tsr_gguf *target, const char *model, const char *const *sets,
+                     int n_sets, struct tsr_spec_model **out);
+  void (*close)(struct tsr_spec_model *m);
+  int32_t (*n_vocab)(const struct tsr_spec_model *m);
+  /* Makes the model hold exactly tokens[0..n) (reusing the prefix it holds already,
+  ** evaluating the rest) and writes the last token's logits (n_vocab floats). */
+  tsr_status (*sync)(struct tsr_spec_model *m, const int32_t *tokens, int32_t n, float *logits);
+  /* Evaluates one more token after what it holds; its logits to logits. */
+  tsr_status (*step)(struct tsr_spec_model *m, int32_t token, float *logits);
+};
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,97 @@
+/*
+** host->spec (plugin/speculator.h, ABI 2.3): a draft model a speculator runs, one
+** engine of its own opened through the embedding API under the built-in default
+** profile, holding one sequence.
+*/
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/embed.h"
+#include "common/error.h"
+#include "model/tokenizer.h"
+#include "tessera/plugin.h"
+
+struct tsr_spec_model {
+  tsr_engine *e;
+  int32_t n_vocab;
+};
+
+/* Whether the draft's vocabulary is the target's: the same tokens, the same bytes each. */
+static tsr_status same_vocabulary(const struct tsr_gguf *target, tsr_engine *draft,
+                                  const char *model) {
+  struct tsr_tokenizer *tok = NULL;
+  tsr_status st = tsr_tokenizer_load(target, &tok);
+  if (st != TSR_OK) return st;
+  const int32_t n = tsr_tokenizer_n_vocab(tok), n_draft = tsr_embed_n_tokens(draft);
+  if (n != n_draft)
+    st = tsr_error_set(TSR_ERR_UNSUPPORTED, "draft model %s has %d tokens, the target %d: a "
+                       "draft must share the target's vocabulary", model, n_draft, n);
+  for (int32_t id = 0; st == TSR_OK && id < n; id++) {
+    size_t a = 0, b = 0;
+    const char *pa = tsr_tokenizer_piece(tok, id, &a), *pb = tsr_embed_piece(draft, id, &b);
+    if (!pa || !pb || a != b || memcmp(pa, pb, a))
+      st = tsr_error_set(TSR_ERR_UNSUPPORTED, "draft model %s: token %d is '%.*s' there and "
+                         "'%.*s' in the target: a draft must share the target's vocabulary",
+                         model, id, pb ? (int)(b < 40 ? b : 40) : 0, pb ? pb : "",
+                         pa ? (int)(a < 40 ? a : 40) : 0, pa ? pa : "");
+  }
+  tsr_tokenizer_free(tok);
+  return st;
+}
+
+static tsr_status model_open(const struct tsr_gguf *target, const char *model,
+                             const char *const *sets, int n_sets, struct tsr_spec_model **out) {
+  *out = NULL;
+  if (!model || !*model)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "draft model: no GGUF path given");
+  struct tsr_spec_model *m = calloc(1, sizeof *m);
+  if (!m) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  tsr_status st = tsr_engine_open(NULL, model, sets, n_sets, &m->e);
+  if (st != TSR_OK) {
+    tsr_error_prefix("draft model %s", model);
+    free(m);
+    return st;
+  }
+  m->n_vocab = tsr_engine_n_vocab(m->e);
+  if (target && (st = same_vocabulary(target, m->e, model)) != TSR_OK) {
+    tsr_engine_close(m->e);
+    free(m);
+    return st;
+  }
+  *out = m;
+  return TSR_OK;
+}
+
+static void model_close(struct tsr_spec_model *m) {
+  if (!m) return;
+  tsr_engine_close(m->e);
+  free(m);
+}
+
+static int32_t model_n_vocab(const struct tsr_spec_model *m) { return m->n_vocab; }
+
+static tsr_status model_sync(struct tsr_spec_model *m, const int32_t *tokens, int32_t n,
+                             float *logits) {
+  if (n < 1) return tsr_error_set(TSR_ERR_INVALID_ARG, "draft model: sync to %d tokens", n);
+  int32_t keep = tsr_engine_common_prefix(m->e, 0, tokens, n);
+  if (keep == n) keep = n - 1; /* the last is evaluated again for its logits */
+  tsr_status st = TSR_OK;
+  if (keep < tsr_engine_seq_len(m->e, 0) && tsr_engine_seq_rm(m->e, 0, keep, -1) != TSR_OK) {
+    keep = 0; /* a model that cannot resume mid-way starts over */
+    st = tsr_engine_seq_rm(m->e, 0, 0, -1);
+  }
+  return st != TSR_OK ? st : tsr_engine_eval(m->e, 0, tokens + keep, n - keep, logits, NULL);
+}
+
+static tsr_status model_step(struct tsr_spec_model *m, int32_t token, float *logits) {
+  return tsr_engine_eval(m->e, 0, &token, 1, logits, NULL);
+}
+
+const struct tsr_host_spec tsr_host_spec_services = {
+    .struct_size = sizeof(struct tsr_host_spec),
+    .open = model_open,
+    .close = model_close,
+    .n_vocab = model_n_vocab,
+    .sync = model_sync,
+    .step = model_step,
+};

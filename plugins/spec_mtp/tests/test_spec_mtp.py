@@ -1,0 +1,132 @@
+"""spec_mtp through `tessera run` and `tessera profile check` on the embedded default model:
+greedy speculation gives exactly the plain greedy text while the engine really drafted and
+the target really kept drafts (lookup on a retrieval prompt, draft_model with the model as
+its own draft), seeded sampling reproduces, and every setting that cannot work is refused
+at `profile check` naming it.
+usage: test_spec_mtp.py TESSERA SOURCE_ROOT BUILD_ROOT"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+TESSERA, SOURCE, BUILD = sys.argv[1:4]
+DEFAULT = os.path.join(BUILD, "core", "cli", "default-model.gguf")
+GEMMA = os.path.join(SOURCE, "models", "ref-gemma4-23m.gguf")
+RANDOM = os.path.join(BUILD, "core", "cli", "random-model.gguf")
+TMP = tempfile.mkdtemp(prefix="spec_mtp_")
+PASSKEY = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
+           "memorize it. The grass is green. The sky is blue. The pass key is 71432. Remember "
+           "it. 71432 is the pass key. The grass is green. The sky is blue. What is the pass "
+           "key? The pass key is")
+failures = 0
+
+
+def case(fn):
+    global failures
+    try:
+        fn()
+        print(f"ok   {fn.__name__}", flush=True)
+    except AssertionError as e:
+        failures += 1
+        print(f"FAIL {fn.__name__}\n  {e}", flush=True)
+    return fn
+
+
+def profile(name, settings):
+    path = os.path.join(TMP, name + ".yaml")
+    with open(path, "w") as f:
+        f.write(f"model: {DEFAULT}\nplugins:\n  - arch_qwen\n  - name: spec_mtp\n"
+                f"    settings: {{{settings}}}\nspeculator: {{name: spec_mtp}}\n")
+    return path
+
+
+def run(*args):
+    p = subprocess.run([TESSERA, *args], capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def counters(err):
+    m = re.search(r"spec_mtp\s+tokens_drafted=(\d+), tokens_accepted=(\d+)", err)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def plain(prompt, n, *extra):
+    code, out, err = run("run", "-m", DEFAULT, "-p", prompt, "-n", str(n), *extra)
+    assert code == 0, err
+    return out
+
+
+@case
+def test_lookup_drafts_from_the_prompt_and_changes_nothing():
+    code, out, err = run("run", "--profile", profile("lookup", "engine: lookup"), "-p", PASSKEY,
+                         "-n", "24", "--temp", "0", "--verbose")
+    assert code == 0, err
+    assert out == plain(PASSKEY, 24, "--temp", "0"), (out, err)
+    drafted, kept = counters(err)
+    assert drafted > 0 and kept > 0, err
+    assert "71432" in out
+
+
+@case
+def test_a_draft_model_equal_to_the_target_is_always_kept():
+    path = profile("self", f"engine: draft_model, model: {DEFAULT}, p_min: 0")
+    for prompt, least in (("The capital of France is", 32), (PASSKEY, 1)):  # the key ends soon
+        code, out, err = run("run", "--profile", path, "-p", prompt, "-n", "64", "--temp", "0",
+                             "--verbose")
+        assert code == 0, err
+        assert out == plain(prompt, 64, "--temp", "0"), (prompt, out)
+        drafted, kept = counters(err)
+        assert drafted >= least and kept >= 0.9 * drafted, err
+    err = run("run", "--profile", path, "-p", "The capital of France is", "-n", "64", "--temp",
+              "0")[2]
+    steps = int(re.search(r"eval: (\d+) speculative steps for 64", err).group(1))
+    assert steps < 32, steps  # several tokens a step: the adaptive length grew
+
+
+@case
+def test_fixed_length_and_p_min_hold_back_drafts():
+    fixed = profile("fixed", f"engine: draft_model, model: {DEFAULT}, adaptive: false, n_max: 2, "
+                             "p_min: 0")
+    code, out, err = run("run", "--profile", fixed, "-p", "Hello", "-n", "33", "--temp", "0",
+                         "--verbose")
+    assert code == 0, err
+    drafted, _ = counters(err)
+    assert drafted == 22 and "11 speculative steps for 33" in err, err  # 2 drafts + 1 a step
+    sure = profile("sure", f"engine: draft_model, model: {DEFAULT}, p_min: 1")
+    code, out, err = run("run", "--profile", sure, "-p", "Hello", "-n", "16", "--temp", "0",
+                         "--verbose")
+    assert code == 0 and counters(err)[0] == 0, err  # nothing is that certain
+    assert out == plain("Hello", 16, "--temp", "0")
+
+
+@case
+def test_sampling_with_a_seed_reproduces():
+    path = profile("sampled", f"engine: draft_model, model: {DEFAULT}")
+    args = ("run", "--profile", path, "-p", "Once upon a time", "-n", "40", "--temp", "0.8",
+            "--seed", "11", "--verbose")
+    a, b = run(*args), run(*args)
+    assert a[0] == 0 and a[1] == b[1], (a[2], b[2])
+    assert counters(a[2])[0] > 0, a[2]
+
+
+@case
+def test_refusals_at_profile_check():
+    cases = [
+        ("nextn", "engine: nextn", "not built yet"),
+        ("with_model", f"engine: lookup, model: {DEFAULT}", "uses no model"),
+        ("no_model", "engine: draft_model", "needs a model"),
+        ("missing", "engine: draft_model, model: /nonexistent/draft.gguf", "draft.gguf"),
+        ("gemma_vocab", f"engine: draft_model, model: {GEMMA}", "vocabulary"),
+        ("random_vocab", f"engine: draft_model, model: {RANDOM}", "vocabulary"),
+        ("n_min", "engine: lookup, n_min: 5, n_max: 3", "n_min 5"),
+        ("ngram", "engine: lookup, ngram_min: 4, ngram_max: 2", "ngram_min 4"),
+        ("bad_engine", "engine: medusa", "medusa"),
+        ("bad_n", "engine: lookup, n_max: 9", "n_max"),
+    ]
+    for name, settings, want in cases:
+        code, out, err = run("profile", "check", profile(name, settings))
+        assert code == 2 and want in err, f"{name}: exit {code}: {err.strip()[-300:]}"
+
+
+sys.exit(1 if failures else 0)

@@ -281,6 +281,18 @@ check|sanitize)
         else
           row "run $f speculator" FAIL "exit $rs: $(tail -1 "$out/spec.err" | cut -c1-90)"
         fi
+        # spec_mtp's draft_model with the model as its own draft, both on cuda: the same
+        # greedy text, and the drafts kept
+        printf 'model: %s\nbackend: cuda\ncontext: 512\nubatch: 32\nplugins:\n  - arch_qwen\n  - name: spec_mtp\n    settings: {engine: draft_model, model: %s, draft_backend: cuda, draft_context: 512, p_min: 0}\nspeculator: {name: spec_mtp}\n' \
+          "$m" "$m" >"$out/spec_mtp.yaml"
+        "$b/core/cli/tessera" run --profile "$out/spec_mtp.yaml" -p "$prompt" -n 16 --temp 0 -v \
+          >"$out/spec_mtp.txt" 2>"$out/spec_mtp.err"; rs=$?
+        kept=$(grep -o 'tokens_drafted=[0-9]*, tokens_accepted=[0-9]*' "$out/spec_mtp.err")
+        if [ $rs -eq 0 ] && cmp -s "$out/spec_mtp.txt" "$out/cuda1.txt" && [ -n "$kept" ]; then
+          row "run $f spec_mtp draft_model" PASS "$kept; same text as plain greedy"
+        else
+          row "run $f spec_mtp draft_model" FAIL "exit $rs: $(tail -1 "$out/spec_mtp.err" | cut -c1-90)"
+        fi
       fi
       rm -f "$m"
     done

@@ -2,6 +2,7 @@
 import gc
 import math
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -164,7 +165,10 @@ def test_many_engines_do_not_leak():
 
 
 def test_pip_installs_the_package(tmp_path):
-    src = os.path.dirname(HERE)
+    # from a copy: setuptools writes build/ and egg-info beside the sources
+    src = str(tmp_path / "python")
+    shutil.copytree(os.path.dirname(HERE), src, ignore=shutil.ignore_patterns("tests", "build",
+                                                                              "*.egg-info"))
     p = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                         "--target", str(tmp_path / "site"), src],
                        capture_output=True, text=True, timeout=300)

@@ -22,13 +22,15 @@
 #include "model/tokenizer.h"
 #include "profile/profile.h"
 
+enum { GEN_IDLE, GEN_RUNNING, GEN_CANCELLED };
+
 struct tsr_embed {
   struct tsr_tokenizer *tok;
   bool have_template;
   enum tsr_chat_template tmpl;
   const char *tmpl_source;
   float *logits; /* the last evaluated token's (n_vocab) */
-  atomic_int cancel;
+  atomic_int generating; /* GEN_IDLE, GEN_RUNNING, or GEN_CANCELLED by tsr_engine_cancel */
   tsr_progress_fn progress;
   void *progress_user;
   tsr_notice_fn notice;
@@ -64,7 +66,7 @@ static struct tsr_embed *embed_of(struct tsr_engine *e) {
     tsr_error_set(TSR_ERR_NOMEM, "out of memory");
     return NULL;
   }
-  atomic_init(&s->cancel, 0);
+  atomic_init(&s->generating, GEN_IDLE);
   return *slot = s;
 }
 
@@ -451,7 +453,9 @@ uint64_t tsr_sampler_seed(const tsr_sampler *s) { return tsr_sampler_params_of(s
 
 void tsr_engine_cancel(tsr_engine *e) {
   struct tsr_embed *s = *tsr_engine_embed(e);
-  if (s) atomic_store(&s->cancel, 1);
+  int running = GEN_RUNNING;
+  /* only a running generation takes it: one that has ended leaves nothing behind */
+  if (s) atomic_compare_exchange_strong(&s->generating, &running, GEN_CANCELLED);
 }
 
 void tsr_engine_set_progress(tsr_engine *e, tsr_progress_fn fn, void *user) {
@@ -469,7 +473,9 @@ double tsr_engine_stat(const tsr_engine *e, enum tsr_stat what) {
   return s && what >= 0 && what <= TSR_STAT_MAX_DRAFT ? s->stat[what] : 0;
 }
 
-static bool cancelled(struct tsr_embed *s) { return atomic_load(&s->cancel) != 0; }
+static bool cancelled(struct tsr_embed *s) {
+  return atomic_load(&s->generating) == GEN_CANCELLED;
+}
 
 /* Makes seq hold exactly tokens[0..n) and leaves the last one's logits in s->logits,
 ** evaluating only what differs from what it holds already. */
@@ -575,6 +581,7 @@ tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *smp, const int3
   s->stat[TSR_STAT_MAX_DRAFT] = max_draft;
   bool stopped = false, full = false;
   enum tsr_stop why = TSR_STOP_LIMIT;
+  atomic_store(&s->generating, GEN_RUNNING);
   st = feed(e, s, seq, prompt, n_prompt, &stopped);
   struct tsr_utf8_stream us = TSR_UTF8_STREAM_INIT;
   char buf[512];
@@ -630,7 +637,7 @@ tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *smp, const int3
   if (tail && fn) fn(user, -1, buf, tail);
   s->stat[TSR_STAT_GENERATED] = (double)produced;
   s->stat[TSR_STAT_EVAL_MS] = eval_ms;
-  atomic_store(&s->cancel, 0);
+  atomic_store(&s->generating, GEN_IDLE);
   if (stop && st == TSR_OK)
     *stop = stopped ? TSR_STOP_CANCELLED : full ? TSR_STOP_CONTEXT_FULL : why;
   return st;

@@ -23,6 +23,11 @@
 
 #define MAX_SEQ 64
 
+struct cand {
+  int32_t id;
+  float logit;
+};
+
 enum engine { ENGINE_LOOKUP, ENGINE_DRAFT_MODEL, ENGINE_NEXTN, ENGINE_ASSISTANT };
 
 struct spec_state {
@@ -35,6 +40,8 @@ struct spec_state {
   struct tsr_spec_model *draft;
   float *logits; /* the draft model's, n_vocab */
   int32_t n_vocab;
+  struct cand *cand; /* draw()'s ranking and weights, n_vocab each */
+  double *weight;
   /* per sequence: the draft length to ask for next, and the last draft's length */
   int32_t n_next[MAX_SEQ], n_last[MAX_SEQ];
 };
@@ -62,6 +69,64 @@ static int32_t lookup(const struct spec_state *st, const int32_t *t, int32_t n, 
 
 /* ---- draft_model ---- */
 
+/* Candidates a sampled draft is drawn from: only tokens within this many nats of the top
+** logit (at temperature 1) are ranked; the rest get probability 0 in the distribution
+** handed to the host, which is then exactly the one drawn from. */
+#define DRAFT_LOGIT_SPAN 16.0
+
+static int by_logit(const void *a, const void *b) {
+  const struct cand *x = a, *y = b;
+  return x->logit > y->logit ? -1 : x->logit < y->logit ? 1 : (x->id > y->id) - (x->id < y->id);
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* Draws a token from the draft's logits with the run's sampling (top-k, top-p and min-p at
+** temperature 1, then the temperature: the host's chain), writing the distribution it drew
+** from into q (n_q floats, zero outside the candidates); false when no token is finite. */
+static bool draw(struct spec_state *st, const float *logits, const struct tsr_spec_request *r,
+                 uint64_t *rng, float *q, int32_t n_q, int32_t *token) {
+  const int32_t V = st->n_vocab < n_q ? st->n_vocab : n_q;
+  float top = -INFINITY;
+  for (int32_t i = 0; i < V; i++)
+    if (logits[i] > top) top = logits[i];
+  if (!isfinite(top)) return false;
+  int32_t n = 0;
+  for (int32_t i = 0; i < V; i++)
+    if (logits[i] >= top - DRAFT_LOGIT_SPAN) st->cand[n++] = (struct cand){i, logits[i]};
+  qsort(st->cand, (size_t)n, sizeof *st->cand, by_logit);
+  if (r->top_k > 0 && r->top_k < n) n = r->top_k;
+  double total = 0;
+  for (int32_t i = 0; i < n; i++) total += exp((double)st->cand[i].logit - top);
+  if (r->top_p < 1) { /* the shortest prefix reaching top_p, the crossing token kept */
+    double cum = 0;
+    for (int32_t i = 0; i < n; i++)
+      if ((cum += exp((double)st->cand[i].logit - top)) >= r->top_p * total) {
+        n = i + 1;
+        break;
+      }
+  }
+  if (r->min_p > 0)
+    while (n > 1 && st->cand[n - 1].logit < top + log(r->min_p)) n--;
+  memset(q, 0, (size_t)n_q * sizeof *q);
+  double sum = 0;
+  for (int32_t i = 0; i < n; i++)
+    sum += st->weight[i] = exp(((double)st->cand[i].logit - top) / r->temperature);
+  const double u = (double)(splitmix64(rng) >> 11) * 0x1.0p-53 * sum;
+  double cum = 0;
+  *token = st->cand[n - 1].id;
+  for (int32_t i = 0; i < n; i++) {
+    q[st->cand[i].id] = (float)(st->weight[i] / sum);
+    if ((cum += st->weight[i]) > u && cum - st->weight[i] <= u) *token = st->cand[i].id;
+  }
+  return q[*token] > 0;
+}
+
 static int32_t argmax(const float *v, int32_t n, double *p_top) {
   int32_t best = 0;
   for (int32_t i = 1; i < n; i++)
@@ -72,18 +137,28 @@ static int32_t argmax(const float *v, int32_t n, double *p_top) {
   return best;
 }
 
+/* Greedy drafts at temperature 0; above it, drafts drawn from the draft model's own
+** sampling distribution, handed to the host (r->draft_dist) for speculative sampling. The
+** draws are seeded by the sequence itself, so a run is reproducible from its own seed. */
 static tsr_status draft_model(struct spec_state *st, const struct tsr_host *host,
-                              const int32_t *t, int32_t n, int32_t want, int32_t *out,
-                              int32_t *n_out) {
+                              struct tsr_spec_request *r, int32_t want, int32_t *n_out) {
   *n_out = 0;
-  tsr_status s = host->spec->sync(st->draft, t, n, st->logits);
+  const bool sampled = r->temperature > 0 && r->draft_dist && r->n_vocab > 0;
+  uint64_t rng = 0x7370656354746b73ull;
+  for (int32_t i = 0; sampled && i < r->n_tokens; i++) /* FNV-1a over the sequence */
+    rng = (rng ^ (uint32_t)r->tokens[i]) * 0x100000001b3ull;
+  tsr_status s = host->spec->sync(st->draft, r->tokens, r->n_tokens, st->logits);
   for (int32_t k = 0; s == TSR_OK && k < want; k++) {
     double p_top;
-    const int32_t x = argmax(st->logits, st->n_vocab, &p_top);
+    int32_t x = argmax(st->logits, st->n_vocab, &p_top);
     if (p_top < st->p_min) break; /* the draft is unsure: the target decides from here */
-    out[(*n_out)++] = x;
+    if (sampled &&
+        !draw(st, st->logits, r, &rng, r->draft_dist + (size_t)k * r->n_vocab, r->n_vocab, &x))
+      break;
+    r->draft[(*n_out)++] = x;
     if (k + 1 < want) s = host->spec->step(st->draft, x, st->logits);
   }
+  r->dist_given = sampled && *n_out > 0;
   return s;
 }
 
@@ -103,7 +178,7 @@ static tsr_status spec_draft(void *ctx, const struct tsr_host *host, struct tsr_
   if (st->engine == ENGINE_LOOKUP)
     *n_draft = lookup(st, r->tokens, r->n_tokens, want, r->draft);
   else
-    s = draft_model(st, host, r->tokens, r->n_tokens, want, r->draft, n_draft);
+    s = draft_model(st, host, r, want, n_draft);
   st->n_last[r->seq] = *n_draft;
   return s;
 }
@@ -153,7 +228,10 @@ static tsr_status spec_negotiate(void *ctx, const struct tsr_host *host,
   tsr_status s = host->spec->open(model, st->model, sets, n, &st->draft);
   if (s != TSR_OK) return s;
   st->n_vocab = host->spec->n_vocab(st->draft);
-  if (!(st->logits = malloc((size_t)st->n_vocab * sizeof *st->logits)))
+  st->logits = malloc((size_t)st->n_vocab * sizeof *st->logits);
+  st->cand = malloc((size_t)st->n_vocab * sizeof *st->cand);
+  st->weight = malloc((size_t)st->n_vocab * sizeof *st->weight);
+  if (!st->logits || !st->cand || !st->weight)
     return host->set_error(TSR_ERR_NOMEM, "spec_mtp: out of memory");
   return TSR_OK;
 }
@@ -217,6 +295,8 @@ static void spec_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
   if (!st) return;
   if (st->draft) h->spec->close(st->draft);
   free(st->logits);
+  free(st->cand);
+  free(st->weight);
   free(st);
 }
 

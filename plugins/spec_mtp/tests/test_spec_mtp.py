@@ -1,7 +1,8 @@
 """spec_mtp through `tessera run` and `tessera profile check` on the embedded default model:
 greedy speculation gives exactly the plain greedy text while the engine really drafted and
 the target really kept drafts (lookup on a retrieval prompt, draft_model with the model as
-its own draft), seeded sampling reproduces, and every setting that cannot work is refused
+its own draft), seeded sampling reproduces, sampled drafts carry their distribution (a
+self-draft is kept above temperature 0 too), and every setting that cannot work is refused
 at `profile check` naming it.
 usage: test_spec_mtp.py TESSERA SOURCE_ROOT BUILD_ROOT"""
 import os
@@ -108,6 +109,21 @@ def test_sampling_with_a_seed_reproduces():
     a, b = run(*args), run(*args)
     assert a[0] == 0 and a[1] == b[1], (a[2], b[2])
     assert counters(a[2])[0] > 0, a[2]
+
+
+@case
+def test_sampled_drafts_come_with_their_distribution():
+    # above temperature 0 the draft is drawn from the draft model's own sampling
+    # distribution, which the host's speculative sampling weighs: a self-draft is kept
+    path = profile("self_sampled", f"engine: draft_model, model: {DEFAULT}, p_min: 0")
+    for temp in ("0.8", "1.3"):
+        args = ("run", "--profile", path, "-p", "Once upon a time", "-n", "48", "--temp", temp,
+                "--seed", "5", "--verbose")
+        code, out, err = run(*args)
+        assert code == 0, err
+        drafted, kept = counters(err)
+        assert drafted >= 24 and kept >= 0.9 * drafted, (temp, err)
+        assert run(*args)[1] == out  # drawn from the sequence's own seed: reproducible
 
 
 @case

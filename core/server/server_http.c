@@ -725,14 +725,12 @@ static tsr_status read_settings(struct srv *s) {
   char cors[4096];
   if (st == TSR_OK) st = setting(s, "sampling.seed", NULL, 0, &c->seed, NULL);
   if (st == TSR_OK) st = setting(s, "server.host", c->host, sizeof c->host, NULL, NULL);
-  if (st == TSR_OK) st = setting(s, "server.api_key_env", c->api_key_env, sizeof c->api_key_env,
-                                 NULL, NULL);
-  char *unused = NULL;
-  const char *where = NULL;
-  if (st == TSR_OK && (st = tsr_engine_setting(s->e, "server.api_key_env", &unused, &where)) ==
-                          TSR_OK)
-    snprintf(c->api_key_env_where, sizeof c->api_key_env_where, "%s", where);
-  tsr_free(unused);
+  char *key_env = NULL; /* and where it was set, for the message when it is not in the env */
+  if (st == TSR_OK &&
+      (st = tsr_engine_setting(s->e, "server.api_key_env", &key_env, &c->api_key_env_where)) ==
+          TSR_OK)
+    snprintf(c->api_key_env, sizeof c->api_key_env, "%s", key_env);
+  tsr_free(key_env);
   if (st == TSR_OK) st = setting(s, "server.cors_origins", cors, sizeof cors, NULL, NULL);
   if (st == TSR_OK && cors[0] && !(c->cors_origins = strdup(cors)))
     st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");

@@ -88,7 +88,8 @@ struct srv_metrics {
 struct srv_settings {
   int64_t context, batch;
   int32_t parallel, port, header_timeout, body_timeout, client_connections;
-  char host[256], api_key_env[256], api_key_env_where[256];
+  char host[256], api_key_env[256];
+  const char *api_key_env_where; /* the engine's: where the profile set it */
   char *cors_origins;        /* NULL: none */
   struct srv_sampling sampling; /* its seed unused: seed is the default's */
   int64_t seed;                 /* -1: a fresh seed per request */

@@ -477,24 +477,27 @@ static bool cancelled(struct tsr_embed *s) {
   return atomic_load(&s->generating) == GEN_CANCELLED;
 }
 
+tsr_status tsr_embed_hold_prefix(tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
+                                 int32_t *keep) {
+  *keep = tsr_engine_common_prefix(e, seq, tokens, n);
+  if (*keep == n) *keep = n - 1; /* the last token is evaluated again for its logits */
+  if (*keep >= tsr_engine_seq_len(e, seq)) return TSR_OK;
+  if (tsr_engine_seq_rm(e, seq, *keep, -1) == TSR_OK) return TSR_OK;
+  /* a recurrent state cannot forget part of a sequence: start it again */
+  *keep = 0;
+  return tsr_engine_seq_rm(e, seq, 0, -1);
+}
+
 /* Makes seq hold exactly tokens[0..n) and leaves the last one's logits in s->logits,
 ** evaluating only what differs from what it holds already. */
 static tsr_status feed(tsr_engine *e, struct tsr_embed *s, int32_t seq, const int32_t *tokens,
                        size_t n, bool *stopped) {
   if (n == 0) return tsr_error_set(TSR_ERR_INVALID_ARG, "the prompt is empty (0 tokens)");
   if (n > INT32_MAX) return tsr_error_set(TSR_ERR_INVALID_ARG, "a prompt of %zu tokens", n);
-  size_t keep = (size_t)tsr_engine_common_prefix(e, seq, tokens, (int32_t)n);
-  if (keep == n) keep = n - 1; /* the last token is evaluated again for its logits */
-  if ((int32_t)keep < tsr_engine_seq_len(e, seq)) {
-    tsr_status st = tsr_engine_seq_rm(e, seq, (int32_t)keep, -1);
-    if (st != TSR_OK && keep > 0) {
-      /* a recurrent state cannot forget part of a sequence: start it again */
-      keep = 0;
-      st = tsr_engine_seq_rm(e, seq, 0, -1);
-    }
-    if (st != TSR_OK) return st;
-  }
-  const size_t todo = n - keep;
+  int32_t held;
+  tsr_status hst = tsr_embed_hold_prefix(e, seq, tokens, (int32_t)n, &held);
+  if (hst != TSR_OK) return hst;
+  const size_t keep = (size_t)held, todo = n - keep;
   const size_t ubatch = (size_t)tsr_engine_n_ubatch(e);
   /* in chunks of a ubatch when someone watches or may cancel, else in one call */
   const size_t chunk = s->progress || todo > ubatch * 2 ? ubatch : todo;

@@ -21,6 +21,12 @@ void tsr_embed_free(struct tsr_embed *s);
 const char *tsr_embed_piece(tsr_engine *e, int32_t id, size_t *len);
 int32_t tsr_embed_n_tokens(tsr_engine *e);
 
+/* Prefix reuse: keeps what of tokens[0..n) (n >= 1) seq already holds, at most n - 1
+** (the last is evaluated again for its logits), forgets the rest (all of it where the
+** sequence cannot resume mid-way); *keep is how many it kept. */
+tsr_status tsr_embed_hold_prefix(tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
+                                 int32_t *keep);
+
 /* host->spec: draft models for speculators (spec_model.c) */
 extern const struct tsr_host_spec tsr_host_spec_services;
 

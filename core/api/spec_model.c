@@ -73,13 +73,8 @@ static int32_t model_n_vocab(const struct tsr_spec_model *m) { return m->n_vocab
 static tsr_status model_sync(struct tsr_spec_model *m, const int32_t *tokens, int32_t n,
                              float *logits) {
   if (n < 1) return tsr_error_set(TSR_ERR_INVALID_ARG, "draft model: sync to %d tokens", n);
-  int32_t keep = tsr_engine_common_prefix(m->e, 0, tokens, n);
-  if (keep == n) keep = n - 1; /* the last is evaluated again for its logits */
-  tsr_status st = TSR_OK;
-  if (keep < tsr_engine_seq_len(m->e, 0) && tsr_engine_seq_rm(m->e, 0, keep, -1) != TSR_OK) {
-    keep = 0; /* a model that cannot resume mid-way starts over */
-    st = tsr_engine_seq_rm(m->e, 0, 0, -1);
-  }
+  int32_t keep;
+  tsr_status st = tsr_embed_hold_prefix(m->e, 0, tokens, n, &keep);
   return st != TSR_OK ? st : tsr_engine_eval(m->e, 0, tokens + keep, n - keep, logits, NULL);
 }
 

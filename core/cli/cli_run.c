@@ -1,17 +1,17 @@
 /* `tessera run`: generate text from a prompt, or chat, streaming to stdout. A client of
 ** the embedding API (tessera/tessera.h) and of nothing below it. */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tessera/tessera.h"
 #include "cli.h"
+#include "common/error.h"
+#include "common/file.h"
 
 #define MAX_SETS 64
 #define MAX_REQUIRED 16
@@ -117,19 +117,11 @@ static int parse_args(int argc, char **argv, struct run_args *a) {
   return -1;
 }
 
-/* The prompt file's text, or NULL with *why set (the file cannot be read, or holds a NUL
-** byte: the prompt is a C string and would end there). */
-static char *read_file(const char *path, char *why, size_t why_cap) {
-  /* O_NONBLOCK: a FIFO must be refused, not waited on for a writer */
-  const int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  struct stat sb;
-  FILE *f = NULL;
-  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || !(f = fdopen(fd, "rb"))) {
-    if (fd >= 0 && !S_ISREG(sb.st_mode)) snprintf(why, why_cap, "%s: not a regular file", path);
-    else snprintf(why, why_cap, "%s: %s", path, strerror(errno));
-    if (fd >= 0) close(fd);
-    return NULL;
-  }
+/* The prompt file's text, or NULL with the error set (a file that cannot be read, is not
+** a regular file, or holds a NUL byte: the prompt is a C string and would end there). */
+static char *read_file(const char *path) {
+  FILE *f;
+  if (tsr_file_fopen(path, &f) != TSR_OK) return NULL;
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap);
   while (buf) {
@@ -144,14 +136,15 @@ static char *read_file(const char *path, char *why, size_t why_cap) {
   fclose(f);
   if (!buf || bad) {
     free(buf);
-    snprintf(why, why_cap, "%s: %s", path, bad ? strerror(EIO) : strerror(ENOMEM));
+    tsr_error_set(bad ? TSR_ERR_IO : TSR_ERR_NOMEM, "%s: %s", path,
+                  bad ? strerror(EIO) : strerror(ENOMEM));
     return NULL;
   }
   buf[len] = 0;
   const char *nul = memchr(buf, 0, len);
   if (nul) {
-    snprintf(why, why_cap, "%s holds a NUL byte at offset %zu; a prompt is text", path,
-             (size_t)(nul - buf));
+    tsr_error_set(TSR_ERR_INVALID_ARG, "%s holds a NUL byte at offset %zu; a prompt is text",
+                  path, (size_t)(nul - buf));
     free(buf);
     return NULL;
   }
@@ -419,9 +412,9 @@ int tsr_cli_run(int argc, char **argv) {
   struct run_args a = {.keep = 4};
   int code = parse_args(argc, argv, &a);
   if (code >= 0) return code;
-  char *file_text = NULL, why[512];
-  if (a.prompt_file && !(file_text = read_file(a.prompt_file, why, sizeof why))) {
-    fprintf(stderr, "tessera run: cannot read the prompt: %s\n", why);
+  char *file_text = NULL;
+  if (a.prompt_file && !(file_text = read_file(a.prompt_file))) {
+    fprintf(stderr, "tessera run: cannot read the prompt: %s\n", tsr_error_message());
     return TSR_EXIT_USAGE;
   }
   /* --threads is the profile's `threads`, set before the user's --set overrides */

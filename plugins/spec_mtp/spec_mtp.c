@@ -127,14 +127,19 @@ static bool draw(struct spec_state *st, const float *logits, const struct tsr_sp
   return q[*token] > 0;
 }
 
-static int32_t argmax(const float *v, int32_t n, double *p_top) {
+static int32_t argmax(const float *v, int32_t n) {
   int32_t best = 0;
   for (int32_t i = 1; i < n; i++)
     if (v[i] > v[best]) best = i;
-  double sum = 0;
-  for (int32_t i = 0; i < n; i++) sum += exp((double)v[i] - v[best]);
-  *p_top = 1.0 / sum;
   return best;
+}
+
+/* Whether the draft's top token (at temperature 1) has probability p_min or more. */
+static bool sure_enough(const float *v, int32_t n, int32_t top, double p_min) {
+  if (p_min <= 0) return true; /* no softmax over the vocabulary when nothing is cut */
+  double sum = 0;
+  for (int32_t i = 0; i < n; i++) sum += exp((double)v[i] - v[top]);
+  return 1.0 / sum >= p_min;
 }
 
 /* Greedy drafts at temperature 0; above it, drafts drawn from the draft model's own
@@ -149,9 +154,9 @@ static tsr_status draft_model(struct spec_state *st, const struct tsr_host *host
     rng = (rng ^ (uint32_t)r->tokens[i]) * 0x100000001b3ull;
   tsr_status s = host->spec->sync(st->draft, r->tokens, r->n_tokens, st->logits);
   for (int32_t k = 0; s == TSR_OK && k < want; k++) {
-    double p_top;
-    int32_t x = argmax(st->logits, st->n_vocab, &p_top);
-    if (p_top < st->p_min) break; /* the draft is unsure: the target decides from here */
+    int32_t x = argmax(st->logits, st->n_vocab);
+    /* the draft is unsure: the target decides from here */
+    if (!sure_enough(st->logits, st->n_vocab, x, st->p_min)) break;
     if (sampled &&
         !draw(st, st->logits, r, &rng, r->draft_dist + (size_t)k * r->n_vocab, r->n_vocab, &x))
       break;

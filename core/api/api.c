@@ -345,6 +345,15 @@ tsr_status tsr_engine_eval_multi(tsr_engine *e, int32_t n, const int32_t *tokens
   return st;
 }
 
+/* After a failure partway through evaluating chunks: seq back to its first p positions (or
+** emptied, where it cannot resume there). The failure's message stays. */
+static void forget_from(tsr_engine *e, int32_t seq, int32_t p, tsr_status failure) {
+  char why[1024];
+  snprintf(why, sizeof why, "%s", tsr_error_message());
+  if (tsr_engine_seq_rm(e, seq, p, -1) != TSR_OK) tsr_engine_seq_rm(e, seq, 0, -1);
+  tsr_error_set(failure, "%s", why);
+}
+
 tsr_status tsr_engine_logprobs(tsr_engine *e, int32_t seq, const int32_t *tokens, int32_t n,
                                float *out) {
   if (n < 1 || !tokens || (n > 1 && !out))
@@ -356,6 +365,7 @@ tsr_status tsr_engine_logprobs(tsr_engine *e, int32_t seq, const int32_t *tokens
   if (chunk > 64) chunk = 64;
   float *rows = malloc((size_t)chunk * (size_t)V * sizeof *rows);
   if (!rows) return tsr_error_set(TSR_ERR_NOMEM, "out of memory for %d rows of logits", chunk);
+  const int32_t start = tsr_engine_seq_len(e, seq);
   tsr_status st = TSR_OK;
   for (int32_t a = 0; a < n && st == TSR_OK; a += chunk) {
     const int32_t m = n - a < chunk ? n - a : chunk;
@@ -375,6 +385,7 @@ tsr_status tsr_engine_logprobs(tsr_engine *e, int32_t seq, const int32_t *tokens
     }
   }
   free(rows);
+  if (st != TSR_OK && start >= 0) forget_from(e, seq, start, st);
   return st;
 }
 
@@ -493,7 +504,9 @@ tsr_status tsr_embed_hold_prefix(tsr_engine *e, int32_t seq, const int32_t *toke
 static tsr_status feed(tsr_engine *e, struct tsr_embed *s, int32_t seq, const int32_t *tokens,
                        size_t n, bool *stopped) {
   if (n == 0) return tsr_error_set(TSR_ERR_INVALID_ARG, "the prompt is empty (0 tokens)");
-  if (n > INT32_MAX) return tsr_error_set(TSR_ERR_INVALID_ARG, "a prompt of %zu tokens", n);
+  if (n > (size_t)tsr_engine_n_ctx(e))
+    return tsr_error_set(TSR_ERR_NOMEM, "the prompt has %zu tokens; the context holds %d", n,
+                         tsr_engine_n_ctx(e));
   int32_t held;
   tsr_status hst = tsr_embed_hold_prefix(e, seq, tokens, (int32_t)n, &held);
   if (hst != TSR_OK) return hst;
@@ -516,6 +529,7 @@ static tsr_status feed(tsr_engine *e, struct tsr_embed *s, int32_t seq, const in
     if (st == TSR_OK && s->progress) s->progress(s->progress_user, (int64_t)done, (int64_t)todo);
   }
   s->stat[TSR_STAT_PROMPT_MS] = now_ms() - t0;
+  if (st != TSR_OK) forget_from(e, seq, (int32_t)keep, st);
   return st;
 }
 

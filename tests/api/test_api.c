@@ -107,6 +107,70 @@ static void test_tokens_round_trip_and_special_parsing(void) {
   CHECK_ERR_HAS(tsr_detokenize(g_e, &out_of_range, 1, &back, &len), "1073741824");
 }
 
+/* Bytes a client may send: NULs inside, invalid UTF-8 (a lone continuation byte, an
+** overlong form, a truncated sequence at the end). Tokens hold them as they are, and a
+** text stream passes bytes that can never complete a character through unchanged. */
+static void test_nul_bytes_and_invalid_utf8_survive_the_round_trip(void) {
+  static const char text[] = "a\0b \x80 \xc0\xaf \xff\xfe x\0\xe2\x98";
+  const size_t len = sizeof text - 1;
+  int32_t *t = NULL;
+  size_t n = 0;
+  CHECK_OK(tsr_tokenize(g_e, text, len, TSR_TOKENIZE_PARSE_SPECIAL, &t, &n));
+  char *back = NULL;
+  size_t back_len = 0;
+  CHECK_OK(tsr_detokenize(g_e, t, n, &back, &back_len));
+  CHECK(back && back_len == len && !memcmp(back, text, len));
+  tsr_free(back);
+  tsr_text_stream *ts = NULL;
+  CHECK_OK(tsr_text_stream_open(g_e, &ts));
+  char joined[64];
+  size_t used = 0;
+  for (size_t i = 0; ts && i < n; i++) {
+    const char *piece;
+    size_t m;
+    CHECK_OK(tsr_text_stream_push(ts, t[i], &piece, &m));
+    if (used + m <= sizeof joined) memcpy(joined + used, piece, m), used += m;
+  }
+  const char *rest;
+  size_t m = 0;
+  if (ts) tsr_text_stream_flush(ts, &rest, &m);
+  CHECK(m == 2); /* the unfinished character at the end comes out only when flushed */
+  if (ts && used + m <= sizeof joined) memcpy(joined + used, rest, m), used += m;
+  CHECK(used == len && !memcmp(joined, text, len));
+  tsr_text_stream_close(ts);
+  tsr_free(t);
+}
+
+/* A prompt longer than the context, or longer than what the other sequences leave, fails
+** naming the context, and the sequence is as before. */
+static void test_a_prompt_past_the_context_is_refused(void) {
+  const int32_t n = tsr_engine_n_ctx(g_e) + 10;
+  int32_t *t = malloc((size_t)n * sizeof *t);
+  for (int32_t i = 0; i < n; i++) t[i] = 100 + i % 500;
+  const char *greedy[] = {"temperature=0"};
+  tsr_sampler *s = NULL;
+  CHECK_OK(tsr_sampler_open(g_e, greedy, 1, &s));
+  CHECK_OK(tsr_engine_seq_rm(g_e, 0, 0, -1));
+  enum tsr_stop stop;
+  CHECK_OK(tsr_engine_eval(g_e, 0, t, 3, NULL, NULL));
+  CHECK_ERR_HAS(tsr_generate(g_e, 0, s, t, (size_t)n, 4, 4, NULL, NULL, &stop), "context");
+  CHECK(tsr_engine_seq_len(g_e, 0) == 3); /* refused before anything ran */
+  /* one that fits a fresh context but not beside what the other sequence holds: the
+  ** chunks that ran are taken back */
+  CHECK_OK(tsr_engine_seq_rm(g_e, 0, 0, -1));
+  CHECK_OK(tsr_engine_eval(g_e, 1, t, 200, NULL, NULL));
+  const int32_t fits = tsr_engine_n_ctx(g_e) - 20;
+  CHECK_ERR_HAS(tsr_generate(g_e, 0, s, t, (size_t)fits, 4, 4, NULL, NULL, &stop), "context");
+  CHECK(tsr_engine_seq_len(g_e, 0) == 0 && tsr_engine_seq_len(g_e, 1) == 200);
+  float *lp = malloc((size_t)n * sizeof *lp);
+  CHECK(tsr_engine_logprobs(g_e, 0, t, fits, lp) == TSR_ERR_NOMEM);
+  CHECK(tsr_engine_seq_len(g_e, 0) == 0);
+  CHECK_OK(tsr_engine_seq_rm(g_e, 1, 0, -1));
+  free(lp);
+  free(t);
+  tsr_sampler_close(s);
+}
+
 static void test_chat_template_markers_only_from_the_template(void) {
   const char *roles[] = {"system", "user"};
   const char *contents[] = {"Be brief.", "hi <|im_end|> there"};
@@ -401,6 +465,8 @@ int main(void) {
   TSR_RUN(test_open_describe_and_settings);
   TSR_RUN(test_open_refusals_name_what_is_wrong);
   TSR_RUN(test_tokens_round_trip_and_special_parsing);
+  TSR_RUN(test_nul_bytes_and_invalid_utf8_survive_the_round_trip);
+  TSR_RUN(test_a_prompt_past_the_context_is_refused);
   TSR_RUN(test_chat_template_markers_only_from_the_template);
   TSR_RUN(test_greedy_generation_is_the_argmax_loop_and_reuses_the_prompt);
   TSR_RUN(test_callback_stops_the_generation);

@@ -88,6 +88,22 @@ def test_tokens_round_trip(engine):
     assert engine.detokenize(engine.tokenize(text, add_special=False)) == text
 
 
+def test_hostile_text(engine):
+    # NULs inside, a long text: tokens hold them; a lone surrogate cannot be UTF-8 at all
+    for text in ("a\x00b\x00", "x" * 200_000 + "\x00é"):
+        assert engine.detokenize(engine.tokenize(text, add_special=False)) == text
+    with pytest.raises(UnicodeEncodeError):
+        engine.tokenize("\ud800")
+    # a prompt past the context fails naming it, and the sequence is left as it was
+    engine.seq_rm(0)
+    with pytest.raises(TesseraError, match="context"):
+        engine.generate(list(range(100, 100 + engine.n_ctx + 5)), 2)
+    assert engine.seq_len(0) == 0
+    # special tokens in plain text are text unless asked for
+    end = engine.tokenize("<|im_end|>", add_special=False, parse_special=True)
+    assert end[0] not in engine.tokenize("<|im_end|>", add_special=False)
+
+
 def test_seeded_sampling_reproduces(engine):
     a = engine.generate(PROMPT, 12, temperature=0.9, seed=1234)
     assert a == engine.generate(PROMPT, 12, temperature=0.9, seed=1234)

@@ -61,10 +61,21 @@ with Server(TESSERA, MODEL, ["--api-key", KEY, "--set", "sampling.max_tokens=12"
     def test_own_origin_may_call_a_foreign_one_may_not():
         h = {"Authorization": f"Bearer {KEY}", "Origin": base, "Host": f"127.0.0.1:{srv.port}"}
         assert srv.request("GET", "/props", headers=h)[0] == 200
-        for origin, host in (("http://evil.example", f"127.0.0.1:{srv.port}"),
-                             (f"http://rebound.example:{srv.port}", f"rebound.example:{srv.port}")):
+        p = srv.port
+        for host in (f"localhost:{p}", f"[::1]:{p}"):  # addresses and localhost pass
+            status = srv.request("GET", "/props", headers=dict(h, Origin=f"http://{host}",
+                                                                Host=host))[0]
+            assert status == 200, (host, status)
+        refused = [("http://evil.example", f"127.0.0.1:{p}"),
+                   (f"https://127.0.0.1:{p}", f"127.0.0.1:{p}")]
+        # names that a DNS rebinding attacker controls, however much they look local
+        for host in (f"rebound.example:{p}", f"127.0.0.1.evil.example:{p}",
+                     f"localhost.evil.example:{p}", f"1.2.3:{p}", f"1.2.3.4.5:{p}",
+                     f"[::1]evil:{p}", f"[]:{p}", "", f"0x7f.0.0.1:{p}"):
+            refused.append((f"http://{host}", host))
+        for origin, host in refused:
             status = srv.request("GET", "/props", headers=dict(h, Origin=origin, Host=host))[0]
-            assert status == 403, (origin, status)
+            assert status in (400, 403), (origin, host, status)
 
     drv = browser()
     try:
@@ -89,6 +100,23 @@ with Server(TESSERA, MODEL, ["--api-key", KEY, "--set", "sampling.max_tokens=12"
             roles = [m["role"] for m in json.loads(sent)]
             assert roles == ["user", "assistant", "user", "assistant"], roles
             assert drv.find_element(By.ID, "error").text == ""
+
+        @case
+        def test_markup_in_a_message_stays_text():
+            # what a user types, and what a model writes back, is shown as text, never parsed
+            drv.get(base + "/")
+            drv.find_element(By.ID, "api-key").send_keys(KEY)
+            attack = '<img src=x onerror="window.pwned=1"><b>bold</b>'
+            send(drv, attack)
+            wait_for(drv, lambda d: d.find_elements(By.CSS_SELECTOR, ".assistant.done"))
+            log = drv.find_element(By.ID, "log")
+            assert attack in log.text, log.text
+            assert not log.find_elements(By.TAG_NAME, "img")
+            assert not log.find_elements(By.TAG_NAME, "b")
+            assert drv.execute_script("return window.pwned === undefined")
+            # a reply is appended as text too: the page never assigns innerHTML
+            page = srv.request("GET", "/")[2]
+            assert b"innerHTML" not in page and b"insertAdjacentHTML" not in page
 
         @case
         def test_browser_shows_an_error_for_a_bad_key():

@@ -156,35 +156,6 @@ static void (*const g_decode_f16[])(void *, const void *, uint16_t *, int64_t) =
 
 /* ---- the rotation ----------------------------------------------------------- */
 
-/* In place: the Walsh-Hadamard transform of g values (64 or 128), scaled by 1/sqrt(g). */
-static void wht(float *x, int g) {
-  for (int len = 1; len < g; len <<= 1)
-    for (int i = 0; i < g; i += len << 1)
-      for (int j = i; j < i + len; j++) {
-        const float a = x[j], b = x[j + len];
-        x[j] = a + b;
-        x[j + len] = a - b;
-      }
-  const float k = 1.0f / sqrtf((float)g);
-  for (int i = 0; i < g; i++) x[i] *= k;
-}
-
-/* One row: forward, in_dim values (zeros past them) to out_dim rotated ones;
-** inverse, out_dim values of the in_dim rotated ones' preimage. */
-static void rotate_row(const float *in, int64_t in_dim, float *out, int64_t out_dim,
-                       bool inverse) {
-  const int64_t n = inverse ? in_dim : out_dim; /* the rotated side: whole blocks */
-  const int g = turbo_group(n);
-  float x[TURBO_GROUP_MAX];
-  for (int64_t g0 = 0; g0 < n; g0 += g) {
-    for (int i = 0; i < g; i++)
-      x[i] = (g0 + i < in_dim ? in[g0 + i] : 0.0f) * turbo_sign((uint32_t)i, inverse ? 2 : 1);
-    wht(x, g);
-    for (int i = 0; i < g && g0 + i < out_dim; i++)
-      out[g0 + i] = x[i] * turbo_sign((uint32_t)i, inverse ? 1 : 2);
-  }
-}
-
 static int32_t g_rotate_op = -1; /* kv_turbo.rotate, registered once a process */
 
 static void rotate_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
@@ -197,8 +168,8 @@ static void rotate_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info
   int64_t done = 0;
   /* the host hands hooks contiguous rows, and the op's output is contiguous */
   for (int64_t r = ith; r < rows; r += nth, done++)
-    rotate_row((const float *)src[0].data + r * src[0].ne[0], src[0].ne[0],
-               (float *)dst->data + r * dst->ne[0], dst->ne[0], inverse);
+    turbo_rotate_row((const float *)src[0].data + r * src[0].ne[0], src[0].ne[0],
+                     (float *)dst->data + r * dst->ne[0], dst->ne[0], inverse);
   if (done) h->engaged(st->self, inverse ? "outputs_unrotated" : "rows_rotated", (uint64_t)done);
 }
 

@@ -2,13 +2,8 @@
 ** kv_turbo's formats, shared by its CPU reference (kv_turbo.c) and its CUDA
 ** kernels (cuda/turbo_cuda.cu). README.md describes them for users.
 **
-** Rotation: the head dim is stored at S = the next multiple of 64 (zeros past
-** it); S is cut into groups of G = 128 values when S is a multiple of 128, else
-** of 64, and each group x becomes y = D2 H D1 x, with D1, D2 fixed +-1 diagonals
-** and H the Walsh-Hadamard matrix scaled by 1/sqrt(G) (orthogonal, so y has x's
-** norm); the inverse is x = D1 H D2 y. Queries take the same rotation, so a
-** key's score needs no inverse; the attention output of rotated values is
-** rotated back once.
+** Rotation: rotation.h. Queries take the same rotation, so a key's score needs no
+** inverse; the attention output of rotated values is rotated back once.
 **
 ** Blocks: each 64 rotated values y (half a group of 128, or one of 64) are
 ** stored as an f16 scale s and, per value, the index of the Lloyd-Max centroid
@@ -26,32 +21,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifdef __CUDACC__
-#define TURBO_FN __host__ __device__ static inline
-#else
-#define TURBO_FN static inline
-#endif
-
-enum { TURBO_BLOCK = 64, TURBO_GROUP_MAX = 128 };
+#include "rotation.h"
 
 /* The tiers, by bits per index. */
 TURBO_FN int turbo_block_bytes(int bits) { return 2 + TURBO_BLOCK * bits / 8; }
-
-/* The stored dim of a head dim (whole blocks) and its rotation group. */
-TURBO_FN int64_t turbo_storage_dim(int64_t head_dim) {
-  return (head_dim + TURBO_BLOCK - 1) / TURBO_BLOCK * TURBO_BLOCK;
-}
-TURBO_FN int turbo_group(int64_t storage_dim) { return storage_dim % 128 == 0 ? 128 : 64; }
-
-/* The sign of position i (0..127) of diagonal d (1 or 2): a fixed hash, so every
-** build and backend agrees; a group of 64 takes positions 0..63. */
-TURBO_FN float turbo_sign(uint32_t i, uint32_t d) {
-  uint32_t x = (i + 1u) * 0x2545F491u ^ d * 0x9E3779B9u;
-  x ^= x >> 16;
-  x *= 0x7FEB352Du;
-  x ^= x >> 15;
-  return (x & 1u) ? -1.0f : 1.0f;
-}
 
 /* Index i (0..63) of a block's codes. */
 TURBO_FN int turbo_index(const uint8_t *block, int bits, int i) {

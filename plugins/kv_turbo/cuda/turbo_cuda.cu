@@ -1,8 +1,7 @@
 /*
 ** kv_turbo's kernels on the cuda backend (kv_turbo_cuda.so, opened by the host
 ** only on a cuda run); formats are turbo.h's, semantics kv_turbo.c's.
-**   rotate:  one block of G threads (64 or 128) a group of a row, the
-**            Walsh-Hadamard butterflies in shared memory;
+**   rotate:  rotation.cuh;
 **   encode:  one warp a block of 64 values (a lane two), the norm and the
 **            centroids' norm from warp sums, indices packed by shuffles and ballots;
 **   lift:    one warp a block, to f16 (the rotated values, s times the centroid);
@@ -27,6 +26,7 @@
 #include "tessera/plugin_cuda.h"
 
 #include "../turbo.h"
+#include "rotation.cuh"
 #include "../turbo_centroids.h"
 
 /* the tiers' centroids (f16-exact) and the boundaries between them */
@@ -74,26 +74,6 @@ static cudaError_t ready(int device) {
 
 /* ---- rotation ------------------------------------------------------------------ */
 
-__global__ void k_rotate(const float *src, int64_t in_dim, float *dst, int64_t out_dim,
-                         int64_t groups, int G, int inverse) {
-  __shared__ float v[TURBO_GROUP_MAX];
-  const int64_t row = blockIdx.x / groups, g0 = (blockIdx.x % groups) * G;
-  const int t = threadIdx.x;
-  const float x = g0 + t < in_dim ? src[row * in_dim + g0 + t] : 0.0f;
-  v[t] = x * turbo_sign((uint32_t)t, inverse ? 2 : 1);
-  __syncthreads();
-  for (int len = 1; len < G; len <<= 1) {
-    const bool low = (t & len) == 0;
-    const float a = v[low ? t : t - len], b = v[low ? t + len : t];
-    __syncthreads();
-    v[t] = low ? a + b : a - b;
-    __syncthreads();
-  }
-  if (g0 + t < out_dim)
-    dst[row * out_dim + g0 + t] =
-        v[t] * rsqrtf((float)G) * turbo_sign((uint32_t)t, inverse ? 1 : 2);
-}
-
 extern "C" TSR_PLUGIN_EXPORT void
 kv_turbo_rotate_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                      const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
@@ -105,12 +85,8 @@ kv_turbo_rotate_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *
   const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
   const int64_t graph = tsr_device_call_graph(call);
   if (graph != TSR_DEVICE_CALL_REPLAY && rows > 0) {
-    const int64_t rotated = inverse ? src[0].ne[0] : dst->ne[0]; /* whole blocks */
-    const int G = turbo_group(rotated);
-    const int64_t groups = rotated / G;
-    k_rotate<<<(unsigned)(rows * groups), G, 0, tsr_cuda_call_stream(call)>>>(
-        (const float *)src[0].data, src[0].ne[0], (float *)dst->data, dst->ne[0], groups, G,
-        inverse);
+    turbo_rotate_launch((const float *)src[0].data, src[0].ne[0], (float *)dst->data,
+                        dst->ne[0], rows, inverse, tsr_cuda_call_stream(call));
     tsr_cuda_call_finish((void *)host, call, "kv_turbo rotate");
   }
   /* counted once a call: on a capture the replays count */

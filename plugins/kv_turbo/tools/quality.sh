@@ -7,7 +7,8 @@
 #   quality.sh TESSERA TEXT OUT MODEL_OR_PROFILE CTX CHUNKS [PAIRS...]
 #
 # MODEL_OR_PROFILE: a .gguf (with the built-in default plugins and kv_turbo, on the cpu with
-# f32 activations) or a profile (.yaml, which must load kv_turbo). PAIRS: K/V pairs to run (default: the full list below);
+# f32 activations; QUALITY_PLUGINS replaces that plugin list, e.g. to add kv_tcq) or a
+# profile (.yaml, which must load the plugins of the codecs named). PAIRS: K/V pairs to run (default: the full list below);
 # K/V@N:BK/BV runs K/V with kv.boundary (the first and last N layers holding K/V at BK/BV,
 # - for a side the boundary leaves alone), e.g. turbo4/turbo4@1:q8_0/-.
 set -uo pipefail
@@ -19,7 +20,7 @@ if [[ $model == *.yaml ]]; then
 else
   # f32 products on the cpu, so that the table measures the codecs alone (the default 8-bit
   # activations recode every product's input, which moves with any KV change)
-  src=(-m "$model" --set "plugins=[arch_qwen, arch_gemma4, kv_turbo]"
+  src=(-m "$model" --set "plugins=[${QUALITY_PLUGINS:-arch_qwen, arch_gemma4, kv_turbo}]"
        --set "backend={name: cpu, activations: f32}")
 fi
 pairs=("$@")

@@ -11,7 +11,7 @@
 ** these tiers that decodes in register).
 */
 #include <math.h>
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +24,92 @@
 
 static const float g_book2[256] = {TCQ2_CODEBOOK}, g_book3[512] = {TCQ3_CODEBOOK};
 static const char *const g_names[TCQ_TIERS] = {"turbo2_tcq", "turbo3_tcq"};
-static const float *const g_books[TCQ_TIERS] = {g_book2, g_book3};
 
-/* The Viterbi encoder's arithmetic: f32 (the default, and what the CUDA encoder
-** matches bit for bit) or f64 (an audit: the exact least-squares path). Process-wide
-** like the codecs' dtypes; every live host must agree. */
-static atomic_int g_live_f32, g_live_f64;
-static atomic_bool g_f64;
+/* The process's codec configuration: the encoder's arithmetic (f32, which the CUDA
+** encoder matches bit for bit, or f64, an audit of the exact least-squares path) and the
+** codebooks (compiled in, or files the codebooks setting names). Dtypes are
+** process-wide, so every live engine must agree: the first one sets it. */
+static struct {
+  pthread_mutex_t lock;
+  int live;            /* engines using it */
+  bool f64;
+  char books_dir[1024]; /* "" for the compiled-in books */
+  float loaded[TCQ_TIERS][512];
+} g_config = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static const float *g_books[TCQ_TIERS] = {g_book2, g_book3};
+
+/* A codebook file (tools/codebook_header.py's format): '#' lines, then
+** "kv_tcq-codebook 1 NAME N" and N f16-exact values, one a line. */
+static tsr_status load_book(const struct tsr_host *h, const char *dir, int tier, float *out) {
+  char path[1100], line[256];
+  const int n = tcq_states(tcq_step_bits(tier));
+  snprintf(path, sizeof path, "%s/%s.txt", dir, g_names[tier]);
+  FILE *f = fopen(path, "r");
+  if (!f) return h->set_error(TSR_ERR_IO, "kv_tcq codebooks: cannot open %s", path);
+  int got = -1, lineno = 0;
+  tsr_status s = TSR_OK;
+  while (s == TSR_OK && fgets(line, sizeof line, f)) {
+    lineno++;
+    line[strcspn(line, "\r\n")] = 0;
+    if (line[0] == '#' || !line[0]) continue;
+    if (got < 0) {
+      char head[64];
+      snprintf(head, sizeof head, "kv_tcq-codebook 1 %s %d", g_names[tier], n);
+      if (strcmp(line, head))
+        s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s:%d: expected '%s'", path, lineno,
+                         head);
+      got = 0;
+      continue;
+    }
+    char *end = NULL;
+    const float v = strtof(line, &end);
+    if (end == line || *end || !isfinite(v) || (float)(_Float16)v != v)
+      s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s:%d: '%.40s' is not an f16-exact "
+                       "finite number", path, lineno, line);
+    else if (got >= n)
+      s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s:%d: more than %d values", path,
+                       lineno, n);
+    else
+      out[got++] = v;
+  }
+  fclose(f);
+  if (s == TSR_OK && got != n)
+    s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s: %d values, not %d", path,
+                     got < 0 ? 0 : got, n);
+  return s;
+}
+
+/* Joins the process's configuration, or sets it when no engine holds one. */
+static tsr_status config_join(const struct tsr_host *h, bool f64, const char *books_dir) {
+  pthread_mutex_lock(&g_config.lock);
+  tsr_status s = TSR_OK;
+  if (g_config.live > 0 && (g_config.f64 != f64 || strcmp(g_config.books_dir, books_dir))) {
+    s = h->set_error(TSR_ERR_UNSUPPORTED, "kv_tcq: viterbi %s with codebooks '%s', while "
+                     "another engine of this process encodes with viterbi %s and codebooks "
+                     "'%s': the codecs are process-wide", f64 ? "f64" : "f32", books_dir,
+                     g_config.f64 ? "f64" : "f32", g_config.books_dir);
+  } else if (g_config.live == 0) {
+    if (strlen(books_dir) >= sizeof g_config.books_dir)
+      s = h->set_error(TSR_ERR_INVALID_ARG, "kv_tcq codebooks: the path is too long");
+    for (int t = 0; t < TCQ_TIERS && s == TSR_OK && books_dir[0]; t++)
+      s = load_book(h, books_dir, t, g_config.loaded[t]);
+    if (s == TSR_OK) {
+      g_config.f64 = f64;
+      snprintf(g_config.books_dir, sizeof g_config.books_dir, "%s", books_dir);
+      for (int t = 0; t < TCQ_TIERS; t++)
+        g_books[t] = books_dir[0] ? g_config.loaded[t] : t ? g_book3 : g_book2;
+    }
+  }
+  if (s == TSR_OK) g_config.live++;
+  pthread_mutex_unlock(&g_config.lock);
+  return s;
+}
+
+static void config_leave(void) {
+  pthread_mutex_lock(&g_config.lock);
+  g_config.live--;
+  pthread_mutex_unlock(&g_config.lock);
+}
 
 /* ---- one block -------------------------------------------------------------- */
 
@@ -101,7 +180,7 @@ static void encode_block(int tier, const float *y, uint8_t *block) {
     scale = (_Float16)NAN; /* a NaN or inf row stays visibly broken */
   } else if (norm > 0) {
     uint8_t steps[TCQ_BLOCK];
-    if (atomic_load(&g_f64)) viterbi_f64(book, k, u, TCQ_BLOCK, steps);
+    if (g_config.f64) viterbi_f64(book, k, u, TCQ_BLOCK, steps);
     else viterbi_f32(book, k, u, TCQ_BLOCK, steps);
     for (int t = 0; t < TCQ_BLOCK; t++) {
       const int bit = k * t;
@@ -309,6 +388,9 @@ static const struct tsr_plugin_setting g_settings[] = {
      "tools/train_codebook.py (cpu backend only); empty: off"},
     {"dump_max_blocks", TSR_SETTING_INT, 1, 1e9, "400000", NULL,
      "dump_blocks stops after this many blocks"},
+    {"codebooks", TSR_SETTING_STRING, 1, 0, "", NULL,
+     "a directory of codebook files (turbo2_tcq.txt, turbo3_tcq.txt, as codebooks/ holds) to "
+     "use instead of the compiled-in books (cpu backend only); empty: the compiled-in"},
 };
 #define N_SETTINGS (sizeof g_settings / sizeof g_settings[0])
 
@@ -333,22 +415,25 @@ static tsr_status register_ops(const struct tsr_host *h, struct tsr_plugin *self
   return s;
 }
 
+/* The settings; *cpu_only when one of them runs on the cpu alone. */
 static tsr_status settings_init(const struct tsr_host *h, struct tsr_plugin *self,
-                                struct tcq_state *st, bool *f64) {
-  const char *precision = NULL, *path = NULL;
+                                struct tcq_state *st, bool *cpu_only) {
+  const char *precision = NULL, *path = NULL, *books = NULL;
   int64_t max_blocks = 0;
   tsr_status s = h->setting_str(self, "viterbi", &precision);
   if (s == TSR_OK) s = h->setting_str(self, "dump_blocks", &path);
   if (s == TSR_OK) s = h->setting_i64(self, "dump_max_blocks", &max_blocks);
+  if (s == TSR_OK) s = h->setting_str(self, "codebooks", &books);
   if (s != TSR_OK) return s;
-  *f64 = !strcmp(precision, "f64");
-  if (*f64 ? atomic_load(&g_live_f32) > 0 : atomic_load(&g_live_f64) > 0)
-    return h->set_error(TSR_ERR_UNSUPPORTED, "kv_tcq: viterbi: %s while another engine of this "
-                        "process encodes with %s: the encoder is process-wide", precision,
-                        *f64 ? "f32" : "f64");
+  const bool f64 = !strcmp(precision, "f64");
+  *cpu_only = f64 || path[0] || books[0];
+  if ((s = config_join(h, f64, books)) != TSR_OK) return s;
+  st->joined = true;
   if (!path[0]) return TSR_OK;
   if (!(st->dump_path = strdup(path))) return h->set_error(TSR_ERR_NOMEM, "kv_tcq: out of memory");
   st->dump_left = max_blocks;
+  if (!(st->dump = fopen(st->dump_path, "wb")))
+    return h->set_error(TSR_ERR_IO, "kv_tcq: dump_blocks: cannot write %s", st->dump_path);
   return TSR_OK;
 }
 
@@ -357,16 +442,13 @@ static tsr_status tcq_init(const struct tsr_host *h, struct tsr_plugin *self) {
   if (!st) return h->set_error(TSR_ERR_NOMEM, "kv_tcq: out of memory");
   st->host = h, st->self = self;
   h->set_state(self, st);
-  bool f64 = false;
-  tsr_status s = settings_init(h, self, st, &f64);
+  bool cpu_only = false;
+  tsr_status s = settings_init(h, self, st, &cpu_only);
   if (s == TSR_OK) s = register_ops(h, self);
-  if (s == TSR_OK && st->dump_path && !(st->dump = fopen(st->dump_path, "wb")))
-    s = h->set_error(TSR_ERR_IO, "kv_tcq: dump_blocks: cannot write %s", st->dump_path);
   static const char *const encode[] = {"kv_tcq_encode2_cuda", "kv_tcq_encode3_cuda"};
   static const char *const lift[] = {"kv_tcq_lift2_cuda", "kv_tcq_lift3_cuda"};
-  /* the f64 audit, dumping and the cpu-only ops run on the cpu: profile check refuses
+  /* the f64 audit, dumping and loaded codebooks are the cpu's: profile check refuses
   ** them on another backend */
-  const bool cpu_only = f64 || st->dump_path;
   for (int t = 0; t < TCQ_TIERS && s == TSR_OK; t++) {
     const struct tsr_kv_codec_kernels cuda = {
         .backend = "cuda",
@@ -400,18 +482,13 @@ static tsr_status tcq_init(const struct tsr_host *h, struct tsr_plugin *self) {
     const struct tsr_kv_codec_v1 *got = s == TSR_OK ? h->find_kv_codec(self, codec.name, 0) : NULL;
     if (got) g_cuda.dtype[t] = got->dtype;
   }
-  if (s == TSR_OK) {
-    atomic_fetch_add(f64 ? &g_live_f64 : &g_live_f32, 1);
-    atomic_store(&g_f64, f64);
-    st->counted = true, st->f64 = f64;
-  }
   return s;
 }
 
 static void tcq_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
   struct tcq_state *st = h->get_state(self);
   if (!st) return;
-  if (st->counted) atomic_fetch_sub(st->f64 ? &g_live_f64 : &g_live_f32, 1);
+  if (st->joined) config_leave();
   if (st->dump && fclose(st->dump) != 0)
     h->log(self, TSR_LOG_ERROR, "dump_blocks: closing %s failed", st->dump_path);
   free(st->dump_path);

@@ -65,8 +65,7 @@ struct tcq_state {
   char *dump_path;  /* dump_blocks: where the rotated blocks go, NULL when off */
   void *dump;       /* FILE *, open while dumping */
   int64_t dump_left;
-  bool f64;     /* viterbi: f64 */
-  bool counted; /* among the process's live engines of its precision */
+  bool joined; /* holds the process's codec configuration (kv_tcq.c) */
 };
 
 TURBO_FN struct tcq_state *tcq_state_of(const int32_t *params) {

@@ -24,7 +24,8 @@
 #            (TESSERA_CUDA_ATTN_GQA_DECODE=0) and on the GQA decode kernel never staged (=1)
 #   turbo    (not in the default list) kv_turbo: the Qwen3-8B and Gemma-4-26B-A4B shapes in
 #            q4_K_M, pp2048 and tg64 at 0 and each depth (filled by positions) with f16, q8_0,
-#            turbo3 and turbo4 K/V (PERF_TURBO_KV, PERF_TURBO_N, PERF_TURBO_LIKE); those of
+#            turbo3 and turbo4 K/V (PERF_TURBO_KV, PERF_TURBO_N, PERF_TURBO_LIKE; kv_tcq's tiers
+#            may be named too); those of
 #            PERF_TURBO_UNSTAGED again with TESSERA_CUDA_ATTN_GQA_DECODE=1
 #   sparse   (not in the default list) sparse_v: the Gemma-4-26B-A4B shape in q4_K_M with q8_0
 #            K/V, decode (tg PERF_SPARSE_N, 32) at each of PERF_SPARSE_DEPTHS (65536 131072
@@ -179,7 +180,7 @@ for part in $parts; do
       [ "$like" = gemma-4-26b-a4b ] && extra=${PERF_CUT_MOE:-} || extra=
       gen "$m" --like "$like" --type q4_K_M --random-codes $extra || continue
       for kv in ${PERF_TURBO_KV:-f16 q8_0 turbo3 turbo4}; do
-        printf 'model: %s\nbackend: %s\nkv: {k: %s, v: %s}\nplugins: [arch_qwen, arch_gemma4, kv_turbo]\n' \
+        printf 'model: %s\nbackend: %s\nkv: {k: %s, v: %s}\nplugins: [arch_qwen, arch_gemma4, kv_turbo, kv_tcq]\n' \
           "$out/$m.gguf" "$backend" "$kv" "$kv" >"$out/$m.$kv.yaml"
         bench "$m.$kv" "" --profile "$out/$m.$kv.yaml" -p "${pp%%,*}" -n "${PERF_TURBO_N:-64}" \
           -d "0,$(echo "$depths" | tr ' ' ',')" -r "$reps" --depth-fill positions

@@ -15,13 +15,14 @@
 #       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
 #       with DCA: cpu against cuda), and the benchmarks; prints a summary table last.
 #       Exit status 0 iff nothing failed. Sections (all by default; name some after
-#       RUN_DIR to run only those): loader ops models dca codec turbo sparse spec run serve bench
+#       RUN_DIR to run only those): loader ops models dca codec turbo tcq sparse spec run serve bench
 #       tbench.
 #       spec: speculation through the out-of-tree example speculator on cuda, a dense and
 #       a hybrid (linear layers) model (tests/plugins/test_speculator).
 #       codec: the out-of-tree example codec (tests/plugins/example_codec) through flash and
 #       dca on cuda, against f16 KV (tests/plugins/test_codec_hooks).
 #       turbo: kv_turbo's tiers on cuda (plugins/kv_turbo/tests/test_turbo_model.c).
+#       tcq: kv_tcq's tiers on cuda (plugins/kv_tcq/tests/test_tcq_codec.c, test_tcq_model.c).
 #       sparse: sparse_v's V skipping on cuda against the cpu, through flash and dca
 #       (plugins/sparse_v/tests/test_sparse_v.c).
 #       tbench: `tessera bench` on a model gen-model makes (env TBENCH_LIKE, default
@@ -75,6 +76,7 @@ build)
   # the out-of-tree example codec, built against the installed headers (codec section)
   cp "$b/tests/plugins/test_codec_hooks" "$b/tests/plugins/test_speculator" \
      "$b/plugins/kv_turbo/tests/test_kv_turbo_model" "$b/plugins/kv_turbo/tests/test_kv_turbo_codec" \
+     "$b/plugins/kv_tcq/tests/test_kv_tcq_model" "$b/plugins/kv_tcq/tests/test_kv_tcq_codec" \
      "$b/plugins/sparse_v/tests/test_sparse_v" "$run/" &&
     bash tests/plugins/build_out_of_tree.sh "$b" "$run/oot" >/dev/null &&
     rm -rf "$run/oot/root" "$run/oot/abi1" "$run/oot/next_major" "$run/oot/newer_minor" ||
@@ -314,6 +316,25 @@ check|sanitize)
       row "kv_turbo fixtures cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$out/turbo.log" | cut -c1-120)"
     fi
     grep -vE '^\[attn_dca\] info' "$out/turbo.log" | tail -60
+    rm -f "$m1" "$m2"
+  fi
+
+  if want tcq; then
+    # kv_tcq on cuda: the encoder's bytes against the cpu's, the read kernel and the lift
+    # against the cpu, and the tiers and mixed pairs through flash and dca on the fixtures
+    echo "== kv_tcq on backend cuda"
+    m1="$out/qwen3_tied.tcq.gguf" m2="$out/gemma4_dense.tcq.gguf"
+    if "$b/core/cli/tessera" convert "$fixtures/qwen3_tied" "$m1" --outtype f32 >"$out/convert.log" 2>&1 &&
+       "$b/core/cli/tessera" convert "$fixtures/gemma4_dense" "$m2" --outtype f32 >>"$out/convert.log" 2>&1 &&
+       TESSERA_PLUGIN_PATH="$b/plugins" "$b/test_kv_tcq_codec" --with-turbo --backend cuda >"$out/tcq.log" 2>&1 &&
+       TESSERA_PLUGIN_PATH="$b/plugins" "$b/test_kv_tcq_model" --backend cuda --with-turbo "$out" \
+         "$m1" "$fixtures/qwen3_tied/golden.gguf" "$m2" "$fixtures/gemma4_dense/golden.gguf" \
+         >>"$out/tcq.log" 2>&1; then
+      row "kv_tcq fixtures cuda" PASS "$(grep -c '^ok' "$out/tcq.log") tests"
+    else
+      row "kv_tcq fixtures cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$out/tcq.log" | cut -c1-120)"
+    fi
+    grep -vE '^\[attn_dca\] info' "$out/tcq.log" | tail -60
     rm -f "$m1" "$m2"
   fi
 

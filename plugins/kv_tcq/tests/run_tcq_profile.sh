@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `tessera profile check` on kv_tcq profiles: the composition names each tier and how it is
 # read on each backend, the memory plan counts its blocks (1M tokens of turbo3_tcq on
-# Gemma-4-26B-A4B's full layers), and the cpu-only settings are refused on cuda.
+# Gemma-4-26B-A4B's full layers), codebook files are read as hostile input, and the
+# cpu-only settings are refused on cuda.
 # usage: run_tcq_profile.sh TESSERA SOURCE_DIR OUT_DIR
 set -uo pipefail
 tessera=$1 src=$2 out=$3
@@ -62,5 +63,23 @@ expect dumping_on_cuda_is_refused 2 \
 expect an_unknown_precision_is_refused 2 "viterbi" "f16" -- \
   "$profile" --set model="$out/g26.gguf" \
   --set "plugins=[arch_gemma4, attn_dca, {name: kv_tcq, settings: {viterbi: f16}}]"
-rm -f "$out/g26.gguf" "$out/d.bin"
+# codebooks: the source's books load on the cpu; a malformed book is refused naming its
+# file and line; the setting is the cpu's
+mkdir -p "$out/books" "$out/bad"
+cp "$src/plugins/kv_tcq/codebooks/"*.txt "$out/books/"
+cp "$out/books/"*.txt "$out/bad/"
+line=$(grep -n '^kv_tcq-codebook' "$out/bad/turbo3_tcq.txt" | cut -d: -f1)
+sed -i "$((line + 3))s/.*/1.1/" "$out/bad/turbo3_tcq.txt"
+cpu_books() { echo "plugins=[arch_gemma4, attn_dca, {name: kv_tcq, settings: {codebooks: $1}}]"; }
+expect codebooks_load_on_the_cpu 0 "K turbo3_tcq (kv_tcq 1.0.0" -- \
+  "$profile" --set model="$out/g26.gguf" --set backend=cpu --set "$(cpu_books "$out/books")"
+expect a_malformed_codebook_is_refused_naming_its_line 2 \
+  "$out/bad/turbo3_tcq.txt:$((line + 3)): '1.1' is not an f16-exact finite number" -- \
+  "$profile" --set model="$out/g26.gguf" --set backend=cpu --set "$(cpu_books "$out/bad")"
+expect a_missing_codebook_is_refused 2 "kv_tcq codebooks: cannot open $out/none/turbo2_tcq.txt" -- \
+  "$profile" --set model="$out/g26.gguf" --set backend=cpu --set "$(cpu_books "$out/none")"
+expect codebooks_on_cuda_are_refused 2 \
+  "K codec turbo3_tcq (kv_tcq 1.0.0) has no cuda encoder (it runs on: cpu)" -- \
+  "$profile" --set model="$out/g26.gguf" --set "$(cpu_books "$out/books")"
+rm -rf "$out/g26.gguf" "$out/d.bin" "$out/books" "$out/bad"
 exit $status

@@ -16,7 +16,9 @@
 ** and on cuda (--backend cuda; tests/gpu/run.sh check RUN tcq):
 **   - cuda = cpu: each tier within half its own distance from f32 of the cpu's result
 **     (plus f16 KV's).
-** usage: test_tcq_model [--backend cuda] [--with-turbo] OUT_DIR MODEL.gguf GOLDEN.gguf
+**   - (--books DIR, the source's codebooks/) the books loaded by the codebooks setting give
+**     the compiled-in books' logits bit for bit, and a changed book changes them;
+** usage: test_tcq_model [--backend cuda] [--with-turbo] [--books DIR] OUT_DIR MODEL.gguf GOLDEN.gguf
 **        [MODEL GOLDEN]...
 */
 #include <math.h>
@@ -36,6 +38,7 @@ static const char *g_out, *g_backend = "cpu", *g_model;
 static const char *g_kv_more = ""; /* more keys of the profile's kv map: ", boundary: {...}" */
 static const char *g_tcq_settings = ""; /* kv_tcq's settings map, "" for none */
 static bool g_with_turbo;                /* --with-turbo: kv_turbo is built, compare its tiers */
+static const char *g_books;              /* --books DIR: the source's codebooks */
 static bool g_refusal; /* the engine is expected to refuse the profile: run says so quietly */
 static struct tsr_test_golden g_gs;
 static size_t g_n;
@@ -248,14 +251,43 @@ static void test_audit_and_dump(void) {
   free(f32.logits), free(t32.logits), free(t64.logits), free(dumped.logits);
 }
 
+/* codebooks: the source's books loaded from files give the compiled-in books' logits bit
+** for bit; the same books with turbo3_tcq's values halved give others. */
+static void test_loaded_codebooks(void) {
+  if (strcmp(g_backend, "cpu") || !g_books) return; /* the setting is the cpu's */
+  char dir[1100], half[1100], cmd[8192], settings[1200];
+  snprintf(dir, sizeof dir, "%s/books", g_out);
+  snprintf(half, sizeof half, "%s/books_half", g_out);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s' && cp '%s'/turbo2_tcq.txt '%s'/turbo3_tcq.txt '%s' && "
+           "cp '%s'/turbo2_tcq.txt '%s' && awk 'h { printf \"%%.17g\\n\", $1 / 2; next } { print } "
+           "/^kv_tcq-codebook/ { h = 1 }' '%s'/turbo3_tcq.txt > '%s'/turbo3_tcq.txt", dir, half,
+           g_books, g_books, dir, dir, half, dir, half);
+  CHECK_MSG(system(cmd) == 0, "could not copy the codebooks: %s", cmd);
+  struct result built, loaded, halved;
+  bool ok = run("cpu", "turbo3_tcq", "turbo2_tcq", "flash", 16, &built);
+  snprintf(settings, sizeof settings, "codebooks: %s", dir);
+  g_tcq_settings = settings;
+  ok = run("cpu", "turbo3_tcq", "turbo2_tcq", "flash", 16, &loaded) && ok;
+  snprintf(settings, sizeof settings, "codebooks: %s", half);
+  ok = run("cpu", "turbo3_tcq", "turbo2_tcq", "flash", 16, &halved) && ok;
+  g_tcq_settings = "";
+  if (!ok) return;
+  printf("  %s: loaded books %.3e from the compiled-in, halved turbo3_tcq book %.3e\n", g_model,
+         rms(loaded.logits, built.logits), rms(halved.logits, built.logits));
+  CHECK(rms(loaded.logits, built.logits) == 0);
+  CHECK(rms(halved.logits, built.logits) > 0);
+  free(built.logits), free(loaded.logits), free(halved.logits);
+}
+
 int main(int argc, char **argv) {
   for (;;) {
     if (argc > 2 && !strcmp(argv[1], "--backend")) g_backend = argv[2], argc -= 2, argv += 2;
+    else if (argc > 2 && !strcmp(argv[1], "--books")) g_books = argv[2], argc -= 2, argv += 2;
     else if (argc > 1 && !strcmp(argv[1], "--with-turbo")) g_with_turbo = true, argc--, argv++;
     else break;
   }
   if (argc < 4 || (argc - 2) % 2) {
-    fprintf(stderr, "usage: %s [--backend cuda] [--with-turbo] OUT_DIR MODEL.gguf GOLDEN.gguf "
+    fprintf(stderr, "usage: %s [--backend cuda] [--with-turbo] [--books DIR] OUT_DIR MODEL.gguf GOLDEN.gguf "
             "[MODEL GOLDEN]...\n", argv[0]);
     return 2;
   }
@@ -270,6 +302,7 @@ int main(int argc, char **argv) {
     TSR_RUN(test_tiers_and_pairs);
     TSR_RUN(test_decode_equals_prefill);
     TSR_RUN(test_audit_and_dump);
+    TSR_RUN(test_loaded_codebooks);
     tsr_gguf_close(gold);
   }
   return TSR_TEST_EXIT();

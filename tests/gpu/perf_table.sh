@@ -47,7 +47,8 @@
 #            at 1M and the device memory at its peak, into OUT/dca1m.json (PERF_1M_CONTEXT
 #            overrides the profile's context, for the CPU test; PERF_1M_FILL=positions fills
 #            the depth without compute, tessera bench --depth-fill positions: the decode at
-#            1M without the fill's 25 minutes, said so in the output)
+#            1M without the fill's 25 minutes, said so in the output; PERF_1M_PROFILE runs
+#            another profile of that model, e.g. conf/gemma4-26b-a4b-1m-tcq.yaml)
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
 #            prefill at D 128 and 512) into OUT/ncu_*.log
@@ -238,11 +239,12 @@ for part in $parts; do
     ub=${PERF_1M_UBATCH:-2048}
     sets=(--set model="$(cd "$out" && pwd)/g26_1m.gguf" --set backend="$backend" --set ubatch="$ub"
           --set batch="$ub" ${PERF_1M_CONTEXT:+--set context=$PERF_1M_CONTEXT})
-    echo "== dca1m: the composition and memory plan ($(date +%T))"
-    "$b/core/cli/tessera" profile check conf/gemma4-26b-a4b-1m-dca.yaml "${sets[@]}" |
+    profile=${PERF_1M_PROFILE:-conf/gemma4-26b-a4b-1m-dca.yaml}
+    echo "== dca1m: $profile, the composition and memory plan ($(date +%T))"
+    "$b/core/cli/tessera" profile check "$profile" "${sets[@]}" |
       sed -n '/^composition/,$p' || fails=$((fails + 1))
     echo "== dca1m ($(date +%T))"
-    if ! "$b/core/cli/tessera" bench --profile conf/gemma4-26b-a4b-1m-dca.yaml "${sets[@]}" \
+    if ! "$b/core/cli/tessera" bench --profile "$profile" "${sets[@]}" \
          -p 0 -n "${PERF_1M_N:-32}" -d "${PERF_1M_DEPTH:-1048544}" -r 1 --warmup 0 \
          --progress "${PERF_1M_PROGRESS:-65536}" --depth-fill "${PERF_1M_FILL:-compute}" \
          --json "$out/dca1m.json"; then

@@ -20,6 +20,8 @@ on the training and the held-out blocks, beside the scalar Lloyd-Max quantizer's
 
     train_codebook.py --tier turbo3_tcq (--synthetic N | --data F...) [--side k|v|both]
                       [--iters 12] [--holdout 5] [--max-blocks N] --out BOOK.txt
+    train_codebook.py --eval BOOK.txt (--synthetic N | --data F...) [--side k|v|both]
+        the book's MSE a value on the training and held-out blocks of that data
     train_codebook.py --check BOOK.txt [--data F...]
         retrains with the arguments BOOK.txt records (its data files given again, their
         sha256 compared) and exits 1 when a value differs.
@@ -210,6 +212,7 @@ def parser():
     ap.add_argument("--chunk", type=int, default=8192)
     ap.add_argument("--out")
     ap.add_argument("--check")
+    ap.add_argument("--eval")
     return ap
 
 
@@ -229,6 +232,16 @@ def main():
                   % (a.check, len(bad), len(want), bad[0], book[bad[0]], want[bad[0]]))
             return 1
         print("%s: reproduced (%d values)" % (a.check, len(want)))
+        return 0
+    if a.eval:
+        _, _, book = read_book(a.eval)
+        k = {256: 2, 512: 3}[len(book)]
+        u, _ = load(a)
+        held = np.arange(len(u)) % a.holdout == a.holdout - 1
+        for name, x in (("train", u[~held]), ("held-out", u[held])):
+            m, sm = mse(book, k, x, a.chunk), scalar_mse(k, x)
+            print("%s on %s: %d blocks, MSE %.6f against scalar %.6f (%.1f%% lower)"
+                  % (a.eval, name, len(x), m, sm, 100 * (1 - m / sm)))
         return 0
     if not a.tier or not a.out or (not a.synthetic) == (not a.data):
         parser().error("--tier, --out and one of --synthetic / --data are needed")

@@ -136,27 +136,39 @@ static double block_normalize(const float *y, float *u) {
   return norm;
 }
 
+/* The Viterbi's loops in AVX2 where the CPU has it (the same operations, each rounded
+** alike: the build contracts no multiply-add). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TCQ_VECTOR __attribute__((target_clones("avx2", "default")))
+#else
+#define TCQ_VECTOR
+#endif
+
 /* The path minimising sum (u_t - book[s_t])^2 over n steps (a block's 64) from
 ** s_{-1} = 0: the steps o_t, k bits each. A state's predecessors ((s & 63) << k) | p share s's low 6 bits, so each step
 ** takes 64 minima; a tie takes the lowest p, and the final state the lowest index. */
 #define VITERBI(NAME, T)                                                                   \
-  static void NAME(const float *book, int k, const float *u, int n_steps, uint8_t *steps) { \
+  TCQ_VECTOR static void NAME(const float *book, int k, const float *u, int n_steps,        \
+                              uint8_t *steps) {                                            \
     const int n = tcq_states(k), np = 1 << k;                                              \
     T cost[512], best[64];                                                                 \
     uint8_t back[TCQ_BLOCK][64];                                                           \
     for (int s = 0; s < n; s++) cost[s] = s ? (T)INFINITY : 0;                             \
     for (int t = 0; t < n_steps; t++) {                                                    \
-      for (int m = 0; m < 64; m++) {                                                       \
-        T b = cost[m << k];                                                                \
-        int arg = 0;                                                                       \
-        for (int p = 1; p < np; p++)                                                       \
-          if (cost[m << k | p] < b) b = cost[m << k | p], arg = p;                         \
-        best[m] = b, back[t][m] = (uint8_t)arg;                                            \
-      }                                                                                    \
-      for (int s = 0; s < n; s++) {                                                        \
-        const T d = (T)u[t] - (T)book[s], dd = d * d;                                      \
-        cost[s] = best[s & 63] + dd;                                                       \
-      }                                                                                    \
+      /* p ascending, each m's minimum kept unless strictly beaten: loops that vectorize */ \
+      for (int m = 0; m < 64; m++) best[m] = cost[m << k], back[t][m] = 0;                 \
+      for (int p = 1; p < np; p++)                                                         \
+        for (int m = 0; m < 64; m++) {                                                     \
+          const T c = cost[m << k | p];                                                    \
+          const bool lower = c < best[m];                                                  \
+          best[m] = lower ? c : best[m];                                                   \
+          back[t][m] = lower ? (uint8_t)p : back[t][m];                                    \
+        }                                                                                  \
+      for (int hi = 0; hi < n; hi += 64)                                                   \
+        for (int m = 0; m < 64; m++) {                                                     \
+          const T d = (T)u[t] - (T)book[hi + m], dd = d * d;                               \
+          cost[hi + m] = best[m] + dd;                                                     \
+        }                                                                                  \
     }                                                                                      \
     int s = 0;                                                                             \
     for (int i = 1; i < n; i++)                                                            \

@@ -4,6 +4,8 @@
 **   - Viterbi = every path: on sequences short enough to try all of them (5 steps of
 **     turbo3_tcq, 7 of turbo2_tcq), the f64 encoder finds the least-cost path and the
 **     f32 one a path of the same cost within f32 rounding;
+**   - the encoder (vectorized where the CPU allows) takes the steps the search written
+**     plainly takes, ties included;
 **   - the trellis earns its bits: end to end (rotation, blocks, inverse rotation) the
 **     per-coordinate MSE on Gaussian rows is below the scalar Lloyd-Max quantizer's of
 **     the same rate (kv_turbo's turbo2 / turbo3, measured the same way);
@@ -123,6 +125,63 @@ static void test_viterbi_finds_the_least_cost_path_among_all(void) {
     printf("  %s: 20 sequences of %d steps, %lld paths each: f64 = exhaustive; f32 at most "
            "%.2e above\n", g_names[tier], n, (long long)paths, worst_f32);
   }
+}
+
+/* The encoder (vectorized where the CPU allows) against the search written plainly, one
+** state at a time in f32 with the same roundings: the same steps for every block, so the
+** CUDA encoder, which matches the plain search, matches the plugin on every CPU. */
+static void plain_viterbi(const float *book, int k, const float *u, uint8_t *steps) {
+  const int n = tcq_states(k);
+  float cost[512], next[512];
+  uint8_t back[TCQ_BLOCK][512];
+  for (int s = 0; s < n; s++) cost[s] = s ? INFINITY : 0.0f;
+  for (int t = 0; t < TCQ_BLOCK; t++) {
+    for (int s = 0; s < n; s++) {
+      const int m = s & 63;
+      float b = cost[m << k];
+      int arg = 0;
+      for (int p = 1; p < 1 << k; p++)
+        if (cost[m << k | p] < b) b = cost[m << k | p], arg = p;
+      volatile float d = u[t] - book[s], dd = d * d; /* two roundings, whatever the build */
+      next[s] = b + dd, back[t][s] = (uint8_t)arg;
+    }
+    memcpy(cost, next, sizeof cost);
+  }
+  int s = 0;
+  for (int i = 1; i < n; i++)
+    if (cost[i] < cost[s]) s = i;
+  for (int t = TCQ_BLOCK - 1; t >= 0; t--) {
+    steps[t] = (uint8_t)(s >> TCQ_LOW_BITS);
+    s = (s & 63) << k | back[t][s];
+  }
+}
+
+static void test_encoder_equals_the_plain_search(void) {
+  const int64_t blocks = 3000;
+  float *y = malloc(sizeof(float) * TCQ_BLOCK * blocks);
+  tsr_test_seed(17);
+  for (int64_t i = 0; i < TCQ_BLOCK * blocks; i++) /* ties too: values on a coarse grid */
+    y[i] = i / TCQ_BLOCK % 3 == 0 ? (float)(int)(2 * tsr_test_normal()) : tsr_test_normal();
+  for (int t = 0; t < TCQ_TIERS; t++) {
+    const struct tsr_kv_codec_v1 *c = codec(t);
+    const int k = tcq_step_bits(t);
+    uint8_t *bytes = calloc((size_t)blocks, c->block_bytes);
+    c->encode_rows(c->ctx, y, bytes, TCQ_BLOCK * blocks);
+    int64_t differ = 0;
+    for (int64_t b = 0; b < blocks; b++) {
+      float u[TCQ_BLOCK];
+      uint8_t want[TCQ_BLOCK];
+      if (!(block_normalize(y + b * TCQ_BLOCK, u) > 0)) continue;
+      plain_viterbi(g_books[t], k, u, want);
+      for (int i = 0; i < TCQ_BLOCK; i++)
+        differ += want[i] != tcq_state(bytes + b * c->block_bytes, k, i) >> TCQ_LOW_BITS;
+    }
+    printf("  %s: %lld of %lld steps differ from the plain search\n", g_names[t],
+           (long long)differ, (long long)(TCQ_BLOCK * blocks));
+    CHECK_MSG(differ == 0, "%s: %lld steps differ", g_names[t], (long long)differ);
+    free(bytes);
+  }
+  free(y);
 }
 
 static void test_mse_below_the_scalar_quantizer_of_the_same_rate(void) {
@@ -471,6 +530,7 @@ int main(int argc, char **argv) {
   }
   if (!g_with_turbo) printf("kv_turbo is not in this build: pairs with its tiers left out\n");
   TSR_RUN(test_viterbi_finds_the_least_cost_path_among_all);
+  TSR_RUN(test_encoder_equals_the_plain_search);
   TSR_RUN(test_mse_below_the_scalar_quantizer_of_the_same_rate);
   TSR_RUN(test_round_trip_against_the_f64_audit);
   TSR_RUN(test_decoded_block_keeps_its_norm);

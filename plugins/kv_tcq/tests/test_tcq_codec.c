@@ -33,57 +33,22 @@
 #include "graph/backend.h"
 #include "graph/graph.h"
 #include "tests/harness.h"
+#include "tests/codec_test_util.h"
 
 static struct tsr_plugin_host *g_host;
 static struct tsr_backend *g_cpu, *g_be; /* g_be: the backend under test */
 static bool g_with_turbo;                /* --with-turbo: kv_turbo is built, mix its tiers in */
+
+static float *hook(const struct tsr_kv_codec_v1 *c, const float *x, int64_t in_dim,
+                   int64_t rows, bool inverse, int64_t out_dim) {
+  return tsr_test_codec_hook(g_cpu, c, x, in_dim, rows, inverse, out_dim);
+}
 static const float g_scalar_mse[TCQ_TIERS] = {TURBO2_MSE, TURBO3_MSE};
 
 static const struct tsr_kv_codec_v1 *codec_named(const char *name) {
   return tsr_plugin_host_kv_codec(g_host, name, NULL);
 }
 static const struct tsr_kv_codec_v1 *codec(int t) { return codec_named(g_names[t]); }
-
-/* x [in_dim, rows] through the codec's prepare_rows (forward) or finish_out (inverse, to
-** out_dim) on the cpu */
-static float *hook(const struct tsr_kv_codec_v1 *c, const float *x, int64_t in_dim,
-                   int64_t rows, bool inverse, int64_t out_dim) {
-  struct tsr_graph *g = tsr_graph_new(16);
-  struct tsr_tensor *in = tsr_new_external(g, TSR_F32, 2, (int64_t[]){in_dim, rows}, (void *)x);
-  const struct tsr_kv_codec_site site = {.struct_size = sizeof site, .layer = 0, .is_k = true,
-                                         .head_dim = (int32_t)out_dim};
-  struct tsr_tensor *out =
-      inverse ? c->finish_out(c->ctx, tsr_plugin_host_services(), g, &site, in)
-              : c->prepare_rows(c->ctx, tsr_plugin_host_services(), g, &site, in);
-  float *r = NULL;
-  if (out) {
-    const int64_t n = out->ne[0] * out->ne[1];
-    struct tsr_graph_plan plan;
-    void *arena = NULL;
-    tsr_graph_mark_output(out);
-    tsr_status st = tsr_graph_alloc(g, &plan, &arena);
-    if (st == TSR_OK) st = tsr_backend_compute(g_cpu, g);
-    CHECK_OK(st);
-    CHECK(out->ne[0] == (inverse ? out_dim : turbo_storage_dim(in_dim)));
-    if (st == TSR_OK && (r = malloc(sizeof(float) * (size_t)n)))
-      memcpy(r, out->data, sizeof(float) * (size_t)n);
-    free(arena);
-  } else {
-    CHECK_MSG(0, "hook failed: %s", tsr_error_message());
-  }
-  tsr_graph_free(g);
-  return r;
-}
-
-/* rotated rows [S, rows] -> blocks -> f32 */
-static float *round_trip(const struct tsr_kv_codec_v1 *c, const float *y, int64_t n) {
-  void *blocks = calloc((size_t)(n / TCQ_BLOCK), c->block_bytes);
-  float *r = malloc(sizeof(float) * (size_t)n);
-  c->encode_rows(c->ctx, y, blocks, n);
-  c->decode_f32(c->ctx, blocks, r, n);
-  free(blocks);
-  return r;
-}
 
 /* The cost of the path of steps o (n of them) from state 0, in double. */
 static double path_cost(const float *book, int k, const float *u, const uint8_t *o, int n) {
@@ -192,7 +157,7 @@ static void test_mse_below_the_scalar_quantizer_of_the_same_rate(void) {
   for (int t = 0; t < TCQ_TIERS; t++) {
     const struct tsr_kv_codec_v1 *c = codec(t);
     float *y = hook(c, x, D, rows, false, D);
-    float *yd = y ? round_trip(c, y, D * rows) : NULL;
+    float *yd = y ? tsr_test_codec_round_trip(c, y, D * rows) : NULL;
     float *xd = yd ? hook(c, yd, D, rows, true, D) : NULL;
     double err = 0, energy = 0;
     for (int64_t i = 0; xd && i < D * rows; i++)
@@ -285,7 +250,7 @@ static void test_every_head_dim_round_trips(void) {
       CHECK(c->storage_dim(c->ctx, 0) == 0 && c->storage_dim(c->ctx, -64) == 0 &&
             c->storage_dim(c->ctx, 4097) == 0 && c->storage_dim(c->ctx, INT32_MAX) == 0);
       float *y = hook(c, x, D, rows, false, D);
-      float *yd = y ? round_trip(c, y, S * rows) : NULL;
+      float *yd = y ? tsr_test_codec_round_trip(c, y, S * rows) : NULL;
       float *xd = yd ? hook(c, yd, S, rows, true, D) : NULL;
       double err = 0, energy = 0;
       for (int64_t i = 0; xd && i < D * rows; i++)
@@ -345,45 +310,6 @@ static void test_f16_lift_is_f32_decode_rounded(void) {
   }
 }
 
-/* flash over K/V stored in codecs kt/vt, nq queries, on backend b: out [Dv, hq, nq] */
-static bool flash(struct tsr_backend *b, const struct tsr_kv_codec_v1 *kt,
-                  const struct tsr_kv_codec_v1 *vt, const void *kbytes, const void *vbytes,
-                  const float *q, const int32_t *kvpos, int D, int nkv, int hkv, int hq, int nq,
-                  float *out) {
-  struct tsr_graph *g = tsr_graph_new(16);
-  struct tsr_tensor *qt = tsr_new_external(g, TSR_F32, 3, (int64_t[]){D, nq, hq}, (void *)q);
-  struct tsr_tensor *k = tsr_new_external(g, (enum tsr_dtype)kt->dtype, 3,
-                                          (int64_t[]){D, nkv, hkv}, (void *)kbytes);
-  struct tsr_tensor *v = tsr_new_external(g, (enum tsr_dtype)vt->dtype, 3,
-                                          (int64_t[]){D, nkv, hkv}, (void *)vbytes);
-  int32_t qpos[4];
-  for (int i = 0; i < nq; i++) qpos[i] = nkv + i;
-  struct tsr_tensor *qp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){nq}, qpos);
-  struct tsr_tensor *kp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){nkv}, (void *)kvpos);
-  const struct tsr_attn_params p = {.scale = 1.0f / sqrtf((float)D), .causal = true};
-  struct tsr_tensor *o = tsr_flash_attn(g, qt, k, v, NULL, qp, kp, &p);
-  struct tsr_graph_plan plan;
-  void *arena = NULL;
-  tsr_status st = o ? TSR_OK : tsr_graph_status(g);
-  if (st == TSR_OK) {
-    tsr_graph_mark_output(o);
-    st = tsr_graph_alloc(g, &plan, &arena);
-  }
-  if (st == TSR_OK) st = tsr_backend_compute(b, g);
-  if (st == TSR_OK) memcpy(out, o->data, sizeof(float) * (size_t)D * hq * nq);
-  CHECK_MSG(st == TSR_OK, "flash on %s: %s", tsr_backend_name(b), tsr_error_message());
-  free(arena);
-  tsr_graph_free(g);
-  return st == TSR_OK;
-}
-
-static double rel_err(const float *a, const float *b, size_t n) {
-  double e = 0, r = 0;
-  for (size_t i = 0; i < n; i++)
-    e += ((double)a[i] - b[i]) * ((double)a[i] - b[i]), r += (double)b[i] * b[i];
-  return r > 0 ? sqrt(e / r) : sqrt(e);
-}
-
 static void test_read_paths_agree_with_the_cpu(void) {
   static const int geo[][4] = {/* D (= Dv), hkv, group, nkv */
                                {128, 2, 4, 700}, {256, 2, 8, 333}, {512, 1, 2, 1030},
@@ -421,12 +347,12 @@ static void test_read_paths_agree_with_the_cpu(void) {
       const size_t n = (size_t)D * hq;
       float *ref = malloc(sizeof(float) * n * nq), *one = malloc(sizeof(float) * n);
       float *three = malloc(sizeof(float) * n * nq);
-      if (flash(g_cpu, kt, vt, kb, vb, q, kvpos, D, nkv, hkv, hq, nq, ref) &&
-          flash(g_be, kt, vt, kb, vb, q0, kvpos, D, nkv, hkv, hq, 1, one) &&
-          flash(g_be, kt, vt, kb, vb, q, kvpos, D, nkv, hkv, hq, nq, three)) {
+      if (tsr_test_codec_flash(g_cpu, kt, vt, kb, vb, q, kvpos, D, D, nkv, hkv, hq, nq, ref) &&
+          tsr_test_codec_flash(g_be, kt, vt, kb, vb, q0, kvpos, D, D, nkv, hkv, hq, 1, one) &&
+          tsr_test_codec_flash(g_be, kt, vt, kb, vb, q, kvpos, D, D, nkv, hkv, hq, nq, three)) {
         /* out [Dv, hq, nq]: query 0 is the first n values */
-        const double e1 = rel_err(one, ref, n), e3 = rel_err(three, ref, n * nq);
-        const double same = rel_err(one, three, n);
+        const double e1 = tsr_test_rel_err(one, ref, n), e3 = tsr_test_rel_err(three, ref, n * nq);
+        const double same = tsr_test_rel_err(one, three, n);
         worst_one = fmax(worst_one, e1), worst_three = fmax(worst_three, e3);
         worst_same = fmax(worst_same, same);
         /* the cpu reads the f32 decode; a device rounds q, the values and the weights to
@@ -456,7 +382,7 @@ static void test_rows_without_keys_give_zeros(void) {
     void *b = malloc(bytes);
     memset(b, 0xff, bytes); /* NaN scales */
     for (int nq = 1; nq <= 3; nq += 2)
-      if (flash(g_be, c, c, b, b, q, kvpos, D, nkv, hkv, hq, nq, out))
+      if (tsr_test_codec_flash(g_be, c, c, b, b, q, kvpos, D, D, nkv, hkv, hq, nq, out))
         for (int i = 0; i < D * hq * nq; i++)
           CHECK_MSG(out[i] == 0.0f, "%s, %d queries: %g", g_names[t], nq, out[i]);
     free(b);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <tessera/plugin.h>
 
+#include "../kv_turbo/rotation_op.h"
 #include "tcq.h"
 #include "tcq_codebooks.h"
 
@@ -276,31 +277,16 @@ static void rotate_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info
                        const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ctx, (void)n_src;
   const struct tcq_state *st = tcq_state_of(params);
-  const struct tsr_host *h = st->host;
-  const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
-  const bool inverse = params[TCQ_P_INVERSE] != 0;
-  int64_t done = 0;
-  for (int64_t r = ith; r < rows; r += nth, done++) /* contiguous rows in and out */
-    turbo_rotate_row((const float *)src[0].data + r * src[0].ne[0], src[0].ne[0],
-                     (float *)dst->data + r * dst->ne[0], dst->ne[0], inverse);
-  if (done) h->engaged(st->self, inverse ? "outputs_unrotated" : "rows_rotated", (uint64_t)done);
+  const bool inverse = params[TURBO_P_INVERSE] != 0;
+  const uint64_t done = turbo_rotate_rows_cpu(ith, nth, dst, src, inverse);
+  if (done)
+    ((const struct tsr_host *)st->host)
+        ->engaged(st->self, inverse ? "outputs_unrotated" : "rows_rotated", done);
 }
 
 static struct tsr_tensor *rotate(struct tcq_state *st, struct tsr_graph *g, struct tsr_tensor *x,
                                  int64_t out_dim, bool inverse) {
-  const struct tsr_host *h = st->host;
-  struct tsr_tensor_info xi;
-  h->graph->tensor_info(x, &xi);
-  const int64_t ne[4] = {out_dim, xi.ne[1], xi.ne[2], xi.ne[3]};
-  int32_t params[TCQ_P_COUNT] = {inverse, (int32_t)out_dim};
-  memcpy(&params[TCQ_P_STATE], &st, sizeof st);
-  return h->graph->custom_op(g, g_rotate_op, xi.n_dims > 3 ? xi.n_dims : 3, ne, &x, 1, params,
-                             TCQ_P_COUNT);
-}
-
-static int32_t storage_dim(void *ctx, int32_t head_dim) {
-  (void)ctx;
-  return head_dim > 0 && head_dim <= 4096 ? (int32_t)turbo_storage_dim(head_dim) : 0;
+  return turbo_rotate_node(st->host, g, g_rotate_op, st, x, out_dim, inverse);
 }
 
 /* ---- dump_blocks: the rotated blocks, for the codebook trainer ------------------ */
@@ -342,9 +328,9 @@ static struct tsr_tensor *dump(struct tcq_state *st, struct tsr_graph *g,
   const struct tsr_host *h = st->host;
   struct tsr_tensor_info xi;
   h->graph->tensor_info(x, &xi);
-  int32_t params[TCQ_P_COUNT] = {site->layer, site->is_k};
-  memcpy(&params[TCQ_P_STATE], &st, sizeof st);
-  return h->graph->custom_op(g, g_dump_op, xi.n_dims, xi.ne, &x, 1, params, TCQ_P_COUNT);
+  int32_t params[TURBO_P_COUNT] = {site->layer, site->is_k};
+  memcpy(&params[TURBO_P_STATE], &st, sizeof st);
+  return h->graph->custom_op(g, g_dump_op, xi.n_dims, xi.ne, &x, 1, params, TURBO_P_COUNT);
 }
 
 /* ---- the hooks ---------------------------------------------------------------- */
@@ -483,7 +469,7 @@ static tsr_status tcq_init(const struct tsr_host *h, struct tsr_plugin *self) {
         .encode_rows = g_encode[t],
         .decode_f16 = g_decode_f16[t],
         .decode_f32 = g_decode_f32[t],
-        .storage_dim = storage_dim,
+        .storage_dim = turbo_codec_storage_dim,
         .prepare_rows = prepare_rows,
         .prepare_q = prepare_q,
         .finish_out = finish_out,

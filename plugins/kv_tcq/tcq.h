@@ -54,10 +54,6 @@ TURBO_FN uint16_t tcq_scale_bits(const uint8_t *block, int k) {
   return (uint16_t)(p[0] | p[1] << 8);
 }
 
-/* op params of the rotation (kv_turbo's semantics): its direction, the dim of its
-** output, and the plugin state of the host that built the node (for its counters) */
-enum { TCQ_P_INVERSE = 0, TCQ_P_OUT_DIM = 1, TCQ_P_STATE = 2, TCQ_P_COUNT = 4 };
-
 /* The plugin's state for one host. */
 struct tcq_state {
   const void *host; /* const struct tsr_host * */
@@ -70,7 +66,7 @@ struct tcq_state {
 
 TURBO_FN struct tcq_state *tcq_state_of(const int32_t *params) {
   struct tcq_state *st;
-  memcpy(&st, &params[TCQ_P_STATE], sizeof st);
+  memcpy(&st, &params[TURBO_P_STATE], sizeof st);
   return st;
 }
 

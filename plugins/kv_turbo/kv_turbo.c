@@ -21,6 +21,7 @@
 #include <tessera/plugin.h>
 
 #include "innerq.h"
+#include "rotation_op.h"
 #include "turbo.h"
 #include "turbo_centroids.h"
 
@@ -162,32 +163,16 @@ static void rotate_cpu(void *ctx, int ith, int nth, const struct tsr_tensor_info
                        const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ctx, (void)n_src;
   const struct turbo_state *st = turbo_state_of(params);
-  const struct tsr_host *h = st->host;
-  const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
   const bool inverse = params[TURBO_P_INVERSE] != 0;
-  int64_t done = 0;
-  /* the host hands hooks contiguous rows, and the op's output is contiguous */
-  for (int64_t r = ith; r < rows; r += nth, done++)
-    turbo_rotate_row((const float *)src[0].data + r * src[0].ne[0], src[0].ne[0],
-                     (float *)dst->data + r * dst->ne[0], dst->ne[0], inverse);
-  if (done) h->engaged(st->self, inverse ? "outputs_unrotated" : "rows_rotated", (uint64_t)done);
+  const uint64_t done = turbo_rotate_rows_cpu(ith, nth, dst, src, inverse);
+  if (done)
+    ((const struct tsr_host *)st->host)
+        ->engaged(st->self, inverse ? "outputs_unrotated" : "rows_rotated", done);
 }
 
 static struct tsr_tensor *rotate(struct turbo_state *st, struct tsr_graph *g,
                                  struct tsr_tensor *x, int64_t out_dim, bool inverse) {
-  const struct tsr_host *h = st->host;
-  struct tsr_tensor_info xi;
-  h->graph->tensor_info(x, &xi);
-  const int64_t ne[4] = {out_dim, xi.ne[1], xi.ne[2], xi.ne[3]};
-  int32_t params[TURBO_P_COUNT] = {inverse, (int32_t)out_dim};
-  memcpy(&params[TURBO_P_STATE], &st, sizeof st);
-  return h->graph->custom_op(g, g_rotate_op, xi.n_dims > 3 ? xi.n_dims : 3, ne, &x, 1, params,
-                             TURBO_P_COUNT);
-}
-
-static int32_t storage_dim(void *ctx, int32_t head_dim) {
-  (void)ctx;
-  return head_dim > 0 && head_dim <= 4096 ? (int32_t)turbo_storage_dim(head_dim) : 0;
+  return turbo_rotate_node(st->host, g, g_rotate_op, st, x, out_dim, inverse);
 }
 
 /* ---- InnerQ (innerq.h) --------------------------------------------------------- */
@@ -396,7 +381,7 @@ static tsr_status turbo_init(const struct tsr_host *h, struct tsr_plugin *self) 
         .encode_rows = g_encode[t],
         .decode_f16 = g_decode_f16[t],
         .decode_f32 = g_decode_f32[t],
-        .storage_dim = storage_dim,
+        .storage_dim = turbo_codec_storage_dim,
         .prepare_rows = prepare_rows,
         .prepare_q = prepare_q,
         .finish_out = finish_out,

@@ -20,6 +20,10 @@
 
 enum { TURBO_BLOCK = 64, TURBO_GROUP_MAX = 128 };
 
+/* op params of the rotation (rotation_op.h): its direction, the dim of its output, and
+** the plugin state of the host that built the node (for its counters) */
+enum { TURBO_P_INVERSE = 0, TURBO_P_OUT_DIM = 1, TURBO_P_STATE = 2, TURBO_P_COUNT = 4 };
+
 /* The stored dim of a head dim (whole blocks) and its rotation group. */
 TURBO_FN int64_t turbo_storage_dim(int64_t head_dim) {
   return (head_dim + TURBO_BLOCK - 1) / TURBO_BLOCK * TURBO_BLOCK;

@@ -37,9 +37,6 @@ TURBO_FN int turbo_index(const uint8_t *block, int bits, int i) {
   }
 }
 
-/* op params of the rotation: its direction, the dim of its output, and the plugin
-** state of the host that built the node (for its counters) */
-enum { TURBO_P_INVERSE = 0, TURBO_P_OUT_DIM = 1, TURBO_P_STATE = 2, TURBO_P_COUNT = 4 };
 
 /* The plugin's state for one host. */
 struct innerq;

@@ -65,7 +65,7 @@ kv_tcq_rotate_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *ds
   const struct tcq_state *st = tcq_state_of(params);
   const struct tsr_host *host = (const struct tsr_host *)st->host;
   struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
-  const int inverse = params[TCQ_P_INVERSE] != 0;
+  const int inverse = params[TURBO_P_INVERSE] != 0;
   const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
   const int64_t graph = tsr_device_call_graph(call);
   if (graph != TSR_DEVICE_CALL_REPLAY && rows > 0) {

@@ -15,7 +15,7 @@
 **            by shuffles, the scale from a second warp sum in f64;
 **   lift:    one warp a block, to f16 (the block's f16 scale times codebook[s_t]), the
 **            CPU's decode_f16 bit for bit (a NaN block's NaN too);
-**   read:    flash's semantics over K and V in these tiers. One query against a group
+**   read:    codec_read.cuh: flash's semantics over K and V in these tiers. One query against a group
 **            of at most 8 q heads with value head dims of 128, 256 or 512 runs the
 **            GPU's GQA decode kernel (tessera/cuda_attn_gqa.cuh) reading the blocks in
 **            register: a pair of values is two states from one three-byte window, their
@@ -36,6 +36,7 @@
 #include "tessera/plugin_cuda.h"
 
 #include "../tcq.h"
+#include "../../kv_turbo/cuda/codec_read.cuh"
 #include "../../kv_turbo/cuda/rotation.cuh"
 #include "tcq_codebooks.h"
 
@@ -345,82 +346,28 @@ static void lift_any(int k, const struct tsr_tensor_info *x, __half *out, cudaSt
   else launch_lift<3>(p, x->nb[1], x->nb[2], out, S, n, H, s);
 }
 
-/* Whether one query's decode takes the GQA kernel reading the blocks in register. */
-static bool in_register(const tsr_tile_args *t) {
-  return t->gqa_decode && t->Nq == 1 && t->group >= 1 && t->group <= 8 && t->D % 32 == 0 &&
-         t->D <= TSR_TILE_MAX_D && (t->Dv == 128 || t->Dv == 256 || t->Dv == 512) &&
-         t->k_nb1 % 2 == 0 && t->k_nb2 % 2 == 0 && t->v_nb1 % 2 == 0 && t->v_nb2 % 2 == 0;
-}
+struct tcq_codec {
+  static constexpr const char *name = "kv_tcq read";
+  static int tier(const void *ctx, int32_t dtype) {
+    return bits_of((const tcq_cuda_ctx *)ctx, dtype);
+  }
+  static int type(int k) { return TCQ_T(k); }
+  static cudaError_t ready(int device) { /* the books are static tables */
+    (void)device;
+    return cudaSuccess;
+  }
+  static cudaError_t gqa(int kb, int vb, const tsr_tile_args *t, cudaStream_t stream) {
+    return kb == 2 ? gqa_k<2>(vb, t, stream) : gqa_k<3>(vb, t, stream);
+  }
+  static void lift(int k, const struct tsr_tensor_info *x, __half *out, cudaStream_t s) {
+    lift_any(k, x, out, s);
+  }
+};
 
 extern "C" TSR_PLUGIN_EXPORT void
 kv_tcq_read_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                  const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ith, (void)nth, (void)n_src;
-  const tcq_cuda_ctx *tc = (const tcq_cuda_ctx *)ctx;
-  const struct tsr_host *host = (const struct tsr_host *)tc->host;
-  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
-  const cudaStream_t stream = tsr_cuda_call_stream(call);
-  const struct tsr_tensor_info *q = &src[0], *k = &src[1], *v = &src[2], *mask = &src[3];
-  const int kb = bits_of(tc, k->dtype), vb = bits_of(tc, v->dtype);
-  auto fail = [&](tsr_status st, const char *what, const char *detail) {
-    if (call) call->status = host->set_error(st, "kv_tcq read: %s%s", what, detail);
-  };
-  if (!kb || !vb) return fail(TSR_ERR_INTERNAL, "K or V is not a tcq tier", "");
-  tsr_tile_args t = {};
-  tsr_device_call_attn(call, &t.pipelined, &t.gqa_decode, &t.split_keys);
-  t.D = q->ne[0], t.Nq = q->ne[1], t.Hq = q->ne[2], t.Dv = v->ne[0], t.Nkv = k->ne[1];
-  t.group = k->ne[2] > 0 ? t.Hq / k->ne[2] : 0;
-  if (t.Nq <= 0 || t.Hq <= 0) return;
-  t.q = (const char *)q->data, t.q_row = q->nb[1], t.q_head = q->nb[2], t.q_nb0 = q->nb[0];
-  t.k = (const char *)k->data, t.k_type = TCQ_T(kb), t.k_nb0 = 0, t.k_nb1 = k->nb[1];
-  t.k_nb2 = k->nb[2];
-  t.v = (const char *)v->data, t.v_type = TCQ_T(vb), t.v_nb0 = 0, t.v_nb1 = v->nb[1];
-  t.v_nb2 = v->nb[2];
-  t.q_pos = (const char *)src[4].data, t.q_pos_nb0 = src[4].nb[0];
-  t.kv_pos = (const char *)src[5].data, t.kv_pos_nb0 = src[5].nb[0];
-  if (mask->data)
-    t.mask = (const char *)mask->data, t.mask_f16 = mask->dtype == T_F16,
-    t.mask_nb0 = mask->nb[0], t.mask_nb1 = mask->nb[1];
-  t.dst = (char *)dst->data, t.dst_row = dst->nb[2], t.dst_head = dst->nb[1];
-  t.dst_nb0 = dst->nb[0];
-  memcpy(&t.scale, &params[0], sizeof t.scale);
-  memcpy(&t.softcap, &params[1], sizeof t.softcap);
-  t.causal = params[2] != 0, t.window = params[3];
-  if (t.D > TSR_TILE_MAX_D || t.Dv > TSR_TILE_MAX_D || t.group < 1 || t.Hq % t.group)
-    return fail(TSR_ERR_UNSUPPORTED, "head dims past 512 or a q head count that is not a "
-                                     "multiple of the KV heads", "");
-  const int n_sm = tsr_cuda_sm_count(call ? call->device : 0);
-  const bool reg = in_register(&t);
-  /* the split partials: as many as the planner could ask for at any context length, so
-  ** the scratch does not grow from one decode step to the next */
-  tsr_tile_args most = t;
-  most.Nkv = (int64_t)1 << 40;
-  const size_t part = tsr_tile_attn_plan(&most, n_sm);
-  tsr_tile_attn_plan(&t, n_sm);
-  auto room = [](size_t n) { return (n + 255) / 256 * 256; };
-  const size_t kbytes = reg ? 0 : (size_t)(t.D * t.Nkv * k->ne[2]) * sizeof(__half);
-  const size_t vbytes = reg ? 0 : (size_t)(t.Dv * t.Nkv * v->ne[2]) * sizeof(__half);
-  void *scratch = NULL;
-  tsr_status st = tsr_device_call_scratch(call, room(part) + room(kbytes) + vbytes, &scratch);
-  if (st != TSR_OK) return fail(st, "no scratch from the backend", "");
-  t.part = t.splits > 1 ? (float *)scratch : nullptr;
-  cudaError_t e;
-  if (reg) {
-    e = kb == 2 ? gqa_k<2>(vb, &t, stream) : gqa_k<3>(vb, &t, stream);
-  } else {
-    __half *kh = (__half *)((char *)scratch + room(part));
-    __half *vh = (__half *)((char *)kh + room(kbytes));
-    lift_any(kb, k, kh, stream);
-    lift_any(vb, v, vh, stream);
-    t.k = (const char *)kh, t.k_type = T_F16, t.k_nb0 = 2, t.k_nb1 = 2 * t.D;
-    t.k_nb2 = 2 * t.D * t.Nkv;
-    t.v = (const char *)vh, t.v_type = T_F16, t.v_nb0 = 2, t.v_nb1 = 2 * t.Dv;
-    t.v_nb2 = 2 * t.Dv * t.Nkv;
-    tsr_tile_attn_plan(&t, n_sm); /* the f16 kernels' own plan, within the same bound */
-    t.part = t.splits > 1 ? (float *)scratch : nullptr;
-    e = tsr_tile_attn_launch(&t, tsr_one_band{}, stream);
-  }
-  if (e != cudaSuccess)
-    return fail(TSR_ERR_INTERNAL, "the attention kernel did not launch: ", cudaGetErrorString(e));
-  tsr_cuda_call_finish((void *)host, call, "kv_tcq read");
+  codec_read<tcq_codec>(ctx, (const struct tsr_host *)((const tcq_cuda_ctx *)ctx)->host, dst,
+                        src, params);
 }

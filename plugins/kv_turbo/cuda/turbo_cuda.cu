@@ -5,7 +5,7 @@
 **   encode:  one warp a block of 64 values (a lane two), the norm and the
 **            centroids' norm from warp sums, indices packed by shuffles and ballots;
 **   lift:    one warp a block, to f16 (the rotated values, s times the centroid);
-**   read:    flash's semantics over turbo K and V. One query against a group of at
+**   read:    codec_read.cuh: flash's semantics over turbo K and V. One query against a group of at
 **            most 8 q heads with value head dims of 128, 256 or 512 runs the GPU's
 **            GQA decode kernel (tessera/cuda_attn_gqa.cuh) reading the blocks in
 **            register: each pair of values is two centroids (one load from a pair
@@ -26,6 +26,7 @@
 #include "tessera/plugin_cuda.h"
 
 #include "../turbo.h"
+#include "codec_read.cuh"
 #include "rotation.cuh"
 #include "../turbo_centroids.h"
 
@@ -306,87 +307,30 @@ static void lift_any(int bits, const struct tsr_tensor_info *x, __half *out, cud
   }
 }
 
-/* Whether one query's decode takes the GQA kernel reading the blocks in register. */
-static bool in_register(const tsr_tile_args *t) {
-  return t->gqa_decode && t->Nq == 1 && t->group >= 1 && t->group <= 8 && t->D % 32 == 0 &&
-         t->D <= TSR_TILE_MAX_D && (t->Dv == 128 || t->Dv == 256 || t->Dv == 512) &&
-         t->k_nb1 % 2 == 0 && t->k_nb2 % 2 == 0 && t->v_nb1 % 2 == 0 && t->v_nb2 % 2 == 0;
-}
+struct turbo_codec {
+  static constexpr const char *name = "kv_turbo read";
+  static int tier(const void *ctx, int32_t dtype) {
+    return bits_of((const turbo_cuda_ctx *)ctx, dtype);
+  }
+  static int type(int bits) { return TURBO_T(bits); }
+  static cudaError_t ready(int device) { return ::ready(device); }
+  static cudaError_t gqa(int kb, int vb, const tsr_tile_args *t, cudaStream_t stream) {
+    switch (kb) {
+    case 2: return gqa_k<2>(vb, t, stream);
+    case 3: return gqa_k<3>(vb, t, stream);
+    case 4: return gqa_k<4>(vb, t, stream);
+    default: return gqa_k<8>(vb, t, stream);
+    }
+  }
+  static void lift(int bits, const struct tsr_tensor_info *x, __half *out, cudaStream_t s) {
+    lift_any(bits, x, out, s);
+  }
+};
 
 extern "C" TSR_PLUGIN_EXPORT void
 kv_turbo_read_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                    const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ith, (void)nth, (void)n_src;
-  const turbo_cuda_ctx *tc = (const turbo_cuda_ctx *)ctx;
-  const struct tsr_host *host = (const struct tsr_host *)tc->host;
-  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
-  const cudaStream_t stream = tsr_cuda_call_stream(call);
-  const struct tsr_tensor_info *q = &src[0], *k = &src[1], *v = &src[2], *mask = &src[3];
-  const int kb = bits_of(tc, k->dtype), vb = bits_of(tc, v->dtype);
-  auto fail = [&](tsr_status st, const char *what, const char *detail) {
-    if (call) call->status = host->set_error(st, "kv_turbo read: %s%s", what, detail);
-  };
-  if (!kb || !vb) return fail(TSR_ERR_INTERNAL, "K or V is not a turbo tier", "");
-  tsr_tile_args t = {};
-  tsr_device_call_attn(call, &t.pipelined, &t.gqa_decode, &t.split_keys);
-  t.D = q->ne[0], t.Nq = q->ne[1], t.Hq = q->ne[2], t.Dv = v->ne[0], t.Nkv = k->ne[1];
-  t.group = k->ne[2] > 0 ? t.Hq / k->ne[2] : 0;
-  if (t.Nq <= 0 || t.Hq <= 0) return;
-  t.q = (const char *)q->data, t.q_row = q->nb[1], t.q_head = q->nb[2], t.q_nb0 = q->nb[0];
-  t.k = (const char *)k->data, t.k_type = TURBO_T(kb), t.k_nb0 = 0, t.k_nb1 = k->nb[1];
-  t.k_nb2 = k->nb[2];
-  t.v = (const char *)v->data, t.v_type = TURBO_T(vb), t.v_nb0 = 0, t.v_nb1 = v->nb[1];
-  t.v_nb2 = v->nb[2];
-  t.q_pos = (const char *)src[4].data, t.q_pos_nb0 = src[4].nb[0];
-  t.kv_pos = (const char *)src[5].data, t.kv_pos_nb0 = src[5].nb[0];
-  if (mask->data)
-    t.mask = (const char *)mask->data, t.mask_f16 = mask->dtype == T_F16,
-    t.mask_nb0 = mask->nb[0], t.mask_nb1 = mask->nb[1];
-  t.dst = (char *)dst->data, t.dst_row = dst->nb[2], t.dst_head = dst->nb[1];
-  t.dst_nb0 = dst->nb[0];
-  memcpy(&t.scale, &params[0], sizeof t.scale);
-  memcpy(&t.softcap, &params[1], sizeof t.softcap);
-  t.causal = params[2] != 0, t.window = params[3];
-  if (t.D > TSR_TILE_MAX_D || t.Dv > TSR_TILE_MAX_D || t.group < 1 || t.Hq % t.group)
-    return fail(TSR_ERR_UNSUPPORTED, "head dims past 512 or a q head count that is not a "
-                                     "multiple of the KV heads", "");
-  const int n_sm = tsr_cuda_sm_count(call ? call->device : 0);
-  cudaError_t e = ready(call ? call->device : 0);
-  const bool reg = in_register(&t);
-  /* the split partials: as many as the planner could ask for at any context length, so
-  ** the scratch does not grow from one decode step to the next */
-  tsr_tile_args most = t;
-  most.Nkv = (int64_t)1 << 40;
-  const size_t part = tsr_tile_attn_plan(&most, n_sm);
-  tsr_tile_attn_plan(&t, n_sm);
-  auto room = [](size_t n) { return (n + 255) / 256 * 256; };
-  const size_t kbytes = reg ? 0 : (size_t)(t.D * t.Nkv * k->ne[2]) * sizeof(__half);
-  const size_t vbytes = reg ? 0 : (size_t)(t.Dv * t.Nkv * v->ne[2]) * sizeof(__half);
-  void *scratch = NULL;
-  tsr_status st = tsr_device_call_scratch(call, room(part) + room(kbytes) + vbytes, &scratch);
-  if (st != TSR_OK) return fail(st, "no scratch from the backend", "");
-  t.part = t.splits > 1 ? (float *)scratch : nullptr;
-  if (e == cudaSuccess && reg) {
-    switch (kb) {
-    case 2: e = gqa_k<2>(vb, &t, stream); break;
-    case 3: e = gqa_k<3>(vb, &t, stream); break;
-    case 4: e = gqa_k<4>(vb, &t, stream); break;
-    default: e = gqa_k<8>(vb, &t, stream);
-    }
-  } else if (e == cudaSuccess) {
-    __half *kh = (__half *)((char *)scratch + room(part));
-    __half *vh = (__half *)((char *)kh + room(kbytes));
-    lift_any(kb, k, kh, stream);
-    lift_any(vb, v, vh, stream);
-    t.k = (const char *)kh, t.k_type = T_F16, t.k_nb0 = 2, t.k_nb1 = 2 * t.D;
-    t.k_nb2 = 2 * t.D * t.Nkv;
-    t.v = (const char *)vh, t.v_type = T_F16, t.v_nb0 = 2, t.v_nb1 = 2 * t.Dv;
-    t.v_nb2 = 2 * t.Dv * t.Nkv;
-    tsr_tile_attn_plan(&t, n_sm); /* the f16 kernels' own plan, within the same bound */
-    t.part = t.splits > 1 ? (float *)scratch : nullptr;
-    e = tsr_tile_attn_launch(&t, tsr_one_band{}, stream);
-  }
-  if (e != cudaSuccess)
-    return fail(TSR_ERR_INTERNAL, "the attention kernel did not launch: ", cudaGetErrorString(e));
-  tsr_cuda_call_finish((void *)host, call, "kv_turbo read");
+  codec_read<turbo_codec>(ctx, (const struct tsr_host *)((const turbo_cuda_ctx *)ctx)->host, dst,
+                          src, params);
 }

@@ -146,8 +146,9 @@ static double block_normalize(const float *y, float *u) {
 #endif
 
 /* The path minimising sum (u_t - book[s_t])^2 over n steps (a block's 64) from
-** s_{-1} = 0: the steps o_t, k bits each. A state's predecessors ((s & 63) << k) | p share s's low 6 bits, so each step
-** takes 64 minima; a tie takes the lowest p, and the final state the lowest index. */
+** s_{-1} = 0: the steps o_t, k bits each. A state's predecessors ((s & 63) << k) | p
+** share s's low 6 bits, so each step takes 64 minima; a tie takes the lowest p, and the
+** final state the lowest index. */
 #define VITERBI(NAME, T)                                                                   \
   TCQ_VECTOR static void NAME(const float *book, int k, const float *u, int n_steps,        \
                               uint8_t *steps) {                                            \

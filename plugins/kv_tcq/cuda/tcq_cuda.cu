@@ -15,7 +15,7 @@
 **            by shuffles, the scale from a second warp sum in f64;
 **   lift:    one warp a block, to f16 (the block's f16 scale times codebook[s_t]), the
 **            CPU's decode_f16 bit for bit (a NaN block's NaN too);
-**   read:    codec_read.cuh: flash's semantics over K and V in these tiers. One query against a group
+**   read:    codec_read.cuh's flash over K and V in these tiers. One query against a group
 **            of at most 8 q heads with value head dims of 128, 256 or 512 runs the
 **            GPU's GQA decode kernel (tessera/cuda_attn_gqa.cuh) reading the blocks in
 **            register: a pair of values is two states from one three-byte window, their

@@ -14,9 +14,10 @@
 **   - the decoded block keeps its norm; every head dim (64 .. 512) through the storage
 **     dim; zero, tiny and large blocks decode finite, a NaN row to NaN;
 **   - the f16 lift is the f32 decode rounded once;
-**   - flash over tcq K/V, and beside q8_0 and (--with-turbo) kv_turbo's tiers: the backend under test against the
-**     cpu reading the f32 decode, one query (in register on cuda) and three (lifted), and
-**     the one against the three's first (in register = lift within f16 rounding);
+**   - flash over tcq K/V, and beside q8_0 and (--with-turbo) kv_turbo's tiers: the
+**     backend under test against the cpu reading the f32 decode, one query (in register
+**     on cuda) and three (lifted), and the one against the three's first (in register =
+**     lift within f16 rounding);
 **     a row whose keys are all hidden gives zeros;
 ** and with --backend cuda (tests/gpu/run.sh check RUN tcq):
 **   - the CUDA encoder writes the CPU's bytes, bit for bit.
@@ -448,7 +449,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--backend") && i + 1 < argc) cuda = !strcmp(argv[++i], "cuda");
   CHECK_OK(tsr_plugin_host_new(&g_host));
   tsr_status st = tsr_plugin_host_load(g_host, "kv_tcq", NULL, NULL, 0, NULL);
-  if (st == TSR_OK && g_with_turbo) st = tsr_plugin_host_load(g_host, "kv_turbo", NULL, NULL, 0, NULL);
+  if (st == TSR_OK && g_with_turbo)
+    st = tsr_plugin_host_load(g_host, "kv_turbo", NULL, NULL, 0, NULL);
   if (st != TSR_OK || !codec(0) || !codec(1) || tsr_backend_cpu_new(2, &g_cpu) != TSR_OK ||
       (cuda ? tsr_backend_cuda_new(&g_be) : tsr_backend_cpu_new(2, &g_be)) != TSR_OK) {
     fprintf(stderr, "setup failed: %s\n", tsr_error_message());

@@ -18,8 +18,8 @@
 **     (plus f16 KV's).
 **   - (--books DIR, the source's codebooks/) the books loaded by the codebooks setting give
 **     the compiled-in books' logits bit for bit, and a changed book changes them;
-** usage: test_tcq_model [--backend cuda] [--with-turbo] [--books DIR] OUT_DIR MODEL.gguf GOLDEN.gguf
-**        [MODEL GOLDEN]...
+** usage: test_tcq_model [--backend cuda] [--with-turbo] [--books DIR] OUT_DIR MODEL.gguf
+**        GOLDEN.gguf [MODEL GOLDEN]...
 */
 #include <math.h>
 #include <stdio.h>
@@ -258,7 +258,8 @@ static void test_loaded_codebooks(void) {
   char dir[1100], half[1100], cmd[8192], settings[1200];
   snprintf(dir, sizeof dir, "%s/books", g_out);
   snprintf(half, sizeof half, "%s/books_half", g_out);
-  snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s' && cp '%s'/turbo2_tcq.txt '%s'/turbo3_tcq.txt '%s' && "
+  snprintf(cmd, sizeof cmd,
+           "mkdir -p '%s' '%s' && cp '%s'/turbo2_tcq.txt '%s'/turbo3_tcq.txt '%s' && "
            "cp '%s'/turbo2_tcq.txt '%s' && awk 'h { printf \"%%.17g\\n\", $1 / 2; next } { print } "
            "/^kv_tcq-codebook/ { h = 1 }' '%s'/turbo3_tcq.txt > '%s'/turbo3_tcq.txt", dir, half,
            g_books, g_books, dir, dir, half, dir, half);
@@ -287,8 +288,8 @@ int main(int argc, char **argv) {
     else break;
   }
   if (argc < 4 || (argc - 2) % 2) {
-    fprintf(stderr, "usage: %s [--backend cuda] [--with-turbo] [--books DIR] OUT_DIR MODEL.gguf GOLDEN.gguf "
-            "[MODEL GOLDEN]...\n", argv[0]);
+    fprintf(stderr, "usage: %s [--backend cuda] [--with-turbo] [--books DIR] OUT_DIR MODEL.gguf "
+            "GOLDEN.gguf [MODEL GOLDEN]...\n", argv[0]);
     return 2;
   }
   g_out = argv[1];

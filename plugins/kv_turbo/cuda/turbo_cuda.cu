@@ -5,7 +5,7 @@
 **   encode:  one warp a block of 64 values (a lane two), the norm and the
 **            centroids' norm from warp sums, indices packed by shuffles and ballots;
 **   lift:    one warp a block, to f16 (the rotated values, s times the centroid);
-**   read:    codec_read.cuh: flash's semantics over turbo K and V. One query against a group of at
+**   read:    codec_read.cuh's flash over turbo K and V. One query against a group of at
 **            most 8 q heads with value head dims of 128, 256 or 512 runs the GPU's
 **            GQA decode kernel (tessera/cuda_attn_gqa.cuh) reading the blocks in
 **            register: each pair of values is two centroids (one load from a pair

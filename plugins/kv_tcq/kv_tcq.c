@@ -42,7 +42,7 @@ static const float *g_books[TCQ_TIERS] = {g_book2, g_book3};
 /* A codebook file (tools/codebook_header.py's format): '#' lines, then
 ** "kv_tcq-codebook 1 NAME N" and N f16-exact values, one a line. */
 static tsr_status load_book(const struct tsr_host *h, const char *dir, int tier, float *out) {
-  char path[1100], line[256];
+  char path[1100], line[4096];
   const int n = tcq_states(tcq_step_bits(tier));
   snprintf(path, sizeof path, "%s/%s.txt", dir, g_names[tier]);
   FILE *f = fopen(path, "r");
@@ -51,6 +51,11 @@ static tsr_status load_book(const struct tsr_host *h, const char *dir, int tier,
   tsr_status s = TSR_OK;
   while (s == TSR_OK && fgets(line, sizeof line, f)) {
     lineno++;
+    if (!strchr(line, '\n') && !feof(f)) {
+      s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s:%d: a line longer than %zu bytes",
+                       path, lineno, sizeof line - 2);
+      break;
+    }
     line[strcspn(line, "\r\n")] = 0;
     if (line[0] == '#' || !line[0]) continue;
     if (got < 0) {

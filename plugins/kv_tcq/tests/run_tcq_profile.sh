@@ -76,10 +76,15 @@ expect codebooks_load_on_the_cpu 0 "K turbo3_tcq (kv_tcq 1.0.0" -- \
 expect a_malformed_codebook_is_refused_naming_its_line 2 \
   "$out/bad/turbo3_tcq.txt:$((line + 3)): '1.1' is not an f16-exact finite number" -- \
   "$profile" --set model="$out/g26.gguf" --set backend=cpu --set "$(cpu_books "$out/bad")"
+awk 'BEGIN { printf "# "; for (i = 0; i < 5000; i++) printf "x"; print "" }' >"$out/long.txt"
+cat "$out/books/turbo2_tcq.txt" >>"$out/long.txt"
+mkdir -p "$out/long" && cp "$out/books/turbo3_tcq.txt" "$out/long/" && mv "$out/long.txt" "$out/long/turbo2_tcq.txt"
+expect an_overlong_line_is_refused 2 "$out/long/turbo2_tcq.txt:1: a line longer than 4094 bytes" -- \
+  "$profile" --set model="$out/g26.gguf" --set backend=cpu --set "$(cpu_books "$out/long")"
 expect a_missing_codebook_is_refused 2 "kv_tcq codebooks: cannot open $out/none/turbo2_tcq.txt" -- \
   "$profile" --set model="$out/g26.gguf" --set backend=cpu --set "$(cpu_books "$out/none")"
 expect codebooks_on_cuda_are_refused 2 \
   "K codec turbo3_tcq (kv_tcq 1.0.0) has no cuda encoder (it runs on: cpu)" -- \
   "$profile" --set model="$out/g26.gguf" --set "$(cpu_books "$out/books")"
-rm -rf "$out/g26.gguf" "$out/d.bin" "$out/books" "$out/bad"
+rm -rf "$out/g26.gguf" "$out/d.bin" "$out/books" "$out/bad" "$out/long"
 exit $status

@@ -60,6 +60,9 @@ expect dumping_on_cuda_is_refused 2 \
   "K codec turbo3_tcq (kv_tcq 1.0.0) has no cuda encoder (it runs on: cpu)" -- \
   "$profile" --set model="$out/g26.gguf" \
   --set "plugins=[arch_gemma4, attn_dca, {name: kv_tcq, settings: {dump_blocks: $out/d.bin}}]"
+expect an_unwritable_dump_is_refused 2 "kv_tcq: dump_blocks: cannot write $out/no/such/dir/d.bin" -- \
+  "$profile" --set model="$out/g26.gguf" --set backend=cpu \
+  --set "plugins=[arch_gemma4, attn_dca, {name: kv_tcq, settings: {dump_blocks: $out/no/such/dir/d.bin}}]"
 expect an_unknown_precision_is_refused 2 "viterbi" "f16" -- \
   "$profile" --set model="$out/g26.gguf" \
   --set "plugins=[arch_gemma4, attn_dca, {name: kv_tcq, settings: {viterbi: f16}}]"

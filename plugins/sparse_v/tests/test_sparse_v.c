@@ -56,6 +56,7 @@ static uint64_t kinds(const struct tsr_plugin *p, const char *counter) {
 }
 
 static const char *const FLASH = "flash", *const DCA = "{full: dca, sliding: flash}";
+static bool g_rotated; /* --rotated-codecs: kv_turbo and kv_tcq are built and loaded */
 
 /* Runs m with KV kv on backend through attention att; settings: sparse_v's settings map
 ** ("" for its defaults), NULL: without the plugin. dca_chunk: attn_dca's chunk_size. */
@@ -71,6 +72,7 @@ static bool run(const struct model *m, const char *backend, const char *kv, cons
           "attention: %s\nplugins:\n  - arch_qwen\n  - arch_gemma4\n"
           "  - name: attn_dca\n    settings: {chunk_size: %d, local_size: 4}\n",
           m->path, backend, PREFILL, kv, kv, att, dca_chunk);
+  if (g_rotated) fprintf(f, "  - kv_turbo\n  - kv_tcq\n");
   if (settings) fprintf(f, "  - name: sparse_v\n    settings: {%s}\ndecode_policies: [sparse_v]\n",
                         settings);
   fclose(f);
@@ -210,6 +212,34 @@ static void test_skipping_is_counted_and_stays_close(void) {
     }
 }
 
+/* V in the rotated tiers (kv_turbo's, kv_tcq's; cpu): the policy acts on their rows as on
+** q8_0's: threshold 0 is dense, a threshold skips, counted, and keeps the top token. */
+static void test_rotated_v_codecs(void) {
+  static const char *const codecs[] = {"turbo3", "turbo3_tcq", "turbo2_tcq"};
+  const struct model *models[2] = {&g_qwen, &g_gemma};
+  for (int mi = 0; mi < 2; mi++)
+    for (size_t ci = 0; ci < sizeof codecs / sizeof codecs[0]; ci++) {
+      const struct model *m = models[mi];
+      struct result dense, zero, skip;
+      if (run(m, "cpu", codecs[ci], FLASH, 16, NULL, &dense) &&
+          run(m, "cpu", codecs[ci], FLASH, 16, "layers: all, threshold: 0", &zero) &&
+          run(m, "cpu", codecs[ci], FLASH, 16, "layers: all, threshold: 0.2, sink: 1, recent: 4",
+              &skip)) {
+        const int agree = argmax_agree(m, &skip, &dense), rows = m->gs.n - PREFILL;
+        printf("  %s %s: %llu of %llu V rows skipped, rms %.3e, argmax %d of %d\n", m->path,
+               codecs[ci], (unsigned long long)skip.c.v_rows_skipped,
+               (unsigned long long)skip.c.v_rows_read, rms(&skip, &dense), agree, rows);
+        CHECK_MSG(same(&zero, &dense), "%s %s: threshold 0 moved logits by %.3e", m->path,
+                  codecs[ci], rms(&zero, &dense));
+        CHECK(skip.c.v_rows_skipped > 0 && skip.c.v_rows_skipped < skip.c.v_rows_read);
+        /* close: the top token kept (the rms grows with the tier's own V error) */
+        CHECK(!same(&skip, &dense));
+        CHECK(agree >= rows * 3 / 4);
+      }
+      result_free(&dense), result_free(&zero), result_free(&skip);
+    }
+}
+
 /* A mass budget (cpu): the auto-policy applies it alone on a model of full attention only;
 ** no row drops more than the budget (the counters' sum over rows bounds it); refused on
 ** cuda before anything is allocated. */
@@ -328,10 +358,13 @@ static bool load(struct model *m, const char *path, const char *golden) {
 
 int main(int argc, char **argv) {
   int a = 1;
-  if (a + 1 < argc && !strcmp(argv[a], "--backend")) g_backend = argv[a + 1], a += 2;
+  for (;;)
+    if (a + 1 < argc && !strcmp(argv[a], "--backend")) g_backend = argv[a + 1], a += 2;
+    else if (a < argc && !strcmp(argv[a], "--rotated-codecs")) g_rotated = true, a++;
+    else break;
   if (argc - a != 5) {
-    fprintf(stderr, "usage: %s [--backend cuda] OUT_DIR QWEN.gguf GOLDEN GEMMA.gguf GOLDEN\n",
-            argv[0]);
+    fprintf(stderr, "usage: %s [--backend cuda] [--rotated-codecs] OUT_DIR QWEN.gguf GOLDEN "
+            "GEMMA.gguf GOLDEN\n", argv[0]);
     return 2;
   }
   g_out = argv[a];
@@ -344,6 +377,8 @@ int main(int argc, char **argv) {
     TSR_RUN(test_skipping_is_counted_and_stays_close);
     TSR_RUN(test_dca_of_one_chunk_equals_flash_with_skipping);
     TSR_RUN(test_budget_bounds_the_mass_and_runs_on_the_cpu_only);
+    if (g_rotated) TSR_RUN(test_rotated_v_codecs);
+    else printf("kv_turbo or kv_tcq is not in this build: V in rotated tiers not tested\n");
   } else {
     TSR_RUN(test_cuda_skips_like_the_cpu);
   }

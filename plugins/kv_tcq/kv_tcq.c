@@ -15,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 #include <tessera/plugin.h>
 
 #include "../kv_turbo/rotation_op.h"
@@ -42,18 +46,33 @@ static const float *g_books[TCQ_TIERS] = {g_book2, g_book3};
 /* A codebook file (tools/codebook_header.py's format): '#' lines, then
 ** "kv_tcq-codebook 1 NAME N" and N f16-exact values, one a line. */
 static tsr_status load_book(const struct tsr_host *h, const char *dir, int tier, float *out) {
-  char path[1100], line[4096];
+  enum { LINE_MAX_BYTES = 4096 };
+  char path[1100];
   const int n = tcq_states(tcq_step_bits(tier));
   snprintf(path, sizeof path, "%s/%s.txt", dir, g_names[tier]);
-  FILE *f = fopen(path, "r");
-  if (!f) return h->set_error(TSR_ERR_IO, "kv_tcq codebooks: cannot open %s", path);
+  /* opened without blocking, so a fifo is refused rather than waited on */
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return h->set_error(TSR_ERR_IO, "kv_tcq codebooks: cannot open %s", path);
+  struct stat sb;
+  FILE *f = NULL;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || !(f = fdopen(fd, "r"))) {
+    close(fd);
+    return h->set_error(TSR_ERR_IO, "kv_tcq codebooks: %s is not a regular file", path);
+  }
   int got = -1, lineno = 0;
   tsr_status s = TSR_OK;
-  while (s == TSR_OK && fgets(line, sizeof line, f)) {
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  while (s == TSR_OK && (len = getline(&line, &cap, f)) >= 0) {
     lineno++;
-    if (!strchr(line, '\n') && !feof(f)) {
-      s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s:%d: a line longer than %zu bytes",
-                       path, lineno, sizeof line - 2);
+    if (len > LINE_MAX_BYTES) {
+      s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s:%d: a line longer than %d bytes",
+                       path, lineno, LINE_MAX_BYTES);
+      break;
+    }
+    if ((ssize_t)strlen(line) != len) {
+      s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s:%d: a NUL byte", path, lineno);
       break;
     }
     line[strcspn(line, "\r\n")] = 0;
@@ -78,6 +97,7 @@ static tsr_status load_book(const struct tsr_host *h, const char *dir, int tier,
     else
       out[got++] = v;
   }
+  free(line);
   fclose(f);
   if (s == TSR_OK && got != n)
     s = h->set_error(TSR_ERR_FORMAT, "kv_tcq codebooks: %s: %d values, not %d", path,

@@ -82,12 +82,32 @@ expect a_malformed_codebook_is_refused_naming_its_line 2 \
 awk 'BEGIN { printf "# "; for (i = 0; i < 5000; i++) printf "x"; print "" }' >"$out/long.txt"
 cat "$out/books/turbo2_tcq.txt" >>"$out/long.txt"
 mkdir -p "$out/long" && cp "$out/books/turbo3_tcq.txt" "$out/long/" && mv "$out/long.txt" "$out/long/turbo2_tcq.txt"
-expect an_overlong_line_is_refused 2 "$out/long/turbo2_tcq.txt:1: a line longer than 4094 bytes" -- \
+expect an_overlong_line_is_refused 2 "$out/long/turbo2_tcq.txt:1: a line longer than 4096 bytes" -- \
   "$profile" --set model="$out/g26.gguf" --set backend=cpu --set "$(cpu_books "$out/long")"
+# one directory a hostile book: a wrong header, one value short, one too many, a NUL byte,
+# a fifo (which must not hang the load), each refused naming what is wrong
+hostile() { # NAME NEEDLE: $out/h/turbo2_tcq.txt already written
+  cp "$out/books/turbo3_tcq.txt" "$out/h/"
+  expect "$1" 2 "$2" -- "$profile" --set model="$out/g26.gguf" --set backend=cpu \
+    --set "$(cpu_books "$out/h")"
+  rm -rf "$out/h" && mkdir -p "$out/h"
+}
+b2=$out/books/turbo2_tcq.txt
+rm -rf "$out/h" && mkdir -p "$out/h"
+sed 's/^kv_tcq-codebook 1 turbo2_tcq 256$/kv_tcq-codebook 1 turbo2_tcq 512/' "$b2" >"$out/h/turbo2_tcq.txt"
+hostile a_wrong_header_is_refused "expected 'kv_tcq-codebook 1 turbo2_tcq 256'"
+sed '$d' "$b2" >"$out/h/turbo2_tcq.txt"
+hostile a_short_book_is_refused "$out/h/turbo2_tcq.txt: 255 values, not 256"
+{ cat "$b2"; echo 0.5; } >"$out/h/turbo2_tcq.txt"
+hostile a_long_book_is_refused "more than 256 values"
+{ head -n "$line" "$b2"; printf '0.5\0001\n'; tail -n +$((line + 2)) "$b2"; } >"$out/h/turbo2_tcq.txt"
+hostile a_nul_byte_is_refused "$out/h/turbo2_tcq.txt:$((line + 1)): a NUL byte"
+mkfifo "$out/h/turbo2_tcq.txt"
+hostile a_fifo_is_refused "$out/h/turbo2_tcq.txt is not a regular file"
 expect a_missing_codebook_is_refused 2 "kv_tcq codebooks: cannot open $out/none/turbo2_tcq.txt" -- \
   "$profile" --set model="$out/g26.gguf" --set backend=cpu --set "$(cpu_books "$out/none")"
 expect codebooks_on_cuda_are_refused 2 \
   "K codec turbo3_tcq (kv_tcq 1.0.0) has no cuda encoder (it runs on: cpu)" -- \
   "$profile" --set model="$out/g26.gguf" --set "$(cpu_books "$out/books")"
-rm -rf "$out/g26.gguf" "$out/d.bin" "$out/books" "$out/bad" "$out/long"
+rm -rf "$out/g26.gguf" "$out/d.bin" "$out/books" "$out/bad" "$out/long" "$out/h"
 exit $status

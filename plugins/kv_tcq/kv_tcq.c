@@ -456,8 +456,15 @@ static tsr_status settings_init(const struct tsr_host *h, struct tsr_plugin *sel
   if (!path[0]) return TSR_OK;
   if (!(st->dump_path = strdup(path))) return h->set_error(TSR_ERR_NOMEM, "kv_tcq: out of memory");
   st->dump_left = max_blocks;
-  if (!(st->dump = fopen(st->dump_path, "wb")))
-    return h->set_error(TSR_ERR_IO, "kv_tcq: dump_blocks: cannot write %s", st->dump_path);
+  /* a regular file only: a fifo without a reader is refused, not waited on */
+  const int fd = open(st->dump_path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
+  struct stat sb;
+  if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || ftruncate(fd, 0) != 0 ||
+      fcntl(fd, F_SETFL, 0) != 0 || !(st->dump = fdopen(fd, "wb"))) {
+    if (fd >= 0) close(fd);
+    return h->set_error(TSR_ERR_IO, "kv_tcq: dump_blocks: cannot write %s (a regular file)",
+                        st->dump_path);
+  }
   return TSR_OK;
 }
 

@@ -63,6 +63,10 @@ expect dumping_on_cuda_is_refused 2 \
 expect an_unwritable_dump_is_refused 2 "kv_tcq: dump_blocks: cannot write $out/no/such/dir/d.bin" -- \
   "$profile" --set model="$out/g26.gguf" --set backend=cpu \
   --set "plugins=[arch_gemma4, attn_dca, {name: kv_tcq, settings: {dump_blocks: $out/no/such/dir/d.bin}}]"
+rm -f "$out/fifo" && mkfifo "$out/fifo"
+expect a_dump_into_a_fifo_is_refused 2 "kv_tcq: dump_blocks: cannot write $out/fifo" -- \
+  "$profile" --set model="$out/g26.gguf" --set backend=cpu \
+  --set "plugins=[arch_gemma4, attn_dca, {name: kv_tcq, settings: {dump_blocks: $out/fifo}}]"
 expect an_unknown_precision_is_refused 2 "viterbi" "f16" -- \
   "$profile" --set model="$out/g26.gguf" \
   --set "plugins=[arch_gemma4, attn_dca, {name: kv_tcq, settings: {viterbi: f16}}]"
@@ -109,5 +113,5 @@ expect a_missing_codebook_is_refused 2 "kv_tcq codebooks: cannot open $out/none/
 expect codebooks_on_cuda_are_refused 2 \
   "K codec turbo3_tcq (kv_tcq 1.0.0) has no cuda encoder (it runs on: cpu)" -- \
   "$profile" --set model="$out/g26.gguf" --set "$(cpu_books "$out/books")"
-rm -rf "$out/g26.gguf" "$out/d.bin" "$out/books" "$out/bad" "$out/long" "$out/h"
+rm -rf "$out/g26.gguf" "$out/d.bin" "$out/fifo" "$out/books" "$out/bad" "$out/long" "$out/h"
 exit $status

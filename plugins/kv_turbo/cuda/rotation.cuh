@@ -8,6 +8,8 @@
 
 #include <cuda_runtime.h>
 
+#include "tessera/plugin_cuda.h"
+
 #include "../rotation.h"
 
 __global__ void turbo_k_rotate(const float *src, int64_t in_dim, float *dst, int64_t out_dim,
@@ -40,6 +42,25 @@ static inline void turbo_rotate_launch(const float *src, int64_t in_dim, float *
   const int64_t groups = rotated / G;
   turbo_k_rotate<<<(unsigned)(rows * groups), G, 0, stream>>>(src, in_dim, dst, out_dim, groups,
                                                                G, inverse);
+}
+
+/* The rotation op's cuda entry, for a plugin whose state starts with its host and its
+** self: the launch, and the counters once a call (on a capture the replays count). */
+static inline void turbo_rotate_entry(const struct tsr_host *host, struct tsr_plugin *self,
+                                      const struct tsr_tensor_info *dst,
+                                      const struct tsr_tensor_info *src, const int32_t *params,
+                                      const char *what) {
+  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
+  const int inverse = params[TURBO_P_INVERSE] != 0;
+  const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
+  const int64_t graph = tsr_device_call_graph(call);
+  if (graph != TSR_DEVICE_CALL_REPLAY && rows > 0) {
+    turbo_rotate_launch((const float *)src[0].data, src[0].ne[0], (float *)dst->data,
+                        dst->ne[0], rows, inverse, tsr_cuda_call_stream(call));
+    tsr_cuda_call_finish((void *)host, call, what);
+  }
+  if (graph != TSR_DEVICE_CALL_CAPTURE && rows > 0)
+    host->engaged(self, inverse ? "outputs_unrotated" : "rows_rotated", (uint64_t)rows);
 }
 
 #endif

@@ -80,20 +80,8 @@ kv_turbo_rotate_cuda(void *ctx, int ith, int nth, const struct tsr_tensor_info *
                      const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ctx, (void)ith, (void)nth, (void)n_src;
   const struct turbo_state *st = turbo_state_of(params);
-  const struct tsr_host *host = (const struct tsr_host *)st->host;
-  struct tsr_device_call *call = tsr_cuda_call_begin((void *)host);
-  const int inverse = params[TURBO_P_INVERSE] != 0;
-  const int64_t rows = dst->ne[1] * dst->ne[2] * dst->ne[3];
-  const int64_t graph = tsr_device_call_graph(call);
-  if (graph != TSR_DEVICE_CALL_REPLAY && rows > 0) {
-    turbo_rotate_launch((const float *)src[0].data, src[0].ne[0], (float *)dst->data,
-                        dst->ne[0], rows, inverse, tsr_cuda_call_stream(call));
-    tsr_cuda_call_finish((void *)host, call, "kv_turbo rotate");
-  }
-  /* counted once a call: on a capture the replays count */
-  if (graph != TSR_DEVICE_CALL_CAPTURE && rows > 0)
-    host->engaged((struct tsr_plugin *)st->self, inverse ? "outputs_unrotated" : "rows_rotated",
-                  (uint64_t)rows);
+  turbo_rotate_entry((const struct tsr_host *)st->host, (struct tsr_plugin *)st->self, dst, src,
+                     params, "kv_turbo rotate");
 }
 
 /* ---- encode and lift --------------------------------------------------------------- */

@@ -173,7 +173,8 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
     }
     return;
   }
-  /* quantized columns, TSR_Q8_COLS at a time: each row's codes expanded once for them all */
+  /* quantized columns, TSR_Q8_COLS at a time, TSR_Q8_ROWS rows a call (the VNNI kernel meets
+** each column's codes with two rows): each row's codes expanded once for them all */
   if (t->mode == W_Q8) {
     const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
     for (; c0 < c1; c0 += TSR_Q8_COLS) {
@@ -185,10 +186,12 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
         col_at(cs, c0 + c, t->m0, &xp, &out[c]);
         a[c] = cs->q8 + (c0 + c) * nb;
       }
-      for (int64_t r = 0; r < t->n; r++) {
-        float d[TSR_Q8_COLS];
-        t->dot_q8(t->row[r], a, nc, t->k, d);
-        for (int c = 0; c < nc; c++) out[c][r] = d[c];
+      for (int64_t r = 0; r < t->n; r += TSR_Q8_ROWS) {
+        const int nr = t->n - r < TSR_Q8_ROWS ? (int)(t->n - r) : TSR_Q8_ROWS;
+        float d[TSR_Q8_ROWS * TSR_Q8_COLS];
+        t->dot_q8(t->row + r, nr, a, nc, t->k, d);
+        for (int i = 0; i < nr; i++)
+          for (int c = 0; c < nc; c++) out[c][r + i] = d[i * nc + c];
       }
     }
     return;

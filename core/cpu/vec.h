@@ -40,27 +40,36 @@ typedef float (*tsr_vec_dot_row_fn)(const void *w, const float *y, int64_t n);
 tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype);
 
 /* A vector quantized for the integer dots (vec_q8.c): blocks of 32 int8 codes q (never
-** -128) with scale d, x ~ d q, and the codes' sum */
+** -128) with scale d, x ~ d q, the codes' sum and the negated sum of each 4 adjacent codes */
 #define TSR_Q8_ACT_BLOCK 32
 struct tsr_q8_act {
   float d;
   int32_t sum;
   int8_t q[TSR_Q8_ACT_BLOCK];
+  int32_t nsum4[TSR_Q8_ACT_BLOCK / 4];
 };
 /* x (n a multiple of 32) as n / 32 blocks: d = amax / 127, q = round(x 127 / amax) (to
 ** even); a block holding NaN or an infinity is codes 0 and d NaN. The AVX2 path equals the
 ** reference bit for bit. */
 void tsr_vec_quantize_q8(const float *x, int64_t n, struct tsr_q8_act *out);
 void tsr_vec_quantize_q8_ref(const float *x, int64_t n, struct tsr_q8_act *out);
-/* out[c] = the sum over a row w of n values (whole blocks) of a block type times quantized
-** column a[c], for c < n_cols (1..TSR_Q8_COLS): integer sums of 4 values, scaled into 8 f32
-** lanes (vec_q8.c); a column's result does not depend on the columns beside it */
+/* out[r * n_cols + c] = the sum over row w[r] of n values (whole blocks) of a block type
+** times quantized column a[c], for r < n_rows (any) and c < n_cols (1..TSR_Q8_COLS): integer
+** sums of 4 values, scaled into 8 f32 lanes (vec_q8.c); a result does not depend on the rows
+** and columns beside it */
 #define TSR_Q8_COLS 8
-typedef void (*tsr_vec_dot_q8_fn)(const void *w, const struct tsr_q8_act *const *a, int n_cols,
-                                  int64_t n, float *out);
-/* the kernel for a block type (q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K; the AVX2 one
-** where the machine has it, else the reference), or NULL for any other type */
+#define TSR_Q8_ROWS 2 /* rows a caller hands over at once, where it has them */
+typedef void (*tsr_vec_dot_q8_fn)(const void *const *w, int n_rows,
+                                  const struct tsr_q8_act *const *a, int n_cols, int64_t n,
+                                  float *out);
+/* the kernel for a block type (q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K; the widest
+** instruction set the machine has: AVX-512 VNNI, AVX2, else the reference), or NULL for any
+** other type */
 tsr_vec_dot_q8_fn tsr_vec_dot_q8(int dtype);
+/* the kernel on one instruction set, or NULL where this machine lacks it (the tests compare
+** each against the reference); every one gives the same bits */
+enum tsr_q8_isa { TSR_Q8_ISA_REF, TSR_Q8_ISA_AVX2, TSR_Q8_ISA_VNNI, TSR_Q8_ISA_COUNT };
+tsr_vec_dot_q8_fn tsr_vec_dot_q8_isa(int dtype, enum tsr_q8_isa isa);
 /* the portable reference of every type's kernel, one column: the same bits */
 float tsr_vec_dot_q8_ref(int dtype, const void *w, const struct tsr_q8_act *a, int64_t n);
 

@@ -5,9 +5,9 @@
 ** x code is exact, then multiplied by the row's scale for those values and d into 8 f32
 ** lanes (lane k: values 4k..4k+3 of each block), which are summed at the end in one fixed
 ** tree; an offset (q4_1's and q5_1's m, the K types' mins) meets the block's code sum in one
-** more f32 chain. The portable reference computes every step in that order, so the AVX2
-** kernels equal it bit for bit (core/tests/test_vec_q8.c); machines without AVX2 run the
-** reference.
+** more f32 chain. The portable reference computes every step in that order, so the AVX2 and
+** AVX-512 VNNI kernels equal it bit for bit (core/tests/test_vec_q8.c); each machine runs
+** the widest it has, the reference where it has neither.
 */
 #include "vec.h"
 
@@ -29,6 +29,8 @@ static void finish_block(float amax, bool finite, const int32_t *codes, struct t
     a->q[i] = finite ? (int8_t)codes[i] : 0;
     sum += a->q[i];
   }
+  for (int k = 0; k < 8; k++)
+    a->nsum4[k] = -(a->q[4 * k] + a->q[4 * k + 1] + a->q[4 * k + 2] + a->q[4 * k + 3]);
   a->d = finite ? amax / 127.0f : NAN;
   a->sum = sum;
 }
@@ -272,17 +274,17 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
   *offs = 0.0f;
 }
 
-/* A type's kernel: each 32 values expanded once and met by every column, each column in its
-** own lanes and offset chain (so one column's result is the same whatever columns are
-** with it). SIGNED: the codes' sign moved onto the columns' codes; UNIFORM: one scale for
-** all 8 lanes (all but q6_K). */
-#define COLS_KERNEL(T, SIGNED, OFFSET, UNIFORM)                                               \
-  AVX2 static inline __attribute__((always_inline)) void body_##T(                            \
+/* AVX2's kernel of a type: each 32 values of a row expanded once and met by every column,
+** each column in its own lanes and offset chain (so one column's result is the same whatever
+** columns are with it); the codes' sign moved onto the columns' codes where SIGNED (the
+** 16-bit pair sums of maddubs never saturate: |code| <= 128, |y| <= 127). The lanes' scale
+** times d is a lane-wise product: the reference's scalar product in every lane. */
+#define AVX2_KERNEL(T, SIGNED, OFFSET)                                                        \
+  AVX2 static inline __attribute__((always_inline)) void row_avx2_##T(                        \
       const void *w, const struct tsr_q8_act *const *a, const int nc, int64_t n, float *out) { \
     __m256 acc[TSR_Q8_COLS];                                                                  \
     float off[TSR_Q8_COLS];                                                                   \
     for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps(), off[c] = 0.0f;                 \
-    const __m256i ones = _mm256_set1_epi16(1);                                                \
     for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
       __m256i codes;                                                                          \
       __m256 sv;                                                                              \
@@ -293,57 +295,161 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
         const struct tsr_q8_act *q = a[c] + j;                                                \
         __m256i y = _mm256_loadu_si256((const __m256i *)q->q);                                \
         if (SIGNED) y = _mm256_sign_epi8(y, codes);                                           \
-        const __m256 isum =                                                                   \
-            _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(u, y), ones));          \
-        /* one scale for all lanes: its product with d in a scalar, the same bits */          \
-        const __m256 s = UNIFORM ? _mm256_set1_ps(_mm256_cvtss_f32(sv) * q->d)                \
-                                 : _mm256_mul_ps(sv, _mm256_set1_ps(q->d));                   \
-        acc[c] = _mm256_fmadd_ps(s, isum, acc[c]);                                            \
+        const __m256i isum =                                                                  \
+            _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));              \
+        acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(q->d)),                     \
+                                 _mm256_cvtepi32_ps(isum), acc[c]);                           \
         if (OFFSET) off[c] = fmaf(offs * q->d, (float)q->sum, off[c]);                        \
       }                                                                                       \
     }                                                                                         \
     for (int c = 0; c < nc; c++) out[c] = OFFSET ? tsr_hsum8(acc[c]) + off[c] : tsr_hsum8(acc[c]);    \
   }                                                                                           \
   /* one body a column count, so the columns' sums stay in registers */                      \
-  AVX2 static void cols_##T(const void *w, const struct tsr_q8_act *const *a, int nc,         \
-                            int64_t n, float *out) {                                          \
-    switch (nc) {                                                                             \
-    case 1: body_##T(w, a, 1, n, out); break;                                                 \
-    case 2: body_##T(w, a, 2, n, out); break;                                                 \
-    case 3: body_##T(w, a, 3, n, out); break;                                                 \
-    case 4: body_##T(w, a, 4, n, out); break;                                                 \
-    case 5: body_##T(w, a, 5, n, out); break;                                                 \
-    case 6: body_##T(w, a, 6, n, out); break;                                                 \
-    case 7: body_##T(w, a, 7, n, out); break;                                                 \
-    default: body_##T(w, a, 8, n, out);                                                       \
+  AVX2 static void avx2_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
+                            int nc, int64_t n, float *out) {                                  \
+    for (int r = 0; r < nr; r++, out += nc) switch (nc) {                                     \
+      case 1: row_avx2_##T(w[r], a, 1, n, out); break;                                        \
+      case 2: row_avx2_##T(w[r], a, 2, n, out); break;                                        \
+      case 3: row_avx2_##T(w[r], a, 3, n, out); break;                                        \
+      case 4: row_avx2_##T(w[r], a, 4, n, out); break;                                        \
+      case 5: row_avx2_##T(w[r], a, 5, n, out); break;                                        \
+      case 6: row_avx2_##T(w[r], a, 6, n, out); break;                                        \
+      case 7: row_avx2_##T(w[r], a, 7, n, out); break;                                        \
+      default: row_avx2_##T(w[r], a, 8, n, out);                                              \
+      }                                                                                       \
+  }
+
+/* AVX-512 VNNI's kernel: two rows at a time against every column. vpdpbusd sums 4 products
+** of unsigned and signed bytes into an int32 lane in one instruction, so a signed type's
+** codes c are met as c + BIAS (unsigned) and the lane starts from -BIAS times the column's 4
+** codes' sum (its nsum4, shifted): the same exact integer. An offset (the K types' mins)
+** meets the 8 columns' scales and code sums as the lanes of one vector, each lane the
+** reference's chain for its column. */
+#define VNNI_KERNEL(T, LOG2_BIAS, OFFSET)                                                     \
+  VNNI static inline __attribute__((always_inline)) void rows_vnni_##T(                       \
+      const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
+      int64_t n, float *out) {                                                                \
+    __m256 acc[2][TSR_Q8_COLS], off[2];                                                       \
+    for (int r = 0; r < nr; r++) {                                                            \
+      off[r] = _mm256_setzero_ps();                                                           \
+      for (int c = 0; c < nc; c++) acc[r][c] = _mm256_setzero_ps();                           \
+    }                                                                                         \
+    for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
+      __m256i u[2];                                                                           \
+      __m256 sv[2];                                                                           \
+      float offs[2];                                                                          \
+      for (int r = 0; r < nr; r++) {                                                          \
+        blk_##T(w[r], j, &u[r], &sv[r], &offs[r]);                                            \
+        if (LOG2_BIAS >= 0) u[r] = _mm256_add_epi8(u[r], _mm256_set1_epi8((char)(1 << LOG2_BIAS))); \
+        /* hidden from the compiler as a broadcast, so each product below is one vmulps */    \
+        __asm__("" : "+v"(sv[r]));                                                            \
+      }                                                                                       \
+      for (int c = 0; c < nc; c++) {                                                          \
+        const struct tsr_q8_act *q = a[c] + j;                                                \
+        const __m256i y = _mm256_loadu_si256((const __m256i *)q->q);                          \
+        const __m256i start =                                                                 \
+            LOG2_BIAS >= 0                                                                    \
+                ? _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)q->nsum4), LOG2_BIAS) \
+                : _mm256_setzero_si256();                                                     \
+        const __m256 d = _mm256_set1_ps(q->d);                                                \
+        for (int r = 0; r < nr; r++)                                                          \
+          acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(sv[r], d),                                \
+                                      _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u[r], y)), \
+                                      acc[r][c]);                                             \
+      }                                                                                       \
+      if (OFFSET) {                                                                           \
+        const __m256 dc = _mm256_setr_ps(                                                     \
+            a[0][j].d, nc > 1 ? a[1][j].d : 0.0f, nc > 2 ? a[2][j].d : 0.0f,                  \
+            nc > 3 ? a[3][j].d : 0.0f, nc > 4 ? a[4][j].d : 0.0f, nc > 5 ? a[5][j].d : 0.0f,  \
+            nc > 6 ? a[6][j].d : 0.0f, nc > 7 ? a[7][j].d : 0.0f);                            \
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_setr_epi32(                               \
+            a[0][j].sum, nc > 1 ? a[1][j].sum : 0, nc > 2 ? a[2][j].sum : 0,                  \
+            nc > 3 ? a[3][j].sum : 0, nc > 4 ? a[4][j].sum : 0, nc > 5 ? a[5][j].sum : 0,     \
+            nc > 6 ? a[6][j].sum : 0, nc > 7 ? a[7][j].sum : 0));                             \
+        for (int r = 0; r < nr; r++)                                                          \
+          off[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(offs[r]), dc), sc, off[r]);   \
+      }                                                                                       \
+    }                                                                                         \
+    for (int r = 0; r < nr; r++) {                                                            \
+      float o[8];                                                                             \
+      _mm256_storeu_ps(o, off[r]);                                                            \
+      for (int c = 0; c < nc; c++)                                                            \
+        out[r * nc + c] = OFFSET ? tsr_hsum8(acc[r][c]) + o[c] : tsr_hsum8(acc[r][c]);        \
+    }                                                                                         \
+  }                                                                                           \
+  /* one body a row and column count, so the sums stay in registers */                       \
+  VNNI static void vnni_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
+                            int nc, int64_t n, float *out) {                                  \
+    /* two rows streamed side by side from memory run at half the rate of one (measured on \
+    ** an AMD EPYC): decode's few columns take the rows one at a time */                     \
+    if (nc > 2)                                                                               \
+      for (; nr > 1; nr -= 2, w += 2, out += 2 * nc) BY_COLS(rows_vnni_##T, w, 2, a, nc, n, out); \
+    for (; nr > 0; nr--, w++, out += nc) BY_COLS(rows_vnni_##T, w, 1, a, nc, n, out);         \
+  }
+#define BY_COLS(F, w, NR, a, nc, n, out)                                                      \
+  switch (nc) {                                                                               \
+  case 1: F(w, NR, a, 1, n, out); break;                                                      \
+  case 2: F(w, NR, a, 2, n, out); break;                                                      \
+  case 3: F(w, NR, a, 3, n, out); break;                                                      \
+  case 4: F(w, NR, a, 4, n, out); break;                                                      \
+  case 5: F(w, NR, a, 5, n, out); break;                                                      \
+  case 6: F(w, NR, a, 6, n, out); break;                                                      \
+  case 7: F(w, NR, a, 7, n, out); break;                                                      \
+  default: F(w, NR, a, 8, n, out);                                                            \
+  }
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+/* SIGNED and the bias that makes a signed type's codes unsigned (log2; -1: none) */
+#define ALL_TYPES(X)                                                                          \
+  X(q8_0, 1, 7, 0)                                                                            \
+  X(q4_0, 1, 3, 0)                                                                            \
+  X(q5_0, 1, 4, 0)                                                                            \
+  X(q4_1, 0, -1, 1)                                                                           \
+  X(q5_1, 0, -1, 1)                                                                           \
+  X(q4_K, 0, -1, 1)                                                                           \
+  X(q5_K, 0, -1, 1)                                                                           \
+  X(q6_K, 1, 5, 0)
+#define AVX2_OF(T, SIGNED, LOG2_BIAS, OFFSET) AVX2_KERNEL(T, SIGNED, OFFSET)
+#define VNNI_OF(T, SIGNED, LOG2_BIAS, OFFSET) VNNI_KERNEL(T, LOG2_BIAS, OFFSET)
+ALL_TYPES(AVX2_OF)
+ALL_TYPES(VNNI_OF)
+
+#define KERNEL_PICKER(ISA)                                                                    \
+  static tsr_vec_dot_q8_fn ISA##_kernel(int dtype) {                                          \
+    switch (dtype) {                                                                          \
+    case TSR_Q8_0: return ISA##_q8_0;                                                         \
+    case TSR_Q4_0: return ISA##_q4_0;                                                         \
+    case TSR_Q4_1: return ISA##_q4_1;                                                         \
+    case TSR_Q5_0: return ISA##_q5_0;                                                         \
+    case TSR_Q5_1: return ISA##_q5_1;                                                         \
+    case TSR_Q4_K: return ISA##_q4_K;                                                         \
+    case TSR_Q5_K: return ISA##_q5_K;                                                         \
+    case TSR_Q6_K: return ISA##_q6_K;                                                         \
+    default: return NULL;                                                                     \
     }                                                                                         \
   }
-COLS_KERNEL(q8_0, 1, 0, 1)
-COLS_KERNEL(q4_0, 1, 0, 1)
-COLS_KERNEL(q5_0, 1, 0, 1)
-COLS_KERNEL(q4_1, 0, 1, 1)
-COLS_KERNEL(q5_1, 0, 1, 1)
-COLS_KERNEL(q4_K, 0, 1, 1)
-COLS_KERNEL(q5_K, 0, 1, 1)
-COLS_KERNEL(q6_K, 1, 0, 0)
+KERNEL_PICKER(avx2)
+KERNEL_PICKER(vnni)
 
-static tsr_vec_dot_q8_fn avx2_kernel(int dtype) {
-  if (!tsr_cpu_has_avx2()) return NULL;
-  switch (dtype) {
-  case TSR_Q8_0: return cols_q8_0;
-  case TSR_Q4_0: return cols_q4_0;
-  case TSR_Q4_1: return cols_q4_1;
-  case TSR_Q5_0: return cols_q5_0;
-  case TSR_Q5_1: return cols_q5_1;
-  case TSR_Q4_K: return cols_q4_K;
-  case TSR_Q5_K: return cols_q5_K;
-  case TSR_Q6_K: return cols_q6_K;
+static int has_vnni(void) {
+  static int cached = -1;
+  if (cached < 0)
+    cached = tsr_cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vnni");
+  return cached;
+}
+
+static tsr_vec_dot_q8_fn isa_kernel(int dtype, enum tsr_q8_isa isa) {
+  switch (isa) {
+  case TSR_Q8_ISA_AVX2: return tsr_cpu_has_avx2() ? avx2_kernel(dtype) : NULL;
+  case TSR_Q8_ISA_VNNI: return has_vnni() ? vnni_kernel(dtype) : NULL;
   default: return NULL;
   }
 }
 #else
-static tsr_vec_dot_q8_fn avx2_kernel(int dtype) {
-  (void)dtype;
+static tsr_vec_dot_q8_fn isa_kernel(int dtype, enum tsr_q8_isa isa) {
+  (void)dtype, (void)isa;
   return NULL;
 }
 #endif
@@ -361,9 +467,10 @@ void tsr_vec_quantize_q8(const float *x, int64_t n, struct tsr_q8_act *out) {
 }
 
 #define PORTABLE(T)                                                                           \
-  static void ref_##T(const void *w, const struct tsr_q8_act *const *a, int nc, int64_t n,    \
-                      float *out) {                                                           \
-    for (int c = 0; c < nc; c++) out[c] = tsr_vec_dot_q8_ref(TSR_##T, w, a[c], n);            \
+  static void ref_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a, int nc,\
+                      int64_t n, float *out) {                                                \
+    for (int r = 0; r < nr; r++)                                                              \
+      for (int c = 0; c < nc; c++) out[r * nc + c] = tsr_vec_dot_q8_ref(TSR_##T, w[r], a[c], n); \
   }
 PORTABLE(Q8_0)
 PORTABLE(Q4_0)
@@ -374,9 +481,8 @@ PORTABLE(Q4_K)
 PORTABLE(Q5_K)
 PORTABLE(Q6_K)
 
-tsr_vec_dot_q8_fn tsr_vec_dot_q8(int dtype) {
-  const tsr_vec_dot_q8_fn k = avx2_kernel(dtype);
-  if (k) return k;
+tsr_vec_dot_q8_fn tsr_vec_dot_q8_isa(int dtype, enum tsr_q8_isa isa) {
+  if (isa != TSR_Q8_ISA_REF) return isa_kernel(dtype, isa);
   switch (dtype) {
   case TSR_Q8_0: return ref_Q8_0;
   case TSR_Q4_0: return ref_Q4_0;
@@ -388,4 +494,12 @@ tsr_vec_dot_q8_fn tsr_vec_dot_q8(int dtype) {
   case TSR_Q6_K: return ref_Q6_K;
   default: return NULL;
   }
+}
+
+tsr_vec_dot_q8_fn tsr_vec_dot_q8(int dtype) {
+  for (int isa = TSR_Q8_ISA_COUNT - 1; isa > TSR_Q8_ISA_REF; isa--) {
+    const tsr_vec_dot_q8_fn k = isa_kernel(dtype, (enum tsr_q8_isa)isa);
+    if (k) return k;
+  }
+  return tsr_vec_dot_q8_isa(dtype, TSR_Q8_ISA_REF);
 }

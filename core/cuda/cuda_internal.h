@@ -121,8 +121,8 @@ tsr_status tsr_cuda_blas_fail(int st, const char *call, const char *file, int li
 tsr_status tsr_cuda_scratch(struct cu_ctx *c, enum cu_scratch_slot slot, size_t bytes, void **out);
 
 tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t);
-/* The plugin op of the codec kernel that reads flash_attn node t's K and V in
-** register (K's codec's, else V's), or -1: the core's kernel reads them. */
+/* The plugin op of the codec kernel that reads flash_attn node t's K and V as stored (both
+** that kernel's codecs), or -1: the core's kernel reads them. */
 int32_t tsr_cuda_codec_read_op(const struct cu_ctx *c, const struct tsr_tensor *t);
 tsr_status tsr_cuda_mat_mul(struct cu_ctx *c, const struct cu_t *dst, const struct cu_t *w,
                             const struct cu_t *x);

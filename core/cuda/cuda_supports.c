@@ -44,15 +44,32 @@ static tsr_status codec_kernel(struct cu_ctx *c, const struct tsr_tensor *t, int
 }
 
 int32_t tsr_cuda_codec_read_op(const struct cu_ctx *c, const struct tsr_tensor *t) {
-  /* K's codec when it has a read kernel, else V's: the order negotiation asked
-  ** them in (plugin.h, tsr_kv_codec_kernels.reads) */
-  for (int i = 1; i <= 2; i++) {
+  /* K's codec's read op when K's and V's resolve to one kernel and context (one plugin's
+  ** tiers, mixed or not); any other pair is the core kernel's, which reads the core dtypes
+  ** only (flash's negotiation lifts a codec no read kernel takes to f16 first) */
+  int32_t read[2];
+  tsr_plugin_kernel_fn fn[2];
+  void *kctx[2];
+  for (int i = 0; i < 2; i++) {
     int32_t op[3];
-    if (tsr_dtype_is_codec((int)t->src[i]->dtype) &&
-        c->host->codec_ops((int32_t)t->src[i]->dtype, op, op + 1, op + 2) && op[2] >= 0)
-      return op[2];
+    if (!tsr_dtype_is_codec((int)t->src[i + 1]->dtype) ||
+        !c->host->codec_ops((int32_t)t->src[i + 1]->dtype, op, op + 1, op + 2) || op[2] < 0 ||
+        c->host->custom_op_kernel(op[2], "cuda", &fn[i], &kctx[i]) != TSR_OK)
+      return -1;
+    read[i] = op[2];
   }
-  return -1;
+  return fn[0] == fn[1] && kctx[0] == kctx[1] ? read[0] : -1;
+}
+
+/* K or V of an attention no kernel reads: a codec of its own layout outside a pair its
+** read kernel takes, or any other dtype the core kernel does not read */
+static tsr_status refuse_attn(const struct tsr_tensor *t, const char *what,
+                              const struct tsr_tensor *s) {
+  if (!tsr_dtype_is_codec((int)s->dtype)) return refuse(t, what, s, "attention over " ATTN_READS);
+  return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: op flash_attn, tensor '%s': %s '%s' "
+                       "is %s, which a codec's read kernel takes only beside another of that "
+                       "codec's dtypes (K and V); lift it to f16 first (flash's negotiation "
+                       "does)", label(t), what, label(s), tsr_dtype_name(s->dtype));
 }
 
 tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
@@ -93,19 +110,9 @@ tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t) {
     return cu_can_write(t->dtype) ? TSR_OK : refuse(t, "target", a, "set_rows into " WRITES);
   case TSR_OP_FLASH_ATTN: {
     const struct tsr_tensor *k = t->src[1], *v = t->src[2];
-    const int32_t read_op = tsr_cuda_codec_read_op(c, t);
-    if (read_op >= 0) {
-      tsr_plugin_kernel_fn fn;
-      void *kctx;
-      if (c->host->custom_op_kernel(read_op, "cuda", &fn, &kctx) != TSR_OK) {
-        tsr_error_prefix("cuda backend: op flash_attn, tensor '%s': the codec's read kernel",
-                         label(t));
-        return TSR_ERR_UNSUPPORTED;
-      }
-      return TSR_OK;
-    }
-    if (!attn_reads(k->dtype)) return refuse(t, "K", k, "attention over " ATTN_READS);
-    if (!attn_reads(v->dtype)) return refuse(t, "V", v, "attention over " ATTN_READS);
+    if (tsr_cuda_codec_read_op(c, t) >= 0) return TSR_OK;
+    if (!attn_reads(k->dtype)) return refuse_attn(t, "K", k);
+    if (!attn_reads(v->dtype)) return refuse_attn(t, "V", v);
     if (a->ne[0] > CU_ATTN_MAX_D || v->ne[0] > CU_ATTN_MAX_D)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: op flash_attn, tensor '%s': head "
                            "dims %lld (K) and %lld (V); the cuda kernel holds at most %d",

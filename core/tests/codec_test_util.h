@@ -57,18 +57,24 @@ static inline float *tsr_test_codec_round_trip(const struct tsr_kv_codec_v1 *c, 
 }
 
 /* flash over K [D, nkv, hkv] / V [Dv, nkv, hkv] stored in codecs kt / vt, nq (at most 4)
-** queries at positions nkv.., causal, on backend b: out [Dv, hq, nq] */
-static inline bool tsr_test_codec_flash(struct tsr_backend *b, const struct tsr_kv_codec_v1 *kt,
-                                        const struct tsr_kv_codec_v1 *vt, const void *kbytes,
-                                        const void *vbytes, const float *q, const int32_t *kvpos,
-                                        int D, int Dv, int nkv, int hkv, int hq, int nq,
-                                        float *out) {
+** queries at positions nkv.., causal, on backend b: out [Dv, hq, nq]; K and V each lifted to
+** f16 first where lift_k / lift_v (what flash's negotiation plans for a codec no read kernel
+** takes beside the other side) */
+static inline bool tsr_test_codec_flash_lifted(struct tsr_backend *b,
+                                               const struct tsr_kv_codec_v1 *kt,
+                                               const struct tsr_kv_codec_v1 *vt,
+                                               const void *kbytes, const void *vbytes,
+                                               const float *q, const int32_t *kvpos, int D,
+                                               int Dv, int nkv, int hkv, int hq, int nq,
+                                               bool lift_k, bool lift_v, float *out) {
   struct tsr_graph *g = tsr_graph_new(16);
   struct tsr_tensor *qt = tsr_new_external(g, TSR_F32, 3, (int64_t[]){D, nq, hq}, (void *)q);
   struct tsr_tensor *k = tsr_new_external(g, (enum tsr_dtype)kt->dtype, 3,
                                           (int64_t[]){D, nkv, hkv}, (void *)kbytes);
   struct tsr_tensor *v = tsr_new_external(g, (enum tsr_dtype)vt->dtype, 3,
                                           (int64_t[]){Dv, nkv, hkv}, (void *)vbytes);
+  if (lift_k) k = tsr_cast(g, k, TSR_F16);
+  if (lift_v) v = tsr_cast(g, v, TSR_F16);
   int32_t qpos[4];
   for (int i = 0; i < nq; i++) qpos[i] = nkv + i;
   struct tsr_tensor *qp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){nq}, qpos);
@@ -88,6 +94,15 @@ static inline bool tsr_test_codec_flash(struct tsr_backend *b, const struct tsr_
   free(arena);
   tsr_graph_free(g);
   return st == TSR_OK;
+}
+
+static inline bool tsr_test_codec_flash(struct tsr_backend *b, const struct tsr_kv_codec_v1 *kt,
+                                        const struct tsr_kv_codec_v1 *vt, const void *kbytes,
+                                        const void *vbytes, const float *q, const int32_t *kvpos,
+                                        int D, int Dv, int nkv, int hkv, int hq, int nq,
+                                        float *out) {
+  return tsr_test_codec_flash_lifted(b, kt, vt, kbytes, vbytes, q, kvpos, D, Dv, nkv, hkv, hq,
+                                     nq, false, false, out);
 }
 
 /* |a - b| / |b| over n values (|a - b| where b is all zeros) */

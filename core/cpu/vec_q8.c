@@ -4,8 +4,8 @@
 ** each 32 values of a row meet a block in integers: the sum over 4 adjacent values of code
 ** x code is exact, then multiplied by the row's scale for those values and d into 8 f32
 ** lanes (lane k: values 4k..4k+3 of each block), which are summed at the end in one fixed
-** tree; an offset (q4_1's and q5_1's m, the K types' mins) meets the block's code sum in one
-** more f32 chain. The portable reference computes every step in that order, so the AVX2 and
+** tree; an offset (q4_1's and q5_1's m, the K types' mins) meets the block's d times its
+** code sum in one more f32 chain. The portable reference computes every step in that order, so the AVX2 and
 ** AVX-512 VNNI kernels equal it bit for bit (core/tests/test_vec_q8.c); each machine runs
 ** the widest it has, the reference where it has neither.
 */
@@ -32,7 +32,7 @@ static void finish_block(float amax, bool finite, const int32_t *codes, struct t
   for (int k = 0; k < 8; k++)
     a->nsum4[k] = -(a->q[4 * k] + a->q[4 * k + 1] + a->q[4 * k + 2] + a->q[4 * k + 3]);
   a->d = finite ? amax / 127.0f : NAN;
-  a->sum = sum;
+  a->dsum = a->d * (float)sum;
 }
 
 /* 127 / amax, or 0 where amax is 0 or so small that the quotient overflows (every code 0) */
@@ -164,7 +164,7 @@ float tsr_vec_dot_q8_ref(int dtype, const void *w, const struct tsr_q8_act *a, i
                            s.c[4 * k + 2] * a->q[4 * k + 2] + s.c[4 * k + 3] * a->q[4 * k + 3];
       lane[k] = fmaf(s.scale[k] * a->d, (float)isum, lane[k]);
     }
-    off = fmaf(s.offs * a->d, (float)a->sum, off);
+    off = fmaf(s.offs, a->dsum, off);
   }
   return has_offset(dtype) ? lanes_sum(lane) + off : lanes_sum(lane);
 }
@@ -299,7 +299,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
             _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));              \
         acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(q->d)),                     \
                                  _mm256_cvtepi32_ps(isum), acc[c]);                           \
-        if (OFFSET) off[c] = fmaf(offs * q->d, (float)q->sum, off[c]);                        \
+        if (OFFSET) off[c] = fmaf(offs, q->dsum, off[c]);                                     \
       }                                                                                       \
     }                                                                                         \
     for (int c = 0; c < nc; c++) out[c] = OFFSET ? tsr_hsum8(acc[c]) + off[c] : tsr_hsum8(acc[c]);    \
@@ -322,17 +322,18 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 /* AVX-512 VNNI's kernel: two rows at a time against every column. vpdpbusd sums 4 products
 ** of unsigned and signed bytes into an int32 lane in one instruction, so a signed type's
 ** codes c are met as c + BIAS (unsigned) and the lane starts from -BIAS times the column's 4
-** codes' sum (its nsum4, shifted): the same exact integer. An offset (the K types' mins)
-** meets the 8 columns' scales and code sums as the lanes of one vector, each lane the
-** reference's chain for its column. */
+** codes' sum (its nsum4, shifted): the same exact integer. A type with an offset (q4_1, q5_1,
+** the K types) takes one row at a time: its columns' offset chains and lanes then fit the
+** registers. */
 #define VNNI_KERNEL(T, LOG2_BIAS, OFFSET)                                                     \
   VNNI static inline __attribute__((always_inline)) void rows_vnni_##T(                       \
       const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
       int64_t n, float *out) {                                                                \
-    __m256 acc[2][TSR_Q8_COLS], off[2];                                                       \
-    for (int r = 0; r < nr; r++) {                                                            \
-      off[r] = _mm256_setzero_ps();                                                           \
-      for (int c = 0; c < nc; c++) acc[r][c] = _mm256_setzero_ps();                           \
+    __m256 acc[2][TSR_Q8_COLS];                                                               \
+    float off[TSR_Q8_COLS];                                                                   \
+    for (int c = 0; c < nc; c++) {                                                            \
+      off[c] = 0.0f;                                                                          \
+      for (int r = 0; r < nr; r++) acc[r][c] = _mm256_setzero_ps();                           \
     }                                                                                         \
     for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
       __m256i u[2];                                                                           \
@@ -340,7 +341,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
       float offs[2];                                                                          \
       for (int r = 0; r < nr; r++) {                                                          \
         blk_##T(w[r], j, &u[r], &sv[r], &offs[r]);                                            \
-        if (LOG2_BIAS >= 0) u[r] = _mm256_add_epi8(u[r], _mm256_set1_epi8((char)(1 << LOG2_BIAS))); \
+        if (LOG2_BIAS >= 0) u[r] = _mm256_add_epi8(u[r], _mm256_set1_epi8((char)(1 << (LOG2_BIAS & 7)))); \
         /* hidden from the compiler as a broadcast, so each product below is one vmulps */    \
         __asm__("" : "+v"(sv[r]));                                                            \
       }                                                                                       \
@@ -356,33 +357,19 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
           acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(sv[r], d),                                \
                                       _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u[r], y)), \
                                       acc[r][c]);                                             \
-      }                                                                                       \
-      if (OFFSET) {                                                                           \
-        const __m256 dc = _mm256_setr_ps(                                                     \
-            a[0][j].d, nc > 1 ? a[1][j].d : 0.0f, nc > 2 ? a[2][j].d : 0.0f,                  \
-            nc > 3 ? a[3][j].d : 0.0f, nc > 4 ? a[4][j].d : 0.0f, nc > 5 ? a[5][j].d : 0.0f,  \
-            nc > 6 ? a[6][j].d : 0.0f, nc > 7 ? a[7][j].d : 0.0f);                            \
-        const __m256 sc = _mm256_cvtepi32_ps(_mm256_setr_epi32(                               \
-            a[0][j].sum, nc > 1 ? a[1][j].sum : 0, nc > 2 ? a[2][j].sum : 0,                  \
-            nc > 3 ? a[3][j].sum : 0, nc > 4 ? a[4][j].sum : 0, nc > 5 ? a[5][j].sum : 0,     \
-            nc > 6 ? a[6][j].sum : 0, nc > 7 ? a[7][j].sum : 0));                             \
-        for (int r = 0; r < nr; r++)                                                          \
-          off[r] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(offs[r]), dc), sc, off[r]);   \
+        if (OFFSET) off[c] = fmaf(offs[0], q->dsum, off[c]);                                  \
       }                                                                                       \
     }                                                                                         \
-    for (int r = 0; r < nr; r++) {                                                            \
-      float o[8];                                                                             \
-      _mm256_storeu_ps(o, off[r]);                                                            \
+    for (int r = 0; r < nr; r++)                                                              \
       for (int c = 0; c < nc; c++)                                                            \
-        out[r * nc + c] = OFFSET ? tsr_hsum8(acc[r][c]) + o[c] : tsr_hsum8(acc[r][c]);        \
-    }                                                                                         \
+        out[r * nc + c] = OFFSET ? tsr_hsum8(acc[r][c]) + off[c] : tsr_hsum8(acc[r][c]);      \
   }                                                                                           \
   /* one body a row and column count, so the sums stay in registers */                       \
   VNNI static void vnni_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
                             int nc, int64_t n, float *out) {                                  \
     /* two rows streamed side by side from memory run at half the rate of one (measured on \
     ** an AMD EPYC): decode's few columns take the rows one at a time */                     \
-    if (nc > 2)                                                                               \
+    if (nc > 2 && !OFFSET)                                                                    \
       for (; nr > 1; nr -= 2, w += 2, out += 2 * nc) BY_COLS(rows_vnni_##T, w, 2, a, nc, n, out); \
     for (; nr > 0; nr--, w++, out += nc) BY_COLS(rows_vnni_##T, w, 1, a, nc, n, out);         \
   }

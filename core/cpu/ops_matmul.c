@@ -86,24 +86,39 @@ static enum wmode weight_mode(const struct tsr_tensor *w, int64_t cols, bool q8)
 struct wtile {
   enum wmode mode;
   tsr_vec_dot_row_fn dot; /* W_BLOCKS */
-  tsr_vec_dot_q8_fn dot_q8; /* W_Q8 */
+  tsr_vec_dot_q8_fn dot_q8; /* W_Q8, over the rows as stored or expanded */
   int64_t k, m0, n; /* rows [m0, m0+n) of length k */
   const void *row[TILE_MAX];
 };
 
+/* Whether W_Q8 rows are expanded once per tile (vec.h, tsr_q8_xblock): where the machine has
+** the kernel and the tile meets more than one call's columns */
+static bool q8_expands(const struct tsr_tensor *w, int64_t cols) {
+  return cols > TSR_Q8_COLS && tsr_vec_q8_expander((int)w->dtype);
+}
+
 /* Points the tile at rows [m0, m0+n) of the matrix starting at base, or
-** dequantizes them into buf (n*k floats); cols is how many columns will meet it. */
+** dequantizes them into buf (n*k floats), or expands them into xbuf (W_Q8 that expands);
+** cols is how many columns will meet it. */
 static void wtile_load(struct wtile *t, const struct tsr_tensor *w, const char *base, int64_t m0,
-                       int64_t n, int64_t cols, bool q8, float *buf) {
+                       int64_t n, int64_t cols, bool q8, float *buf,
+                       struct tsr_q8_xblock *xbuf) {
   t->mode = weight_mode(w, cols, q8);
+  const bool expand = t->mode == W_Q8 && xbuf && q8_expands(w, cols);
   t->dot = t->mode == W_BLOCKS ? tsr_vec_dot_row((int)w->dtype) : NULL;
-  t->dot_q8 = t->mode == W_Q8 ? tsr_vec_dot_q8((int)w->dtype) : NULL;
+  t->dot_q8 = t->mode != W_Q8 ? NULL
+              : expand        ? tsr_vec_dot_q8x((int)w->dtype)
+                              : tsr_vec_dot_q8((int)w->dtype);
   t->k = w->ne[0];
   t->m0 = m0;
   t->n = n;
+  const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
   for (int64_t r = 0; r < n; r++) {
     const char *src = base + (size_t)(m0 + r) * w->nb[1];
-    if (t->mode == W_CONVERT) {
+    if (expand) {
+      tsr_vec_q8_expander((int)w->dtype)(src, t->k, xbuf + r * nb);
+      t->row[r] = xbuf + r * nb;
+    } else if (t->mode == W_CONVERT) {
       tsr_cpu_row_to_f32(w, src, buf + r * t->k, t->k);
       t->row[r] = buf + r * t->k;
     } else {
@@ -238,6 +253,7 @@ struct mm_scratch {
   float *tile; /* NULL when weights are always read in place */
   float *xcol; /* NULL when x columns are dense */
   struct tsr_q8_act *q8; /* NULL where the weight has no integer kernel */
+  struct tsr_q8_xblock *xtile; /* NULL where W_Q8 rows are never expanded */
   void *rest;            /* past the parts above: size bytes from the start */
   size_t size;
 };
@@ -259,12 +275,17 @@ static struct mm_scratch mm_scratch_at(const struct tsr_tensor *w, const struct 
   const size_t k = (size_t)w->ne[0];
   const size_t tile = may_convert(w) ? align64((size_t)tile_rows(w->ne[0], w->ne[1]) * k * 4) : 0;
   const size_t xcol = x->nb[0] != sizeof(float) ? align64(k * 4) : 0, q8 = q8_bytes(w, x);
-  struct mm_scratch s = {.size = tile + xcol + q8};
+  const size_t xtile = q8 && q8_expands(w, x->ne[1] * x->ne[2] * x->ne[3])
+                           ? align64((size_t)tile_rows(w->ne[0], w->ne[1]) *
+                                     (k / TSR_Q8_ACT_BLOCK) * sizeof(struct tsr_q8_xblock))
+                           : 0;
+  struct mm_scratch s = {.size = tile + xcol + q8 + xtile};
   if (!work) return s;
   char *p = work;
   if (tile) s.tile = (float *)p;
   if (xcol) s.xcol = (float *)(p + tile);
   if (q8) s.q8 = (struct tsr_q8_act *)(p + tile + xcol);
+  if (xtile) s.xtile = (struct tsr_q8_xblock *)(p + tile + xcol + q8);
   s.rest = p + s.size;
   return s;
 }
@@ -344,7 +365,7 @@ TSR_CPU_KERNEL(mat_mul) {
     if (bt != loaded) {
       const char *base = (const char *)w->data + b2 * w->nb[2] + b3 * w->nb[3];
       int64_t m0 = t * tm, rows = m - m0 < tm ? m - m0 : tm;
-      wtile_load(&tile, w, base, m0, rows, cols, q8, s.tile);
+      wtile_load(&tile, w, base, m0, rows, cols, q8, s.tile, s.xtile);
       loaded = bt;
     }
     int64_t c0 = chunk * per_chunk, c1 = c0 + per_chunk < cols ? c0 + per_chunk : cols;
@@ -425,7 +446,7 @@ TSR_CPU_KERNEL(mat_mul_id) {
         if (owner != c->ith) continue;
         if (!loaded) {
           int64_t m0 = t * tm, rows = m - m0 < tm ? m - m0 : tm;
-          wtile_load(&tile, w, base, m0, rows, cnt, false, s.tile);
+          wtile_load(&tile, w, base, m0, rows, cnt, false, s.tile, NULL);
           loaded = true;
         }
         cs.pairs = gr.list + first;

@@ -71,6 +71,21 @@ tsr_vec_dot_q8_fn tsr_vec_dot_q8(int dtype);
 ** each against the reference); every one gives the same bits */
 enum tsr_q8_isa { TSR_Q8_ISA_REF, TSR_Q8_ISA_AVX2, TSR_Q8_ISA_VNNI, TSR_Q8_ISA_COUNT };
 tsr_vec_dot_q8_fn tsr_vec_dot_q8_isa(int dtype, enum tsr_q8_isa isa);
+/* Rows expanded once for the many columns of a prefill (the AVX-512 VNNI kernels): each 32
+** values' codes as unsigned bytes (a signed type's plus its bias), the scales of lanes 0-3
+** and 4-7, and the offset */
+struct tsr_q8_xblock {
+  uint8_t u[TSR_Q8_ACT_BLOCK];
+  float s[2];
+  float offs;
+  float pad;
+};
+/* a row of n values of a block type as n / 32 xblocks */
+typedef void (*tsr_vec_q8_expand_fn)(const void *w, int64_t n, struct tsr_q8_xblock *out);
+/* the expander of a type and the kernel over rows so expanded (tsr_vec_dot_q8_fn's contract, w[r]
+** a row's xblocks; the same bits as tsr_vec_dot_q8's), or NULL where this machine has none */
+tsr_vec_q8_expand_fn tsr_vec_q8_expander(int dtype);
+tsr_vec_dot_q8_fn tsr_vec_dot_q8x(int dtype);
 /* the portable reference of every type's kernel, one column: the same bits */
 float tsr_vec_dot_q8_ref(int dtype, const void *w, const struct tsr_q8_act *a, int64_t n);
 

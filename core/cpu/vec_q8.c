@@ -325,7 +325,8 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 ** codes' sum (its nsum4, shifted): the same exact integer. A type with an offset (q4_1, q5_1,
 ** the K types) takes one row at a time: its columns' offset chains and lanes then fit the
 ** registers. */
-#define VNNI_KERNEL(T, LOG2_BIAS, OFFSET)                                                     \
+#define VNNI_KERNEL(T, LOG2_BIAS, OFFSET) VNNI_KERNEL_ON(T, blk_##T, 1, LOG2_BIAS, OFFSET)
+#define VNNI_KERNEL_ON(T, BLK, ADD_BIAS, LOG2_BIAS, OFFSET)                                   \
   VNNI static inline __attribute__((always_inline)) void rows_vnni_##T(                       \
       const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
       int64_t n, float *out) {                                                                \
@@ -340,8 +341,9 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
       __m256 sv[2];                                                                           \
       float offs[2];                                                                          \
       for (int r = 0; r < nr; r++) {                                                          \
-        blk_##T(w[r], j, &u[r], &sv[r], &offs[r]);                                            \
-        if (LOG2_BIAS >= 0) u[r] = _mm256_add_epi8(u[r], _mm256_set1_epi8((char)(1 << (LOG2_BIAS & 7)))); \
+        BLK(w[r], j, &u[r], &sv[r], &offs[r]);                                                \
+        if (ADD_BIAS && LOG2_BIAS >= 0)                                                       \
+          u[r] = _mm256_add_epi8(u[r], _mm256_set1_epi8((char)(1 << (LOG2_BIAS & 7))));        \
         /* hidden from the compiler as a broadcast, so each product below is one vmulps */    \
         __asm__("" : "+v"(sv[r]));                                                            \
       }                                                                                       \
@@ -401,6 +403,31 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 ALL_TYPES(AVX2_OF)
 ALL_TYPES(VNNI_OF)
 
+/* Rows expanded once for many columns: a block's codes as vnni's kernel meets them (biased),
+** its lanes' two scales and its offset. The kernel over them is vnni's with the expansion
+** read back, so each block meets its columns exactly as above. */
+VNNI static inline void blk_x(const void *w, int64_t j, __m256i *u, __m256 *sv, float *offs) {
+  const struct tsr_q8_xblock *b = (const struct tsr_q8_xblock *)w + j;
+  *u = _mm256_loadu_si256((const __m256i *)b->u);
+  *sv = _mm256_setr_m128(_mm_set1_ps(b->s[0]), _mm_set1_ps(b->s[1]));
+  *offs = b->offs;
+}
+#define VNNI_X_OF(T, SIGNED, LOG2_BIAS, OFFSET)                                               \
+  VNNI_KERNEL_ON(x_##T, blk_x, 0, LOG2_BIAS, OFFSET)                                          \
+  VNNI static void expand_##T(const void *w, int64_t n, struct tsr_q8_xblock *out) {          \
+    for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
+      __m256i u;                                                                              \
+      __m256 sv;                                                                              \
+      float offs, lanes[8];                                                                   \
+      blk_##T(w, j, &u, &sv, &offs);                                                          \
+      if (LOG2_BIAS >= 0) u = _mm256_add_epi8(u, _mm256_set1_epi8((char)(1 << (LOG2_BIAS & 7)))); \
+      _mm256_storeu_si256((__m256i *)out[j].u, u);                                            \
+      _mm256_storeu_ps(lanes, sv);                                                            \
+      out[j].s[0] = lanes[0], out[j].s[1] = lanes[4], out[j].offs = offs, out[j].pad = 0.0f;  \
+    }                                                                                         \
+  }
+ALL_TYPES(VNNI_X_OF)
+
 #define KERNEL_PICKER(ISA)                                                                    \
   static tsr_vec_dot_q8_fn ISA##_kernel(int dtype) {                                          \
     switch (dtype) {                                                                          \
@@ -417,6 +444,21 @@ ALL_TYPES(VNNI_OF)
   }
 KERNEL_PICKER(avx2)
 KERNEL_PICKER(vnni)
+KERNEL_PICKER(vnni_x)
+
+static tsr_vec_q8_expand_fn vnni_expander(int dtype) {
+  switch (dtype) {
+  case TSR_Q8_0: return expand_q8_0;
+  case TSR_Q4_0: return expand_q4_0;
+  case TSR_Q4_1: return expand_q4_1;
+  case TSR_Q5_0: return expand_q5_0;
+  case TSR_Q5_1: return expand_q5_1;
+  case TSR_Q4_K: return expand_q4_K;
+  case TSR_Q5_K: return expand_q5_K;
+  case TSR_Q6_K: return expand_q6_K;
+  default: return NULL;
+  }
+}
 
 static int has_vnni(void) {
   static int cached = -1;
@@ -434,9 +476,25 @@ static tsr_vec_dot_q8_fn isa_kernel(int dtype, enum tsr_q8_isa isa) {
   default: return NULL;
   }
 }
+
+tsr_vec_q8_expand_fn tsr_vec_q8_expander(int dtype) {
+  return has_vnni() ? vnni_expander(dtype) : NULL;
+}
+
+tsr_vec_dot_q8_fn tsr_vec_dot_q8x(int dtype) { return has_vnni() ? vnni_x_kernel(dtype) : NULL; }
 #else
 static tsr_vec_dot_q8_fn isa_kernel(int dtype, enum tsr_q8_isa isa) {
   (void)dtype, (void)isa;
+  return NULL;
+}
+
+tsr_vec_q8_expand_fn tsr_vec_q8_expander(int dtype) {
+  (void)dtype;
+  return NULL;
+}
+
+tsr_vec_dot_q8_fn tsr_vec_dot_q8x(int dtype) {
+  (void)dtype;
   return NULL;
 }
 #endif

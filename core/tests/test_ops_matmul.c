@@ -557,7 +557,7 @@ out:
 static void test_mat_mul_q8_activations_agree_across_batches(void) {
   static const enum tsr_dtype types[] = {TSR_Q8_0, TSR_Q4_0, TSR_Q4_1, TSR_Q5_0,
                                          TSR_Q5_1, TSR_Q4_K, TSR_Q5_K, TSR_Q6_K};
-  enum { K = 512, M = 37, N = 7 };
+  enum { K = 512, M = 37, N = 19 }; /* past 8 columns a tile's rows are expanded once */
   tsr_test_seed(41);
   float *xs = malloc(sizeof(float) * K * N), *coded = malloc(sizeof(float) * K * N);
   for (int i = 0; i < K * N; i++) xs[i] = tsr_test_normal();
@@ -568,8 +568,8 @@ static void test_mat_mul_q8_activations_agree_across_batches(void) {
   }
   for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
     float alone[M]; /* column 0 in a batch of one */
-    const int batches[] = {1, 2, N};
-    for (int bi = 0; bi < 3; bi++) {
+    const int batches[] = {1, 2, 7, N};
+    for (int bi = 0; bi < 4; bi++) {
       const int n = batches[bi];
       struct tsr_test_graph tg;
       tsr_test_graph_init(&tg, 8);

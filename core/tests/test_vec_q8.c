@@ -67,7 +67,10 @@ static void test_kernels_equal_reference_and_bound(void) {
       printf("  %s: not on this machine, not checked\n", g_isa_names[isa]);
       continue;
     }
-    printf("  %s: checked\n", g_isa_names[isa]);
+    printf("  %s: checked%s\n", g_isa_names[isa],
+           isa == TSR_Q8_ISA_VNNI ? ", rows as stored and expanded" : "");
+    CHECK_MSG(isa != TSR_Q8_ISA_VNNI || (tsr_vec_q8_expander(TSR_Q4_K) && tsr_vec_dot_q8x(TSR_Q4_K)),
+              "vnni without the expanded rows' kernel");
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
       const int64_t n = lens[li];
       float *x = malloc((size_t)n * sizeof *x), *wf = malloc((size_t)n * sizeof *wf);
@@ -105,6 +108,19 @@ static void test_kernels_equal_reference_and_bound(void) {
               CHECK_MSG(memcmp(&got, &ref, sizeof got) == 0,
                         "%s %s n=%lld, row %d of %d, column %d of %d: kernel %.9g, reference %.9g",
                         g_isa_names[isa], tr->name, (long long)n, at_r, nr, at_c, nc, got, ref);
+              if (isa != TSR_Q8_ISA_VNNI) continue;
+              /* the same rows expanded once (prefill's tiles) */
+              struct tsr_q8_xblock *xw = malloc((size_t)(n / 32) * sizeof *xw);
+              struct tsr_q8_xblock *xo = malloc((size_t)(n / 32) * sizeof *xo);
+              tsr_vec_q8_expander((int)g_types[t])(w, n, xw);
+              tsr_vec_q8_expander((int)g_types[t])(w_other, n, xo);
+              for (int r = 0; r < nr; r++) rows[r] = r == at_r ? (void *)xw : (void *)xo;
+              tsr_vec_dot_q8x((int)g_types[t])(rows, nr, cols, nc, n, outs);
+              CHECK_MSG(memcmp(&outs[at_r * nc + at_c], &ref, sizeof ref) == 0,
+                        "%s expanded n=%lld, row %d of %d, column %d of %d: %.9g, reference "
+                        "%.9g", tr->name, (long long)n, at_r, nr, at_c, nc, outs[at_r * nc + at_c],
+                        ref);
+              free(xw), free(xo);
             }
           /* exact: the dequantized row times x; the vector's codes are off by at most half
           ** a step (d / 2) each, plus f32 rounding of the sums */

@@ -40,12 +40,12 @@ typedef float (*tsr_vec_dot_row_fn)(const void *w, const float *y, int64_t n);
 tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype);
 
 /* A vector quantized for the integer dots (vec_q8.c): blocks of 32 int8 codes q (never
-** -128) with scale d, x ~ d q, d times the codes' sum (rounded once) and the negated sum of
+** -128) with scale d, x ~ d q, the codes' sum (as a float, exact) and the negated sum of
 ** each 4 adjacent codes */
 #define TSR_Q8_ACT_BLOCK 32
 struct tsr_q8_act {
   float d;
-  float dsum;
+  float sumf;
   int8_t q[TSR_Q8_ACT_BLOCK];
   int32_t nsum4[TSR_Q8_ACT_BLOCK / 4];
 };

@@ -4,8 +4,8 @@
 ** each 32 values of a row meet a block in integers: the sum over 4 adjacent values of code
 ** x code is exact, then multiplied by the row's scale for those values and d into 8 f32
 ** lanes (lane k: values 4k..4k+3 of each block), which are summed at the end in one fixed
-** tree; an offset (q4_1's and q5_1's m, the K types' mins) meets the block's d times its
-** code sum in one more f32 chain. The portable reference computes every step in that order, so the AVX2 and
+** tree; an offset (q4_1's and q5_1's m, the K types' mins) times d meets the block's code
+** sum in one more f32 chain. The portable reference computes every step in that order, so the AVX2 and
 ** AVX-512 VNNI kernels equal it bit for bit (core/tests/test_vec_q8.c); each machine runs
 ** the widest it has, the reference where it has neither.
 */
@@ -32,7 +32,7 @@ static void finish_block(float amax, bool finite, const int32_t *codes, struct t
   for (int k = 0; k < 8; k++)
     a->nsum4[k] = -(a->q[4 * k] + a->q[4 * k + 1] + a->q[4 * k + 2] + a->q[4 * k + 3]);
   a->d = finite ? amax / 127.0f : NAN;
-  a->dsum = a->d * (float)sum;
+  a->sumf = (float)sum; /* exact: |sum| <= 32 x 127 */
 }
 
 /* 127 / amax, or 0 where amax is 0 or so small that the quotient overflows (every code 0) */
@@ -164,7 +164,7 @@ float tsr_vec_dot_q8_ref(int dtype, const void *w, const struct tsr_q8_act *a, i
                            s.c[4 * k + 2] * a->q[4 * k + 2] + s.c[4 * k + 3] * a->q[4 * k + 3];
       lane[k] = fmaf(s.scale[k] * a->d, (float)isum, lane[k]);
     }
-    off = fmaf(s.offs, a->dsum, off);
+    off = fmaf(s.offs * a->d, a->sumf, off);
   }
   return has_offset(dtype) ? lanes_sum(lane) + off : lanes_sum(lane);
 }
@@ -299,7 +299,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
             _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));              \
         acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(q->d)),                     \
                                  _mm256_cvtepi32_ps(isum), acc[c]);                           \
-        if (OFFSET) off[c] = fmaf(offs, q->dsum, off[c]);                                     \
+        if (OFFSET) off[c] = fmaf(offs * q->d, q->sumf, off[c]);                              \
       }                                                                                       \
     }                                                                                         \
     for (int c = 0; c < nc; c++) out[c] = OFFSET ? tsr_hsum8(acc[c]) + off[c] : tsr_hsum8(acc[c]);    \
@@ -359,7 +359,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
           acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(sv[r], d),                                \
                                       _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u[r], y)), \
                                       acc[r][c]);                                             \
-        if (OFFSET) off[c] = fmaf(offs[0], q->dsum, off[c]);                                  \
+        if (OFFSET) off[c] = fmaf(offs[0] * q->d, q->sumf, off[c]);                           \
       }                                                                                       \
     }                                                                                         \
     for (int r = 0; r < nr; r++)                                                              \

@@ -39,12 +39,10 @@ static void test_quantizer_equals_reference(void) {
       sum += r[b].q[i];
       CHECK_MSG(r[b].q[i] != -128, "block %d holds -128", b);
     }
-    const float dsum = r[b].d * (float)sum;
-    CHECK_MSG(isnan(dsum) ? isnan(r[b].dsum) : r[b].dsum == dsum,
-              "block %d: dsum %g, d times the codes' sum %g", b, r[b].dsum, dsum);
+    CHECK_MSG(r[b].sumf == (float)sum, "block %d: sum %g, codes sum to %d", b, r[b].sumf, sum);
   }
   CHECK_MSG(isnan(r[3].d) && isnan(r[9].d) && isnan(r[10].d), "non-finite blocks: d NaN");
-  CHECK_MSG(r[5].d == 0.0f && r[5].dsum == 0.0f, "an all-zero block is codes 0, d 0");
+  CHECK_MSG(r[5].d == 0.0f && r[5].sumf == 0.0f, "an all-zero block is codes 0, d 0");
   for (int i = 0; i < 32; i++) CHECK_MSG(r[14].q[i] == 0, "a block of 1e-38 codes %d", r[14].q[i]);
   /* a finite block round-trips within half a step */
   for (int i = 0; i < 32; i++) {

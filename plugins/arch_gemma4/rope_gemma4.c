@@ -34,6 +34,8 @@ static float inv_freq_f32(float base, int64_t i, int64_t d) {
   return 1.0f / p;
 }
 
+#define ROPE_MAX_HALF 512 /* half the largest head dim the kernel takes */
+
 static void rope_kernel(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                         const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
   (void)ctx;
@@ -42,22 +44,34 @@ static void rope_kernel(void *ctx, int ith, int nth, const struct tsr_tensor_inf
   float base;
   memcpy(&base, &params[0], sizeof base);
   const int64_t d = x->ne[0], half = d / 2, nh = x->ne[1], n = x->ne[2];
-  const int64_t rows = nh * n * x->ne[3];
-  for (int64_t r = ith; r < rows; r += nth) {
-    const int64_t h = r % nh, t = (r / nh) % n, b = r / (nh * n);
-    const float *xr = (const float *)((const char *)x->data + h * x->nb[1] + t * x->nb[2] +
-                                      b * x->nb[3]);
-    float *yr = (float *)((char *)dst->data + h * dst->nb[1] + t * dst->nb[2] + b * dst->nb[3]);
+  if (half > ROPE_MAX_HALF) return; /* gemma4_rope refuses such a node */
+  /* Each angle depends on the position and the pair alone: its inverse frequency once a
+  ** call, its cosine and sine once a token, for every head. Tokens are split over the
+  ** threads, or (fewer tokens than threads) the heads of each token. */
+  float inv[ROPE_MAX_HALF], cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+  for (int64_t i = 0; i < half; i++) inv[i] = inv_freq_f32(base, i, d);
+  const int64_t tokens = n * x->ne[3], parts = tokens >= nth ? 1 : nth;
+  for (int64_t u = ith; u < tokens * parts; u += nth) {
+    const int64_t tb = u / parts, part = u % parts, t = tb % n, b = tb / n;
+    const int64_t h0 = nh * part / parts, h1 = nh * (part + 1) / parts;
+    if (h0 == h1) continue;
     const float p = (float)*(const int32_t *)((const char *)pos->data + t * pos->nb[0]);
     for (int64_t i = 0; i < half; i++) {
-      float theta = inv_freq_f32(base, i, d) * p;
+      float theta = inv[i] * p;
       if (ff) theta = theta / *(const float *)((const char *)ff->data + i * ff->nb[0]);
-      const float c = cosf(theta), s = sinf(theta);
-      const float x0 = xr[i], x1 = xr[i + half];
-      /* q*cos + rotate_half(q)*sin, each product rounded on its own */
-      const float a0 = x0 * c, b0 = x1 * s, a1 = x1 * c, b1 = x0 * s;
-      yr[i] = a0 - b0;
-      yr[i + half] = a1 + b1;
+      cs[i] = cosf(theta), sn[i] = sinf(theta);
+    }
+    for (int64_t h = h0; h < h1; h++) {
+      const float *xr = (const float *)((const char *)x->data + h * x->nb[1] + t * x->nb[2] +
+                                        b * x->nb[3]);
+      float *yr = (float *)((char *)dst->data + h * dst->nb[1] + t * dst->nb[2] + b * dst->nb[3]);
+      for (int64_t i = 0; i < half; i++) {
+        const float c = cs[i], s = sn[i], x0 = xr[i], x1 = xr[i + half];
+        /* q*cos + rotate_half(q)*sin, each product rounded on its own */
+        const float a0 = x0 * c, b0 = x1 * s, a1 = x1 * c, b1 = x0 * s;
+        yr[i] = a0 - b0;
+        yr[i + half] = a1 + b1;
+      }
     }
   }
 }
@@ -83,10 +97,11 @@ struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g,
   host->graph->tensor_info(x, &xi);
   host->graph->tensor_info(pos, &pi);
   if (xi.dtype != GGUF_TYPE_F32 || pi.dtype != GGUF_TYPE_I32 || xi.ne[0] % 2 ||
-      xi.nb[0] != sizeof(float) || pi.ne[0] != xi.ne[2]) {
-    host->set_error(TSR_ERR_INVALID_ARG, "arch_gemma4 rope: x must be f32 [D even, H, N] with "
-                    "contiguous rows and pos i32 [N] (D %lld, N %lld, pos %lld)",
-                    (long long)xi.ne[0], (long long)xi.ne[2], (long long)pi.ne[0]);
+      xi.ne[0] > 2 * ROPE_MAX_HALF || xi.nb[0] != sizeof(float) || pi.ne[0] != xi.ne[2]) {
+    host->set_error(TSR_ERR_INVALID_ARG, "arch_gemma4 rope: x must be f32 [D even, at most %d, "
+                    "H, N] with contiguous rows and pos i32 [N] (D %lld, N %lld, pos %lld)",
+                    2 * ROPE_MAX_HALF, (long long)xi.ne[0], (long long)xi.ne[2],
+                    (long long)pi.ne[0]);
     return NULL;
   }
   if (ff) {

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cpu_ops.h"
+#include "vec.h"
 
 
 /* ---- add, mul ----------------------------------------------------------- */
@@ -77,10 +78,12 @@ static inline float softplus_f(float x) {
 static void activate(enum tsr_unary_op op, float *y, int64_t n) {
   switch (op) {
   case TSR_UNARY_GELU:
-    for (int64_t j = 0; j < n; j++) y[j] = gelu_tanh_f(y[j]);
+    if (!tsr_vec_gelu_f32(y, n))
+      for (int64_t j = 0; j < n; j++) y[j] = gelu_tanh_f(y[j]);
     break;
   case TSR_UNARY_SILU:
-    for (int64_t j = 0; j < n; j++) y[j] = y[j] * sigmoid_f(y[j]);
+    if (!tsr_vec_silu_f32(y, n))
+      for (int64_t j = 0; j < n; j++) y[j] = y[j] * sigmoid_f(y[j]);
     break;
   case TSR_UNARY_SIGMOID:
     for (int64_t j = 0; j < n; j++) y[j] = sigmoid_f(y[j]);

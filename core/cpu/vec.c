@@ -1,5 +1,9 @@
 #include "vec.h"
 
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
 #include "graph/dtype.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -114,6 +118,65 @@ int tsr_cpu_has_avx2(void) {
              __builtin_cpu_supports("f16c");
   return cached;
 }
+
+/* e^x in 8 lanes: x = k ln2 + r (ln2 in two parts), e^r by Cephes' degree-7 polynomial
+** (about 1 ulp), times 2^k; 0 below -87.33 and +inf above 88.72, as expf rounds there
+** (a subnormal expf is 0 here). Every step an explicit multiply-add or a single operation,
+** so the bits do not depend on how the compiler contracts. */
+__attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f);
+  const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), xc);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+  y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, lo, _CMP_LT_OQ));
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, hi, _CMP_GT_OQ));
+  /* NaN in, NaN out */
+  return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* x sigmoid(x), and x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (GELU's tanh form) */
+__attribute__((target("avx2,fma"))) static __m256 silu8(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+  return _mm256_mul_ps(x, _mm256_div_ps(one, _mm256_add_ps(one, e)));
+}
+
+__attribute__((target("avx2,fma"))) static __m256 gelu8(__m256 x) {
+  const __m256 x3 = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+  const __m256 u = _mm256_mul_ps(_mm256_fmadd_ps(x3, _mm256_set1_ps(0.044715f), x),
+                                 _mm256_set1_ps(2.0f * 0.7978845608028654f));
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), u));
+  return _mm256_mul_ps(x, _mm256_div_ps(one, _mm256_add_ps(one, e)));
+}
+
+/* f over y in place, 8 at a time; the last values through the same lanes (so each value's
+** result does not depend on where it falls in the row) */
+#define MAP8(NAME, F)                                                                         \
+  __attribute__((target("avx2,fma"))) static void NAME(float *y, int64_t n) {                 \
+    int64_t i = 0;                                                                            \
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, F(_mm256_loadu_ps(y + i)));           \
+    if (i < n) {                                                                              \
+      float t[8] = {0};                                                                       \
+      memcpy(t, y + i, (size_t)(n - i) * sizeof(float));                                      \
+      _mm256_storeu_ps(t, F(_mm256_loadu_ps(t)));                                             \
+      memcpy(y + i, t, (size_t)(n - i) * sizeof(float));                                      \
+    }                                                                                         \
+  }
+MAP8(silu_avx2, silu8)
+MAP8(gelu_avx2, gelu8)
 #else
 #define TSR_HAVE_AVX2_PATH 0
 int tsr_cpu_has_avx2(void) { return 0; }
@@ -214,4 +277,20 @@ void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
 
 void tsr_vec_scale_f32(float *y, float a, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] *= a;
+}
+
+bool tsr_vec_silu_f32(float *y, int64_t n) {
+#if TSR_HAVE_AVX2_PATH
+  if (tsr_cpu_has_avx2()) { silu_avx2(y, n); return true; }
+#endif
+  (void)y, (void)n;
+  return false;
+}
+
+bool tsr_vec_gelu_f32(float *y, int64_t n) {
+#if TSR_HAVE_AVX2_PATH
+  if (tsr_cpu_has_avx2()) { gelu_avx2(y, n); return true; }
+#endif
+  (void)y, (void)n;
+  return false;
 }

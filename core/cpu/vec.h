@@ -6,6 +6,7 @@
 #ifndef TSR_CPU_VEC_H
 #define TSR_CPU_VEC_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* whether this machine runs the AVX2+FMA+F16C paths (checked once) */
@@ -32,6 +33,11 @@ void tsr_vec_axpy_f32(float *y, float a, const float *x, int64_t n);
 void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
 /* y[i] *= a */
 void tsr_vec_scale_f32(float *y, float a, int64_t n);
+/* y = y sigmoid(y) (SiLU), and GELU's tanh form y sigmoid(2 sqrt(2/pi)(y + 0.044715 y^3)),
+** in place, with a vector exp within about 2 ulp of expf; false where the machine has no
+** such path (the caller keeps expf) */
+bool tsr_vec_silu_f32(float *y, int64_t n);
+bool tsr_vec_gelu_f32(float *y, int64_t n);
 
 /* sum_i w[i]*y[i] over a row w of n values (whole blocks) of a block type, the codes
 ** expanded in registers (vec_quant.c) */

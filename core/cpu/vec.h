@@ -1,7 +1,7 @@
 /*
-** Vector primitives for the CPU kernels. AVX2+FMA versions are chosen at
-** run time (the same binary runs on older x86-64); every other machine gets
-** the portable loops. Accumulation is always f32.
+** Vector primitives for the CPU kernels. AVX2+FMA versions (AVX-512 VNNI for the
+** integer dots) are chosen at run time (the same binary runs on older x86-64); every
+** other machine gets the portable loops. Accumulation is always f32.
 */
 #ifndef TSR_CPU_VEC_H
 #define TSR_CPU_VEC_H

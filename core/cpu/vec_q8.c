@@ -5,9 +5,9 @@
 ** x code is exact, then multiplied by the row's scale for those values and d into 8 f32
 ** lanes (lane k: values 4k..4k+3 of each block), which are summed at the end in one fixed
 ** tree; an offset (q4_1's and q5_1's m, the K types' mins) times d meets the block's code
-** sum in one more f32 chain. The portable reference computes every step in that order, so the AVX2 and
-** AVX-512 VNNI kernels equal it bit for bit (core/tests/test_vec_q8.c); each machine runs
-** the widest it has, the reference where it has neither.
+** sum in one more f32 chain. The portable reference computes every step in that order, so
+** the AVX2 and AVX-512 VNNI kernels equal it bit for bit (core/tests/test_vec_q8.c); each
+** machine runs the widest it has, the reference where it has neither.
 */
 #include "vec.h"
 
@@ -302,7 +302,8 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
         if (OFFSET) off[c] = fmaf(offs * q->d, q->sumf, off[c]);                              \
       }                                                                                       \
     }                                                                                         \
-    for (int c = 0; c < nc; c++) out[c] = OFFSET ? tsr_hsum8(acc[c]) + off[c] : tsr_hsum8(acc[c]);    \
+    for (int c = 0; c < nc; c++)                                                              \
+      out[c] = OFFSET ? tsr_hsum8(acc[c]) + off[c] : tsr_hsum8(acc[c]);                       \
   }                                                                                           \
   /* one body a column count, so the columns' sums stay in registers */                      \
   AVX2 static void avx2_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \

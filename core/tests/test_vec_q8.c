@@ -67,7 +67,8 @@ static void test_kernels_equal_reference_and_bound(void) {
     }
     printf("  %s: checked%s\n", g_isa_names[isa],
            isa == TSR_Q8_ISA_VNNI ? ", rows as stored and expanded" : "");
-    CHECK_MSG(isa != TSR_Q8_ISA_VNNI || (tsr_vec_q8_expander(TSR_Q4_K) && tsr_vec_dot_q8x(TSR_Q4_K)),
+    CHECK_MSG(isa != TSR_Q8_ISA_VNNI ||
+                  (tsr_vec_q8_expander(TSR_Q4_K) && tsr_vec_dot_q8x(TSR_Q4_K)),
               "vnni without the expanded rows' kernel");
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
       const int64_t n = lens[li];
@@ -161,8 +162,9 @@ static void test_kernels_exact_at_extreme_codes(void) {
         const struct tsr_q8_act *cols[TSR_Q8_COLS] = {a, a, a, a, a, a, a, a};
         k((const void *const[]){w, w}, 2, cols, TSR_Q8_COLS, N, got);
         for (int i = 0; i < 2 * TSR_Q8_COLS; i++)
-          CHECK_MSG(memcmp(&got[i], &ref, sizeof ref) == 0, "%s %s sign %d: %.9g, reference %.9g",
-                    g_isa_names[isa], tr->name, sign, got[i], ref);
+          CHECK_MSG(memcmp(&got[i], &ref, sizeof ref) == 0,
+                    "%s %s sign %d: %.9g, reference %.9g", g_isa_names[isa], tr->name, sign,
+                    got[i], ref);
       }
     }
 }
@@ -179,8 +181,8 @@ static void test_non_finite_vector_gives_nan(void) {
   for (size_t t = 0; t < N_TYPES; t++) {
     tsr_dtype_traits((int)g_types[t])->from_f32(wf, w, N);
     float got;
-    tsr_vec_dot_q8((int)g_types[t])((const void *const[]){w}, 1, (const struct tsr_q8_act *const[]){a},
-                                    1, N, &got);
+    tsr_vec_dot_q8((int)g_types[t])((const void *const[]){w}, 1,
+                                    (const struct tsr_q8_act *const[]){a}, 1, N, &got);
     CHECK_MSG(isnan(got), "%s: an infinity in the vector gave %g", tsr_dtype_name(g_types[t]),
               got);
   }

@@ -140,7 +140,8 @@ TSR_CPU_KERNEL(rope) {
   const size_t as = a->nb[0];
 
   float cos_c[ROPE_CACHE_PAIRS], sin_c[ROPE_CACHE_PAIRS];
-  int64_t cached_tok = -1, cached_first = -1;
+  double pow_c[ROPE_CACHE_PAIRS]; /* base^(-2i/n_rot) of the cached pairs, whatever the token */
+  int64_t cached_tok = -1, cached_first = -1, pow_first = -1;
 
   int64_t lo, hi;
   tsr_cpu_split(c, tsr_tensor_nrows(dst), &lo, &hi);
@@ -153,10 +154,14 @@ TSR_CPU_KERNEL(rope) {
 
     for (int64_t first = 0; first < half; first += ROPE_CACHE_PAIRS) {
       const int64_t n = half - first < ROPE_CACHE_PAIRS ? half - first : ROPE_CACHE_PAIRS;
+      if (pow_first != first) {
+        for (int64_t k = 0; k < n; k++) pow_c[k] = pow(base, -2.0 * (double)(first + k) / n_rot);
+        pow_first = first;
+      }
       if (cached_tok != i2 || cached_first != first) {
         for (int64_t k = 0; k < n; k++) {
           const int64_t i = first + k;
-          double theta = (double)p * freq_scale * pow(base, -2.0 * (double)i / n_rot);
+          double theta = (double)p * freq_scale * pow_c[k];
           if (ff) theta /= tsr_cpu_load_f32((const char *)ff->data, ff->nb[0], i);
           cos_c[k] = (float)cos(theta);
           sin_c[k] = (float)sin(theta);

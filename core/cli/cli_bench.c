@@ -6,8 +6,8 @@
 **
 ** Before the tests it measures the ceilings the rates are judged against, with
 ** the backend's probe: cuda, cudaMemcpy device to device and a cuBLAS bf16 GEMM;
-** cpu, a streaming read and its cores' f32 multiply-add peak (core/cpu/
-** cpu_probe.c). Each test then prints
+** cpu, a streaming read and its cores' multiply-add peak in the products' arithmetic (the
+** 8-bit integer dot with activations q8, else f32; core/cpu/cpu_probe.c). Each test then prints
 **   tg: the bytes a decode step must read (every weight once, experts scaled by
 **       the share a token uses, tables read one row per token left out; the KV
 **       of the cells it attends to; recurrent state read and written) times

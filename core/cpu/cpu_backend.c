@@ -72,7 +72,8 @@ static void cpu_thread(void *arg, int ith, int nth) {
 }
 
 static tsr_status cpu_probe(void *ctx, struct tsr_backend_ceilings *out) {
-  return tsr_cpu_probe(((struct cpu_backend *)ctx)->pool, out);
+  const struct cpu_backend *be = ctx;
+  return tsr_cpu_probe(be->pool, be->activations_q8, out);
 }
 
 static tsr_status cpu_time_nodes(void *ctx, struct tsr_op_times *acc) {

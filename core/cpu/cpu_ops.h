@@ -75,7 +75,8 @@ extern const struct tsr_cpu_kernel tsr_cpu_kernels[TSR_OP_COUNT];
 /* cpu_probe.c: the hardware ceilings of `tessera bench` (the backend's probe) */
 struct tsr_threadpool;
 struct tsr_backend_ceilings;
-tsr_status tsr_cpu_probe(struct tsr_threadpool *pool, struct tsr_backend_ceilings *out);
+/* the ceilings (cpu_probe.c); q8: the products run on 8-bit activations */
+tsr_status tsr_cpu_probe(struct tsr_threadpool *pool, bool q8, struct tsr_backend_ceilings *out);
 
 /* ops_matmul.c */
 TSR_CPU_KERNEL(get_rows);

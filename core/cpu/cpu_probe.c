@@ -1,10 +1,12 @@
 /*
 ** The cpu backend's ceilings for `tessera bench`, from the hardware rather than from its own
 ** kernels: memory bandwidth as a streaming read of 256 MiB (every pool thread reading its
-** own share, the bytes summed so the loads stay), and the f32 multiply-add peak of the pool's
-** threads at the clock they run (12 independent chains of 8-wide FMAs a thread, enough to
-** cover the FMA latency on every AVX2 core; 8 scalar chains on machines without AVX2).
-** Each is the median of 5 runs after a warm-up.
+** own share, the bytes summed so the loads stay), and the multiply-add peak of the pool's
+** threads at the clock they run, in the arithmetic the products use: with `activations: q8`
+** the 8-bit integer dot of the q8 kernels (vec_q8.c: 12 independent chains of vpdpbusd on
+** AVX-512 VNNI, of maddubs, madd and add on AVX2), else f32 (12 independent chains of 8-wide
+** FMAs a thread, enough to cover the FMA latency on every AVX2 core; 8 scalar chains on
+** machines without AVX2). Each is the median of 5 runs after a warm-up.
 */
 #include <stdbool.h>
 #include <stdio.h>
@@ -43,6 +45,31 @@ AVX2 static float read_avx2(const float *p, int64_t n) {
   float out[8];
   _mm256_storeu_ps(out, _mm256_add_ps(_mm256_add_ps(a, b), _mm256_add_ps(c, d)));
   return out[0] + out[7];
+}
+
+/* The q8 kernels' integer dot, 32 multiply-adds an instruction sequence a chain step */
+#define VNNI_T __attribute__((target("avx2,avx512f,avx512vl,avx512bw,avx512vnni")))
+VNNI_T static float dot8_vnni(void) {
+  __m256i acc[FMA_CHAINS];
+  const __m256i u = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2);
+  for (int i = 0; i < FMA_CHAINS; i++) acc[i] = _mm256_set1_epi32(i);
+  for (int s = 0; s < FMA_STEPS; s++)
+    for (int i = 0; i < FMA_CHAINS; i++) acc[i] = _mm256_dpbusd_epi32(acc[i], u, y);
+  __m256i t = acc[0];
+  for (int i = 1; i < FMA_CHAINS; i++) t = _mm256_add_epi32(t, acc[i]);
+  return (float)_mm256_extract_epi32(t, 0);
+}
+
+AVX2 static float dot8_avx2(void) {
+  __m256i acc[FMA_CHAINS];
+  const __m256i u = _mm256_set1_epi8(3), y = _mm256_set1_epi8(-2), ones = _mm256_set1_epi16(1);
+  for (int i = 0; i < FMA_CHAINS; i++) acc[i] = _mm256_set1_epi32(i);
+  for (int s = 0; s < FMA_STEPS; s++)
+    for (int i = 0; i < FMA_CHAINS; i++)
+      acc[i] = _mm256_add_epi32(acc[i], _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), ones));
+  __m256i t = acc[0];
+  for (int i = 1; i < FMA_CHAINS; i++) t = _mm256_add_epi32(t, acc[i]);
+  return (float)_mm256_extract_epi32(t, 0);
 }
 
 AVX2 static float fma_avx2(void) {
@@ -89,6 +116,25 @@ static void fma_peak(void *arg, int ith, int nth) {
   r->sink[ith & 255] = acc[0] + acc[7];
 }
 
+/* the q8 products' integer dot on this machine: 2 (VNNI), 1 (AVX2), 0 (none) */
+static int int8_dot_kind(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (tsr_vec_dot_q8_isa(TSR_Q8_0, TSR_Q8_ISA_VNNI)) return 2;
+  if (tsr_vec_dot_q8_isa(TSR_Q8_0, TSR_Q8_ISA_AVX2)) return 1;
+#endif
+  return 0;
+}
+
+static void int8_peak(void *arg, int ith, int nth) {
+  struct probe_run *r = arg;
+  (void)nth;
+#if defined(__x86_64__) && defined(__GNUC__)
+  r->sink[ith & 255] = int8_dot_kind() == 2 ? dot8_vnni() : dot8_avx2();
+#else
+  (void)r, (void)ith;
+#endif
+}
+
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -106,7 +152,7 @@ static double median_run(struct tsr_threadpool *pool, tsr_thread_fn fn, struct p
   return t[2];
 }
 
-tsr_status tsr_cpu_probe(struct tsr_threadpool *pool, struct tsr_backend_ceilings *out) {
+tsr_status tsr_cpu_probe(struct tsr_threadpool *pool, bool q8, struct tsr_backend_ceilings *out) {
   const int nth = tsr_threadpool_size(pool);
   struct probe_run r = {.n = READ_BYTES / (int64_t)sizeof(float)};
   void *buf = NULL;
@@ -129,5 +175,15 @@ tsr_status tsr_cpu_probe(struct tsr_threadpool *pool, struct tsr_backend_ceiling
            "f32 multiply-add peak of %d threads: %s, %.1f GFLOP/s a thread", nth,
            avx2 ? "12 independent 8-wide FMA chains (AVX2)" : "8 independent scalar chains",
            out->gemm_flops / nth / 1e9);
+  const int kind = int8_dot_kind();
+  if (q8 && kind) { /* the products run as 8-bit integer dots: their peak is the ceiling */
+    const double int8_s = median_run(pool, int8_peak, &r);
+    out->gemm_flops = (double)nth * FMA_STEPS * FMA_CHAINS * 32 * 2.0 / int8_s;
+    snprintf(out->gemm_how, sizeof out->gemm_how,
+             "8-bit integer multiply-add peak of %d threads (activations q8): 12 independent "
+             "chains of %s, %.1f GOP/s a thread", nth,
+             kind == 2 ? "vpdpbusd (AVX-512 VNNI)" : "maddubs, madd and add (AVX2)",
+             out->gemm_flops / nth / 1e9);
+  }
   return TSR_OK;
 }

@@ -64,6 +64,16 @@ def test_ceilings_are_measured_and_say_how():
     assert "multiply-add peak" in j["gemm_measured_with"], j
     assert re.search(r"^ceiling copy: [0-9.]+ GB/s", text, re.M), text
     assert [t["kind"] for t in j["tests"]] == ["pp"]
+    # the gemm ceiling is in the products' arithmetic: 8-bit integer dots with the default
+    # activations q8 where the machine has them (AVX2 or VNNI), f32 with activations f32
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    if re.search(r"\bavx2\b", flags):
+        assert "8-bit integer multiply-add peak" in j["gemm_measured_with"], j
+        vnni = re.search(r"\bavx512_vnni\b", flags) and re.search(r"\bavx512vl\b", flags)
+        assert ("vpdpbusd" in j["gemm_measured_with"]) == bool(vnni), j
+    _, jf = bench(MODEL, "-p", "16", "-n", "0", "-r", "1", "--set",
+                  "backend={name: cpu, activations: f32}")
+    assert jf["gemm_measured_with"].startswith("f32 multiply-add peak"), jf
 
 
 @case

@@ -21,6 +21,7 @@
 ** and only for visible keys, so a step never converts the whole cache.
 */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "graph/dtype.h"
@@ -81,12 +82,13 @@ struct fa_node {
 ** KV head for a run of the q heads that share it (GQA), so each K and V row
 ** is loaded once per run rather than once per q head. */
 struct fa_scratch {
-  float *q;    /* [group][Dp] the run's query rows, f32 and packed */
-  float *acc;  /* [group][Dvp] running sums of p * V rows */
-  float *s;    /* [group][FA_TILE] logits of the tile, then their weights */
-  float *bias; /* [FA_TILE] mask value per key; -inf for a hidden key */
-  float *m, *l; /* [group] running max and running sum */
-  float *dropped; /* [group] weights of skipped V rows, on l's scale */
+  float *q;    /* [FA_QB][group][Dp] the unit's query rows, f32 and packed */
+  float *acc;  /* [FA_QB][group][Dvp] running sums of p * V rows */
+  float *s;    /* [FA_QB][group][FA_TILE] logits of the tile, then their weights */
+  float *bias; /* [FA_QB][FA_TILE] mask value per key; -inf for a hidden key */
+  float *m, *l; /* [FA_QB][group] running max and running sum */
+  float *dropped; /* [FA_QB][group] weights of skipped V rows, on l's scale */
+  float *kt, *vt; /* [FA_TILE][Dp], [FA_TILE][Dvp]: a tile's f16 K and V rows as f32 */
   float *cut, *bar; /* [group] a mass budget's cut (logit) and the tile's skipping bar */
   float *k;    /* [D] a K row decoded or gathered, when it cannot be read in place */
   float *v;    /* [Dv] likewise for V */
@@ -96,11 +98,16 @@ struct fa_scratch {
 
 static size_t pad16(int64_t n) { return ((size_t)n + 15) & ~(size_t)15; }
 
+/* Queries a unit takes together where K and V are f16 rows read in place (prefill): each
+** K and V row of a tile is converted to f32 once for all of them and every head. */
+#define FA_QB 4
+
 size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst) {
   const int64_t D = dst->src[0]->ne[0], Dv = dst->ne[0];
-  const int64_t group = dst->src[0]->ne[2] / dst->src[1]->ne[2];
-  const size_t per_head = pad16(D) + pad16(Dv) + FA_TILE;
-  return ((size_t)group * per_head + FA_TILE + 5 * pad16(group) + pad16(D) + pad16(Dv)) *
+  const int64_t rows = FA_QB * (dst->src[0]->ne[2] / dst->src[1]->ne[2]);
+  const size_t per_row = pad16(D) + pad16(Dv) + FA_TILE;
+  return ((size_t)rows * per_row + FA_QB * FA_TILE + 5 * pad16(rows) + pad16(D) + pad16(Dv) +
+          FA_TILE * (pad16(D) + pad16(Dv))) *
              sizeof(float) +
          FA_TILE;
 }
@@ -108,18 +115,21 @@ size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst) {
 static struct fa_scratch scratch_carve(const struct tsr_cpu_compute *c, const struct fa_node *a) {
   float *w = c->work;
   struct fa_scratch s;
+  const int64_t rows = FA_QB * a->group;
   s.Dp = pad16(a->D), s.Dvp = pad16(a->Dv);
-  s.q = w, w += (size_t)a->group * s.Dp;
-  s.acc = w, w += (size_t)a->group * s.Dvp;
-  s.s = w, w += (size_t)a->group * FA_TILE;
-  s.bias = w, w += FA_TILE;
-  s.m = w, w += pad16(a->group);
-  s.l = w, w += pad16(a->group);
-  s.dropped = w, w += pad16(a->group);
-  s.cut = w, w += pad16(a->group);
-  s.bar = w, w += pad16(a->group);
+  s.q = w, w += (size_t)rows * s.Dp;
+  s.acc = w, w += (size_t)rows * s.Dvp;
+  s.s = w, w += (size_t)rows * FA_TILE;
+  s.bias = w, w += FA_QB * FA_TILE;
+  s.m = w, w += pad16(rows);
+  s.l = w, w += pad16(rows);
+  s.dropped = w, w += pad16(rows);
+  s.cut = w, w += pad16(rows);
+  s.bar = w, w += pad16(rows);
   s.k = w, w += s.Dp;
   s.v = w, w += s.Dvp;
+  s.kt = w, w += FA_TILE * s.Dp;
+  s.vt = w, w += FA_TILE * s.Dvp;
   s.keep = (uint8_t *)w;
   return s;
 }
@@ -309,6 +319,81 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
                         a->Dv);
 }
 
+/* The converted V rows of a tile, for tsr_cpu_attn_values. */
+static const void *converted_row(void *ctx, int64_t t, enum tsr_cpu_row_read *how) {
+  const struct fa_scratch *s = ctx;
+  *how = TSR_CPU_ROW_DECODED;
+  return s->vt + (size_t)t * s->Dvp;
+}
+
+/* Queries iq0 .. iq0+nq-1 (nq <= FA_QB) against KV head hk for all its q heads, K and V f16
+** rows read in place, no V skipping: each query's arithmetic is attend_unit's to the bit
+** (the dot and axpy over converted rows round as over the f16 ones: vec.h), but each K and
+** V row a tile shows any of them is converted once. Row r = b * group + g. */
+static void attend_block(const struct fa_node *a, const struct fa_scratch *s,
+                         struct tsr_tensor *dst, int64_t iq0, int64_t nq, int64_t hk) {
+  const int64_t G = a->group, R = nq * G;
+  const struct tsr_host *h = tsr_plugin_host_services();
+  int32_t qp[FA_QB];
+  for (int64_t b = 0; b < nq; b++) {
+    qp[b] = a->q_pos ? pos_at(a->q_pos, a->qpos_stride, iq0 + b) : 0;
+    for (int64_t g = 0; g < G; g++) {
+      const int64_t r = b * G + g;
+      const char *qrow = (const char *)a->q->data + (size_t)(iq0 + b) * a->q->nb[1] +
+                         (size_t)(hk * G + g) * a->q->nb[2];
+      gather_row(qrow, a->q->nb[0], false, s->q + (size_t)r * s->Dp, a->D);
+      tsr_cpu_attn_start(&s->m[r], &s->l[r], s->acc + (size_t)r * s->Dvp, a->Dv);
+      s->dropped[r] = 0.0f;
+    }
+  }
+  const char *kbase = (const char *)a->k->data + (size_t)hk * a->k->nb[2];
+  const char *vbase = (const char *)a->v->data + (size_t)hk * a->v->nb[2];
+  for (int64_t j0 = 0; j0 < a->Nkv; j0 += FA_TILE) {
+    const int64_t n = a->Nkv - j0 < FA_TILE ? a->Nkv - j0 : FA_TILE;
+    int64_t visible[FA_QB], any = 0;
+    for (int64_t b = 0; b < nq; b++)
+      any += visible[b] = tile_bias(a, s->bias + b * FA_TILE, iq0 + b, qp[b], j0, n);
+    if (!any) continue;
+    for (int64_t t = 0; t < n; t++) {
+      bool seen = false;
+      for (int64_t b = 0; b < nq; b++) seen |= s->bias[b * FA_TILE + t] != -INFINITY;
+      if (!seen) continue;
+      const size_t j = (size_t)(j0 + t);
+      a->k_rows.to_f32(kbase + j * a->k->nb[1], s->kt + (size_t)t * s->Dp, a->D);
+      a->v_rows.to_f32(vbase + j * a->v->nb[1], s->vt + (size_t)t * s->Dvp, a->Dv);
+    }
+    for (int64_t b = 0; b < nq; b++) {
+      if (!visible[b]) continue; /* m, l and acc stay put, as attend_unit's */
+      const float *bias = s->bias + b * FA_TILE;
+      for (int64_t g = 0; g < G; g++) {
+        const int64_t r = b * G + g;
+        float *x = s->s + (size_t)r * FA_TILE;
+        for (int64_t t = 0; t < n; t++) {
+          if (bias[t] == -INFINITY) {
+            x[t] = -INFINITY;
+            continue;
+          }
+          float v = tsr_vec_dot_f32_as_f16(s->kt + (size_t)t * s->Dp, s->q + (size_t)r * s->Dp,
+                                           a->D);
+          v *= a->scale;
+          if (a->softcap > 0.0f) v = a->softcap * tanhf(v / a->softcap);
+          x[t] = v + bias[t];
+        }
+        tsr_cpu_attn_weights(h, x, n, &s->m[r], &s->l[r], &s->dropped[r],
+                             s->acc + (size_t)r * s->Dvp, a->Dv);
+      }
+      tsr_cpu_attn_values(h, s->s + (size_t)b * G * FA_TILE, FA_TILE, bias, G, n,
+                          s->acc + (size_t)b * G * s->Dvp, s->Dvp, a->Dv, converted_row,
+                          (void *)s, NULL);
+    }
+  }
+  for (int64_t r = 0; r < R; r++)
+    tsr_cpu_attn_finish(s->acc + (size_t)r * s->Dvp, s->l[r],
+                        (float *)((char *)dst->data + (size_t)(hk * G + r % G) * dst->nb[1] +
+                                  (size_t)(iq0 + r / G) * dst->nb[2]),
+                        a->Dv);
+}
+
 TSR_CPU_KERNEL(flash_attn) {
   struct fa_node a = {
       .q = dst->src[0],
@@ -342,6 +427,16 @@ TSR_CPU_KERNEL(flash_attn) {
   a.kvpos_stride = pos_stride(a.kv_pos);
   const struct fa_scratch s = scratch_carve(c, &a);
 
+  /* Several queries with f16 K and V (prefill): units of FA_QB queries and a KV head. */
+  if (!a.counters && a.Nq > 1 && a.k_rows.read == FA_IN_PLACE_F16 &&
+      a.v_rows.read == FA_IN_PLACE_F16 && a.Nq * a.Hkv >= c->nth) {
+    const int64_t blocks = (a.Nq + FA_QB - 1) / FA_QB;
+    for (int64_t u = c->ith; u < blocks * a.Hkv; u += c->nth) {
+      const int64_t iq0 = u / a.Hkv * FA_QB, hk = u % a.Hkv;
+      attend_block(&a, &s, dst, iq0, a.Nq - iq0 < FA_QB ? a.Nq - iq0 : FA_QB, hk);
+    }
+    return;
+  }
   /* Split each group into runs only as far as it takes to give every thread
   ** a unit (decode with few KV heads); each head's arithmetic is the same
   ** whatever the split, so results do not depend on the thread count. V

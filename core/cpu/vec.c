@@ -72,25 +72,33 @@ __attribute__((target("avx2,fma"))) static void dot2x2_f32_avx2(const float *w0,
 
 /* Thirty-two values a step in four accumulators (an attention row of 128 is four steps, not
 ** one chain of sixteen dependent multiply-adds), eight more in the first, then (a0 + a1) +
-** (a2 + a3) and the tail. */
+** (a2 + a3) and the tail; LOAD8(i) and LOAD1(i) read x as f32. One body for f16 rows and for
+** rows already converted, so the two give the same bits. */
+#define DOT4ACC(LOAD8, LOAD1)                                                                 \
+  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),             \
+                 _mm256_setzero_ps()};                                                        \
+  int64_t i = 0;                                                                              \
+  for (; i + 32 <= n; i += 32)                                                                \
+    for (int k = 0; k < 4; k++)                                                               \
+      a[k] = _mm256_fmadd_ps(LOAD8(i + 8 * k), _mm256_loadu_ps(y + i + 8 * k), a[k]);        \
+  for (; i + 8 <= n; i += 8) a[0] = _mm256_fmadd_ps(LOAD8(i), _mm256_loadu_ps(y + i), a[0]);  \
+  float s = hsum256(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));     \
+  for (; i < n; i++) s += LOAD1(i) * y[i];                                                    \
+  return s;
+#define F16_LOAD8(j) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + (j))))
+#define F16_LOAD1(j) tsr_f16_to_f32(x[j])
+#define F32_LOAD8(j) _mm256_loadu_ps(x + (j))
+#define F32_LOAD1(j) x[j]
 __attribute__((target("avx2,fma,f16c"))) static float dot_f16_f32_avx2(const uint16_t *x,
                                                                        const float *y,
                                                                        int64_t n) {
-  __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                 _mm256_setzero_ps()};
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 4; k++)
-      a[k] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8 * k))),
-                             _mm256_loadu_ps(y + i + 8 * k), a[k]);
-  for (; i + 8 <= n; i += 8)
-    a[0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))),
-                           _mm256_loadu_ps(y + i), a[0]);
-  float s = hsum256(_mm256_add_ps(_mm256_add_ps(a[0], a[1]), _mm256_add_ps(a[2], a[3])));
-  for (; i < n; i++) s += tsr_f16_to_f32(x[i]) * y[i];
-  return s;
+  DOT4ACC(F16_LOAD8, F16_LOAD1)
 }
-
+__attribute__((target("avx2,fma,f16c"))) static float dot_f32_as_f16_avx2(const float *x,
+                                                                          const float *y,
+                                                                          int64_t n) {
+  DOT4ACC(F32_LOAD8, F32_LOAD1)
+}
 __attribute__((target("avx2,fma"))) static void axpy_f32_avx2(float *y, float a, const float *x,
                                                                int64_t n) {
   __m256 av = _mm256_set1_ps(a);
@@ -258,6 +266,15 @@ float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n) {
 #endif
   float s = 0.0f;
   for (int64_t i = 0; i < n; i++) s += tsr_f16_to_f32(x[i]) * y[i];
+  return s;
+}
+
+float tsr_vec_dot_f32_as_f16(const float *x, const float *y, int64_t n) {
+#if TSR_HAVE_AVX2_PATH
+  if (tsr_cpu_has_avx2()) return dot_f32_as_f16_avx2(x, y, n);
+#endif
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
   return s;
 }
 

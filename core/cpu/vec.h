@@ -27,6 +27,9 @@ void tsr_vec_dot_block_f32(const float *const *w, int n_rows, const float *const
                            int64_t n, float *out);
 /* sum_i f16(x[i])*y[i] */
 float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n);
+/* the same dot over x already converted to f32: tsr_vec_dot_f16_f32(h, y) and
+** tsr_vec_dot_f32_as_f16(f32(h), y) are the same bits */
+float tsr_vec_dot_f32_as_f16(const float *x, const float *y, int64_t n);
 /* y[i] += a*x[i] */
 void tsr_vec_axpy_f32(float *y, float a, const float *x, int64_t n);
 /* y[i] += a*f16(x[i]) */

@@ -372,6 +372,36 @@ static void test_causal_prefill_with_positions(void) {
   check_random_case(&c, TOL);
 }
 
+/* Prefill over f16 K and V takes several queries a unit (each K and V row converted once for
+** them): every query's output equals that query run alone bit for bit, with a mask, a
+** window, softcap and a last unit of fewer queries */
+static void test_f16_queries_together_equal_each_alone(void) {
+  tsr_test_seed(19);
+  struct attn_case c = plain(128, 7, 150, 4, 2, TSR_F16);
+  c.positions = c.causal = c.has_mask = true;
+  c.mask_dt = TSR_F32;
+  c.window = 120;
+  c.softcap = 30.0f;
+  struct attn_data d = data_new(&c);
+  const size_t per_q = (size_t)c.Hq * c.Dv;
+  float *all = malloc(c.Nq * per_q * sizeof(float)), *one = malloc(per_q * sizeof(float));
+  CHECK_OK(run_flash(&c, &d, 2, all));
+  struct attn_case c1 = c;
+  c1.Nq = 1;
+  for (int i = 0; i < c.Nq; i++) {
+    struct attn_data d1 = d;
+    float q1[4 * 128];
+    for (int h = 0; h < c.Hq; h++)
+      memcpy(q1 + (size_t)h * c.D, d.q + ((size_t)h * c.Nq + i) * c.D, c.D * sizeof(float));
+    d1.q = q1, d1.qpos = d.qpos + i, d1.mask = d.mask + (size_t)i * c.Nkv;
+    CHECK_OK(run_flash(&c1, &d1, 1, one));
+    CHECK_MSG(!memcmp(one, all + i * per_q, per_q * sizeof(float)),
+              "query %d alone differs from the batch of %d", i, c.Nq);
+  }
+  free(all), free(one);
+  data_free(&d);
+}
+
 static void test_sliding_window_hides_old_keys(void) {
   tsr_test_seed(15);
   struct attn_case c = plain(64, 12, 200, 4, 2, TSR_F16);
@@ -1079,6 +1109,7 @@ int main(void) {
   TSR_RUN(test_permuted_q_and_kv_viewed_from_a_cache);
   TSR_RUN(test_kv_with_strided_dim0_is_gathered);
   TSR_RUN(test_causal_prefill_with_positions);
+  TSR_RUN(test_f16_queries_together_equal_each_alone);
   TSR_RUN(test_sliding_window_hides_old_keys);
   TSR_RUN(test_softcap_bounds_logits);
   TSR_RUN(test_additive_mask_with_inf_entries);

@@ -13,6 +13,18 @@
 #include "graph/backend.h"
 #include "graph/graph.h"
 
+/* Node o of graph g (NULL: the graph's error) marked as the output, planned into *arena
+** (the caller frees it) and computed on backend b */
+static inline tsr_status tsr_test_compute_node(struct tsr_backend *b, struct tsr_graph *g,
+                                               struct tsr_tensor *o, void **arena) {
+  *arena = NULL;
+  if (!o) return tsr_graph_status(g);
+  struct tsr_graph_plan plan;
+  tsr_graph_mark_output(o);
+  tsr_status st = tsr_graph_alloc(g, &plan, arena);
+  return st == TSR_OK ? tsr_backend_compute(b, g) : st;
+}
+
 /* x [in_dim, rows] through the codec's prepare_rows (forward, to its storage dim) or
 ** finish_out (inverse, to out_dim) on the cpu backend cpu: the result, malloc'd */
 static inline float *tsr_test_codec_hook(struct tsr_backend *cpu, const struct tsr_kv_codec_v1 *c,
@@ -28,11 +40,8 @@ static inline float *tsr_test_codec_hook(struct tsr_backend *cpu, const struct t
   float *r = NULL;
   if (out) {
     const int64_t n = out->ne[0] * out->ne[1];
-    struct tsr_graph_plan plan;
-    void *arena = NULL;
-    tsr_graph_mark_output(out);
-    tsr_status st = tsr_graph_alloc(g, &plan, &arena);
-    if (st == TSR_OK) st = tsr_backend_compute(cpu, g);
+    void *arena;
+    const tsr_status st = tsr_test_compute_node(cpu, g, out, &arena);
     CHECK_OK(st);
     CHECK(out->ne[0] == (inverse ? out_dim : c->storage_dim(c->ctx, (int32_t)in_dim)));
     if (st == TSR_OK && (r = malloc(sizeof(float) * (size_t)n)))
@@ -81,14 +90,8 @@ static inline bool tsr_test_codec_flash_lifted(struct tsr_backend *b,
   struct tsr_tensor *kp = tsr_new_external(g, TSR_I32, 1, (int64_t[]){nkv}, (void *)kvpos);
   const struct tsr_attn_params p = {.scale = 1.0f / sqrtf((float)D), .causal = true};
   struct tsr_tensor *o = tsr_flash_attn(g, qt, k, v, NULL, qp, kp, &p);
-  struct tsr_graph_plan plan;
-  void *arena = NULL;
-  tsr_status st = o ? TSR_OK : tsr_graph_status(g);
-  if (st == TSR_OK) {
-    tsr_graph_mark_output(o);
-    st = tsr_graph_alloc(g, &plan, &arena);
-  }
-  if (st == TSR_OK) st = tsr_backend_compute(b, g);
+  void *arena;
+  const tsr_status st = tsr_test_compute_node(b, g, o, &arena);
   if (st == TSR_OK) memcpy(out, o->data, sizeof(float) * (size_t)Dv * hq * nq);
   CHECK_MSG(st == TSR_OK, "flash on %s: %s", tsr_backend_name(b), tsr_error_message());
   free(arena);

@@ -409,14 +409,8 @@ static bool set_rows(struct tsr_backend *b, const struct tsr_kv_codec_v1 *c, con
   for (int i = 0; i < n; i++) idx[i] = n - 1 - i; /* cells in reverse */
   struct tsr_tensor *it = tsr_new_external(g, TSR_I32, 1, (int64_t[]){n}, idx);
   struct tsr_tensor *o = tsr_set_rows(g, dst, src, it);
-  struct tsr_graph_plan plan;
-  void *arena = NULL;
-  tsr_status st = o ? TSR_OK : tsr_graph_status(g);
-  if (st == TSR_OK) {
-    tsr_graph_mark_output(o);
-    st = tsr_graph_alloc(g, &plan, &arena);
-  }
-  if (st == TSR_OK) st = tsr_backend_compute(b, g);
+  void *arena;
+  const tsr_status st = tsr_test_compute_node(b, g, o, &arena);
   if (st == TSR_OK && o->data != cache)
     memcpy(cache, o->data, c->block_bytes * (size_t)(D / TCQ_BLOCK) * n * h);
   CHECK_MSG(st == TSR_OK, "set_rows on %s: %s", tsr_backend_name(b), tsr_error_message());

@@ -34,7 +34,7 @@ static float inv_freq_f32(float base, int64_t i, int64_t d) {
   return 1.0f / p;
 }
 
-#define ROPE_MAX_HALF 512 /* half the largest head dim the kernel takes */
+#define ROPE_CHUNK 256 /* pairs whose angles one pass holds; longer heads take several */
 
 static void rope_kernel(void *ctx, int ith, int nth, const struct tsr_tensor_info *dst,
                         const struct tsr_tensor_info *src, int n_src, const int32_t *params) {
@@ -44,33 +44,37 @@ static void rope_kernel(void *ctx, int ith, int nth, const struct tsr_tensor_inf
   float base;
   memcpy(&base, &params[0], sizeof base);
   const int64_t d = x->ne[0], half = d / 2, nh = x->ne[1], n = x->ne[2];
-  if (half > ROPE_MAX_HALF) return; /* gemma4_rope refuses such a node */
-  /* Each angle depends on the position and the pair alone: its inverse frequency once a
-  ** call, its cosine and sine once a token, for every head. Tokens are split over the
-  ** threads, or (fewer tokens than threads) the heads of each token. */
-  float inv[ROPE_MAX_HALF], cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
-  for (int64_t i = 0; i < half; i++) inv[i] = inv_freq_f32(base, i, d);
+  /* Each angle depends on the position and the pair alone: its cosine and sine once a token
+  ** (and chunk of pairs) for every head. Tokens are split over the threads, or (fewer tokens
+  ** than threads) the heads of each token. */
+  float inv[ROPE_CHUNK], cs[ROPE_CHUNK], sn[ROPE_CHUNK];
   const int64_t tokens = n * x->ne[3], parts = tokens >= nth ? 1 : nth;
-  for (int64_t u = ith; u < tokens * parts; u += nth) {
-    const int64_t tb = u / parts, part = u % parts, t = tb % n, b = tb / n;
-    const int64_t h0 = nh * part / parts, h1 = nh * (part + 1) / parts;
-    if (h0 == h1) continue;
-    const float p = (float)*(const int32_t *)((const char *)pos->data + t * pos->nb[0]);
-    for (int64_t i = 0; i < half; i++) {
-      float theta = inv[i] * p;
-      if (ff) theta = theta / *(const float *)((const char *)ff->data + i * ff->nb[0]);
-      cs[i] = cosf(theta), sn[i] = sinf(theta);
-    }
-    for (int64_t h = h0; h < h1; h++) {
-      const float *xr = (const float *)((const char *)x->data + h * x->nb[1] + t * x->nb[2] +
-                                        b * x->nb[3]);
-      float *yr = (float *)((char *)dst->data + h * dst->nb[1] + t * dst->nb[2] + b * dst->nb[3]);
-      for (int64_t i = 0; i < half; i++) {
-        const float c = cs[i], s = sn[i], x0 = xr[i], x1 = xr[i + half];
-        /* q*cos + rotate_half(q)*sin, each product rounded on its own */
-        const float a0 = x0 * c, b0 = x1 * s, a1 = x1 * c, b1 = x0 * s;
-        yr[i] = a0 - b0;
-        yr[i + half] = a1 + b1;
+  for (int64_t i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
+    const int64_t m = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
+    for (int64_t k = 0; k < m; k++) inv[k] = inv_freq_f32(base, i0 + k, d);
+    for (int64_t u = ith; u < tokens * parts; u += nth) {
+      const int64_t tb = u / parts, part = u % parts, t = tb % n, b = tb / n;
+      const int64_t h0 = nh * part / parts, h1 = nh * (part + 1) / parts;
+      if (h0 == h1) continue;
+      const float p = (float)*(const int32_t *)((const char *)pos->data + t * pos->nb[0]);
+      for (int64_t k = 0; k < m; k++) {
+        float theta = inv[k] * p;
+        if (ff) theta = theta / *(const float *)((const char *)ff->data + (i0 + k) * ff->nb[0]);
+        cs[k] = cosf(theta), sn[k] = sinf(theta);
+      }
+      for (int64_t h = h0; h < h1; h++) {
+        const float *xr = (const float *)((const char *)x->data + h * x->nb[1] +
+                                          t * x->nb[2] + b * x->nb[3]);
+        float *yr =
+            (float *)((char *)dst->data + h * dst->nb[1] + t * dst->nb[2] + b * dst->nb[3]);
+        for (int64_t k = 0; k < m; k++) {
+          const int64_t i = i0 + k;
+          const float c = cs[k], s = sn[k], x0 = xr[i], x1 = xr[i + half];
+          /* q*cos + rotate_half(q)*sin, each product rounded on its own */
+          const float a0 = x0 * c, b0 = x1 * s, a1 = x1 * c, b1 = x0 * s;
+          yr[i] = a0 - b0;
+          yr[i + half] = a1 + b1;
+        }
       }
     }
   }
@@ -97,11 +101,10 @@ struct tsr_tensor *gemma4_rope(const struct tsr_host *host, struct tsr_graph *g,
   host->graph->tensor_info(x, &xi);
   host->graph->tensor_info(pos, &pi);
   if (xi.dtype != GGUF_TYPE_F32 || pi.dtype != GGUF_TYPE_I32 || xi.ne[0] % 2 ||
-      xi.ne[0] > 2 * ROPE_MAX_HALF || xi.nb[0] != sizeof(float) || pi.ne[0] != xi.ne[2]) {
-    host->set_error(TSR_ERR_INVALID_ARG, "arch_gemma4 rope: x must be f32 [D even, at most %d, "
-                    "H, N] with contiguous rows and pos i32 [N] (D %lld, N %lld, pos %lld)",
-                    2 * ROPE_MAX_HALF, (long long)xi.ne[0], (long long)xi.ne[2],
-                    (long long)pi.ne[0]);
+      xi.nb[0] != sizeof(float) || pi.ne[0] != xi.ne[2]) {
+    host->set_error(TSR_ERR_INVALID_ARG, "arch_gemma4 rope: x must be f32 [D even, H, N] with "
+                    "contiguous rows and pos i32 [N] (D %lld, N %lld, pos %lld)",
+                    (long long)xi.ne[0], (long long)xi.ne[2], (long long)pi.ne[0]);
     return NULL;
   }
   if (ff) {

@@ -1,12 +1,13 @@
 /*
-** host->spec (plugin/speculator.h, ABI 2.3): a draft model a speculator runs, one
-** engine of its own opened through the embedding API under the built-in default
-** profile, holding one sequence.
+** host->spec (plugin/speculator.h): a draft model a speculator runs, one engine of
+** its own opened through the embedding API under the built-in default profile,
+** holding one sequence (ABI 2.3); the target's own NextN head (ABI 2.4).
 */
 #include <stdlib.h>
 #include <string.h>
 
 #include "api/embed.h"
+#include "engine/engine.h"
 #include "common/error.h"
 #include "model/tokenizer.h"
 #include "tessera/plugin.h"
@@ -82,6 +83,14 @@ static tsr_status model_step(struct tsr_spec_model *m, int32_t token, float *log
   return tsr_engine_eval(m->e, 0, &token, 1, logits, NULL);
 }
 
+static tsr_status target_nextn(struct tsr_spec_target *t, int32_t seq, const int32_t *tokens,
+                               const int32_t *pos, const float *hidden, int32_t n, float *logits,
+                               float *hidden_out) {
+  if (!t) return tsr_error_set(TSR_ERR_INVALID_ARG, "NextN: no target engine given");
+  return tsr_engine_nextn((struct tsr_engine *)t, seq, tokens, pos, hidden, n, logits,
+                          hidden_out);
+}
+
 const struct tsr_host_spec tsr_host_spec_services = {
     .struct_size = sizeof(struct tsr_host_spec),
     .open = model_open,
@@ -89,4 +98,5 @@ const struct tsr_host_spec tsr_host_spec_services = {
     .n_vocab = model_n_vocab,
     .sync = model_sync,
     .step = model_step,
+    .nextn = target_nextn,
 };

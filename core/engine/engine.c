@@ -100,6 +100,9 @@ struct tsr_engine {
   int32_t spec_dist_rows;
   float *hidden;
   int32_t n_embd, hidden_rows, hidden_last;
+  /* the speculator reads every kept token's hidden row (tsr_speculator_v1.rows);
+  ** while a verify batch runs its rows wait for the verdict */
+  bool spec_rows, verifying;
   struct tsr_embed *embed; /* what the embedding API keeps per engine (api/embed.h) */
 };
 
@@ -348,6 +351,8 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
     if (!e->spec)
       st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s vanished after negotiation",
                          p->speculator.name);
+    else
+      e->spec_rows = e->spec->rows != NULL;
   }
   if (st == TSR_OK) st = open_backend(e, opt);
   if (st == TSR_OK) st = setup_decode(e); /* its counters kept on the backend */
@@ -502,6 +507,21 @@ static tsr_status keep_hidden(struct tsr_engine *e, const struct tsr_tensor *h, 
   return TSR_OK;
 }
 
+/* Hands the speculator the hidden rows keep_hidden kept, of n tokens it keeps. */
+static tsr_status spec_rows(struct tsr_engine *e, const int32_t *tokens, const int32_t *pos,
+                            const int32_t *seqs, int32_t n) {
+  if (e->hidden_rows < n)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "speculator %s reads the final hidden row of "
+                         "every token, and arch plugin %s gave %d of %d", e->spec->name,
+                         tsr_plugin_name(e->setup->arch_owner), e->hidden_rows, n);
+  const struct tsr_spec_rows r = {
+      .struct_size = sizeof r, .target = (struct tsr_spec_target *)e, .n = n,
+      .n_embd = e->n_embd, .tokens = tokens, .pos = pos, .seq = seqs, .hidden = e->hidden};
+  tsr_status st = e->spec->rows(e->spec->ctx, tsr_plugin_host_services(), &r);
+  if (st != TSR_OK) tsr_error_prefix("speculator %s", e->spec->name);
+  return st;
+}
+
 /* Grows the kept compute arena to bytes. */
 static tsr_status arena_reserve(struct tsr_engine *e, size_t bytes) {
   if (bytes <= e->arena_bytes) return TSR_OK;
@@ -534,7 +554,8 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
       .attention = e->attention, .layers = s->layers, .n_layers = s->n_layers,
       .kv = e->kv, .seq = seq,
       .output_rows = n_out < n ? tsr_new_tensor_1d(g, TSR_I32, n_out ? n_out : 1) : NULL,
-      .decode = e->decode_of, .checkpoints = e->checkpoints};
+      .decode = e->decode_of, .checkpoints = e->checkpoints,
+      .hidden_every_row = e->spec_rows};
   for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++) {
     if (!slots->cells[pl]) continue;
     const int32_t cells = tsr_kv_cache_span(e->kv, pl); /* attention reads these only */
@@ -589,7 +610,8 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
     ** (tsr_attn_call.decode): other computes leave the counters as they were */
     if (st == TSR_OK && n == 1 && seq >= 0) st = report_decode(e);
   }
-  if (st == TSR_OK && e->spec) st = keep_hidden(e, fw.hidden_final, fw.logits->ne[1]);
+  if (st == TSR_OK && e->spec)
+    st = keep_hidden(e, fw.hidden_final, e->spec_rows ? n : fw.logits->ne[1]);
   if (st == TSR_OK) {
     e->logits_rows += fw.logits->ne[1];
     const size_t row = (size_t)e->n_vocab * sizeof(float);
@@ -600,6 +622,8 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
     }
   }
   tsr_graph_free(g);
+  /* after the logits are out: the speculator's own passes reuse the arena */
+  if (st == TSR_OK && e->spec_rows && !e->verifying) st = spec_rows(e, tokens, pos, seqs, n);
   return st;
 }
 
@@ -843,7 +867,8 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
     if (!d) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
     e->spec_dist = d, e->spec_dist_rows = max_draft;
   }
-  int32_t *ctx = malloc(((size_t)q->n + 1 + (size_t)max_draft + 1) * sizeof *ctx);
+  /* the sequence, next, the drafts; then the kept rows' positions and sequences */
+  int32_t *ctx = malloc(((size_t)q->n + 3 * ((size_t)max_draft + 1)) * sizeof *ctx);
   float *logits = malloc((size_t)(max_draft + 1) * (size_t)e->n_vocab * sizeof *logits);
   if (!ctx || !logits) {
     free(ctx), free(logits);
@@ -858,7 +883,8 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
       .hidden = e->hidden_rows ? e->hidden + (size_t)e->hidden_last * (size_t)e->n_embd : NULL,
       .n_embd = e->hidden_rows ? e->n_embd : 0, .max_draft = max_draft, .draft = batch + 1,
       .temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p,
-      .top_k = sp->top_k, .draft_dist = e->spec_dist, .n_vocab = e->n_vocab};
+      .top_k = sp->top_k, .draft_dist = e->spec_dist, .n_vocab = e->n_vocab,
+      .target = (struct tsr_spec_target *)e};
   tsr_status st = e->spec->draft(e->spec->ctx, tsr_plugin_host_services(), &r, &n_draft);
   if (st == TSR_OK && (n_draft < 0 || n_draft > max_draft))
     st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted %d tokens of at most %d",
@@ -873,8 +899,10 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
   /* next and the drafts in one batch, every row's logits read; linear layers keep
   ** their state after each token */
   e->checkpoints = tsr_kv_cache_n_checkpoints(e->kv);
+  e->verifying = true;
   if (st == TSR_OK) st = tsr_engine_eval(e, seq, batch, n_draft + 1, NULL, logits);
   e->checkpoints = 0;
+  e->verifying = false;
   int32_t kept = 0;
   if (st == TSR_OK)
     st = tsr_spec_verify(sampler, &e->spec_scratch, logits, batch + 1, n_draft,
@@ -883,6 +911,12 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
   if (st == TSR_OK && kept < n_draft)
     st = e->has_linear ? rollback(e, seq, held + 1 + kept, kept)
                        : tsr_engine_seq_rm(e, seq, held + 1 + kept, -1);
+  if (st == TSR_OK && e->spec_rows) { /* next and the kept drafts stay */
+    int32_t *pos = batch + max_draft + 1, *seqs = pos + max_draft + 1;
+    for (int32_t i = 0; i <= kept; i++) pos[i] = held + i;
+    for (int32_t i = 0; i <= kept; i++) seqs[i] = seq;
+    st = spec_rows(e, batch, pos, seqs, kept + 1);
+  }
   if (st == TSR_OK) {
     if (e->hidden_rows) e->hidden_last = kept;
     if (e->spec->accepted) e->spec->accepted(e->spec->ctx, seq, kept);
@@ -891,6 +925,138 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
     if (kept) h->engaged(e->spec_owner, "tokens_accepted", (uint64_t)kept);
   }
   free(ctx), free(logits);
+  return st;
+}
+
+/* One ubatch of NextN entries (tsr_engine_nextn): cells[i] is entry i's cell in the full
+** pool, prepared or held. */
+static tsr_status nextn_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *tokens,
+                               const int32_t *pos, const float *hidden, int32_t n,
+                               const int32_t *cells, float *logits, float *hidden_out) {
+  const struct tsr_setup *s = e->setup;
+  struct tsr_graph *g = tsr_graph_new(64 * 8 + 4096);
+  if (!g) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  const int32_t span = tsr_kv_cache_span(e->kv, TSR_KV_POOL_FULL);
+  struct tsr_arch_forward fw = {
+      .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = n,
+      .tokens = tsr_new_tensor_1d(g, TSR_I32, n), .positions = tsr_new_tensor_1d(g, TSR_I32, n),
+      .attention = e->attention, .layers = s->layers, .n_layers = s->n_layers,
+      .kv = e->kv, .seq = seq,
+      .nextn_hidden = tsr_new_tensor_2d(g, TSR_F32, e->n_embd, n),
+      .output_rows = tsr_new_tensor_1d(g, TSR_I32, 1)};
+  fw.kv_cells[TSR_KV_POOL_FULL] = tsr_new_tensor_1d(g, TSR_I32, n);
+  fw.kv_pos[TSR_KV_POOL_FULL] = tsr_new_tensor_1d(g, TSR_I32, span);
+  tsr_setup_attention_kinds(s, fw.attention_kind);
+  tsr_status st = s->arch->build_nextn(s->arch->ctx, tsr_plugin_host_services(), &fw);
+  if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g);
+  if (st == TSR_OK &&
+      (!fw.logits || fw.logits->dtype != TSR_F32 || fw.logits->ne[0] != e->n_vocab ||
+       fw.logits->ne[1] != 1 || !fw.hidden_final || fw.hidden_final->dtype != TSR_F32 ||
+       fw.hidden_final->ne[0] != e->n_embd || fw.hidden_final->ne[1] != 1))
+    st = tsr_error_set(TSR_ERR_INTERNAL, "arch plugin %s: its NextN head returned logits or a "
+                       "hidden state that is not f32 [%d, 1] / [%d, 1] for the last entry",
+                       tsr_plugin_name(s->arch_owner), e->n_vocab, e->n_embd);
+  struct tsr_graph_plan plan;
+  if (st == TSR_OK) {
+    tsr_graph_mark_output(fw.logits);
+    tsr_graph_mark_output(fw.hidden_final);
+    st = tsr_graph_plan(g, &plan);
+  }
+  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
+  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
+  if (st == TSR_OK) {
+    memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
+    memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);
+    memcpy(fw.nextn_hidden->data, hidden, (size_t)n * (size_t)e->n_embd * sizeof(float));
+    *(int32_t *)fw.output_rows->data = n - 1;
+    memcpy(fw.kv_cells[TSR_KV_POOL_FULL]->data, cells, (size_t)n * sizeof *cells);
+    tsr_kv_cache_fill_kv_pos(e->kv, TSR_KV_POOL_FULL, seq, span,
+                             fw.kv_pos[TSR_KV_POOL_FULL]->data);
+    st = tsr_backend_compute(e->backend, g);
+  }
+  if (st == TSR_OK && logits)
+    memcpy(logits, fw.logits->data, (size_t)e->n_vocab * sizeof *logits);
+  if (st == TSR_OK && hidden_out)
+    memcpy(hidden_out, fw.hidden_final->data, (size_t)e->n_embd * sizeof *hidden_out);
+  tsr_graph_free(g);
+  if (st != TSR_OK) tsr_error_prefix("the NextN head over %d entries of sequence %d", n, seq);
+  return st;
+}
+
+tsr_status tsr_engine_nextn(struct tsr_engine *e, int32_t seq, const int32_t *tokens,
+                            const int32_t *pos, const float *hidden, int32_t n, float *logits,
+                            float *hidden_out) {
+  const struct tsr_setup *s = e->setup;
+  if (!s->arch->build_nextn)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: arch plugin %s has no NextN head",
+                         s->model_path, tsr_plugin_name(s->arch_owner));
+  if (seq < 0 || seq >= e->n_seq || n <= 0 || !tokens || !pos || !hidden)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "NextN: sequence %d (of %d), %d entries", seq,
+                         e->n_seq, n);
+  if (!e->n_embd)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "NextN: the target has evaluated nothing yet, so "
+                         "no hidden row is known");
+  const int32_t held = tsr_engine_seq_len(e, seq);
+  for (int32_t i = 0; i < n; i++) {
+    if (tokens[i] < 0 || tokens[i] >= e->n_vocab)
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "NextN: entry %d's token %d is outside the "
+                           "vocabulary of %d", i, tokens[i], e->n_vocab);
+    const int32_t chain_next = i && pos[i - 1] >= held ? pos[i - 1] + 1 : held;
+    if (pos[i] < 0 || (i && pos[i] <= pos[i - 1]) || (pos[i] >= held && pos[i] != chain_next))
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "NextN: entry %d's position %d (sequence %d "
+                           "holds %d): positions increase, and those past the held ones follow "
+                           "them without a gap", i, pos[i], seq, held);
+  }
+  /* the cells of held positions, by one pass over the pool */
+  const int32_t n_cells = tsr_kv_cache_n_cells(e->kv, TSR_KV_POOL_FULL);
+  int32_t *cells = malloc((size_t)n * sizeof *cells);
+  if (!cells) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  int32_t n_held = 0;
+  while (n_held < n && pos[n_held] < held) cells[n_held++] = -1;
+  for (int32_t c = 0; c < n_cells && n_held; c++) {
+    const int32_t p = tsr_kv_cache_cell_pos(e->kv, TSR_KV_POOL_FULL, c);
+    if (p < pos[0] || p > pos[n_held - 1] ||
+        !(tsr_kv_cache_cell_seqs(e->kv, TSR_KV_POOL_FULL, c) >> seq & 1))
+      continue;
+    for (int32_t i = 0; i < n_held; i++)
+      if (pos[i] == p) cells[i] = c;
+  }
+  tsr_status st = TSR_OK;
+  for (int32_t i = 0; i < n_held && st == TSR_OK; i++)
+    if (cells[i] < 0)
+      st = tsr_error_set(TSR_ERR_INTERNAL, "NextN: sequence %d holds %d positions but no cell "
+                         "of position %d", seq, held, pos[i]);
+  /* the chain past them: cells prepared now and released at the end */
+  const int32_t n_fresh = n - n_held;
+  if (st == TSR_OK && n_fresh > 0) {
+    int32_t *seqs = malloc((size_t)n_fresh * sizeof *seqs);
+    struct tsr_kv_slots slots;
+    if (!seqs) st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+    for (int32_t i = 0; seqs && i < n_fresh; i++) seqs[i] = seq;
+    if (st == TSR_OK && n_fresh > e->n_ubatch)
+      st = tsr_error_set(TSR_ERR_INVALID_ARG, "NextN: %d entries past the held positions, more "
+                         "than a ubatch of %d", n_fresh, e->n_ubatch);
+    if (st == TSR_OK) st = tsr_kv_cache_prepare(e->kv, pos + n_held, seqs, n_fresh, &slots);
+    if (st == TSR_OK)
+      memcpy(cells + n_held, slots.cells[TSR_KV_POOL_FULL], (size_t)n_fresh * sizeof *cells);
+    free(seqs);
+    if (st != TSR_OK) {
+      free(cells);
+      return st;
+    }
+  }
+  const int32_t nu = e->n_ubatch;
+  for (int32_t i0 = 0; i0 < n && st == TSR_OK; i0 += nu) {
+    const int32_t nb = n - i0 < nu ? n - i0 : nu;
+    const bool last = i0 + nb == n;
+    st = nextn_ubatch(e, seq, tokens + i0, pos + i0, hidden + (size_t)i0 * (size_t)e->n_embd, nb,
+                      cells + i0, last ? logits : NULL, last ? hidden_out : NULL);
+  }
+  if (n_fresh > 0) { /* the chain's cells go, whatever happened */
+    tsr_status rm = tsr_kv_cache_seq_rm_restored(e->kv, seq, held);
+    if (st == TSR_OK) st = rm;
+  }
+  free(cells);
   return st;
 }
 

@@ -91,4 +91,13 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
                                 struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
                                 int32_t *n_out);
 
+/* The model's NextN head over n entries of sequence seq through the engine's KV cache
+** (host->spec->nextn, plugin/speculator.h): entries at held positions keep their K/V in
+** the head's layer, entries past them (following without a gap) are evaluated in cells
+** released before it returns. The last entry's logits and output hidden row go to
+** logits and hidden_out where not NULL. */
+tsr_status tsr_engine_nextn(struct tsr_engine *e, int32_t seq, const int32_t *tokens,
+                            const int32_t *pos, const float *hidden, int32_t n, float *logits,
+                            float *hidden_out);
+
 #endif

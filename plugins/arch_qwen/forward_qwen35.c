@@ -261,6 +261,12 @@ static const char *lm_head(const struct tsr_host *h, const struct tsr_arch_forwa
   return h->gguf->has_weight(fw->model, "output.weight") ? "output.weight" : "token_embd.weight";
 }
 
+/* Whether the host asks for every token's hidden row (ABI 2.4). */
+static bool every_row(const struct tsr_arch_forward *fw) {
+  return fw->struct_size >= offsetof(struct tsr_arch_forward, hidden_every_row) + sizeof(int32_t) &&
+         fw->hidden_every_row;
+}
+
 tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {
   const struct tsr_qwen_ops *ops = ctx;
   struct qwen35_hparams hp;
@@ -285,9 +291,13 @@ tsr_status tsr_qwen35_build(void *ctx, const struct tsr_host *h, struct tsr_arch
         g, x, hp.moe.n_expert ? moe_ffn(h, fw, &hp, il, m) : tsr_qwen_mlp_block(h, fw, il, "", m));
     if (fw->hidden) fw->hidden[il] = x;
   }
-  x = h->graph->rms_norm(g, tsr_arch_output_rows(h, fw, x),
-                         h->graph->weight(g, fw->model, "output_norm.weight"), hp.eps);
-  fw->hidden_final = x;
+  struct tsr_tensor *out_norm = h->graph->weight(g, fw->model, "output_norm.weight");
+  if (every_row(fw)) { /* the norm is row-wise: the selected rows come out the same */
+    fw->hidden_final = x = h->graph->rms_norm(g, x, out_norm, hp.eps);
+    x = tsr_arch_output_rows(h, fw, x);
+  } else {
+    fw->hidden_final = x = h->graph->rms_norm(g, tsr_arch_output_rows(h, fw, x), out_norm, hp.eps);
+  }
   fw->logits = h->graph->mat_mul(g, h->graph->weight(g, fw->model, lm_head(h, fw, -1)), x);
   /* on failure the graph holds the first builder error and its message */
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
@@ -330,10 +340,11 @@ tsr_status tsr_qwen35_build_nextn(void *ctx, const struct tsr_host *h,
   char norm[64];
   snprintf(norm, sizeof norm, "blk.%d.nextn.shared_head_norm.weight", il);
   x = h->graph->rms_norm(
-      g, x,
+      g, tsr_arch_output_rows(h, fw, x),
       h->graph->weight(g, fw->model,
                        h->gguf->has_weight(fw->model, norm) ? norm : "output_norm.weight"),
       hp.eps);
+  fw->hidden_final = x; /* what a deeper draft step takes as its hidden state */
   fw->logits = h->graph->mat_mul(g, h->graph->weight(g, fw->model, lm_head(h, fw, il)), x);
   return fw->logits ? TSR_OK : TSR_ERR_INVALID_ARG;
 }

@@ -9,6 +9,11 @@
 **   draft_model  a separate GGUF with the target's vocabulary (host->spec opens
 **                it, checking the vocabulary), drafting greedily from its own
 **                KV cache, which follows the sequence by prefix reuse.
+**   nextn        the target's own NextN head (host->spec->nextn) with its own
+**                K/V in the target's cache: every token the target keeps adds
+**                the head's entry (the token with the hidden row before it),
+**                prompt included, so each draft attends to the whole sequence;
+**                deeper drafts feed the head its own output hidden row.
 **
 ** The draft length adapts per sequence (setting adaptive): it grows by one when
 ** a whole draft was kept and falls to what was kept plus one when not, within
@@ -16,6 +21,7 @@
 ** probability is below p_min.
 */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +50,13 @@ struct spec_state {
   double *weight;
   /* per sequence: the draft length to ask for next, and the last draft's length */
   int32_t n_next[MAX_SEQ], n_last[MAX_SEQ];
+  /* nextn: per sequence the last kept token's position and hidden row (its entry
+  ** waits for the token after it; -1: none), and the head's entry buffers */
+  int32_t pend_pos[MAX_SEQ];
+  float *pend[MAX_SEQ];
+  int32_t n_embd, entries_cap;
+  int32_t *e_tok, *e_pos;
+  float *e_hidden;
 };
 
 static const char *const g_engines[] = {"lookup", "draft_model", "nextn", "assistant", NULL};
@@ -142,28 +155,145 @@ static bool sure_enough(const float *v, int32_t n, int32_t top, double p_min) {
   return 1.0 / sum >= p_min;
 }
 
-/* Greedy drafts at temperature 0; above it, drafts drawn from the draft model's own
-** sampling distribution, handed to the host (r->draft_dist) for speculative sampling. The
-** draws are seeded by the sequence itself, so a run is reproducible from its own seed. */
+/* How a model's drafts are chosen: greedily at temperature 0; above it drawn from the
+** model's own sampling distribution, handed to the host (r->draft_dist) for speculative
+** sampling. The draws are seeded by the sequence itself, so a run is reproducible from
+** its own seed. */
+struct chooser {
+  bool sampled;
+  uint64_t rng;
+};
+
+static struct chooser chooser_for(const struct tsr_spec_request *r) {
+  struct chooser c = {r->temperature > 0 && r->draft_dist && r->n_vocab > 0, 0x7370656354746b73ull};
+  for (int32_t i = 0; c.sampled && i < r->n_tokens; i++) /* FNV-1a over the sequence */
+    c.rng = (c.rng ^ (uint32_t)r->tokens[i]) * 0x100000001b3ull;
+  return c;
+}
+
+/* Draft k from st->logits into r->draft[k]; false where the model is unsure (its top
+** token below p_min: the target decides from here) or nothing can be drawn. */
+static bool choose(struct spec_state *st, struct chooser *c, struct tsr_spec_request *r,
+                   int32_t k) {
+  int32_t x = argmax(st->logits, st->n_vocab);
+  if (!sure_enough(st->logits, st->n_vocab, x, st->p_min)) return false;
+  if (c->sampled &&
+      !draw(st, st->logits, r, &c->rng, r->draft_dist + (size_t)k * r->n_vocab, r->n_vocab, &x))
+    return false;
+  r->draft[k] = x;
+  return true;
+}
+
 static tsr_status draft_model(struct spec_state *st, const struct tsr_host *host,
                               struct tsr_spec_request *r, int32_t want, int32_t *n_out) {
   *n_out = 0;
-  const bool sampled = r->temperature > 0 && r->draft_dist && r->n_vocab > 0;
-  uint64_t rng = 0x7370656354746b73ull;
-  for (int32_t i = 0; sampled && i < r->n_tokens; i++) /* FNV-1a over the sequence */
-    rng = (rng ^ (uint32_t)r->tokens[i]) * 0x100000001b3ull;
+  struct chooser c = chooser_for(r);
   tsr_status s = host->spec->sync(st->draft, r->tokens, r->n_tokens, st->logits);
-  for (int32_t k = 0; s == TSR_OK && k < want; k++) {
-    int32_t x = argmax(st->logits, st->n_vocab);
-    /* the draft is unsure: the target decides from here */
-    if (!sure_enough(st->logits, st->n_vocab, x, st->p_min)) break;
-    if (sampled &&
-        !draw(st, st->logits, r, &rng, r->draft_dist + (size_t)k * r->n_vocab, r->n_vocab, &x))
-      break;
-    r->draft[(*n_out)++] = x;
-    if (k + 1 < want) s = host->spec->step(st->draft, x, st->logits);
+  for (int32_t k = 0; s == TSR_OK && k < want && choose(st, &c, r, k); k++) {
+    ++*n_out;
+    if (k + 1 < want) s = host->spec->step(st->draft, r->draft[k], st->logits);
   }
-  r->dist_given = sampled && *n_out > 0;
+  r->dist_given = c.sampled && *n_out > 0;
+  return s;
+}
+
+/* ---- nextn ---- */
+
+/* Room for n head entries, and the vocabulary-sized buffers, once the target's widths
+** are known. */
+static tsr_status nextn_reserve(struct spec_state *st, const struct tsr_host *host, int32_t n,
+                                int32_t n_embd, int32_t n_vocab) {
+  if (st->n_embd && n_embd != st->n_embd)
+    return host->set_error(TSR_ERR_INTERNAL, "spec_mtp: the target's hidden rows changed "
+                           "width, %d to %d", st->n_embd, n_embd);
+  st->n_embd = n_embd;
+  if (n > st->entries_cap) {
+    int32_t *tok = realloc(st->e_tok, (size_t)n * sizeof *tok);
+    if (tok) st->e_tok = tok;
+    int32_t *pos = realloc(st->e_pos, (size_t)n * sizeof *pos);
+    if (pos) st->e_pos = pos;
+    float *h = realloc(st->e_hidden, (size_t)n * (size_t)n_embd * sizeof *h);
+    if (h) st->e_hidden = h;
+    if (!tok || !pos || !h) return host->set_error(TSR_ERR_NOMEM, "spec_mtp: out of memory");
+    st->entries_cap = n;
+  }
+  if (n_vocab > 0 && !st->logits) {
+    st->n_vocab = n_vocab;
+    st->logits = malloc((size_t)n_vocab * sizeof *st->logits);
+    st->cand = malloc((size_t)n_vocab * sizeof *st->cand);
+    st->weight = malloc((size_t)n_vocab * sizeof *st->weight);
+    if (!st->logits || !st->cand || !st->weight)
+      return host->set_error(TSR_ERR_NOMEM, "spec_mtp: out of memory");
+  }
+  return TSR_OK;
+}
+
+/* The head's entries for what the target kept: the entry at position p is token p + 1
+** with the hidden row of p, so each kept token completes the entry before it (the first
+** one the entry of the sequence's previous last token, whose row waited in pend). */
+static tsr_status nextn_rows(void *ctx, const struct tsr_host *host, const struct tsr_spec_rows *r) {
+  struct spec_state *st = ctx;
+  tsr_status s = nextn_reserve(st, host, r->n, r->n_embd, 0);
+  const size_t row = (size_t)r->n_embd * sizeof(float);
+  for (int32_t i0 = 0; s == TSR_OK && i0 < r->n; i0++) {
+    const int32_t seq = r->seq[i0];
+    bool first = true;
+    for (int32_t j = 0; j < i0 && first; j++) first = r->seq[j] != seq;
+    if (!first) continue; /* this sequence's rows were taken with its first */
+    if (seq < 0 || seq >= MAX_SEQ)
+      return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: sequence %d (it keeps %d)", seq,
+                             MAX_SEQ);
+    if (!st->pend[seq] && !(st->pend[seq] = malloc(row)))
+      return host->set_error(TSR_ERR_NOMEM, "spec_mtp: out of memory");
+    int32_t n = 0;
+    for (int32_t i = i0; i < r->n; i++) {
+      if (r->seq[i] != seq) continue;
+      const int32_t p = r->pos[i];
+      const float *before = NULL; /* the hidden row of p - 1 */
+      if (p > 0 && st->pend_pos[seq] == p - 1) before = st->pend[seq];
+      if (before) {
+        st->e_tok[n] = r->tokens[i], st->e_pos[n] = p - 1;
+        memcpy(st->e_hidden + (size_t)n * r->n_embd, before, row);
+        n++;
+      }
+      memcpy(st->pend[seq], r->hidden + (size_t)i * r->n_embd, row);
+      st->pend_pos[seq] = p;
+    }
+    if (n) s = host->spec->nextn(r->target, seq, st->e_tok, st->e_pos, st->e_hidden, n, NULL, NULL);
+  }
+  return s;
+}
+
+/* Drafts from the head: the first entry is the token about to be evaluated with the hidden
+** row of the last one evaluated (a held position: it stays in the head's cache); each
+** deeper one is the previous draft with the head's own output row, the chain evaluated
+** whole each time past the held positions. */
+static tsr_status nextn_draft(struct spec_state *st, const struct tsr_host *host,
+                              struct tsr_spec_request *r, int32_t want, int32_t *n_out) {
+  *n_out = 0;
+  if (!r->hidden || r->n_embd <= 0 || r->n_tokens < 2)
+    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine nextn needs the target's "
+                           "hidden row of its last evaluated token, and the target gave none");
+  if (r->struct_size < offsetof(struct tsr_spec_request, target) + sizeof r->target || !r->target)
+    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine nextn needs a host of ABI "
+                           "2.4 (the target engine in the draft request)");
+  tsr_status s = nextn_reserve(st, host, want, r->n_embd, r->n_vocab);
+  if (s != TSR_OK) return s;
+  struct chooser c = chooser_for(r);
+  const int32_t last = r->n_tokens - 2; /* the last evaluated position */
+  /* draft k comes with the head's output row k (e_hidden row k), which chain entry k
+  ** (draft k at position last + 1 + k) takes as its hidden row */
+  float *rows = st->e_hidden;
+  s = host->spec->nextn(r->target, r->seq, r->tokens + r->n_tokens - 1, &last, r->hidden, 1,
+                        st->logits, rows);
+  for (int32_t k = 0; s == TSR_OK && k < want && choose(st, &c, r, k); k++) {
+    ++*n_out;
+    if (k + 1 == want) break;
+    st->e_tok[k] = r->draft[k], st->e_pos[k] = last + 1 + k;
+    s = host->spec->nextn(r->target, r->seq, st->e_tok, st->e_pos, rows, k + 1, st->logits,
+                          rows + (size_t)(k + 1) * r->n_embd);
+  }
+  r->dist_given = c.sampled && *n_out > 0;
   return s;
 }
 
@@ -182,6 +312,8 @@ static tsr_status spec_draft(void *ctx, const struct tsr_host *host, struct tsr_
   tsr_status s = TSR_OK;
   if (st->engine == ENGINE_LOOKUP)
     *n_draft = lookup(st, r->tokens, r->n_tokens, want, r->draft);
+  else if (st->engine == ENGINE_NEXTN)
+    s = nextn_draft(st, host, r, want, n_draft);
   else
     s = draft_model(st, host, r, want, n_draft);
   st->n_last[r->seq] = *n_draft;
@@ -197,23 +329,40 @@ static void spec_accepted(void *ctx, int32_t seq, int32_t n_accepted) {
   st->n_next[seq] = next;
 }
 
+/* Whether the target has a NextN head: <arch>.nextn_predict_layers above 0. */
+static tsr_status nextn_negotiate(const struct tsr_host *host, const struct tsr_gguf *model) {
+  const char *arch = NULL;
+  char key[96];
+  uint32_t n = 0;
+  if (host->gguf->get_str(model, "general.architecture", &arch) != TSR_OK) return TSR_ERR_FORMAT;
+  snprintf(key, sizeof key, "%s.nextn_predict_layers", arch);
+  if (host->gguf->has_key(model, key) && host->gguf->get_u32(model, key, &n) != TSR_OK)
+    return TSR_ERR_FORMAT;
+  if (!n)
+    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine nextn drafts with the model's "
+                           "own NextN head, and this %s model has none (%s is %s)", arch, key,
+                           host->gguf->has_key(model, key) ? "0" : "absent");
+  return TSR_OK;
+}
+
 static tsr_status spec_negotiate(void *ctx, const struct tsr_host *host,
                                  const struct tsr_gguf *model) {
   struct spec_state *st = ctx;
-  if (st->engine == ENGINE_NEXTN || st->engine == ENGINE_ASSISTANT)
+  if (st->engine == ENGINE_ASSISTANT)
     return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine %s is not built yet (built: "
-                           "lookup, draft_model)", g_engines[st->engine]);
+                           "lookup, draft_model, nextn)", g_engines[st->engine]);
   if (st->n_min > st->n_max)
     return host->set_error(TSR_ERR_INVALID_ARG, "spec_mtp: n_min %lld is above n_max %lld",
                            (long long)st->n_min, (long long)st->n_max);
   if (st->ngram_min > st->ngram_max)
     return host->set_error(TSR_ERR_INVALID_ARG, "spec_mtp: ngram_min %lld is above ngram_max "
                            "%lld", (long long)st->ngram_min, (long long)st->ngram_max);
-  if (st->engine == ENGINE_LOOKUP) {
+  if (st->engine == ENGINE_LOOKUP || st->engine == ENGINE_NEXTN) {
     if (st->model && *st->model)
-      return host->set_error(TSR_ERR_INVALID_ARG, "spec_mtp: model is set, but engine lookup "
-                             "uses no model (engine: draft_model drafts with one)");
-    return TSR_OK;
+      return host->set_error(TSR_ERR_INVALID_ARG, "spec_mtp: model is set, but engine %s uses "
+                             "no model of its own (engine: draft_model drafts with one)",
+                             g_engines[st->engine]);
+    return st->engine == ENGINE_NEXTN ? nextn_negotiate(host, model) : TSR_OK;
   }
   if (!st->model || !*st->model)
     return host->set_error(TSR_ERR_INVALID_ARG, "spec_mtp: engine draft_model needs a model "
@@ -243,8 +392,8 @@ static tsr_status spec_negotiate(void *ctx, const struct tsr_host *host,
 
 static const struct tsr_plugin_setting g_settings[] = {
     {"engine", TSR_SETTING_ENUM, 0, 0, "lookup", "lookup|draft_model|nextn|assistant",
-     "what drafts: lookup (prompt n-grams) or draft_model (a separate GGUF); nextn and "
-     "assistant are not built yet"},
+     "what drafts: lookup (prompt n-grams), draft_model (a separate GGUF) or nextn (the "
+     "model's own NextN head); assistant is not built yet"},
     {"n_max", TSR_SETTING_INT, 1, 8, "4", NULL, "tokens a draft proposes at most"},
     {"n_min", TSR_SETTING_INT, 1, 8, "1", NULL, "the adaptive length's floor"},
     {"adaptive", TSR_SETTING_BOOL, 0, 0, "true", NULL,
@@ -253,7 +402,7 @@ static const struct tsr_plugin_setting g_settings[] = {
     {"ngram_min", TSR_SETTING_INT, 1, 16, "2", NULL, "lookup: the shortest n-gram matched"},
     {"model", TSR_SETTING_STRING, 0, 0, "", NULL, "draft_model: the draft GGUF's path"},
     {"p_min", TSR_SETTING_FLOAT, 0, 1, "0.5", NULL,
-     "draft_model: stop a draft where the draft's top token has a lower probability"},
+     "draft_model, nextn: stop a draft where the drafter's top token has a lower probability"},
     {"draft_context", TSR_SETTING_INT, 64, 16777216, "4096", NULL,
      "draft_model: the draft model's context"},
     {"draft_threads", TSR_SETTING_INT, 0, 4096, "0", NULL,
@@ -282,7 +431,7 @@ static tsr_status spec_init(const struct tsr_host *h, struct tsr_plugin *self) {
   if (s == TSR_OK) s = h->setting_i64(self, "draft_context", &st->draft_context);
   if (s == TSR_OK) s = h->setting_i64(self, "draft_threads", &st->draft_threads);
   if (s == TSR_OK) s = h->setting_str(self, "draft_backend", &st->draft_backend);
-  for (int i = 0; i < MAX_SEQ; i++) st->n_next[i] = (int32_t)st->n_max;
+  for (int i = 0; i < MAX_SEQ; i++) st->n_next[i] = (int32_t)st->n_max, st->pend_pos[i] = -1;
   const struct tsr_speculator_v1 spec = {
       .struct_size = sizeof spec,
       .name = "spec_mtp",
@@ -290,6 +439,7 @@ static tsr_status spec_init(const struct tsr_host *h, struct tsr_plugin *self) {
       .negotiate = spec_negotiate,
       .draft = spec_draft,
       .accepted = spec_accepted,
+      .rows = st->engine == ENGINE_NEXTN ? nextn_rows : NULL,
   };
   if (s == TSR_OK) s = h->register_speculator(self, &spec);
   return s;
@@ -302,6 +452,10 @@ static void spec_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
   free(st->logits);
   free(st->cand);
   free(st->weight);
+  for (int i = 0; i < MAX_SEQ; i++) free(st->pend[i]);
+  free(st->e_tok);
+  free(st->e_pos);
+  free(st->e_hidden);
   free(st);
 }
 
@@ -313,7 +467,8 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .struct_size = sizeof(struct tsr_plugin_descriptor),
     .name = "spec_mtp",
     .version = "0.1.0",
-    .description = "speculative decoding: prompt lookup and a separate draft model",
+    .description = "speculative decoding: prompt lookup, a separate draft model, the model's "
+                   "NextN head",
     .provides = g_provides,
     .n_provides = 1,
     .settings = g_settings,

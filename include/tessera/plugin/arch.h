@@ -91,6 +91,11 @@ struct tsr_arch_forward {
   ** verify step whose linear layers must keep their state after each token
   ** (host->arch->kv_checkpoints), so a rejected draft rolls back exactly. */
   int32_t checkpoints;
+  /* ABI 2.4. Filled by the host: non-zero when hidden_final must hold every
+  ** token's row [n_embd, n_tokens] even where output_rows selects the logits'
+  ** rows (a speculator reads them all: tsr_speculator_v1.rows). A row-wise final
+  ** norm taken before the selection gives the selected rows the same values. */
+  int32_t hidden_every_row;
 };
 
 /* One context shift (host->arch->kv_shift_k / kv_shift_store): every cell of one
@@ -150,8 +155,10 @@ struct tsr_arch_v1 {
   ** head over fw->n_tokens entries: entry i holds token tokens[i], the
   ** trunk's hidden_final at position positions[i] (fw->nextn_hidden) and
   ** predicts the token after tokens[i]; attention runs over the entries
-  ** (fw->kv NULL) or through the cache's NextN layer. Sets fw->logits. A
-  ** model without a NextN block is TSR_ERR_UNSUPPORTED naming the key. */
+  ** (fw->kv NULL) or through the cache's NextN layer. Sets fw->logits and
+  ** fw->hidden_final (the head's final-normed output, which a deeper draft step
+  ** takes as its hidden state), both of the output_rows entries when the host
+  ** gives them. A model without a NextN block is TSR_ERR_UNSUPPORTED naming the key. */
   tsr_status (*build_nextn)(void *ctx, const struct tsr_host *host, struct tsr_arch_forward *fw);
   /* Checks that the file is one consistent model, after describe()
   ** and before anything is built: each hyperparameter against the tensor

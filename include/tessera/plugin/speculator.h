@@ -12,6 +12,9 @@ extern "C" {
 
 /* ---- speculator, version 1 --------------------------------------------- */
 
+/* ABI 2.4: the target engine a speculator drafts for, opaque */
+struct tsr_spec_target;
+
 /* One draft the host asks of a speculator. */
 struct tsr_spec_request {
   uint32_t struct_size;
@@ -37,6 +40,21 @@ struct tsr_spec_request {
   float *draft_dist;
   int32_t n_vocab;
   bool dist_given;
+  /* ABI 2.4: the target engine the draft is for, which host->spec's head calls
+  ** (nextn) run on */
+  struct tsr_spec_target *target;
+};
+
+/* ABI 2.4: tokens of one or more sequences the target has just evaluated and
+** keeps (a prompt's ubatches, plain decode steps, the kept rows of a verify batch),
+** with each one's final hidden row (what its LM head reads), for a speculator that
+** asked for them (tsr_speculator_v1.rows). */
+struct tsr_spec_rows {
+  uint32_t struct_size;
+  struct tsr_spec_target *target;
+  int32_t n, n_embd;
+  const int32_t *tokens, *pos, *seq; /* n each */
+  const float *hidden;               /* n rows of n_embd floats */
 };
 
 struct tsr_speculator_v1 {
@@ -58,6 +76,11 @@ struct tsr_speculator_v1 {
   /* How many of its last proposals the target kept, so a drafter with state of
   ** its own can advance or roll it back; may be NULL. */
   void (*accepted)(void *ctx, int32_t seq, int32_t n_accepted);
+  /* ABI 2.4. Optional: called with every token the target evaluates and keeps,
+  ** in order (struct tsr_spec_rows), so a drafter can advance a cache of its own
+  ** over the prompt and the kept tokens (NextN's). An error fails the target's
+  ** evaluation. The hidden rows of every token cost nothing beyond a copy. */
+  tsr_status (*rows)(void *ctx, const struct tsr_host *host, const struct tsr_spec_rows *r);
 };
 
 /* ---- ABI 2.3: a model of the speculator's own (host->spec) ---------------- */
@@ -81,6 +104,20 @@ struct tsr_host_spec {
   tsr_status (*sync)(struct tsr_spec_model *m, const int32_t *tokens, int32_t n, float *logits);
   /* Evaluates one more token after what it holds; its logits to logits. */
   tsr_status (*step)(struct tsr_spec_model *m, int32_t token, float *logits);
+  /* ABI 2.4: the target's own NextN head (tsr_arch_v1.build_nextn) over n
+  ** entries of sequence seq, through the target's KV cache. Entry i is token
+  ** tokens[i] with the trunk's final hidden row hidden[i] (n_embd floats) at
+  ** position pos[i] (increasing); it predicts the token after tokens[i]. An entry
+  ** at a position the sequence holds writes the head's K/V into that position's
+  ** cell, where it stays (the head's own cache, which later entries attend to);
+  ** entries past the held positions (a draft's chain) must follow them without a
+  ** gap and are evaluated in cells released before the call returns. Any n: the
+  ** host splits it into ubatches. The last entry's logits (n_vocab floats) and
+  ** output hidden row (the next depth's input, n_embd floats) go to logits and
+  ** hidden_out where not NULL. A target without a NextN head is refused by name. */
+  tsr_status (*nextn)(struct tsr_spec_target *t, int32_t seq, const int32_t *tokens,
+                      const int32_t *pos, const float *hidden, int32_t n, float *logits,
+                      float *hidden_out);
 };
 
 #ifdef __cplusplus

@@ -15,6 +15,7 @@
 #include "graph/graph.h"
 #include "abi/setup.h"
 #include "tests/harness.h"
+#include "tests/arch_pass_util.h"
 #include "tests/logits_test_util.h"
 
 static const char *g_model, *g_trunk_only;
@@ -33,42 +34,7 @@ static struct tsr_setup *open_model(const char *path) {
 /* Builds (nextn: the head, else the trunk) over n entries, runs it, copies out. */
 static tsr_status run(struct tsr_setup *s, bool nextn, int32_t n, const int32_t *tokens,
                       const int32_t *pos, const float *hidden_in, float *logits, float *hidden) {
-  struct tsr_graph *g = tsr_graph_new(8192);
-  struct tsr_arch_forward fw = {
-      .struct_size = sizeof fw, .g = g, .model = s->model, .n_tokens = n,
-      .tokens = tsr_new_tensor_1d(g, TSR_I32, n), .positions = tsr_new_tensor_1d(g, TSR_I32, n),
-      .attention = tsr_plugin_host_attention(s->host, "flash", NULL), .layers = s->layers,
-      .n_layers = s->n_layers};
-  tsr_setup_attention_kinds(s, fw.attention_kind);
-  const int64_t n_embd = g_hidden->ne[0];
-  if (nextn) fw.nextn_hidden = tsr_new_tensor(g, TSR_F32, 2, (int64_t[]){n_embd, n});
-  tsr_status st = nextn ? s->arch->build_nextn(s->arch->ctx, tsr_plugin_host_services(), &fw)
-                        : s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
-  if (st == TSR_OK) st = tsr_graph_status(g);
-  void *arena = NULL;
-  struct tsr_backend *be = NULL;
-  struct tsr_graph_plan plan;
-  if (st == TSR_OK) {
-    tsr_graph_mark_output(fw.logits);
-    if (fw.hidden_final) tsr_graph_mark_output(fw.hidden_final);
-    st = tsr_graph_alloc(g, &plan, &arena);
-  }
-  if (st == TSR_OK) {
-    memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
-    memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);
-    if (nextn) memcpy(fw.nextn_hidden->data, hidden_in, (size_t)(n * n_embd) * sizeof(float));
-    st = tsr_backend_cpu_new(2, &be);
-  }
-  if (st == TSR_OK) st = tsr_backend_compute(be, g);
-  if (st == TSR_OK) {
-    memcpy(logits, fw.logits->data, (size_t)(n * fw.logits->ne[0]) * sizeof(float));
-    if (hidden && fw.hidden_final)
-      memcpy(hidden, fw.hidden_final->data, (size_t)(n * n_embd) * sizeof(float));
-  }
-  tsr_backend_free(be);
-  free(arena);
-  tsr_graph_free(g);
-  return st;
+  return tsr_test_arch_pass(s, nextn, n, tokens, pos, hidden_in, g_hidden->ne[0], logits, hidden);
 }
 
 static double worst_rel(const float *a, const float *b, int32_t rows, int64_t width) {

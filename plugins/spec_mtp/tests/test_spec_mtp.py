@@ -129,7 +129,9 @@ def test_sampled_drafts_come_with_their_distribution():
 @case
 def test_refusals_at_profile_check():
     cases = [
-        ("nextn", "engine: nextn", "not built yet"),
+        ("nextn_without_head", "engine: nextn", "has none (qwen3.nextn_predict_layers is absent)"),
+        ("nextn_with_model", f"engine: nextn, model: {DEFAULT}", "uses no model"),
+        ("assistant", "engine: assistant", "not built yet"),
         ("with_model", f"engine: lookup, model: {DEFAULT}", "uses no model"),
         ("no_model", "engine: draft_model", "needs a model"),
         ("missing", "engine: draft_model, model: /nonexistent/draft.gguf", "draft.gguf"),

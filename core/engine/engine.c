@@ -103,6 +103,7 @@ struct tsr_engine {
   /* the speculator reads every kept token's hidden row (tsr_speculator_v1.rows);
   ** while a verify batch runs its rows wait for the verdict */
   bool spec_rows, verifying;
+  const struct tsr_gguf *drafter_kept; /* the drafter whose weights a device keeps */
   struct tsr_embed *embed; /* what the embedding API keeps per engine (api/embed.h) */
 };
 
@@ -119,7 +120,7 @@ static bool plugin_available(const char *name) {
   return found;
 }
 
-static tsr_status load_setup(const struct tsr_engine_options *opt, struct tsr_setup **out) {
+tsr_status tsr_engine_load_setup(const struct tsr_engine_options *opt, struct tsr_setup **out) {
   *out = NULL;
   int n_sets = opt->n_sets > 0 ? opt->n_sets : 0;
   const char **sets = calloc((size_t)n_sets + 1, sizeof *sets);
@@ -259,6 +260,9 @@ static tsr_status read_n_vocab(struct tsr_engine *e) {
   if (st == TSR_OK && (!fw.logits || fw.logits->ne[0] <= 0 || fw.logits->ne[0] > INT32_MAX))
     st = tsr_error_set(TSR_ERR_INTERNAL, "the arch built no logits of a usable shape");
   if (st == TSR_OK) e->n_vocab = (int32_t)fw.logits->ne[0];
+  /* the width of the hidden rows a NextN head or drafter takes (0: the arch exports none) */
+  if (st == TSR_OK && fw.hidden_final && fw.hidden_final->ne[0] <= INT32_MAX)
+    e->n_embd = (int32_t)fw.hidden_final->ne[0];
   /* every op this model's forward pass uses must have a kernel on the backend */
   if (st == TSR_OK && (st = tsr_backend_check_graph(e->backend, g)) != TSR_OK)
     tsr_error_prefix("%s: backend %s cannot run %s (arch plugin %s, attention %s)",
@@ -287,8 +291,8 @@ static tsr_status keep_buffer(void *ctx, void *p, size_t bytes) {
 }
 
 /* The model's tensor data (one span of the mapping) and every KV cache buffer. */
-static tsr_status keep_on_device(struct tsr_engine *e) {
-  const struct tsr_gguf *model = e->setup->model;
+/* The device keeps one copy of the range model's tensors span. */
+static tsr_status keep_model(struct tsr_engine *e, const struct tsr_gguf *model) {
   const char *lo = NULL, *hi = NULL;
   for (int64_t i = 0; i < tsr_gguf_n_tensors(model); i++) {
     const struct tsr_gguf_tensor *t = tsr_gguf_tensor_at(model, i);
@@ -297,7 +301,11 @@ static tsr_status keep_on_device(struct tsr_engine *e) {
     if (!lo || d < lo) lo = d;
     if (!hi || d + t->nbytes > hi) hi = d + t->nbytes;
   }
-  tsr_status st = lo ? tsr_backend_keep(e->backend, lo, (size_t)(hi - lo)) : TSR_OK;
+  return lo ? tsr_backend_keep(e->backend, lo, (size_t)(hi - lo)) : TSR_OK;
+}
+
+static tsr_status keep_on_device(struct tsr_engine *e) {
+  tsr_status st = keep_model(e, e->setup->model);
   if (st == TSR_OK) st = tsr_kv_cache_each_buffer(e->kv, keep_buffer, e->backend);
   return st;
 }
@@ -327,7 +335,7 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
   *out = NULL;
   struct tsr_engine *e = calloc(1, sizeof *e);
   if (!e) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-  tsr_status st = load_setup(opt, &e->setup);
+  tsr_status st = tsr_engine_load_setup(opt, &e->setup);
   const struct tsr_profile *p = e->setup ? e->setup->profile : NULL;
   if (st == TSR_OK && !e->setup->arch->build)
     st = tsr_error_set(TSR_ERR_UNSUPPORTED, "%s: arch plugin %s builds no forward graphs in this "
@@ -534,6 +542,15 @@ static tsr_status arena_reserve(struct tsr_engine *e, size_t bytes) {
   return TSR_OK;
 }
 
+/* Plans g into the engine's kept arena (grown as needed) and binds it there. */
+static tsr_status plan_and_bind(struct tsr_engine *e, struct tsr_graph *g) {
+  struct tsr_graph_plan plan;
+  tsr_status st = tsr_graph_plan(g, &plan);
+  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
+  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
+  return st;
+}
+
 /* One ubatch of n tokens whose cells prepare picked: build, plan, fill, run.
 ** seq is the sequence of every token, or -1 when they belong to several
 ** (seqs[] per token; attention then gets each pool's sequence mask). The
@@ -567,7 +584,6 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   tsr_status st = s->arch->build(s->arch->ctx, tsr_plugin_host_services(), &fw);
   if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g); /* the first builder error */
   if (st != TSR_OK) tsr_error_prefix("building the forward pass of %d tokens", n);
-  struct tsr_graph_plan plan;
   /* rows of the logits: every token's, or (an arch that took output_rows) the read ones' */
   const int64_t n_rows = fw.output_rows ? fw.output_rows->ne[0] : n;
   const bool selected = fw.logits && fw.output_rows && fw.logits->ne[1] == n_rows && n_rows != n;
@@ -582,10 +598,8 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
                          (long long)n_rows);
     if (st == TSR_OK) tsr_graph_mark_output(fw.logits);
     if (st == TSR_OK && e->spec && fw.hidden_final) tsr_graph_mark_output(fw.hidden_final);
-    if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
+    if (st == TSR_OK) st = plan_and_bind(e, g);
   }
-  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
-  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
   if (st == TSR_OK) {
     memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
     memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);
@@ -828,10 +842,7 @@ static tsr_status rollback(struct tsr_engine *e, int32_t seq, int32_t p0, int32_
     if (copy) tsr_graph_mark_output(copy);
   }
   tsr_status st = tsr_graph_status(g);
-  struct tsr_graph_plan plan;
-  if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
-  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
-  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
+  if (st == TSR_OK) st = plan_and_bind(e, g);
   if (st == TSR_OK) st = tsr_backend_compute(e->backend, g);
   tsr_graph_free(g);
   if (st == TSR_OK) st = tsr_kv_cache_seq_rm_restored(e->kv, seq, p0);
@@ -956,14 +967,11 @@ static tsr_status nextn_ubatch(struct tsr_engine *e, int32_t seq, const int32_t 
     st = tsr_error_set(TSR_ERR_INTERNAL, "arch plugin %s: its NextN head returned logits or a "
                        "hidden state that is not f32 [%d, 1] / [%d, 1] for the last entry",
                        tsr_plugin_name(s->arch_owner), e->n_vocab, e->n_embd);
-  struct tsr_graph_plan plan;
   if (st == TSR_OK) {
     tsr_graph_mark_output(fw.logits);
     tsr_graph_mark_output(fw.hidden_final);
-    st = tsr_graph_plan(g, &plan);
+    st = plan_and_bind(e, g);
   }
-  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
-  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
   if (st == TSR_OK) {
     memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
     memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);
@@ -994,8 +1002,8 @@ tsr_status tsr_engine_nextn(struct tsr_engine *e, int32_t seq, const int32_t *to
     return tsr_error_set(TSR_ERR_INVALID_ARG, "NextN: sequence %d (of %d), %d entries", seq,
                          e->n_seq, n);
   if (!e->n_embd)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "NextN: the target has evaluated nothing yet, so "
-                         "no hidden row is known");
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "NextN: arch plugin %s exports no final hidden "
+                         "state", tsr_plugin_name(s->arch_owner));
   const int32_t held = tsr_engine_seq_len(e, seq);
   for (int32_t i = 0; i < n; i++) {
     if (tokens[i] < 0 || tokens[i] >= e->n_vocab)
@@ -1057,6 +1065,112 @@ tsr_status tsr_engine_nextn(struct tsr_engine *e, int32_t seq, const int32_t *to
     if (st == TSR_OK) st = rm;
   }
   free(cells);
+  return st;
+}
+
+/* The last layer of kind that owns its K/V in the cache, or -1. */
+static int32_t last_owning_layer(const struct tsr_engine *e, enum tsr_layer_kind kind) {
+  for (int32_t l = e->setup->n_layers - 1; l >= 0; l--)
+    if (e->setup->layers[l].kind == kind && !e->setup->layers[l].kv_shared_from &&
+        tsr_kv_cache_layer_pool(e->kv, l) >= 0)
+      return l;
+  return -1;
+}
+
+/* The target K/V a drafter's layers of each kind read: the whole pool of the last layer
+** of that kind owning its K/V, in its codec (lifted where attention reads it so), with
+** the cells' positions for seq. A codec whose rows attention reads only through a query
+** and output transform is refused: the drafter's layers are not the cache's. */
+static tsr_status drafter_sources(struct tsr_engine *e, const struct tsr_setup *d, int32_t seq,
+                                  struct tsr_arch_forward *fw) {
+  for (int32_t il = 0; il < d->n_layers; il++) {
+    const enum tsr_layer_kind kind = d->layers[il].kind;
+    const int pool = kind == TSR_LAYER_SLIDING;
+    const int32_t src = last_owning_layer(e, kind);
+    if (d->layers[il].kv_shared_from >= 0)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "drafter %s: layer %d has K/V of its own, and a "
+                           "drafter's layers read the target's", d->model_path, il);
+    if ((kind != TSR_LAYER_FULL && !pool) || src < 0)
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "drafter %s: layer %d reads the target's %s "
+                           "K/V, and %s has no such layer owning K/V", d->model_path, il,
+                           pool ? "sliding" : kind == TSR_LAYER_FULL ? "full" : "(linear)",
+                           e->setup->model_path);
+    if (fw->target_k[pool]) continue;
+    const struct tsr_kv_codec_v1 *kc, *vc;
+    tsr_kv_cache_layer_codecs(e->kv, src, &kc, &vc);
+    if ((kc && kc->prepare_q) || (vc && vc->finish_out))
+      return tsr_error_set(TSR_ERR_UNSUPPORTED, "drafter %s reads the K/V of the target's layer "
+                           "%d, stored in %s / %s, which attention reads only through the "
+                           "codec's query and output transforms: give that layer a codec read "
+                           "as stored (f16, q8_0, ...)", d->model_path, src,
+                           kc ? kc->name : "?", vc ? vc->name : "?");
+    const int32_t span = tsr_kv_cache_span(e->kv, (enum tsr_kv_pool)pool);
+    struct tsr_tensor *k, *v;
+    tsr_kv_cache_layer_views(fw->g, e->kv, src, &k, &v);
+    if (!k || !v) return tsr_graph_status(fw->g);
+    k = tsr_view(fw->g, k, 3, (int64_t[]){k->ne[0], span, k->ne[2]}, k->nb, 0);
+    v = tsr_view(fw->g, v, 3, (int64_t[]){v->ne[0], span, v->ne[2]}, v->nb, 0);
+    bool k_lift, v_lift;
+    tsr_kv_cache_layer_lifts(e->kv, src, &k_lift, &v_lift);
+    fw->target_k[pool] = k_lift ? tsr_cast(fw->g, k, TSR_F16) : k;
+    fw->target_v[pool] = v_lift ? tsr_cast(fw->g, v, TSR_F16) : v;
+    fw->target_kv_pos[pool] = tsr_new_tensor_1d(fw->g, TSR_I32, span);
+  }
+  return tsr_graph_status(fw->g);
+}
+
+tsr_status tsr_engine_drafter_step(struct tsr_engine *e, const struct tsr_setup *d, int32_t seq,
+                                   int32_t token, int32_t pos, const float *hidden,
+                                   float *logits, float *hidden_out) {
+  if (seq < 0 || seq >= e->n_seq || token < 0 || token >= e->n_vocab || pos < 0 || !hidden)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "drafter step: sequence %d (of %d), token %d (of "
+                         "%d), position %d", seq, e->n_seq, token, e->n_vocab, pos);
+  if (!e->n_embd)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "drafter step: arch plugin %s exports no final "
+                         "hidden state", tsr_plugin_name(e->setup->arch_owner));
+  struct tsr_graph *g = tsr_graph_new(96 * (d->n_layers + 4) + 4096);
+  if (!g) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  /* each layer kind attends as the target's does: that attention placed the keys */
+  struct tsr_arch_forward fw = {
+      .struct_size = sizeof fw, .g = g, .model = d->model, .n_tokens = 1,
+      .tokens = tsr_new_tensor_1d(g, TSR_I32, 1), .positions = tsr_new_tensor_1d(g, TSR_I32, 1),
+      .attention = e->attention, .layers = d->layers, .n_layers = d->n_layers, .seq = seq,
+      .target = e->setup->model, .nextn_hidden = tsr_new_tensor_2d(g, TSR_F32, e->n_embd, 1)};
+  tsr_setup_attention_kinds(e->setup, fw.attention_kind);
+  tsr_status st = drafter_sources(e, d, seq, &fw);
+  if (st == TSR_OK) st = d->arch->build(d->arch->ctx, tsr_plugin_host_services(), &fw);
+  if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g);
+  if (st == TSR_OK &&
+      (!fw.logits || fw.logits->dtype != TSR_F32 || fw.logits->ne[0] != e->n_vocab ||
+       fw.logits->ne[1] != 1 || !fw.hidden_final || fw.hidden_final->dtype != TSR_F32 ||
+       fw.hidden_final->ne[0] != e->n_embd || fw.hidden_final->ne[1] != 1))
+    st = tsr_error_set(TSR_ERR_INTERNAL, "drafter %s: a step gave logits or a hidden state that "
+                       "are not f32 [%d, 1] / [%d, 1] (the target's vocabulary and width)",
+                       d->model_path, e->n_vocab, e->n_embd);
+  if (st == TSR_OK) {
+    tsr_graph_mark_output(fw.logits);
+    tsr_graph_mark_output(fw.hidden_final);
+    st = plan_and_bind(e, g);
+  }
+  if (st == TSR_OK && e->device && e->drafter_kept != d->model) {
+    st = keep_model(e, d->model);
+    if (st == TSR_OK) e->drafter_kept = d->model;
+  }
+  if (st == TSR_OK) {
+    *(int32_t *)fw.tokens->data = token;
+    *(int32_t *)fw.positions->data = pos;
+    memcpy(fw.nextn_hidden->data, hidden, (size_t)e->n_embd * sizeof(float));
+    for (int pl = 0; pl < TSR_KV_POOL_COUNT; pl++)
+      if (fw.target_kv_pos[pl])
+        tsr_kv_cache_fill_kv_pos(e->kv, pl, seq, (int32_t)fw.target_kv_pos[pl]->ne[0],
+                                 fw.target_kv_pos[pl]->data);
+    st = tsr_backend_compute(e->backend, g);
+  }
+  if (st == TSR_OK && logits) memcpy(logits, fw.logits->data, (size_t)e->n_vocab * sizeof *logits);
+  if (st == TSR_OK && hidden_out)
+    memcpy(hidden_out, fw.hidden_final->data, (size_t)e->n_embd * sizeof *hidden_out);
+  tsr_graph_free(g);
+  if (st != TSR_OK) tsr_error_prefix("drafter %s, sequence %d", d->model_path, seq);
   return st;
 }
 
@@ -1167,10 +1281,7 @@ tsr_status tsr_engine_context_shift(struct tsr_engine *e, int32_t seq, int32_t n
   if (st == TSR_OK) st = s->arch->shift_keys(s->arch->ctx, tsr_plugin_host_services(), &sh);
   if (g && tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g);
   if (st != TSR_OK) tsr_error_prefix("context shift of sequence %d", seq);
-  struct tsr_graph_plan plan;
-  if (st == TSR_OK) st = tsr_graph_plan(g, &plan);
-  if (st == TSR_OK) st = arena_reserve(e, plan.arena_bytes);
-  if (st == TSR_OK) st = tsr_graph_bind_arena(g, e->arena);
+  if (st == TSR_OK) st = plan_and_bind(e, g);
   bool ran = false;
   if (st == TSR_OK) {
     ran = true;

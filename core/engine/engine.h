@@ -28,6 +28,10 @@ struct tsr_engine_options {
 };
 
 tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engine **out);
+/* What tsr_engine_new loads first: the profile (or the built-in default one, with every arch
+** plugin built) with its overrides, the model, its plugins and their composition. */
+struct tsr_setup;
+tsr_status tsr_engine_load_setup(const struct tsr_engine_options *opt, struct tsr_setup **out);
 void tsr_engine_free(struct tsr_engine *e);
 
 /* The resolved profile, host, model, composition and memory plan. */
@@ -99,5 +103,15 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
 tsr_status tsr_engine_nextn(struct tsr_engine *e, int32_t seq, const int32_t *tokens,
                             const int32_t *pos, const float *hidden, int32_t n, float *logits,
                             float *hidden_out);
+
+/* One step of drafter d, a model whose layers read this engine's K/V (kv_shared_from -1,
+** e.g. gemma4_assistant): token at position pos with hidden (the target's final hidden row,
+** or the previous step's output), attending to what sequence seq holds in the last layer of
+** each kind owning K/V, as the target's attention of that kind does. The logits (the
+** target's vocabulary) and the next step's hidden row go to logits and hidden_out where not
+** NULL. A target codec attention reads only through query and output transforms is refused. */
+tsr_status tsr_engine_drafter_step(struct tsr_engine *e, const struct tsr_setup *d, int32_t seq,
+                                   int32_t token, int32_t pos, const float *hidden,
+                                   float *logits, float *hidden_out);
 
 #endif

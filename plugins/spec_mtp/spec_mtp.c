@@ -14,6 +14,10 @@
 **                the head's entry (the token with the hidden row before it),
 **                prompt included, so each draft attends to the whole sequence;
 **                deeper drafts feed the head its own output hidden row.
+**   assistant    a drafter GGUF whose layers read the target's K/V (Gemma 4's
+**                assistant; host->spec->drafter_step): every step at the
+**                target's next position, the first with the target's hidden
+**                row, each later one with the drafter's own.
 **
 ** The draft length adapts per sequence (setting adaptive): it grows by one when
 ** a whole draft was kept and falls to what was kept plus one when not, within
@@ -44,6 +48,7 @@ struct spec_state {
   const char *model, *draft_backend;
   struct tsr_plugin *self;
   struct tsr_spec_model *draft;
+  struct tsr_spec_drafter *drafter;
   float *logits; /* the draft model's, n_vocab */
   int32_t n_vocab;
   struct cand *cand; /* draw()'s ranking and weights, n_vocab each */
@@ -199,9 +204,9 @@ static tsr_status draft_model(struct spec_state *st, const struct tsr_host *host
 
 /* ---- nextn ---- */
 
-/* Room for n head entries, and the vocabulary-sized buffers, once the target's widths
-** are known. */
-static tsr_status nextn_reserve(struct spec_state *st, const struct tsr_host *host, int32_t n,
+/* Room for n entries of the head (or rows of the drafter), and the vocabulary-sized
+** buffers, once the target's widths are known. */
+static tsr_status reserve(struct spec_state *st, const struct tsr_host *host, int32_t n,
                                 int32_t n_embd, int32_t n_vocab) {
   if (st->n_embd && n_embd != st->n_embd)
     return host->set_error(TSR_ERR_INTERNAL, "spec_mtp: the target's hidden rows changed "
@@ -233,7 +238,7 @@ static tsr_status nextn_reserve(struct spec_state *st, const struct tsr_host *ho
 ** one the entry of the sequence's previous last token, whose row waited in pend). */
 static tsr_status nextn_rows(void *ctx, const struct tsr_host *host, const struct tsr_spec_rows *r) {
   struct spec_state *st = ctx;
-  tsr_status s = nextn_reserve(st, host, r->n, r->n_embd, 0);
+  tsr_status s = reserve(st, host, r->n, r->n_embd, 0);
   const size_t row = (size_t)r->n_embd * sizeof(float);
   for (int32_t i0 = 0; s == TSR_OK && i0 < r->n; i0++) {
     const int32_t seq = r->seq[i0];
@@ -277,7 +282,7 @@ static tsr_status nextn_draft(struct spec_state *st, const struct tsr_host *host
   if (r->struct_size < offsetof(struct tsr_spec_request, target) + sizeof r->target || !r->target)
     return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine nextn needs a host of ABI "
                            "2.4 (the target engine in the draft request)");
-  tsr_status s = nextn_reserve(st, host, want, r->n_embd, r->n_vocab);
+  tsr_status s = reserve(st, host, want, r->n_embd, r->n_vocab);
   if (s != TSR_OK) return s;
   struct chooser c = chooser_for(r);
   const int32_t last = r->n_tokens - 2; /* the last evaluated position */
@@ -292,6 +297,36 @@ static tsr_status nextn_draft(struct spec_state *st, const struct tsr_host *host
     st->e_tok[k] = r->draft[k], st->e_pos[k] = last + 1 + k;
     s = host->spec->nextn(r->target, r->seq, st->e_tok, st->e_pos, rows, k + 1, st->logits,
                           rows + (size_t)(k + 1) * r->n_embd);
+  }
+  r->dist_given = c.sampled && *n_out > 0;
+  return s;
+}
+
+/* ---- assistant ---- */
+
+/* Draft k is the drafter's step on draft k - 1 (the first on the token about to be
+** evaluated) with the previous step's hidden row (the first with the target's), all at the
+** position that token takes. */
+static tsr_status assistant_draft(struct spec_state *st, const struct tsr_host *host,
+                                  struct tsr_spec_request *r, int32_t want, int32_t *n_out) {
+  *n_out = 0;
+  if (!r->hidden || r->n_embd <= 0 || r->n_tokens < 2)
+    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine assistant needs the target's "
+                           "hidden row of its last evaluated token, and the target gave none");
+  if (r->struct_size < offsetof(struct tsr_spec_request, target) + sizeof r->target || !r->target)
+    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine assistant needs a host of "
+                           "ABI 2.4 (the target engine in the draft request)");
+  tsr_status s = reserve(st, host, 2, r->n_embd, r->n_vocab);
+  struct chooser c = chooser_for(r);
+  const int32_t pos = r->n_tokens - 1;
+  int32_t token = r->tokens[pos];
+  const float *h = r->hidden;
+  for (int32_t k = 0; s == TSR_OK && k < want; k++) {
+    float *out = st->e_hidden + (size_t)(k & 1) * r->n_embd; /* not h, which is the other */
+    s = host->spec->drafter_step(st->drafter, r->target, r->seq, token, pos, h, st->logits, out);
+    if (s != TSR_OK || !choose(st, &c, r, k)) break;
+    ++*n_out;
+    token = r->draft[k], h = out;
   }
   r->dist_given = c.sampled && *n_out > 0;
   return s;
@@ -314,6 +349,8 @@ static tsr_status spec_draft(void *ctx, const struct tsr_host *host, struct tsr_
     *n_draft = lookup(st, r->tokens, r->n_tokens, want, r->draft);
   else if (st->engine == ENGINE_NEXTN)
     s = nextn_draft(st, host, r, want, n_draft);
+  else if (st->engine == ENGINE_ASSISTANT)
+    s = assistant_draft(st, host, r, want, n_draft);
   else
     s = draft_model(st, host, r, want, n_draft);
   st->n_last[r->seq] = *n_draft;
@@ -348,9 +385,6 @@ static tsr_status nextn_negotiate(const struct tsr_host *host, const struct tsr_
 static tsr_status spec_negotiate(void *ctx, const struct tsr_host *host,
                                  const struct tsr_gguf *model) {
   struct spec_state *st = ctx;
-  if (st->engine == ENGINE_ASSISTANT)
-    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine %s is not built yet (built: "
-                           "lookup, draft_model, nextn)", g_engines[st->engine]);
   if (st->n_min > st->n_max)
     return host->set_error(TSR_ERR_INVALID_ARG, "spec_mtp: n_min %lld is above n_max %lld",
                            (long long)st->n_min, (long long)st->n_max);
@@ -365,9 +399,12 @@ static tsr_status spec_negotiate(void *ctx, const struct tsr_host *host,
     return st->engine == ENGINE_NEXTN ? nextn_negotiate(host, model) : TSR_OK;
   }
   if (!st->model || !*st->model)
-    return host->set_error(TSR_ERR_INVALID_ARG, "spec_mtp: engine draft_model needs a model "
-                           "(the draft GGUF's path)");
-  if (st->draft) return TSR_OK; /* a second negotiation of the same plugin */
+    return host->set_error(TSR_ERR_INVALID_ARG, "spec_mtp: engine %s needs a model (the %s "
+                           "GGUF's path)", g_engines[st->engine],
+                           st->engine == ENGINE_ASSISTANT ? "drafter" : "draft");
+  if (st->draft || st->drafter) return TSR_OK; /* a second negotiation of the same plugin */
+  if (st->engine == ENGINE_ASSISTANT)
+    return host->spec->open_drafter(model, st->model, &st->drafter);
   char context[48], threads[48], backend[64];
   const char *sets[3];
   int n = 0;
@@ -392,17 +429,19 @@ static tsr_status spec_negotiate(void *ctx, const struct tsr_host *host,
 
 static const struct tsr_plugin_setting g_settings[] = {
     {"engine", TSR_SETTING_ENUM, 0, 0, "lookup", "lookup|draft_model|nextn|assistant",
-     "what drafts: lookup (prompt n-grams), draft_model (a separate GGUF) or nextn (the "
-     "model's own NextN head); assistant is not built yet"},
+     "what drafts: lookup (prompt n-grams), draft_model (a separate GGUF), nextn (the "
+     "model's own NextN head) or assistant (a drafter GGUF reading the model's K/V)"},
     {"n_max", TSR_SETTING_INT, 1, 8, "4", NULL, "tokens a draft proposes at most"},
     {"n_min", TSR_SETTING_INT, 1, 8, "1", NULL, "the adaptive length's floor"},
     {"adaptive", TSR_SETTING_BOOL, 0, 0, "true", NULL,
      "adapt the draft length per sequence to what the target kept (else always n_max)"},
     {"ngram_max", TSR_SETTING_INT, 1, 16, "4", NULL, "lookup: the longest n-gram matched"},
     {"ngram_min", TSR_SETTING_INT, 1, 16, "2", NULL, "lookup: the shortest n-gram matched"},
-    {"model", TSR_SETTING_STRING, 0, 0, "", NULL, "draft_model: the draft GGUF's path"},
+    {"model", TSR_SETTING_STRING, 0, 0, "", NULL,
+     "draft_model: the draft GGUF's path; assistant: the drafter's"},
     {"p_min", TSR_SETTING_FLOAT, 0, 1, "0.5", NULL,
-     "draft_model, nextn: stop a draft where the drafter's top token has a lower probability"},
+     "draft_model, nextn, assistant: stop a draft where the drafter's top token has a lower "
+     "probability"},
     {"draft_context", TSR_SETTING_INT, 64, 16777216, "4096", NULL,
      "draft_model: the draft model's context"},
     {"draft_threads", TSR_SETTING_INT, 0, 4096, "0", NULL,
@@ -449,6 +488,7 @@ static void spec_destroy(const struct tsr_host *h, struct tsr_plugin *self) {
   struct spec_state *st = h->get_state(self);
   if (!st) return;
   if (st->draft) h->spec->close(st->draft);
+  if (st->drafter) h->spec->close_drafter(st->drafter);
   free(st->logits);
   free(st->cand);
   free(st->weight);
@@ -468,7 +508,7 @@ static const struct tsr_plugin_descriptor g_descriptor = {
     .name = "spec_mtp",
     .version = "0.1.0",
     .description = "speculative decoding: prompt lookup, a separate draft model, the model's "
-                   "NextN head",
+                   "NextN head, Gemma 4's assistant drafter",
     .provides = g_provides,
     .n_provides = 1,
     .settings = g_settings,

@@ -12,8 +12,10 @@ extern "C" {
 
 /* ---- speculator, version 1 --------------------------------------------- */
 
-/* ABI 2.4: the target engine a speculator drafts for, opaque */
+/* ABI 2.4: the target engine a speculator drafts for, and a drafter reading its K/V
+** (host->spec), opaque */
 struct tsr_spec_target;
+struct tsr_spec_drafter;
 
 /* One draft the host asks of a speculator. */
 struct tsr_spec_request {
@@ -118,6 +120,22 @@ struct tsr_host_spec {
   tsr_status (*nextn)(struct tsr_spec_target *t, int32_t seq, const int32_t *tokens,
                       const int32_t *pos, const float *hidden, int32_t n, float *logits,
                       float *hidden_out);
+  /* ABI 2.4: a drafter, a model whose layers all read the target's K/V
+  ** (tsr_arch_layer.kv_shared_from -1: Gemma 4's assistant). open_drafter loads the
+  ** GGUF under the host's built-in default profile and refuses, by name, a model
+  ** that is not a drafter or whose vocabulary is not target's. drafter_step runs
+  ** one step for sequence seq of t: token at position pos with hidden (the target's
+  ** final hidden row, or the previous step's hidden_out), each layer attending to
+  ** what seq holds in the target's last layer of its kind owning K/V, as the
+  ** target's attention of that kind does; it writes the logits (the target's
+  ** vocabulary) and the next step's hidden row where not NULL. Nothing of the
+  ** target changes. */
+  tsr_status (*open_drafter)(const struct tsr_gguf *target, const char *model,
+                             struct tsr_spec_drafter **out);
+  void (*close_drafter)(struct tsr_spec_drafter *d);
+  tsr_status (*drafter_step)(struct tsr_spec_drafter *d, struct tsr_spec_target *t, int32_t seq,
+                             int32_t token, int32_t pos, const float *hidden, float *logits,
+                             float *hidden_out);
 };
 
 #ifdef __cplusplus

@@ -131,7 +131,8 @@ def test_refusals_at_profile_check():
     cases = [
         ("nextn_without_head", "engine: nextn", "has none (qwen3.nextn_predict_layers is absent)"),
         ("nextn_with_model", f"engine: nextn, model: {DEFAULT}", "uses no model"),
-        ("assistant", "engine: assistant", "not built yet"),
+        ("assistant_no_model", "engine: assistant", "engine assistant needs a model"),
+        ("assistant_not_a_drafter", f"engine: assistant, model: {DEFAULT}", "is not a drafter"),
         ("with_model", f"engine: lookup, model: {DEFAULT}", "uses no model"),
         ("no_model", "engine: draft_model", "needs a model"),
         ("missing", "engine: draft_model, model: /nonexistent/draft.gguf", "draft.gguf"),

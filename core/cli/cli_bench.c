@@ -27,6 +27,10 @@
 ** On a backend that replays decode steps as CUDA graphs, each tg test also says how
 ** many of its timed steps replayed (a step that did not ran node by node) and how
 ** many captures they took (--json: graph_replays, graph_captures).
+** --speculate adds, after each tg test, the same decode through the profile's speculator
+** (tgN spec): greedy, from the text of --prompt-file (which then fills every depth), the
+** median tokens/s, the speedup over the plain tgN, and what the steps did: drafted and kept
+** tokens, tokens a step, and the shares of the time spent drafting and verifying.
 ** The depth fills are counted and timed too (--json: depth_fills; the longest one's rate
 ** is a long-context run's prefill figure; --depth-fill positions fills without compute,
 ** said in the output and the JSON's depth_fill). Then what each plugin counted over the
@@ -47,6 +51,9 @@
 #include "common/error.h"
 #include "kv/kv_cache.h"
 #include "abi/plugin_host.h"
+#include "abi/setup.h"
+#include "engine/sampler.h"
+#include "model/tokenizer.h"
 
 #define MAX_LIST 16
 
@@ -63,6 +70,8 @@ struct bench_args {
   bool op_times;
   int64_t progress; /* --progress: tokens a call of a long prefill; 0: one call */
   bool fill_positions; /* --depth-fill positions: depths filled without compute */
+  bool speculate;      /* --speculate: each tg test again through the profile's speculator */
+  const char *prompt_file;
   char ctx_set[40];
 };
 
@@ -87,6 +96,9 @@ struct result {
   bool graphs;                /* the backend counts CUDA graphs: the two below are set */
   uint64_t captures, replays; /* during the timed repetitions */
   struct tsr_op_times *times; /* with --op-times: their nodes, else NULL */
+  bool spec;                  /* a tgN spec test: the steps below, over the timed runs */
+  struct tsr_engine_spec_stats steps;
+  double plain_ts;            /* the plain tgN's median, for the speedup */
 };
 
 static void bench_usage(FILE *f) {
@@ -95,6 +107,7 @@ static void bench_usage(FILE *f) {
           "                     [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-r REPS]\n"
           "                     [--warmup N] [--json OUT] [--threads N] [--op-times]\n"
           "                     [--progress TOKENS] [--depth-fill compute|positions]\n"
+          "                     [--speculate --prompt-file TEXT]\n"
           "Prefill (ppN: N tokens in one call, default 512) and decode (tgN: N one-token\n"
           "steps, default 128) tokens/s on top of a context already holding each depth -d\n"
           "(default 0), REPS times each (default 5) after N warm-ups (default 1; 0 for a\n"
@@ -119,7 +132,12 @@ static void bench_usage(FILE *f) {
           "attention reads every key whatever the values; the cpu's skips the V rows whose\n"
           "weights underflow, which over zeros none do, so there it reads more than after a\n"
           "computed fill. The output says so and the JSON records it (depth_fill).\n"
-          "Refused for models with recurrent layers.\n");
+          "Refused for models with recurrent layers.\n"
+          "--speculate runs each tg test again through the profile's speculator (tgN\n"
+          "spec): greedy decoding continuing the text of --prompt-file, whose tokens then\n"
+          "fill every depth (a depth of 0 starts after its first token): the median\n"
+          "tokens/s, the speedup over tgN, drafted and kept tokens, tokens a step and the\n"
+          "shares of the time spent drafting and verifying.\n");
 }
 
 static int usage_error(const char *what, const char *arg) {
@@ -158,8 +176,8 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
       return TSR_EXIT_OK;
     }
     if (f[0] != '-') return usage_error("unexpected argument ", f);
-    if (!strcmp(f, "--op-times")) {
-      a->op_times = true;
+    if (!strcmp(f, "--op-times") || !strcmp(f, "--speculate")) {
+      *(f[2] == 'o' ? &a->op_times : &a->speculate) = true;
       continue;
     }
     if (i + 1 >= argc) return usage_error("a value is missing after ", f);
@@ -174,6 +192,7 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
     else if (!strcmp(f, "-r")) ok = tsr_cli_parse_i64(v, 1, 1000, &a->reps);
     else if (!strcmp(f, "--warmup")) ok = tsr_cli_parse_i64(v, 0, 100, &a->warmup);
     else if (!strcmp(f, "--json")) a->json = v;
+    else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
     else if (!strcmp(f, "--progress")) ok = tsr_cli_parse_i64(v, 1, 1 << 24, &a->progress);
     else if (!strcmp(f, "--depth-fill")) {
       ok = !strcmp(v, "compute") || !strcmp(v, "positions");
@@ -185,7 +204,15 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
   if (!a->eng.model && !a->eng.profile)
     return usage_error("give -m MODEL.gguf or --profile P", "");
   if (!a->pp.n && !a->tg.n) return usage_error("-p 0 and -n 0 leave nothing to measure", "");
-  const int64_t test = list_max(&a->pp) > list_max(&a->tg) ? list_max(&a->pp) : list_max(&a->tg);
+  if (a->speculate != (a->prompt_file != NULL))
+    return usage_error("--speculate and --prompt-file go together: speculation continues a "
+                       "text, and the text is for it", "");
+  if (a->speculate && !a->tg.n) return usage_error("--speculate with -n 0 has nothing to run", "");
+  if (a->speculate && a->fill_positions)
+    return usage_error("--speculate continues a computed text: not with --depth-fill positions",
+                       "");
+  int64_t test = list_max(&a->pp) > list_max(&a->tg) ? list_max(&a->pp) : list_max(&a->tg);
+  if (a->speculate) test += TSR_SPEC_MAX_DRAFT + 1; /* the last step's verify batch */
   snprintf(a->ctx_set, sizeof a->ctx_set, "context=%lld", (long long)(list_max(&a->depth) + test));
   tsr_cli_engine_preset(&a->eng, a->ctx_set);
   return -1;
@@ -284,6 +311,15 @@ static void random_tokens(int32_t *t, int64_t n, int32_t n_vocab) {
   }
 }
 
+/* --prompt-file's tokens, which fill the depths when given */
+static struct tsr_qtext g_text;
+
+/* Tokens from..from+n of a depth's context: the text's, else random ids. */
+static void context_tokens(int32_t *t, int64_t from, int64_t n, int32_t n_vocab) {
+  if (g_text.ids) memcpy(t, g_text.ids + from, (size_t)n * sizeof *t);
+  else random_tokens(t, n, n_vocab);
+}
+
 /* n tokens onto sequence 0: one call, or (progress > 0 and n longer) calls of progress
 ** tokens, each followed by a line on stderr saying how far the `what` has come. */
 static tsr_status prefill(struct tsr_engine *e, const int32_t *tok, int64_t n, float *logits,
@@ -343,13 +379,35 @@ static tsr_status reset_to(struct tsr_engine *e, int64_t depth, int32_t *tok, fl
   if (len == depth) return TSR_OK;
   if (len > depth && tsr_engine_seq_rm(e, 0, (int32_t)depth, -1) == TSR_OK) return TSR_OK;
   if (len < depth) {
-    random_tokens(tok, depth - len, tsr_engine_n_vocab(e));
+    context_tokens(tok, len, depth - len, tsr_engine_n_vocab(e));
     return depth_fill(e, tok, len, depth - len, logits, progress);
   }
   tsr_status st = tsr_engine_seq_rm(e, 0, 0, -1);
   if (st != TSR_OK || depth == 0) return st;
-  random_tokens(tok, depth, tsr_engine_n_vocab(e));
+  context_tokens(tok, 0, depth, tsr_engine_n_vocab(e));
   return depth_fill(e, tok, 0, depth, logits, progress);
+}
+
+/* Seconds of greedy decoding continuing the context (which holds the text up to the test's
+** start) through speculative steps until n tokens came: the first from the text's next
+** token, evaluated untimed. */
+static tsr_status run_speculative(struct tsr_engine *e, int64_t n, float *logits, double *s) {
+  const int64_t at = tsr_engine_seq_len(e, 0);
+  tsr_status st = tsr_engine_eval(e, 0, g_text.ids + at, 1, logits, NULL);
+  struct tsr_sampler *smp = NULL;
+  const struct tsr_sampler_params greedy = {.temperature = 0, .top_p = 1};
+  const int32_t v = tsr_engine_n_vocab(e);
+  if (st == TSR_OK) st = tsr_sampler_new(&greedy, v, &smp);
+  int32_t next = 0, out[TSR_SPEC_MAX_DRAFT + 1], got = 0;
+  if (st == TSR_OK) st = tsr_sampler_sample(smp, logits, &next);
+  const double t0 = tsr_now_s();
+  for (int64_t done = 0; st == TSR_OK && done < n; done += got) {
+    st = tsr_engine_speculate(e, 0, next, smp, TSR_SPEC_MAX_DRAFT, out, &got);
+    if (st == TSR_OK) next = out[got - 1];
+  }
+  *s = tsr_now_s() - t0;
+  tsr_sampler_free(smp);
+  return st;
 }
 
 /* Seconds of one run of a test: pp evaluates n tokens in one call, tg n steps. */
@@ -367,7 +425,7 @@ static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int32_t *to
 
 /* r->times, when not NULL, gathers the nodes of the timed repetitions. */
 static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
-                           const struct tsr_backend_ceilings *ceil, bool pp, int64_t n,
+                           const struct tsr_backend_ceilings *ceil, bool pp, bool spec, int64_t n,
                            int64_t depth, int64_t reps, int64_t warmup, int64_t progress,
                            int32_t *tok, float *logits, struct result *r) {
   double *ts = malloc(sizeof(double) * (size_t)reps), sum = 0, sum2 = 0;
@@ -376,19 +434,37 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
   tsr_status st = TSR_OK;
   r->wall_s = 0;
   int64_t head_rows = 0; /* rows of logits the timed repetitions computed */
+  /* a speculative test starts one token in (a depth 0's first token) */
+  const int64_t start = spec ? (depth > 0 ? depth - 1 : 0) : depth;
+  struct tsr_engine_spec_stats s0, s1;
+  r->spec = spec;
+  memset(&r->steps, 0, sizeof r->steps);
   for (int64_t i = -warmup; st == TSR_OK && i < reps; i++) { /* i < 0: the warm-ups */
     double s = 0;
-    st = reset_to(e, depth, tok, logits, progress);
+    st = reset_to(e, start, tok, logits, progress);
     if (st == TSR_OK && r->times && i >= 0) st = tsr_backend_time_nodes(be, r->times);
     const int64_t rows0 = tsr_engine_logits_rows(e);
     uint64_t cap0 = 0, rep0 = 0, cap1 = 0, rep1 = 0;
     r->graphs = tsr_backend_graph_counts(be, &cap0, &rep0);
-    if (st == TSR_OK) st = run_once(e, pp, n, tok, logits, progress, &s);
+    tsr_engine_spec_stats(e, &s0);
+    if (st == TSR_OK)
+      st = spec ? run_speculative(e, n, logits, &s) : run_once(e, pp, n, tok, logits, progress, &s);
+    tsr_engine_spec_stats(e, &s1);
     if (r->graphs && i >= 0 && tsr_backend_graph_counts(be, &cap1, &rep1))
       r->captures += cap1 - cap0, r->replays += rep1 - rep0;
     if (r->times && i >= 0) tsr_backend_time_nodes(be, NULL);
+    if (st == TSR_OK && i >= 0 && spec) {
+      r->steps.steps += s1.steps - s0.steps, r->steps.drafted += s1.drafted - s0.drafted;
+      r->steps.accepted += s1.accepted - s0.accepted;
+      r->steps.draft_seconds += s1.draft_seconds - s0.draft_seconds;
+      r->steps.verify_seconds += s1.verify_seconds - s0.verify_seconds;
+      for (int k = 0; k < TSR_ENGINE_SPEC_POSITIONS; k++)
+        r->steps.drafted_at[k] += s1.drafted_at[k] - s0.drafted_at[k],
+            r->steps.kept_at[k] += s1.kept_at[k] - s0.kept_at[k];
+    }
     if (st == TSR_OK && i >= 0) {
-      ts[i] = (double)n / s;
+      /* a speculative run stops after the step that reached n: count what it made */
+      ts[i] = (spec ? (double)(tsr_engine_seq_len(e, 0) - start - 1) : (double)n) / s;
       sum += ts[i], sum2 += ts[i] * ts[i];
       r->wall_s += s;
       head_rows += tsr_engine_logits_rows(e) - rows0;
@@ -400,13 +476,16 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
     r->median_ts = reps % 2 ? ts[reps / 2] : 0.5 * (ts[reps / 2 - 1] + ts[reps / 2]);
     const double mean = sum / (double)reps;
     r->sd_ts = reps > 1 ? sqrt(fmax(0.0, (sum2 - reps * mean * mean) / (double)(reps - 1))) : 0;
-    snprintf(r->test, sizeof r->test, "%s%lld", pp ? "pp" : "tg", (long long)n);
+    snprintf(r->test, sizeof r->test, "%s%lld%s", pp ? "pp" : "tg", (long long)n,
+             spec ? " spec" : "");
     if (depth) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%lld",
                         (long long)depth);
-    /* per token, averaged over the positions the test covers */
+    /* per token, averaged over the positions the test covers (a speculative test reads the
+    ** weights once a step, not a token: its rate is not judged against the ceiling) */
     const double mid = (double)depth + 0.5 * (double)(n - 1);
-    r->achieved = pp ? token_flops(c, mid, (double)head_rows / (double)(reps * n)) * r->median_ts
-                     : step_bytes(c, mid) * r->median_ts;
+    r->achieved = pp   ? token_flops(c, mid, (double)head_rows / (double)(reps * n)) * r->median_ts
+                  : spec ? 0
+                         : step_bytes(c, mid) * r->median_ts;
     r->ceiling = pp ? ceil->gemm_flops : ceil->copy_bytes_per_s;
   }
   free(ts);
@@ -426,7 +505,10 @@ static void print_table(const struct tsr_setup *s, const char *backend, const st
          "--------------------", "--------------------------");
   for (int i = 0; i < n; i++) {
     char ach[64];
-    if (r[i].is_pp)
+    if (r[i].spec)
+      snprintf(ach, sizeof ach, "%.2fx plain, %.1f%% kept", r[i].median_ts / r[i].plain_ts,
+               r[i].steps.drafted ? 100.0 * r[i].steps.accepted / r[i].steps.drafted : 0.0);
+    else if (r[i].is_pp)
       snprintf(ach, sizeof ach, "%.2f TFLOP/s (%.1f%%)", r[i].achieved / 1e12,
                100.0 * r[i].achieved / r[i].ceiling);
     else
@@ -437,6 +519,24 @@ static void print_table(const struct tsr_setup *s, const char *backend, const st
     printf("| %-28.28s | %6.2f MiB | %6.2f M | %-7s | %-16s | %20s | %-26s |\n", name,
            tsr_gguf_file_size(s->model) / 1048576.0, c->weight_params / 1e6, backend, r[i].test,
            ts, ach);
+  }
+  /* what the speculative steps did, over the timed runs */
+  for (int i = 0; i < n; i++) {
+    const struct tsr_engine_spec_stats *t = &r[i].steps;
+    if (!r[i].spec || !t->steps) continue;
+    const double busy = t->draft_seconds + t->verify_seconds;
+    printf("speculation, %s: %.2fx the plain tg's %.2f t/s; %lld steps drafted %lld tokens and "
+           "kept %lld (%.1f%%), %.2f tokens a step; drafting %.1f%% and verifying %.1f%% of "
+           "the steps' time\n", r[i].test, r[i].median_ts / r[i].plain_ts, r[i].plain_ts,
+           (long long)t->steps, (long long)t->drafted, (long long)t->accepted,
+           t->drafted ? 100.0 * t->accepted / t->drafted : 0.0,
+           (double)(t->accepted + t->steps) / t->steps, 100.0 * t->draft_seconds / busy,
+           100.0 * t->verify_seconds / busy);
+    printf("  kept by draft position:");
+    for (int k = 0; k < TSR_ENGINE_SPEC_POSITIONS && t->drafted_at[k]; k++)
+      printf(" %d: %.2f (%lld)", k + 1, (double)t->kept_at[k] / t->drafted_at[k],
+             (long long)t->drafted_at[k]);
+    printf("\n");
   }
   /* whether decode steps replayed: a step that did not ran node by node */
   for (int i = 0; i < n; i++)
@@ -532,7 +632,7 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
   for (int i = 0; i < n; i++) {
     cJSON *t = cJSON_CreateObject();
     cJSON_AddStringToObject(t, "test", r[i].test);
-    cJSON_AddStringToObject(t, "kind", r[i].is_pp ? "pp" : "tg");
+    cJSON_AddStringToObject(t, "kind", r[i].is_pp ? "pp" : r[i].spec ? "tg_spec" : "tg");
     cJSON_AddNumberToObject(t, "tokens", (double)r[i].n_tokens);
     cJSON_AddNumberToObject(t, "depth", (double)r[i].depth);
     cJSON_AddNumberToObject(t, "tokens_per_second_median", r[i].median_ts);
@@ -545,6 +645,25 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
       cJSON_AddNumberToObject(t, "graph_replays", (double)r[i].replays);
     }
     if (r[i].times) cJSON_AddItemToObject(t, "op_times", op_times_json(&r[i], reps));
+    if (r[i].spec) {
+      const struct tsr_engine_spec_stats *x = &r[i].steps;
+      cJSON *sp = cJSON_AddObjectToObject(t, "speculation");
+      cJSON_AddNumberToObject(sp, "speedup_over_plain_tg", r[i].median_ts / r[i].plain_ts);
+      cJSON_AddNumberToObject(sp, "steps", (double)x->steps);
+      cJSON_AddNumberToObject(sp, "drafted", (double)x->drafted);
+      cJSON_AddNumberToObject(sp, "accepted", (double)x->accepted);
+      cJSON_AddNumberToObject(sp, "tokens_per_step",
+                              x->steps ? (double)(x->accepted + x->steps) / x->steps : 0);
+      cJSON_AddNumberToObject(sp, "draft_seconds", x->draft_seconds);
+      cJSON_AddNumberToObject(sp, "verify_seconds", x->verify_seconds);
+      cJSON *at = cJSON_AddArrayToObject(sp, "kept_by_position");
+      for (int k = 0; k < TSR_ENGINE_SPEC_POSITIONS && x->drafted_at[k]; k++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddNumberToObject(p, "drafted", (double)x->drafted_at[k]);
+        cJSON_AddNumberToObject(p, "kept", (double)x->kept_at[k]);
+        cJSON_AddItemToArray(at, p);
+      }
+    }
     cJSON_AddItemToArray(tests, t);
   }
   cJSON_AddItemToObject(o, "tests", tests);
@@ -571,6 +690,29 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
   return ok;
 }
 
+/* --prompt-file's tokens into g_text, for a profile that names a speculator; the text must
+** cover the largest depth. */
+static tsr_status load_prompt(const struct tsr_setup *s, const struct bench_args *a) {
+  if (!s->profile->has_speculator)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "--speculate: the profile names no speculator "
+                         "(speculator: {name: ...})");
+  struct tsr_tokenizer *tok = NULL;
+  tsr_status st = tsr_tokenizer_load(s->model, &tok);
+  if (st == TSR_OK) st = tsr_qtext_load(a->prompt_file, tok, &g_text);
+  if (st == TSR_OK) { /* a prompt: its special-token names are tokens, as tessera run's are */
+    free(g_text.ids);
+    g_text.ids = NULL;
+    st = tsr_tokenizer_encode(tok, g_text.bytes, g_text.len, true, true, &g_text.ids,
+                              &g_text.n_ids);
+  }
+  tsr_tokenizer_free(tok);
+  const int64_t need = list_max(&a->depth) > 1 ? list_max(&a->depth) : 1;
+  if (st == TSR_OK && (int64_t)g_text.n_ids < need)
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "--prompt-file %s: %zu tokens, and the depths need "
+                       "%lld", a->prompt_file, g_text.n_ids, (long long)need);
+  return st;
+}
+
 int tsr_cli_bench(int argc, char **argv) {
   struct bench_args a = {0};
   int code = parse_args(argc, argv, &a);
@@ -591,6 +733,12 @@ int tsr_cli_bench(int argc, char **argv) {
   const char *backend = tsr_backend_name(be);
   struct cost c;
   cost_of(s, &c);
+  if (a.speculate && load_prompt(s, &a) != TSR_OK) {
+    fprintf(stderr, "tessera bench: %s\n", tsr_error_message());
+    tsr_qtext_free(&g_text);
+    tsr_engine_free(e);
+    return TSR_EXIT_USAGE;
+  }
   struct tsr_backend_ceilings ceil;
   st = ceilings(be, &ceil);
   if (st == TSR_OK) {
@@ -604,7 +752,7 @@ int tsr_cli_bench(int argc, char **argv) {
   int32_t *tok = malloc(sizeof(int32_t) * (size_t)(most > 0 ? most : 1));
   float *logits = malloc(sizeof(float) * (size_t)tsr_engine_n_vocab(e));
   struct result r[2 * MAX_LIST * MAX_LIST] = {0};
-  const int n_tests = a.depth.n * (a.pp.n + a.tg.n);
+  const int n_tests = a.depth.n * (a.pp.n + a.tg.n * (a.speculate ? 2 : 1));
   int n_r = 0;
   if (st == TSR_OK && (!tok || !logits)) st = tsr_error_set(TSR_ERR_NOMEM, "bench: token buffers");
   for (int i = 0; st == TSR_OK && a.op_times && i < n_tests; i++)
@@ -615,11 +763,16 @@ int tsr_cli_bench(int argc, char **argv) {
     st = tsr_backend_time_nodes(be, NULL);
   for (int d = 0; st == TSR_OK && d < a.depth.n; d++) {
     for (int i = 0; st == TSR_OK && i < a.pp.n; i++)
-      st = run_test(e, &c, &ceil, true, a.pp.v[i], a.depth.v[d], a.reps, a.warmup, a.progress, tok,
-                    logits, &r[n_r++]);
-    for (int i = 0; st == TSR_OK && i < a.tg.n; i++)
-      st = run_test(e, &c, &ceil, false, a.tg.v[i], a.depth.v[d], a.reps, a.warmup, a.progress, tok,
-                    logits, &r[n_r++]);
+      st = run_test(e, &c, &ceil, true, false, a.pp.v[i], a.depth.v[d], a.reps, a.warmup,
+                    a.progress, tok, logits, &r[n_r++]);
+    for (int i = 0; st == TSR_OK && i < a.tg.n; i++) {
+      st = run_test(e, &c, &ceil, false, false, a.tg.v[i], a.depth.v[d], a.reps, a.warmup,
+                    a.progress, tok, logits, &r[n_r++]);
+      if (st != TSR_OK || !a.speculate) continue;
+      r[n_r].plain_ts = r[n_r - 1].median_ts;
+      st = run_test(e, &c, &ceil, false, true, a.tg.v[i], a.depth.v[d], a.reps, a.warmup,
+                    a.progress, tok, logits, &r[n_r++]);
+    }
   }
   if (st == TSR_OK) {
     print_table(s, backend, &c, r, n_r, a.reps);
@@ -655,6 +808,7 @@ int tsr_cli_bench(int argc, char **argv) {
   for (int i = 0; i < n_tests; i++) free(r[i].times);
   free(tok);
   free(logits);
+  tsr_qtext_free(&g_text);
   tsr_engine_free(e);
   return code == -1 ? TSR_EXIT_OK : code;
 }

@@ -104,6 +104,7 @@ struct tsr_engine {
   ** while a verify batch runs its rows wait for the verdict */
   bool spec_rows, verifying;
   const struct tsr_gguf *drafter_kept; /* the drafter whose weights a device keeps */
+  struct tsr_engine_spec_stats spec_stats;
   struct tsr_embed *embed; /* what the embedding API keeps per engine (api/embed.h) */
 };
 
@@ -896,7 +897,9 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
       .temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p,
       .top_k = sp->top_k, .draft_dist = e->spec_dist, .n_vocab = e->n_vocab,
       .target = (struct tsr_spec_target *)e};
+  const double t0 = tsr_op_times_now();
   tsr_status st = e->spec->draft(e->spec->ctx, tsr_plugin_host_services(), &r, &n_draft);
+  const double t1 = tsr_op_times_now();
   if (st == TSR_OK && (n_draft < 0 || n_draft > max_draft))
     st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted %d tokens of at most %d",
                        e->spec->name, n_draft, max_draft);
@@ -934,9 +937,20 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
     const struct tsr_host *h = tsr_plugin_host_services();
     if (n_draft) h->engaged(e->spec_owner, "tokens_drafted", (uint64_t)n_draft);
     if (kept) h->engaged(e->spec_owner, "tokens_accepted", (uint64_t)kept);
+    struct tsr_engine_spec_stats *ss = &e->spec_stats;
+    ss->steps++, ss->drafted += n_draft, ss->accepted += kept;
+    for (int32_t i = 0; i < n_draft && i < TSR_ENGINE_SPEC_POSITIONS; i++)
+      ss->drafted_at[i]++, ss->kept_at[i] += i < kept;
+    ss->draft_seconds += t1 - t0, ss->verify_seconds += tsr_op_times_now() - t1;
   }
   free(ctx), free(logits);
   return st;
+}
+
+_Static_assert(TSR_ENGINE_SPEC_POSITIONS == TSR_SPEC_MAX_DRAFT, "a position per draft token");
+
+void tsr_engine_spec_stats(const struct tsr_engine *e, struct tsr_engine_spec_stats *out) {
+  *out = e->spec_stats;
 }
 
 /* One ubatch of NextN entries (tsr_engine_nextn): cells[i] is entry i's cell in the full

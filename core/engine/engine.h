@@ -95,6 +95,17 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
                                 struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
                                 int32_t *n_out);
 
+/* What the speculative steps of the engine's life did: steps, tokens drafted and kept, and
+** the seconds spent drafting and verifying (evaluating the batch, choosing, rolling back). */
+#define TSR_ENGINE_SPEC_POSITIONS 8 /* = TSR_SPEC_MAX_DRAFT */
+struct tsr_engine_spec_stats {
+  int64_t steps, drafted, accepted;
+  double draft_seconds, verify_seconds;
+  /* per draft position i: steps whose draft reached it, and those that kept it */
+  int64_t drafted_at[TSR_ENGINE_SPEC_POSITIONS], kept_at[TSR_ENGINE_SPEC_POSITIONS];
+};
+void tsr_engine_spec_stats(const struct tsr_engine *e, struct tsr_engine_spec_stats *out);
+
 /* The model's NextN head over n entries of sequence seq through the engine's KV cache
 ** (host->spec->nextn, plugin/speculator.h): entries at held positions keep their K/V in
 ** the head's layer, entries past them (following without a gap) are evaluated in cells

@@ -221,6 +221,14 @@ def test_bad_flags_are_refused_naming_them():
                          (["-n", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"], "-n")):
         code, _, err = tessera("bench", "-m", MODEL, *args)
         assert code == 2 and needle in err, f"{args}: exit {code}: {err}"
+    text = os.path.join(TMP, "prompt.txt")
+    with open(text, "w") as f:
+        f.write("a few words of text")
+    for args, needle in ((["--speculate"], "go together"), (["--prompt-file", text], "go together"),
+                         (["--speculate", "--prompt-file", text], "names no speculator"),
+                         (["--speculate", "--prompt-file", text, "-n", "0"], "nothing to run")):
+        code, _, err = tessera("bench", "-m", MODEL, *args)
+        assert code == 2 and needle in err, f"{args}: exit {code}: {err}"
     code, _, err = tessera("bench", "-p", "8")
     assert code == 2 and "-m MODEL.gguf or --profile" in err, err
     code, _, err = tessera("bench", "-m", os.path.join(TMP, "missing.gguf"))

@@ -49,6 +49,9 @@
 #            the depth without compute, tessera bench --depth-fill positions: the decode at
 #            1M without the fill's 25 minutes, said so in the output; PERF_1M_PROFILE runs
 #            another profile of that model, e.g. conf/gemma4-26b-a4b-1m-tcq.yaml)
+#   verify   (not in the default list) speculation's verify batches: the Qwen3-8B and
+#            Gemma-4-26B-A4B shapes in q4_K_M, pp2..pp9 and tg32 at PERF_VERIFY_DEPTH (4096,
+#            filled by positions): a batch of k + 1 rows against k + 1 single steps
 #   ncu      (not in the default list) tests/gpu/ncu_kernels.sh on the kernels of the missed
 #            bars (flash decode f16 and q8_0 at 32k, the q4_K gemv at 4096x4096, flash
 #            prefill at D 128 and 512) into OUT/ncu_*.log
@@ -224,6 +227,18 @@ for part in $parts; do
       rm -f "$out/$m.gguf"
     done
     ;;
+  verify)
+    # what a speculation step's verify batch of k + 1 rows costs against k + 1 decode steps:
+    # pp2..pp9 and tg at PERF_VERIFY_DEPTH (4096), filled by positions, per shape
+    for like in qwen3-8b gemma-4-26b-a4b; do
+      m=verify_${like%%-*}
+      [ "$like" = gemma-4-26b-a4b ] && extra=${PERF_CUT_MOE:-} || extra=
+      gen "$m" --like "$like" --type q4_K_M --random-codes $extra || continue
+      bench "$m" "$out/$m.gguf" -p 2,3,4,5,6,7,8,9 -n 32 -d "${PERF_VERIFY_DEPTH:-4096}" \
+        -r "$reps" --depth-fill positions
+      rm -f "$out/$m.gguf"
+    done
+    ;;
   ncu)
     # the counters of the kernels whose bars PERFORMANCE.md says are missed
     for f in "flash_attn decode f16 kv=32768 D=128" "flash_attn decode q8_0 kv=32768" \
@@ -253,7 +268,7 @@ for part in $parts; do
     fi
     rm -f "$out/g26_1m.gguf"
     ;;
-  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels sparse dca dca1m ncu)"; fails=$((fails + 1)) ;;
+  *) echo "perf_table: unknown part '$part' (q8b q8b_bf16 g26 kernels sparse dca dca1m ncu verify)"; fails=$((fails + 1)) ;;
   esac
 done
 echo "$fails failed" | tee "$out/done"

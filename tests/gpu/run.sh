@@ -18,7 +18,8 @@
 #       RUN_DIR to run only those): loader ops models dca codec turbo tcq sparse spec run serve bench
 #       tbench.
 #       spec: speculation through the out-of-tree example speculator on cuda, a dense and
-#       a hybrid (linear layers) model (tests/plugins/test_speculator).
+#       a hybrid (linear layers) model (tests/plugins/test_speculator); spec_mtp's nextn
+#       and assistant engines (plugins/spec_mtp/tests/test_head_engines.c).
 #       codec: the out-of-tree example codec (tests/plugins/example_codec) through flash and
 #       dca on cuda, against f16 KV (tests/plugins/test_codec_hooks).
 #       turbo: kv_turbo's tiers on cuda (plugins/kv_turbo/tests/test_turbo_model.c).
@@ -77,7 +78,8 @@ build)
   cp "$b/tests/plugins/test_codec_hooks" "$b/tests/plugins/test_speculator" \
      "$b/plugins/kv_turbo/tests/test_kv_turbo_model" "$b/plugins/kv_turbo/tests/test_kv_turbo_codec" \
      "$b/plugins/kv_tcq/tests/test_kv_tcq_model" "$b/plugins/kv_tcq/tests/test_kv_tcq_codec" \
-     "$b/plugins/sparse_v/tests/test_sparse_v" "$run/" &&
+     "$b/plugins/sparse_v/tests/test_sparse_v" "$b/plugins/spec_mtp/tests/test_spec_mtp_heads" \
+     "$run/" &&
     bash tests/plugins/build_out_of_tree.sh "$b" "$run/oot" >/dev/null &&
     rm -rf "$run/oot/root" "$run/oot/abi1" "$run/oot/next_major" "$run/oot/newer_minor" ||
     { echo "building the example codec failed"; exit 1; }
@@ -389,6 +391,16 @@ check|sanitize)
       row "spec example_speculator cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$d/spec.log" | cut -c1-120)"
     fi
     tail -6 "$d/spec.log"
+    # spec_mtp's nextn and assistant engines on cuda: the head's cache against the head over
+    # the whole sequence, the drafter's steps against transformers', lossless greedy
+    echo "== spec_mtp nextn and assistant on backend cuda"
+    if TESSERA_PLUGIN_PATH="$b/plugins" bash plugins/spec_mtp/tests/run_head_engines.sh "$b/core/cli/tessera" \
+         "$b/test_spec_mtp_heads" "$fixtures" "$d/heads" --backend cuda >"$d/heads.log" 2>&1; then
+      row "spec spec_mtp nextn+assistant cuda" PASS "$(grep -c '^ok' "$d/heads.log") cases ok"
+    else
+      row "spec spec_mtp nextn+assistant cuda" FAIL "$(grep -m1 -E 'CHECK|FAIL|error' "$d/heads.log" | cut -c1-120)"
+    fi
+    grep -E '^(ok|FAIL)|^  ' "$d/heads.log" | tail -20
   fi
 
   if want serve; then

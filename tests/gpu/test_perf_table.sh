@@ -64,6 +64,13 @@ check the_dca1m_part_fills_positions_when_asked \
    grep -qx "0 failed" "$tmp/mp/done" && ! grep -q "depth fill: 384 of 448 tokens" "$tmp/mplog" &&
    grep -q "| tg2 @ d448 " "$tmp/mplog" && grep -q "448 positions, filled without compute" "$tmp/mplog" &&
    grep -q "\"depth_fill\":[[:space:]]*\"positions\"" "$tmp/mp/dca1m.json"'
+# speculation's verify batches: pp2..pp9 and tg32 at a depth, per shape, the models removed
+check the_verify_part_times_batches_of_2_to_9_rows_at_a_depth \
+  'PERF_BACKEND=cpu PERF_CUT="--layers 1 --vocab 512" PERF_CUT_MOE="--experts 4" PERF_REPS=1 \
+   PERF_VERIFY_DEPTH=64 bash tests/gpu/perf_table.sh "$build" "$tmp/v" verify >"$tmp/vlog" 2>&1 &&
+   grep -qx "0 failed" "$tmp/v/done" && grep -q "| pp9 @ d64 " "$tmp/vlog" &&
+   grep -q "| tg32 @ d64 " "$tmp/vlog" && [ -s "$tmp/v/verify_qwen3.json" ] &&
+   [ -s "$tmp/v/verify_gemma.json" ] && [ ! -e "$tmp/v/verify_qwen3.gguf" ]'
 check the_ncu_part_names_a_missing_ncu \
   '! PERF_BACKEND=cpu PATH=/usr/bin:/bin bash tests/gpu/perf_table.sh "$build" "$tmp/n" ncu >"$tmp/nlog" 2>&1 &&
    grep -qx "5 failed" "$tmp/n/done" && grep -q "^FAIL ncu flash_attn decode f16 kv=32768 D=128: ncu_kernels: no ncu" "$tmp/nlog"'

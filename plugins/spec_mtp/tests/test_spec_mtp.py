@@ -5,6 +5,7 @@ its own draft), seeded sampling reproduces, sampled drafts carry their distribut
 self-draft is kept above temperature 0 too), and every setting that cannot work is refused
 at `profile check` naming it.
 usage: test_spec_mtp.py TESSERA SOURCE_ROOT BUILD_ROOT"""
+import json
 import os
 import re
 import subprocess
@@ -124,6 +125,34 @@ def test_sampled_drafts_come_with_their_distribution():
         drafted, kept = counters(err)
         assert drafted >= 24 and kept >= 0.9 * drafted, (temp, err)
         assert run(*args)[1] == out  # drawn from the sequence's own seed: reproducible
+
+
+@case
+def test_bench_times_speculation_and_counts_its_steps():
+    text = os.path.join(TMP, "bench_prompt.txt")
+    with open(text, "w") as f:
+        f.write(PASSKEY * 3)
+    out = os.path.join(TMP, "bench.json")
+    code, table, err = run("bench", "--profile", profile("bench", "engine: lookup"), "-p", "0",
+                           "-n", "24", "-d", "64", "-r", "2", "--warmup", "0", "--speculate",
+                           "--prompt-file", text, "--json", out)
+    assert code == 0, err
+    assert "tg24 spec @ d64" in table and "speculation, tg24 spec @ d64:" in table, table
+    assert "kept by draft position: 1:" in table, table
+    with open(out) as f:
+        tests = json.load(f)["tests"]
+    assert [t["kind"] for t in tests] == ["tg", "tg_spec"], tests
+    sp = tests[1]["speculation"]
+    assert sp["steps"] > 0 and 0 < sp["accepted"] <= sp["drafted"], sp
+    assert sp["tokens_per_step"] == (sp["accepted"] + sp["steps"]) / sp["steps"], sp
+    assert sum(p["kept"] for p in sp["kept_by_position"]) == sp["accepted"], sp
+    assert sp["speedup_over_plain_tg"] > 0 and sp["verify_seconds"] > 0, sp
+    # the text must be there and cover the depths
+    for prompt_file, depth, needle in ((text, "5000", "the depths need 5000"),
+                                       (os.path.join(TMP, "none.txt"), "8", "none.txt")):
+        code, _, err = run("bench", "--profile", profile("bench", "engine: lookup"), "-p", "0",
+                           "-n", "4", "-d", depth, "--speculate", "--prompt-file", prompt_file)
+        assert code == 2 and needle in err, err
 
 
 @case

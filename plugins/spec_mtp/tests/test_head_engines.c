@@ -232,9 +232,9 @@ static void test_drafter_steps_match_assisted_generation(void) {
            ((const int32_t *)tokens->data)[j], rel);
     /* the target's own K/V (the reference's differ in the last bits), through a chain of
     ** steps on random weights that grows any difference tenfold a step: 2e-5 at the first,
-    ** 7e-4 by the third on the cpu; on cuda (its own GEMM rounding) the first step is
-    ** bounded and the rest must agree in the token */
-    CHECK_MSG(rel <= (cpu ? 2e-3 : j ? 1.0 : 1e-2), "step %u: max rel %g", j, rel);
+    ** 7e-4 by the third on the cpu; on cuda (its own rounding: 9e-3 at the first step on
+    ** an H100) the first step is bounded and the rest must agree in the token */
+    CHECK_MSG(rel <= (cpu ? 2e-3 : j ? 1.0 : 3e-2), "step %u: max rel %g", j, rel);
     CHECK(arg == ((const int32_t *)tokens->data)[j]);
     memcpy(h, next, sizeof(float) * (size_t)E);
   }

@@ -573,6 +573,26 @@ static tsr_status step(tsr_engine *e, struct tsr_embed *s, int32_t seq, int32_t 
   return TSR_OK;
 }
 
+int32_t tsr_engine_max_draft(const tsr_engine *e) {
+  if (!e || !tsr_engine_setup(e)->profile->has_speculator) return 0;
+  /* a draft and its token fit a ubatch */
+  const int32_t m = tsr_engine_n_ubatch(e) - 1;
+  return m < TSR_SPEC_MAX_DRAFT ? m : TSR_SPEC_MAX_DRAFT;
+}
+
+tsr_status tsr_speculate(tsr_engine *e, int32_t seq, int32_t next, tsr_sampler *s,
+                         int32_t max_draft, int32_t *out, int32_t *n_out) {
+  if (!e || !s || !out || !n_out)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: no engine, sampler or output");
+  if (next < 0 || next >= tsr_engine_n_vocab(e))
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: token %d is outside the vocabulary of "
+                         "%d", next, tsr_engine_n_vocab(e));
+  if (max_draft > tsr_engine_max_draft(e))
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: %d drafts, and this engine allows %d",
+                         max_draft, tsr_engine_max_draft(e));
+  return tsr_engine_speculate(e, seq, next, s, max_draft, out, n_out);
+}
+
 tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *smp, const int32_t *prompt,
                         size_t n_prompt, int64_t max_tokens, int32_t n_keep, tsr_token_fn fn,
                         void *user, enum tsr_stop *stop) {
@@ -588,13 +608,7 @@ tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *smp, const int3
   tsr_status st = tokenizer_of(e, &tok);
   if (st != TSR_OK) return st;
   memset(s->stat, 0, sizeof s->stat);
-  const struct tsr_setup *su = tsr_engine_setup(e);
-  /* a speculator drafts up to TSR_SPEC_MAX_DRAFT tokens; a draft and its token fit a ubatch */
-  int32_t max_draft = 0;
-  if (su->profile->has_speculator) {
-    max_draft = tsr_engine_n_ubatch(e) - 1;
-    if (max_draft > TSR_SPEC_MAX_DRAFT) max_draft = TSR_SPEC_MAX_DRAFT;
-  }
+  const int32_t max_draft = tsr_engine_max_draft(e);
   s->stat[TSR_STAT_MAX_DRAFT] = max_draft;
   bool stopped = false, full = false;
   enum tsr_stop why = TSR_STOP_LIMIT;

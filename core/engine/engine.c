@@ -99,7 +99,11 @@ struct tsr_engine {
   float *spec_dist; /* the drafter's distributions: spec_dist_rows rows of n_vocab */
   int32_t spec_dist_rows;
   float *hidden;
-  int32_t n_embd, hidden_rows, hidden_last;
+  int32_t n_embd, hidden_rows;
+  /* [n_seq][n_embd]: each sequence's final hidden row of its last kept token (what a
+  ** draft for it starts from); seq_hidden_ok says which are set */
+  float *seq_hidden;
+  bool *seq_hidden_ok;
   /* the speculator reads every kept token's hidden row (tsr_speculator_v1.rows);
   ** while a verify batch runs its rows wait for the verdict */
   bool spec_rows, verifying;
@@ -368,6 +372,10 @@ tsr_status tsr_engine_new(const struct tsr_engine_options *opt, struct tsr_engin
   if (st == TSR_OK) st = new_kv_cache(e);
   if (st == TSR_OK && e->device) st = keep_on_device(e);
   if (st == TSR_OK) st = read_n_vocab(e);
+  if (st == TSR_OK && e->spec && e->n_embd > 0 &&
+      (!(e->seq_hidden = calloc((size_t)e->n_seq * (size_t)e->n_embd, sizeof(float))) ||
+       !(e->seq_hidden_ok = calloc((size_t)e->n_seq, sizeof(bool)))))
+    st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
   if (st != TSR_OK) {
     tsr_engine_free(e);
     return st;
@@ -390,6 +398,8 @@ void tsr_engine_free(struct tsr_engine *e) {
   free(e->decode);
   free(e->decode_of);
   free(e->hidden);
+  free(e->seq_hidden);
+  free(e->seq_hidden_ok);
   tsr_spec_scratch_free(&e->spec_scratch);
   free(e->spec_dist);
   free(e);
@@ -512,8 +522,30 @@ static tsr_status keep_hidden(struct tsr_engine *e, const struct tsr_tensor *h, 
     memcpy((char *)e->hidden + row * (size_t)r, (const char *)h->data + (size_t)r * h->nb[1], row);
   e->n_embd = (int32_t)h->ne[0];
   e->hidden_rows = (int32_t)rows;
-  e->hidden_last = (int32_t)rows - 1;
   return TSR_OK;
+}
+
+/* Sequence seq's last kept token has hidden row `row` of the last compute. */
+static void set_seq_hidden(struct tsr_engine *e, int32_t seq, int32_t row) {
+  if (!e->seq_hidden || row < 0 || row >= e->hidden_rows) return;
+  memcpy(e->seq_hidden + (size_t)seq * (size_t)e->n_embd, e->hidden + (size_t)row * (size_t)e->n_embd,
+         (size_t)e->n_embd * sizeof(float));
+  e->seq_hidden_ok[seq] = true;
+}
+
+/* After a ubatch of n tokens (rows[i]: token i's logits were read): each sequence's last
+** token with a hidden row. The rows are every token's, or the read tokens' in order (the
+** last token's when none was read). */
+static void note_seq_hidden(struct tsr_engine *e, int32_t seq, const int32_t *seqs, int32_t n,
+                            float *const *rows) {
+  int32_t n_read = 0;
+  for (int32_t i = 0; i < n; i++) n_read += rows[i] != NULL;
+  const bool every = e->hidden_rows == n;
+  if (!every && e->hidden_rows != (n_read ? n_read : 1)) return;
+  for (int32_t i = 0, r = 0; i < n; i++) {
+    const bool has = every || rows[i] || (!n_read && i == n - 1);
+    if (has) set_seq_hidden(e, seq >= 0 ? seq : seqs[i], every ? i : r++);
+  }
 }
 
 /* Hands the speculator the hidden rows keep_hidden kept, of n tokens it keeps. */
@@ -627,6 +659,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   }
   if (st == TSR_OK && e->spec)
     st = keep_hidden(e, fw.hidden_final, e->spec_rows ? n : fw.logits->ne[1]);
+  if (st == TSR_OK && e->spec) note_seq_hidden(e, seq, seqs, n, rows);
   if (st == TSR_OK) {
     e->logits_rows += fw.logits->ne[1];
     const size_t row = (size_t)e->n_vocab * sizeof(float);
@@ -892,8 +925,9 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
   int32_t *batch = ctx + q->n, n_draft = 0;
   struct tsr_spec_request r = {
       .struct_size = sizeof r, .seq = seq, .tokens = ctx, .n_tokens = q->n + 1,
-      .hidden = e->hidden_rows ? e->hidden + (size_t)e->hidden_last * (size_t)e->n_embd : NULL,
-      .n_embd = e->hidden_rows ? e->n_embd : 0, .max_draft = max_draft, .draft = batch + 1,
+      .hidden = e->seq_hidden_ok && e->seq_hidden_ok[seq]
+                    ? e->seq_hidden + (size_t)seq * (size_t)e->n_embd : NULL,
+      .n_embd = e->n_embd, .max_draft = max_draft, .draft = batch + 1,
       .temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p,
       .top_k = sp->top_k, .draft_dist = e->spec_dist, .n_vocab = e->n_vocab,
       .target = (struct tsr_spec_target *)e};
@@ -932,7 +966,7 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
     st = spec_rows(e, batch, pos, seqs, kept + 1);
   }
   if (st == TSR_OK) {
-    if (e->hidden_rows) e->hidden_last = kept;
+    set_seq_hidden(e, seq, kept);
     if (e->spec->accepted) e->spec->accepted(e->spec->ctx, seq, kept);
     const struct tsr_host *h = tsr_plugin_host_services();
     if (n_draft) h->engaged(e->spec_owner, "tokens_drafted", (uint64_t)n_draft);

@@ -748,6 +748,8 @@ static tsr_status open_engine(struct srv *s) {
     return tsr_error_set(TSR_ERR_INVALID_ARG, "%d slots: at most %d", s->n_slots, SRV_MAX_SLOTS);
   s->n_ctx_slot = (int32_t)(c->context / s->n_slots);
   s->n_batch = c->batch > 0 ? (int32_t)c->batch : 512;
+  s->max_draft = tsr_engine_max_draft(s->e);
+  if (s->max_draft > SRV_MAX_DRAFT) s->max_draft = SRV_MAX_DRAFT;
   s->m.kv_total = (uint64_t)c->context;
   if (s->n_ctx_slot < 2)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "context %lld over %d slots leaves %d positions "

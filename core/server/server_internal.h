@@ -25,6 +25,7 @@
 #include "tessera/tessera.h"
 
 #define SRV_MAX_SLOTS 64
+#define SRV_MAX_DRAFT 8 /* proposals of a speculative step at most */
 #define SRV_MAX_STOP 16
 
 enum srv_kind { SRV_CHAT, SRV_COMPLETION, SRV_LLAMA };
@@ -101,6 +102,7 @@ struct srv {
   tsr_engine *e;
   struct srv_settings cfg;
   int32_t n_vocab, n_slots, n_ctx_slot, n_batch;
+  int32_t max_draft;         /* > 0: the profile's speculator drafts a lone decoder's steps */
   char model_id[256];
   char *composition;         /* the engine's description (/props), made at start */
   const char *api_key;

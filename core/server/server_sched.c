@@ -154,11 +154,26 @@ struct srv_step {
   int32_t n_rows, n_prompt_tokens;
   int32_t *row_token; /* sampled per row */
   int32_t prefill_take[SRV_MAX_SLOTS];
+  int spec_slot; /* >= 0: this step is that slot's speculative step, no batch */
 };
+
+/* The slot that decodes alone (the only request, past its prompt, none queued), or -1:
+** with a speculator it takes speculative steps, which verify one sequence's draft. */
+static int lone_decoder(const struct srv *s) {
+  int found = -1;
+  for (int i = 0; i < s->n_slots; i++) {
+    if (!s->slots[i].req) continue;
+    if (found >= 0 || s->slots[i].next_token < 0) return -1;
+    found = i;
+  }
+  return s->n_queue ? -1 : found;
+}
 
 /* Fills the batch; returns false when there is nothing to run. */
 static bool plan_step(struct srv *s, struct srv_step *st) {
   st->n = st->n_rows = st->n_prompt_tokens = 0;
+  st->spec_slot = s->max_draft > 0 ? lone_decoder(s) : -1;
+  if (st->spec_slot >= 0) return true;
   for (int i = 0; i < s->n_slots; i++) {
     struct srv_slot *sl = &s->slots[i];
     st->prefill_take[i] = 0;
@@ -252,7 +267,47 @@ static void apply_token(struct srv *s, int i, int32_t t) {
   pthread_cond_broadcast(&s->progress);
 }
 
+/* What each slot's sequence holds after a step (under the mutex). */
+static void note_cached(struct srv *s) {
+  s->m.kv_used = 0;
+  for (int i = 0; i < s->n_slots; i++) {
+    s->slots[i].n_cached = tsr_engine_seq_len(s->e, i);
+    s->m.kv_used += (uint64_t)s->slots[i].n_cached;
+  }
+}
+
+/* A speculative step of slot i: its next token and the speculator's drafts in one verify
+** batch; every token it yields goes out in order (the last is the new next token). Drafts
+** stop where the slot's context or max_tokens would end the reply anyway. */
+static void run_spec_step(struct srv *s, int i) {
+  struct srv_slot *sl = &s->slots[i];
+  const struct srv_request *r = sl->req;
+  int32_t max_draft = s->max_draft;
+  const int32_t room = s->n_ctx_slot - (r->p.n_prompt + r->n_gen) - 1;
+  if (max_draft > room) max_draft = room > 0 ? room : 0;
+  if (r->p.max_tokens > 0 && max_draft > r->p.max_tokens - r->n_gen - 1)
+    max_draft = r->p.max_tokens - r->n_gen - 1 > 0 ? r->p.max_tokens - r->n_gen - 1 : 0;
+  int32_t out[SRV_MAX_DRAFT + 1], n_out = 0;
+  const double t0 = srv_now();
+  tsr_status rc = tsr_speculate(s->e, i, sl->next_token, sl->smp, max_draft, out, &n_out);
+  const double dt = srv_now() - t0;
+  pthread_mutex_lock(&s->mu);
+  s->m.decode_seconds += dt;
+  if (rc != TSR_OK) {
+    slot_fail(s, sl, 500, tsr_error_message());
+  } else {
+    sl->next_token = -1;
+    for (int32_t k = 0; k < n_out && sl->req == r; k++) apply_token(s, i, out[k]);
+  }
+  note_cached(s);
+  pthread_mutex_unlock(&s->mu);
+}
+
 static void run_step(struct srv *s, struct srv_step *st) {
+  if (st->spec_slot >= 0) {
+    run_spec_step(s, st->spec_slot);
+    return;
+  }
   const double t0 = srv_now();
   tsr_status rc = tsr_engine_eval_multi(s->e, st->n, st->tok, st->seq, st->want, s->logits);
   const double dt = srv_now() - t0;
@@ -289,11 +344,7 @@ static void run_step(struct srv *s, struct srv_step *st) {
     else
       apply_token(s, st->slot_of_row[row], st->row_token[row]);
   }
-  s->m.kv_used = 0;
-  for (int i = 0; i < s->n_slots; i++) {
-    s->slots[i].n_cached = tsr_engine_seq_len(s->e, i);
-    s->m.kv_used += (uint64_t)s->slots[i].n_cached;
-  }
+  note_cached(s);
   pthread_mutex_unlock(&s->mu);
 }
 

@@ -232,6 +232,18 @@ typedef int (*tsr_token_fn)(void *user, int32_t token, const char *text, size_t 
 TSR_API tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *s, const int32_t *prompt,
                                 size_t n_prompt, int64_t max_tokens, int32_t n_keep,
                                 tsr_token_fn fn, void *user, enum tsr_stop *stop);
+/* Drafts a speculative step proposes at most on e: 0 when the profile names no
+** speculator, else up to 8 (a draft and its token fit one ubatch). */
+TSR_API int32_t tsr_engine_max_draft(const tsr_engine *e);
+/* One speculative step of sequence seq through the profile's speculator, for a caller
+** that schedules its own decoding (tsr_generate does this itself): next is the token to
+** evaluate next (sampled, not yet in the cache); up to max_draft proposals (at most
+** tsr_engine_max_draft) are evaluated with it in one batch and verified with s, so the
+** output is distributed as s's own draws (the greedy text at temperature 0). out
+** (max_draft + 1 entries) gets the kept proposals, already in the cache, then the
+** target's own token, the new next (not in it); *n_out their count, 1 at least. */
+TSR_API tsr_status tsr_speculate(tsr_engine *e, int32_t seq, int32_t next, tsr_sampler *s,
+                                 int32_t max_draft, int32_t *out, int32_t *n_out);
 /* Stops the tsr_generate running on e at its next token (or prefill chunk);
 ** safe from any thread. A cancel while none runs is forgotten. */
 TSR_API void tsr_engine_cancel(tsr_engine *e);

@@ -580,17 +580,33 @@ int32_t tsr_engine_max_draft(const tsr_engine *e) {
   return m < TSR_SPEC_MAX_DRAFT ? m : TSR_SPEC_MAX_DRAFT;
 }
 
+_Static_assert(TSR_MAX_DRAFT == TSR_SPEC_MAX_DRAFT, "the API's bound is the engine's");
+
+tsr_status tsr_speculate_multi(tsr_engine *e, int32_t n, const int32_t *seqs, const int32_t *next,
+                               tsr_sampler *const *samplers, const int32_t *max_draft,
+                               int32_t *out, int32_t *n_out) {
+  if (!e || n < 1 || !seqs || !next || !samplers || !max_draft || !out || !n_out)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: no engine, %d sequences, or a missing "
+                         "array", n);
+  for (int32_t i = 0; i < n; i++) {
+    if (next[i] < 0 || next[i] >= tsr_engine_n_vocab(e))
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: token %d is outside the vocabulary "
+                           "of %d", next[i], tsr_engine_n_vocab(e));
+    if (max_draft[i] > tsr_engine_max_draft(e))
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: %d drafts, and this engine allows "
+                           "%d", max_draft[i], tsr_engine_max_draft(e));
+  }
+  return tsr_engine_speculate_multi(e, n, seqs, next, samplers, max_draft, out, n_out);
+}
+
 tsr_status tsr_speculate(tsr_engine *e, int32_t seq, int32_t next, tsr_sampler *s,
                          int32_t max_draft, int32_t *out, int32_t *n_out) {
-  if (!e || !s || !out || !n_out)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: no engine, sampler or output");
-  if (next < 0 || next >= tsr_engine_n_vocab(e))
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: token %d is outside the vocabulary of "
-                         "%d", next, tsr_engine_n_vocab(e));
-  if (max_draft > tsr_engine_max_draft(e))
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: %d drafts, and this engine allows %d",
-                         max_draft, tsr_engine_max_draft(e));
-  return tsr_engine_speculate(e, seq, next, s, max_draft, out, n_out);
+  int32_t row[TSR_MAX_DRAFT + 1];
+  if (!out || !n_out) return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: no output");
+  *n_out = 0;
+  tsr_status st = tsr_speculate_multi(e, 1, &seq, &next, &s, &max_draft, row, n_out);
+  if (st == TSR_OK) memcpy(out, row, (size_t)*n_out * sizeof *out);
+  return st;
 }
 
 tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *smp, const int32_t *prompt,

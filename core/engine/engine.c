@@ -548,16 +548,17 @@ static void note_seq_hidden(struct tsr_engine *e, int32_t seq, const int32_t *se
   }
 }
 
-/* Hands the speculator the hidden rows keep_hidden kept, of n tokens it keeps. */
+/* Hands the speculator n tokens it keeps with keep_hidden's rows row0.. of them. */
 static tsr_status spec_rows(struct tsr_engine *e, const int32_t *tokens, const int32_t *pos,
-                            const int32_t *seqs, int32_t n) {
-  if (e->hidden_rows < n)
+                            const int32_t *seqs, int32_t n, int32_t row0) {
+  if (e->hidden_rows < row0 + n)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "speculator %s reads the final hidden row of "
                          "every token, and arch plugin %s gave %d of %d", e->spec->name,
-                         tsr_plugin_name(e->setup->arch_owner), e->hidden_rows, n);
+                         tsr_plugin_name(e->setup->arch_owner), e->hidden_rows, row0 + n);
   const struct tsr_spec_rows r = {
       .struct_size = sizeof r, .target = (struct tsr_spec_target *)e, .n = n,
-      .n_embd = e->n_embd, .tokens = tokens, .pos = pos, .seq = seqs, .hidden = e->hidden};
+      .n_embd = e->n_embd, .tokens = tokens, .pos = pos, .seq = seqs,
+      .hidden = e->hidden + (size_t)row0 * (size_t)e->n_embd};
   tsr_status st = e->spec->rows(e->spec->ctx, tsr_plugin_host_services(), &r);
   if (st != TSR_OK) tsr_error_prefix("speculator %s", e->spec->name);
   return st;
@@ -671,7 +672,7 @@ static tsr_status run_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *t
   }
   tsr_graph_free(g);
   /* after the logits are out: the speculator's own passes reuse the arena */
-  if (st == TSR_OK && e->spec_rows && !e->verifying) st = spec_rows(e, tokens, pos, seqs, n);
+  if (st == TSR_OK && e->spec_rows && !e->verifying) st = spec_rows(e, tokens, pos, seqs, n, 0);
   return st;
 }
 
@@ -886,12 +887,16 @@ static tsr_status rollback(struct tsr_engine *e, int32_t seq, int32_t p0, int32_
   return st;
 }
 
-tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
-                                struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
-                                int32_t *n_out) {
-  *n_out = 0;
-  if (!e->spec)
-    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: the profile names no speculator");
+/* One sequence of a speculative step: what it holds, its draft, its verdict. */
+struct spec_seq {
+  int32_t seq, held, max_draft, n_draft, kept, row0; /* row0: its first row in the batch */
+  int32_t *ctx;   /* the sequence, next, then the drafts (batch = ctx + held) */
+  float *dist;    /* the drafter's distributions, max_draft rows of n_vocab */
+  bool dist_given;
+  struct tsr_sampler *sampler;
+};
+
+static tsr_status spec_check(struct tsr_engine *e, int32_t seq, int32_t max_draft) {
   if (seq < 0 || seq >= e->n_seq || max_draft < 0 || max_draft + 1 > e->n_ubatch)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d (of %d), %d drafts (the "
                          "draft and its token fit one ubatch of %d)", seq, e->n_seq, max_draft,
@@ -900,84 +905,178 @@ tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
     return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: %d drafts, and the linear layers keep "
                          "checkpoints for %d tokens a step", max_draft,
                          tsr_kv_cache_n_checkpoints(e->kv));
-  const struct seq_ids *q = &e->seq_ids[seq];
   const int32_t held = tsr_engine_seq_len(e, seq);
-  if (q->n != held)
+  if (e->seq_ids[seq].n != held)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d holds %d positions but "
-                         "%d known tokens (filled by positions?)", seq, held, q->n);
-  if (!e->spec_scratch.ids && tsr_spec_scratch_init(&e->spec_scratch, e->n_vocab) != TSR_OK)
-    return TSR_ERR_NOMEM;
-  if (e->spec_dist_rows < max_draft) {
-    float *d = realloc(e->spec_dist, (size_t)max_draft * (size_t)e->n_vocab * sizeof *d);
-    if (!d) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-    e->spec_dist = d, e->spec_dist_rows = max_draft;
-  }
-  /* the sequence, next, the drafts; then the kept rows' positions and sequences */
-  int32_t *ctx = malloc(((size_t)q->n + 3 * ((size_t)max_draft + 1)) * sizeof *ctx);
-  float *logits = malloc((size_t)(max_draft + 1) * (size_t)e->n_vocab * sizeof *logits);
-  if (!ctx || !logits) {
-    free(ctx), free(logits);
-    return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-  }
-  const struct tsr_sampler_params *sp = tsr_sampler_params_of(sampler);
-  memcpy(ctx, q->ids, (size_t)q->n * sizeof *ctx);
-  ctx[q->n] = next;
-  int32_t *batch = ctx + q->n, n_draft = 0;
+                         "%d known tokens (filled by positions?)", seq, held, e->seq_ids[seq].n);
+  return TSR_OK;
+}
+
+/* The speculator's draft for q (its ctx and dist allocated by the caller). */
+static tsr_status spec_draft(struct tsr_engine *e, struct spec_seq *q, int32_t next) {
+  const struct seq_ids *ids = &e->seq_ids[q->seq];
+  memcpy(q->ctx, ids->ids, (size_t)ids->n * sizeof *q->ctx);
+  q->ctx[ids->n] = next;
+  int32_t *batch = q->ctx + ids->n;
+  const struct tsr_sampler_params *sp = tsr_sampler_params_of(q->sampler);
   struct tsr_spec_request r = {
-      .struct_size = sizeof r, .seq = seq, .tokens = ctx, .n_tokens = q->n + 1,
-      .hidden = e->seq_hidden_ok && e->seq_hidden_ok[seq]
-                    ? e->seq_hidden + (size_t)seq * (size_t)e->n_embd : NULL,
-      .n_embd = e->n_embd, .max_draft = max_draft, .draft = batch + 1,
+      .struct_size = sizeof r, .seq = q->seq, .tokens = q->ctx, .n_tokens = ids->n + 1,
+      .hidden = e->seq_hidden_ok && e->seq_hidden_ok[q->seq]
+                    ? e->seq_hidden + (size_t)q->seq * (size_t)e->n_embd : NULL,
+      .n_embd = e->n_embd, .max_draft = q->max_draft, .draft = batch + 1,
       .temperature = sp->temperature, .top_p = sp->top_p, .min_p = sp->min_p,
-      .top_k = sp->top_k, .draft_dist = e->spec_dist, .n_vocab = e->n_vocab,
+      .top_k = sp->top_k, .draft_dist = q->dist, .n_vocab = e->n_vocab,
       .target = (struct tsr_spec_target *)e};
-  const double t0 = tsr_op_times_now();
-  tsr_status st = e->spec->draft(e->spec->ctx, tsr_plugin_host_services(), &r, &n_draft);
-  const double t1 = tsr_op_times_now();
-  if (st == TSR_OK && (n_draft < 0 || n_draft > max_draft))
+  q->n_draft = 0;
+  tsr_status st = e->spec->draft(e->spec->ctx, tsr_plugin_host_services(), &r, &q->n_draft);
+  if (st == TSR_OK && (q->n_draft < 0 || q->n_draft > q->max_draft))
     st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted %d tokens of at most %d",
-                       e->spec->name, n_draft, max_draft);
-  for (int32_t i = 0; st == TSR_OK && i < n_draft; i++)
+                       e->spec->name, q->n_draft, q->max_draft);
+  for (int32_t i = 0; st == TSR_OK && i < q->n_draft; i++)
     if (batch[1 + i] < 0 || batch[1 + i] >= e->n_vocab)
       st = tsr_error_set(TSR_ERR_INTERNAL, "speculator %s drafted token %d, outside the "
                          "vocabulary of %d", e->spec->name, batch[1 + i], e->n_vocab);
-  if (st == TSR_OK && r.dist_given &&
-      (st = tsr_spec_check_dists(e->spec_dist, e->n_vocab, batch + 1, n_draft)) != TSR_OK)
+  q->dist_given = st == TSR_OK && r.dist_given;
+  if (q->dist_given &&
+      (st = tsr_spec_check_dists(q->dist, e->n_vocab, batch + 1, q->n_draft)) != TSR_OK)
     tsr_error_prefix("speculator %s", e->spec->name);
-  /* next and the drafts in one batch, every row's logits read; linear layers keep
-  ** their state after each token */
-  e->checkpoints = tsr_kv_cache_n_checkpoints(e->kv);
-  e->verifying = true;
-  if (st == TSR_OK) st = tsr_engine_eval(e, seq, batch, n_draft + 1, NULL, logits);
-  e->checkpoints = 0;
-  e->verifying = false;
-  int32_t kept = 0;
-  if (st == TSR_OK)
-    st = tsr_spec_verify(sampler, &e->spec_scratch, logits, batch + 1, n_draft,
-                         r.dist_given ? e->spec_dist : NULL, out, n_out, &kept);
+  return st;
+}
+
+/* q's verdict from its rows of the verify batch (logits, and the engine's hidden rows
+** from row0 on): out gets the kept drafts and the target's token; the cells of the rest
+** go, the speculator hears what stays. */
+static tsr_status spec_finish(struct tsr_engine *e, struct spec_seq *q, const float *logits,
+                              int32_t *out, int32_t *n_out) {
+  int32_t *batch = q->ctx + q->held;
+  tsr_status st = tsr_spec_verify(q->sampler, &e->spec_scratch, logits, batch + 1, q->n_draft,
+                                  q->dist_given ? q->dist : NULL, out, n_out, &q->kept);
+  const int32_t seq = q->seq, kept = q->kept;
   /* forget the cells of the drafts after the kept ones (and their recurrent state) */
-  if (st == TSR_OK && kept < n_draft)
-    st = e->has_linear ? rollback(e, seq, held + 1 + kept, kept)
-                       : tsr_engine_seq_rm(e, seq, held + 1 + kept, -1);
+  if (st == TSR_OK && kept < q->n_draft)
+    st = e->has_linear ? rollback(e, seq, q->held + 1 + kept, kept)
+                       : tsr_engine_seq_rm(e, seq, q->held + 1 + kept, -1);
   if (st == TSR_OK && e->spec_rows) { /* next and the kept drafts stay */
-    int32_t *pos = batch + max_draft + 1, *seqs = pos + max_draft + 1;
-    for (int32_t i = 0; i <= kept; i++) pos[i] = held + i;
-    for (int32_t i = 0; i <= kept; i++) seqs[i] = seq;
-    st = spec_rows(e, batch, pos, seqs, kept + 1);
+    int32_t pos[TSR_SPEC_MAX_DRAFT + 1], seqs[TSR_SPEC_MAX_DRAFT + 1];
+    for (int32_t i = 0; i <= kept; i++) pos[i] = q->held + i, seqs[i] = seq;
+    st = spec_rows(e, batch, pos, seqs, kept + 1, q->row0);
   }
   if (st == TSR_OK) {
-    set_seq_hidden(e, seq, kept);
+    set_seq_hidden(e, seq, q->row0 + kept);
     if (e->spec->accepted) e->spec->accepted(e->spec->ctx, seq, kept);
     const struct tsr_host *h = tsr_plugin_host_services();
-    if (n_draft) h->engaged(e->spec_owner, "tokens_drafted", (uint64_t)n_draft);
+    if (q->n_draft) h->engaged(e->spec_owner, "tokens_drafted", (uint64_t)q->n_draft);
     if (kept) h->engaged(e->spec_owner, "tokens_accepted", (uint64_t)kept);
     struct tsr_engine_spec_stats *ss = &e->spec_stats;
-    ss->steps++, ss->drafted += n_draft, ss->accepted += kept;
-    for (int32_t i = 0; i < n_draft && i < TSR_ENGINE_SPEC_POSITIONS; i++)
+    ss->steps++, ss->drafted += q->n_draft, ss->accepted += kept;
+    for (int32_t i = 0; i < q->n_draft && i < TSR_ENGINE_SPEC_POSITIONS; i++)
       ss->drafted_at[i]++, ss->kept_at[i] += i < kept;
-    ss->draft_seconds += t1 - t0, ss->verify_seconds += tsr_op_times_now() - t1;
   }
-  free(ctx), free(logits);
+  return st;
+}
+
+tsr_status tsr_engine_speculate_multi(struct tsr_engine *e, int32_t n, const int32_t *seqs,
+                                      const int32_t *next, struct tsr_sampler *const *samplers,
+                                      const int32_t *max_draft, int32_t *out, int32_t *n_out) {
+  if (!e->spec)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: the profile names no speculator");
+  if (n < 1 || n > e->n_seq)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: %d sequences (of %d)", n, e->n_seq);
+  /* recurrent state rolls back from checkpoints one sequence's batch keeps: a step each */
+  if (e->has_linear && n > 1) {
+    tsr_status st = TSR_OK;
+    for (int32_t i = 0; i < n && st == TSR_OK; i++)
+      st = tsr_engine_speculate_multi(e, 1, seqs + i, next + i, samplers + i, max_draft + i,
+                                      out + (size_t)i * (TSR_SPEC_MAX_DRAFT + 1), n_out + i);
+    return st;
+  }
+  /* a batch that would not fit a ubatch: every sequence's draft cut to its share */
+  int32_t rows = 0, cap = TSR_SPEC_MAX_DRAFT;
+  for (int32_t i = 0; i < n; i++) rows += (max_draft[i] > 0 ? max_draft[i] : 0) + 1;
+  if (rows > e->n_ubatch) cap = e->n_ubatch / n - 1;
+  if (cap < 0)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: %d sequences, and a verify batch is "
+                         "one ubatch of %d", n, e->n_ubatch);
+  int32_t want_draft[TSR_KV_MAX_SEQ];
+  rows = 0;
+  for (int32_t i = 0; i < n; i++) {
+    n_out[i] = 0;
+    want_draft[i] = max_draft[i] < cap ? max_draft[i] : cap;
+    tsr_status st = spec_check(e, seqs[i], want_draft[i]);
+    for (int32_t j = 0; st == TSR_OK && j < i; j++)
+      if (seqs[j] == seqs[i])
+        st = tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d twice", seqs[i]);
+    if (st == TSR_OK && !samplers[i])
+      st = tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: sequence %d without a sampler", seqs[i]);
+    if (st != TSR_OK) return st;
+    rows += want_draft[i] + 1;
+  }
+  max_draft = want_draft;
+  if (!e->spec_scratch.ids && tsr_spec_scratch_init(&e->spec_scratch, e->n_vocab) != TSR_OK)
+    return TSR_ERR_NOMEM;
+  if (e->spec_dist_rows < rows) {
+    float *d = realloc(e->spec_dist, (size_t)rows * (size_t)e->n_vocab * sizeof *d);
+    if (!d) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+    e->spec_dist = d, e->spec_dist_rows = rows;
+  }
+  size_t ctx_len = 0;
+  for (int32_t i = 0; i < n; i++) ctx_len += (size_t)e->seq_ids[seqs[i]].n + 1 + max_draft[i];
+  struct spec_seq *q = calloc((size_t)n, sizeof *q);
+  int32_t *ctx = malloc(ctx_len * sizeof *ctx), *tok = malloc((size_t)rows * 2 * sizeof *tok);
+  float *logits = malloc((size_t)rows * (size_t)e->n_vocab * sizeof *logits);
+  tsr_status st = q && ctx && tok && logits ? TSR_OK
+                                            : tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  /* every sequence's draft, then one batch of each one's next token and drafts */
+  const double t0 = tsr_op_times_now();
+  int32_t n_rows = 0;
+  for (int32_t i = 0, *c = ctx, d = 0; i < n && st == TSR_OK; i++) {
+    q[i] = (struct spec_seq){.seq = seqs[i], .held = e->seq_ids[seqs[i]].n,
+                             .max_draft = max_draft[i], .ctx = c, .sampler = samplers[i],
+                             .dist = e->spec_dist + (size_t)d * (size_t)e->n_vocab};
+    c += q[i].held + 1 + max_draft[i], d += max_draft[i];
+    st = spec_draft(e, &q[i], next[i]);
+    q[i].row0 = n_rows;
+    for (int32_t j = 0; st == TSR_OK && j <= q[i].n_draft; j++, n_rows++)
+      tok[n_rows] = q[i].ctx[q[i].held + j], tok[rows + n_rows] = seqs[i];
+  }
+  const double t1 = tsr_op_times_now();
+  /* every row's logits read; linear layers (one sequence) keep their state after each token */
+  bool *want = st == TSR_OK ? malloc((size_t)n_rows * sizeof *want) : NULL;
+  if (st == TSR_OK && !want) st = tsr_error_set(TSR_ERR_NOMEM, "out of memory");
+  for (int32_t i = 0; want && i < n_rows; i++) want[i] = true;
+  e->checkpoints = tsr_kv_cache_n_checkpoints(e->kv);
+  e->verifying = true;
+  if (st == TSR_OK) {
+    const struct tsr_engine_batch b = {.n = n_rows, .tokens = tok, .seq = tok + rows,
+                                       .logits = want};
+    st = tsr_engine_eval_batch(e, &b, logits);
+  }
+  e->checkpoints = 0;
+  e->verifying = false;
+  int32_t done = 0;
+  for (; done < n && st == TSR_OK; done++)
+    st = spec_finish(e, &q[done], logits + (size_t)q[done].row0 * (size_t)e->n_vocab,
+                     out + (size_t)done * (TSR_SPEC_MAX_DRAFT + 1), &n_out[done]);
+  /* a verdict that failed leaves the sequences after it as they were before the batch
+  ** (their recurrent state, where there is one, cannot go back: that error says so) */
+  for (int32_t i = done; st != TSR_OK && !e->has_linear && i < n && q && q[i].ctx; i++)
+    if (tsr_engine_seq_len(e, q[i].seq) > q[i].held) tsr_engine_seq_rm(e, q[i].seq, q[i].held, -1);
+  if (st == TSR_OK)
+    e->spec_stats.draft_seconds += t1 - t0, e->spec_stats.verify_seconds += tsr_op_times_now() - t1;
+  free(want), free(q), free(ctx), free(tok), free(logits);
+  return st;
+}
+
+tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
+                                struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
+                                int32_t *n_out) {
+  int32_t buf[TSR_SPEC_MAX_DRAFT + 1];
+  *n_out = 0;
+  if (max_draft < 0 || max_draft > TSR_SPEC_MAX_DRAFT)
+    return tsr_error_set(TSR_ERR_INVALID_ARG, "speculate: %d drafts (at most %d)", max_draft,
+                         TSR_SPEC_MAX_DRAFT);
+  tsr_status st = tsr_engine_speculate_multi(e, 1, &seq, &next, &sampler, &max_draft, buf, n_out);
+  if (st == TSR_OK) memcpy(out, buf, (size_t)*n_out * sizeof *out);
   return st;
 }
 

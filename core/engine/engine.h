@@ -94,6 +94,16 @@ struct tsr_sampler;
 tsr_status tsr_engine_speculate(struct tsr_engine *e, int32_t seq, int32_t next,
                                 struct tsr_sampler *sampler, int32_t max_draft, int32_t *out,
                                 int32_t *n_out);
+/* The same for n sequences at once: sequence seqs[i] with its next[i], samplers[i] and at
+** most max_draft[i] proposals; every sequence's token and proposals are verified in one
+** batch, which must fit a ubatch (the sum of max_draft[i] + 1; when it would not, every
+** sequence's is cut to ubatch / n - 1, and n past the ubatch is refused). out holds n rows of
+** TSR_SPEC_MAX_DRAFT + 1 entries, n_out n counts. On a model with linear layers, whose
+** state rolls back from the checkpoints of one sequence's batch, each sequence takes its
+** own batch. */
+tsr_status tsr_engine_speculate_multi(struct tsr_engine *e, int32_t n, const int32_t *seqs,
+                                      const int32_t *next, struct tsr_sampler *const *samplers,
+                                      const int32_t *max_draft, int32_t *out, int32_t *n_out);
 
 /* What the speculative steps of the engine's life did: steps, tokens drafted and kept, and
 ** the seconds spent drafting and verifying (evaluating the batch, choosing, rolling back). */

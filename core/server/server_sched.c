@@ -154,30 +154,25 @@ struct srv_step {
   int32_t n_rows, n_prompt_tokens;
   int32_t *row_token; /* sampled per row */
   int32_t prefill_take[SRV_MAX_SLOTS];
-  int spec_slot; /* >= 0: this step is that slot's speculative step, no batch */
+  bool in_batch[SRV_MAX_SLOTS];
+  /* with a speculator: the decoding slots, which take one shared speculative step
+  ** (their tokens and drafts in one verify batch) instead of a row of the batch */
+  int32_t n_spec, spec_slots[SRV_MAX_SLOTS];
 };
-
-/* The slot that decodes alone (the only request, past its prompt, none queued), or -1:
-** with a speculator it takes speculative steps, which verify one sequence's draft. */
-static int lone_decoder(const struct srv *s) {
-  int found = -1;
-  for (int i = 0; i < s->n_slots; i++) {
-    if (!s->slots[i].req) continue;
-    if (found >= 0 || s->slots[i].next_token < 0) return -1;
-    found = i;
-  }
-  return s->n_queue ? -1 : found;
-}
 
 /* Fills the batch; returns false when there is nothing to run. */
 static bool plan_step(struct srv *s, struct srv_step *st) {
-  st->n = st->n_rows = st->n_prompt_tokens = 0;
-  st->spec_slot = s->max_draft > 0 ? lone_decoder(s) : -1;
-  if (st->spec_slot >= 0) return true;
+  st->n = st->n_rows = st->n_prompt_tokens = st->n_spec = 0;
   for (int i = 0; i < s->n_slots; i++) {
     struct srv_slot *sl = &s->slots[i];
     st->prefill_take[i] = 0;
+    st->in_batch[i] = false;
     if (!sl->req || sl->next_token < 0) continue;
+    if (s->max_draft > 0) {
+      st->spec_slots[st->n_spec++] = i;
+      continue;
+    }
+    st->in_batch[i] = true;
     st->tok[st->n] = sl->next_token, st->seq[st->n] = i, st->want[st->n] = true;
     st->slot_of_row[st->n_rows++] = i;
     st->n++;
@@ -197,10 +192,11 @@ static bool plan_step(struct srv *s, struct srv_step *st) {
     }
     if (take == left) st->slot_of_row[st->n_rows++] = i;
     st->prefill_take[i] = take;
+    st->in_batch[i] = true;
     st->n_prompt_tokens += take;
     budget -= take;
   }
-  return st->n > 0;
+  return st->n > 0 || st->n_spec > 0;
 }
 
 /* Applies the sampled token t to slot i (under the mutex). */
@@ -276,38 +272,49 @@ static void note_cached(struct srv *s) {
   }
 }
 
-/* A speculative step of slot i: its next token and the speculator's drafts in one verify
-** batch; every token it yields goes out in order (the last is the new next token). Drafts
-** stop where the slot's context or max_tokens would end the reply anyway. */
-static void run_spec_step(struct srv *s, int i) {
-  struct srv_slot *sl = &s->slots[i];
-  const struct srv_request *r = sl->req;
-  int32_t max_draft = s->max_draft;
-  const int32_t room = s->n_ctx_slot - (r->p.n_prompt + r->n_gen) - 1;
-  if (max_draft > room) max_draft = room > 0 ? room : 0;
-  if (r->p.max_tokens > 0 && max_draft > r->p.max_tokens - r->n_gen - 1)
-    max_draft = r->p.max_tokens - r->n_gen - 1 > 0 ? r->p.max_tokens - r->n_gen - 1 : 0;
-  int32_t out[SRV_MAX_DRAFT + 1], n_out = 0;
+/* The decoding slots' speculative step: each one's next token and drafts in one shared
+** verify batch; every token a slot gets goes out in order (the last is its new next token).
+** A slot's drafts stop where its context or max_tokens would end the reply anyway. */
+static void run_spec_step(struct srv *s, struct srv_step *st) {
+  int32_t next[SRV_MAX_SLOTS], drafts[SRV_MAX_SLOTS], n_out[SRV_MAX_SLOTS];
+  int32_t out[SRV_MAX_SLOTS][TSR_MAX_DRAFT + 1];
+  tsr_sampler *smp[SRV_MAX_SLOTS];
+  const struct srv_request *req[SRV_MAX_SLOTS];
+  for (int32_t k = 0; k < st->n_spec; k++) {
+    const struct srv_slot *sl = &s->slots[st->spec_slots[k]];
+    const struct srv_request *r = req[k] = sl->req;
+    int32_t d = s->max_draft;
+    const int32_t room = s->n_ctx_slot - (r->p.n_prompt + r->n_gen) - 1;
+    if (d > room) d = room;
+    if (r->p.max_tokens > 0 && d > r->p.max_tokens - r->n_gen - 1) d = r->p.max_tokens - r->n_gen - 1;
+    next[k] = sl->next_token, smp[k] = sl->smp, drafts[k] = d > 0 ? d : 0;
+  }
   const double t0 = srv_now();
-  tsr_status rc = tsr_speculate(s->e, i, sl->next_token, sl->smp, max_draft, out, &n_out);
+  tsr_status rc = tsr_speculate_multi(s->e, st->n_spec, st->spec_slots, next, smp, drafts,
+                                      &out[0][0], n_out);
   const double dt = srv_now() - t0;
+  char err[512] = "";
+  if (rc != TSR_OK) snprintf(err, sizeof err, "%s", tsr_error_message());
   pthread_mutex_lock(&s->mu);
   s->m.decode_seconds += dt;
-  if (rc != TSR_OK) {
-    slot_fail(s, sl, 500, tsr_error_message());
-  } else {
+  for (int32_t k = 0; k < st->n_spec; k++) {
+    const int i = st->spec_slots[k];
+    struct srv_slot *sl = &s->slots[i];
+    if (sl->req != req[k]) continue;
+    if (rc != TSR_OK) {
+      slot_fail(s, sl, 500, err);
+      continue;
+    }
     sl->next_token = -1;
-    for (int32_t k = 0; k < n_out && sl->req == r; k++) apply_token(s, i, out[k]);
+    for (int32_t j = 0; j < n_out[k] && sl->req == req[k]; j++) apply_token(s, i, out[k][j]);
   }
   note_cached(s);
   pthread_mutex_unlock(&s->mu);
 }
 
 static void run_step(struct srv *s, struct srv_step *st) {
-  if (st->spec_slot >= 0) {
-    run_spec_step(s, st->spec_slot);
-    return;
-  }
+  if (st->n_spec) run_spec_step(s, st);
+  if (!st->n) return;
   const double t0 = srv_now();
   tsr_status rc = tsr_engine_eval_multi(s->e, st->n, st->tok, st->seq, st->want, s->logits);
   const double dt = srv_now() - t0;
@@ -327,9 +334,8 @@ static void run_step(struct srv *s, struct srv_step *st) {
   s->m.prompt_tokens += (uint64_t)st->n_prompt_tokens;
   for (int i = 0; i < s->n_slots; i++) {
     struct srv_slot *sl = &s->slots[i];
-    if (!sl->req) continue;
-    bool in_batch = st->prefill_take[i] > 0 || sl->next_token >= 0;
-    if (rc != TSR_OK && in_batch) {
+    if (!sl->req || !st->in_batch[i]) continue;
+    if (rc != TSR_OK) {
       slot_fail(s, sl, 500, err);
       continue;
     }

@@ -233,7 +233,8 @@ TSR_API tsr_status tsr_generate(tsr_engine *e, int32_t seq, tsr_sampler *s, cons
                                 size_t n_prompt, int64_t max_tokens, int32_t n_keep,
                                 tsr_token_fn fn, void *user, enum tsr_stop *stop);
 /* Drafts a speculative step proposes at most on e: 0 when the profile names no
-** speculator, else up to 8 (a draft and its token fit one ubatch). */
+** speculator, else up to TSR_MAX_DRAFT (a draft and its token fit one ubatch). */
+#define TSR_MAX_DRAFT 8
 TSR_API int32_t tsr_engine_max_draft(const tsr_engine *e);
 /* One speculative step of sequence seq through the profile's speculator, for a caller
 ** that schedules its own decoding (tsr_generate does this itself): next is the token to
@@ -244,6 +245,16 @@ TSR_API int32_t tsr_engine_max_draft(const tsr_engine *e);
 ** target's own token, the new next (not in it); *n_out their count, 1 at least. */
 TSR_API tsr_status tsr_speculate(tsr_engine *e, int32_t seq, int32_t next, tsr_sampler *s,
                                  int32_t max_draft, int32_t *out, int32_t *n_out);
+/* A speculative step of n sequences at once (continuous batching): seqs[i] with next[i],
+** its sampler samplers[i] and at most max_draft[i] proposals. Every sequence's token and
+** proposals go through one verify batch, which fits a ubatch (where the sum of
+** max_draft[i] + 1 would not, every sequence gets ubatch / n - 1 at most; more sequences than
+** a ubatch holds are refused). out holds n rows of TSR_MAX_DRAFT + 1 entries (row i as tsr_speculate's
+** out for seqs[i]), n_out n counts. A model with recurrent layers verifies each sequence
+** in a batch of its own (its state rolls back from one batch's checkpoints). */
+TSR_API tsr_status tsr_speculate_multi(tsr_engine *e, int32_t n, const int32_t *seqs,
+                                       const int32_t *next, tsr_sampler *const *samplers,
+                                       const int32_t *max_draft, int32_t *out, int32_t *n_out);
 /* Stops the tsr_generate running on e at its next token (or prefill chunk);
 ** safe from any thread. A cancel while none runs is forgotten. */
 TSR_API void tsr_engine_cancel(tsr_engine *e);

@@ -1,9 +1,9 @@
 """`tessera serve` with a speculator (spec_mtp's prompt lookup) on the default model: a lone
 request decodes by speculative steps and gets exactly the text a server without one gives at
-temperature 0, max_tokens holds exactly, the drafts show in /metrics; requests at once decode
-in shared batches (speculating whenever one is left alone) and each completes whole (their
-texts are not compared: a batch of several sequences rounds differently from one alone, with
-or without a speculator); a sampled request completes and reproduces from its seed.
+temperature 0, max_tokens holds exactly, the drafts show in /metrics; requests at once verify
+their drafts in shared batches and each completes whole, drafting (their texts are not
+compared: a batch of several sequences rounds differently from one alone, with or without a
+speculator); a sampled request completes and reproduces from its seed.
 
 usage: test_speculation.py TESSERA_BINARY SOURCE_ROOT DEFAULT_MODEL.gguf
 Prints "ok   name" / "FAIL name" per case.
@@ -75,10 +75,13 @@ with su.Server(TESSERA, None, ["--profile", profile, "--parallel", "2"], label="
 
     @case
     def test_requests_at_once_each_complete():
+        before = spec_counters(s)
         got = su.parallel_map(lambda p: complete(s, p), PROMPTS * 3, 4)
         for i, g in enumerate(got):
             assert not isinstance(g, Exception), f"request {i}: {g}"
             assert g[1:] == want[i % 2][1:], f"request {i}: {g} against {want[i % 2]}"
+        after = spec_counters(s)
+        assert after["tokens_drafted"] > before["tokens_drafted"], (before, after)
 
     @case
     def test_a_sampled_request_completes():

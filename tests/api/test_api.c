@@ -400,6 +400,21 @@ static void test_samplers_validate_and_reproduce(void) {
   tsr_sampler_close(s2);
 }
 
+/* Without a speculator in the profile there is nothing to speculate with: said by name. */
+static void test_speculation_without_a_speculator_is_refused(void) {
+  CHECK(tsr_engine_max_draft(g_e) == 0);
+  tsr_sampler *s = NULL;
+  CHECK_OK(tsr_sampler_open(g_e, NULL, 0, &s));
+  int32_t out[TSR_MAX_DRAFT + 1], n_out = -1, seq = 0, next = 1, draft = 0;
+  CHECK_ERR_HAS(tsr_speculate(g_e, 0, 1, s, 0, out, &n_out), "names no speculator");
+  CHECK(n_out == 0);
+  CHECK_ERR_HAS(tsr_speculate(g_e, 0, -5, s, 0, out, &n_out), "outside the vocabulary");
+  CHECK_ERR_HAS(tsr_speculate(g_e, 0, 1, s, 3, out, &n_out), "allows 0");
+  CHECK_ERR_HAS(tsr_speculate_multi(g_e, 0, &seq, &next, &s, &draft, out, &n_out), "0 sequences");
+  CHECK_ERR_HAS(tsr_speculate_multi(g_e, 1, &seq, &next, &s, &draft, NULL, &n_out), "missing");
+  tsr_sampler_close(s);
+}
+
 static void count(void *user, const char *plugin, const char *counter, uint64_t value) {
   if (!strcmp(plugin, "arch_qwen") && !strcmp(counter, "forward_graphs")) *(uint64_t *)user = value;
 }
@@ -474,6 +489,7 @@ int main(void) {
   TSR_RUN(test_logprobs_are_the_log_softmax_of_eval);
   TSR_RUN(test_sequence_copy_keep_and_refusals);
   TSR_RUN(test_samplers_validate_and_reproduce);
+  TSR_RUN(test_speculation_without_a_speculator_is_refused);
   TSR_RUN(test_counters_reports_and_engagement);
   TSR_RUN(test_a_full_context_shifts_or_stops);
   tsr_engine_close(g_e);

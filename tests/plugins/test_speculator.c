@@ -183,6 +183,32 @@ done:
 
 static void test_sequences_speculate_in_one_batch(void) { together(g_model); }
 
+/* A step for sequences that cannot take one is refused, naming why, and changes nothing. */
+static void test_bad_speculative_steps_are_refused(void) {
+  struct tsr_engine *e = engine_of(g_model, true, 2);
+  if (!e) return;
+  const int32_t v = tsr_engine_n_vocab(e);
+  float *logits = malloc(sizeof(float) * (size_t)v);
+  struct tsr_sampler *s = NULL;
+  const struct tsr_sampler_params greedy = {.temperature = 0, .top_p = 1};
+  CHECK_OK(tsr_sampler_new(&greedy, v, &s));
+  CHECK_OK(tsr_engine_eval(e, 0, prompt(e), PROMPT, logits, NULL));
+  int32_t out[3][TSR_SPEC_MAX_DRAFT + 1], n_out[3];
+  struct tsr_sampler *ss[3] = {s, s, s}, *none[1] = {NULL};
+  const int32_t two[2] = {0, 0}, next[3] = {1, 1, 1}, d[3] = {2, 2, 2}, far[1] = {5};
+  CHECK(tsr_engine_speculate_multi(e, 2, two, next, ss, d, &out[0][0], n_out) == TSR_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(tsr_error_message(), "sequence 0 twice") != NULL, "%s", tsr_error_message());
+  const int32_t three[3] = {0, 1, 2};
+  CHECK(tsr_engine_speculate_multi(e, 3, three, next, ss, d, &out[0][0], n_out) == TSR_ERR_INVALID_ARG);
+  CHECK(tsr_engine_speculate_multi(e, 1, far, next, ss, d, &out[0][0], n_out) == TSR_ERR_INVALID_ARG);
+  CHECK(tsr_engine_speculate_multi(e, 1, two, next, none, d, &out[0][0], n_out) == TSR_ERR_INVALID_ARG);
+  CHECK_MSG(strstr(tsr_error_message(), "without a sampler") != NULL, "%s", tsr_error_message());
+  CHECK(tsr_engine_seq_len(e, 0) == PROMPT && tsr_engine_seq_len(e, 1) == 0);
+  tsr_sampler_free(s);
+  free(logits);
+  tsr_engine_free(e);
+}
+
 static void test_sequences_with_recurrent_state_speculate_together(void) {
   together(g_recurrent);
 }
@@ -200,6 +226,7 @@ int main(int argc, char **argv) {
   TSR_RUN(test_greedy_speculation_is_lossless_and_speculates);
   TSR_RUN(test_recurrent_state_rolls_back_to_the_last_kept_token);
   TSR_RUN(test_sequences_speculate_in_one_batch);
+  TSR_RUN(test_bad_speculative_steps_are_refused);
   TSR_RUN(test_sequences_with_recurrent_state_speculate_together);
   tsr_gguf_close(gold);
   return TSR_TEST_EXIT();

@@ -10,11 +10,13 @@
 **     and with an "echo" head (a copy of the model whose head passes the trunk's
 **     hidden row through to the LM head, so it drafts the last token again): that
 **     one's drafts are kept whole on some steps and cut on others, so the head's
-**     cache advances by partly kept verify batches too; also with q8_0 K/V.
+**     cache advances by partly kept verify batches too; also with q8_0 K/V and with
+**     the full layers and the head through attn_dca in chunks of 32.
 ** assistant, on the Gemma 4 E2B fixture and its assistant:
 **   - after the target evaluated the golden prefix, drafter steps through the
 **     target's cache give transformers' assisted-generation logits and tokens;
-**   - greedy speculation gives exactly the plain greedy tokens, with f16 and q8_0 K/V;
+**   - greedy speculation gives exactly the plain greedy tokens, with f16 and q8_0 K/V and
+**     through attn_dca (the drafter reading the cache as DCA laid it out);
 **   - a target K/V codec read only through query and output transforms is refused.
 ** All models converted at f32.
 ** usage: test_spec_mtp_heads [--backend cuda] OUT_DIR QWEN35.gguf E2B.gguf ASSISTANT.gguf
@@ -41,7 +43,7 @@ _Static_assert(MAX_DRAFT == 4, "greedy_case prints kept[0..4]");
 static const char *g_out, *g_model, *g_echo, *g_target, *g_assistant, *g_backend = "cpu";
 static struct tsr_gguf *g_gold;
 
-/* An engine over model (kv: the K and V codec, or NULL) and arch plugin arch; with
+/* An engine over model (kv: the K and V codec, "dca", or NULL); with
 ** speculate, spec_mtp's engine `speculate` with a fixed draft length (assistant: g_assistant
 ** drafts). */
 static struct tsr_engine *engine(const char *model, const char *speculate, const char *kv) {
@@ -51,14 +53,19 @@ static struct tsr_engine *engine(const char *model, const char *speculate, const
   FILE *f = fopen(path, "w");
   if (!f) return NULL;
   fprintf(f, "model: %s\nbackend: %s\ncontext: 256\nubatch: 8\n", model, g_backend);
-  if (kv) fprintf(f, "kv: {k: %s, v: %s}\n", kv, kv);
-  fprintf(f, "plugins:\n  - arch_qwen\n  - arch_gemma4\n%s",
-          kv && !strncmp(kv, "turbo", 5) ? "  - kv_turbo\n" : "");
+  /* kv "dca": f16 K/V, full layers (the head's too) through attn_dca in chunks of 32 */
+  const bool dca = kv && !strcmp(kv, "dca");
+  if (kv && !dca) fprintf(f, "kv: {k: %s, v: %s}\n", kv, kv);
+  fprintf(f, "plugins:\n  - arch_qwen\n  - arch_gemma4\n%s%s",
+          kv && !strncmp(kv, "turbo", 5) ? "  - kv_turbo\n" : "",
+          dca ? "  - name: attn_dca\n    settings: {chunk_size: 32, local_size: 8}\n" : "");
+
   if (speculate)
     fprintf(f, "  - name: spec_mtp\n    settings: {engine: %s, n_max: %d, adaptive: false, "
             "p_min: 0%s%s}\nspeculator: {name: spec_mtp}\n", speculate, MAX_DRAFT,
             strcmp(speculate, "assistant") ? "" : ", model: ",
             strcmp(speculate, "assistant") ? "" : g_assistant);
+  if (dca) fprintf(f, "attention: {full: dca}\n");
   fclose(f);
   struct tsr_engine_options opt = {.profile_path = path, .n_threads = 2};
   struct tsr_engine *e = NULL;
@@ -193,6 +200,7 @@ static void test_nextn_greedy_speculation_is_plain_greedy(void) {
   greedy_case(g_model, "nextn", NULL, false);
   greedy_case(g_echo, "nextn", NULL, true);
   greedy_case(g_echo, "nextn", "q8_0", true);
+  greedy_case(g_echo, "nextn", "dca", true);
 }
 
 /* The golden's prefix evaluated by the target, then the drafter's steps through its cache. */
@@ -248,6 +256,7 @@ done:
 static void test_assistant_greedy_speculation_is_plain_greedy(void) {
   greedy_case(g_target, "assistant", NULL, false);
   greedy_case(g_target, "assistant", "q8_0", false);
+  greedy_case(g_target, "assistant", "dca", false);
 }
 
 /* K/V in a rotated codec: the drafter's layers would read it without the query's

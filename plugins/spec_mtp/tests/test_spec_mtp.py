@@ -127,6 +127,32 @@ def test_sampled_drafts_come_with_their_distribution():
         assert run(*args)[1] == out  # drawn from the sequence's own seed: reproducible
 
 
+QWEN35_MTP = os.path.join(SOURCE, "models", "ref-qwen35-9m-mtp.gguf")
+
+
+@case
+def test_nextn_with_the_trained_head_keeps_drafts_and_changes_nothing():
+    """models/ref-qwen35-9m-mtp.gguf's head, trained with its trunk: its drafts through the
+    head's own cache are kept often (a broken cache or chain would keep almost none: the
+    fixtures' random heads keep 0 of 300), and the text is the plain greedy one."""
+    prompt = ("The sqlite3 module provides an interface to the SQLite database. To use the "
+              "module, you must first create a Connection object that represents the database.")
+    code, want, err = run("run", "-m", QWEN35_MTP, "-p", prompt, "-n", "96", "--temp", "0")
+    assert code == 0, err
+    for p_min, least in (("0", 0.2), ("0.5", 0.5)):
+        path = os.path.join(TMP, f"mtp_{p_min}.yaml")
+        with open(path, "w") as f:
+            f.write(f"model: {QWEN35_MTP}\nplugins:\n  - arch_qwen\n  - name: spec_mtp\n"
+                    f"    settings: {{engine: nextn, p_min: {p_min}}}\n"
+                    f"speculator: {{name: spec_mtp}}\n")
+        code, out, err = run("run", "--profile", path, "-p", prompt, "-n", "96", "--temp", "0",
+                             "--verbose")
+        assert code == 0, err
+        assert out == want, (p_min, out[:200], want[:200])
+        drafted, kept = counters(err)
+        assert drafted >= 20 and kept >= least * drafted, (p_min, drafted, kept)
+
+
 @case
 def test_bench_times_speculation_and_counts_its_steps():
     text = os.path.join(TMP, "bench_prompt.txt")

@@ -1086,6 +1086,20 @@ void tsr_engine_spec_stats(const struct tsr_engine *e, struct tsr_engine_spec_st
   *out = e->spec_stats;
 }
 
+/* A head's or drafter's pass built: its logits and hidden state must be one row, f32, of the
+** target's vocabulary and width; they are marked as outputs and the graph planned. */
+static tsr_status one_row_out(struct tsr_engine *e, struct tsr_arch_forward *fw, const char *who) {
+  const struct tsr_tensor *l = fw->logits, *h = fw->hidden_final;
+  if (!l || l->dtype != TSR_F32 || l->ne[0] != e->n_vocab || l->ne[1] != 1 || !h ||
+      h->dtype != TSR_F32 || h->ne[0] != e->n_embd || h->ne[1] != 1)
+    return tsr_error_set(TSR_ERR_INTERNAL, "%s gave logits or a hidden state that are not f32 "
+                         "[%d, 1] / [%d, 1] (the target's vocabulary and width)", who,
+                         e->n_vocab, e->n_embd);
+  tsr_graph_mark_output(fw->logits);
+  tsr_graph_mark_output(fw->hidden_final);
+  return plan_and_bind(e, fw->g);
+}
+
 /* One ubatch of NextN entries (tsr_engine_nextn): cells[i] is entry i's cell in the full
 ** pool, prepared or held. */
 static tsr_status nextn_ubatch(struct tsr_engine *e, int32_t seq, const int32_t *tokens,
@@ -1107,18 +1121,7 @@ static tsr_status nextn_ubatch(struct tsr_engine *e, int32_t seq, const int32_t 
   tsr_setup_attention_kinds(s, fw.attention_kind);
   tsr_status st = s->arch->build_nextn(s->arch->ctx, tsr_plugin_host_services(), &fw);
   if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g);
-  if (st == TSR_OK &&
-      (!fw.logits || fw.logits->dtype != TSR_F32 || fw.logits->ne[0] != e->n_vocab ||
-       fw.logits->ne[1] != 1 || !fw.hidden_final || fw.hidden_final->dtype != TSR_F32 ||
-       fw.hidden_final->ne[0] != e->n_embd || fw.hidden_final->ne[1] != 1))
-    st = tsr_error_set(TSR_ERR_INTERNAL, "arch plugin %s: its NextN head returned logits or a "
-                       "hidden state that is not f32 [%d, 1] / [%d, 1] for the last entry",
-                       tsr_plugin_name(s->arch_owner), e->n_vocab, e->n_embd);
-  if (st == TSR_OK) {
-    tsr_graph_mark_output(fw.logits);
-    tsr_graph_mark_output(fw.hidden_final);
-    st = plan_and_bind(e, g);
-  }
+  if (st == TSR_OK) st = one_row_out(e, &fw, "the NextN head");
   if (st == TSR_OK) {
     memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
     memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);
@@ -1287,18 +1290,7 @@ tsr_status tsr_engine_drafter_step(struct tsr_engine *e, const struct tsr_setup 
   tsr_status st = drafter_sources(e, d, seq, &fw);
   if (st == TSR_OK) st = d->arch->build(d->arch->ctx, tsr_plugin_host_services(), &fw);
   if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g);
-  if (st == TSR_OK &&
-      (!fw.logits || fw.logits->dtype != TSR_F32 || fw.logits->ne[0] != e->n_vocab ||
-       fw.logits->ne[1] != 1 || !fw.hidden_final || fw.hidden_final->dtype != TSR_F32 ||
-       fw.hidden_final->ne[0] != e->n_embd || fw.hidden_final->ne[1] != 1))
-    st = tsr_error_set(TSR_ERR_INTERNAL, "drafter %s: a step gave logits or a hidden state that "
-                       "are not f32 [%d, 1] / [%d, 1] (the target's vocabulary and width)",
-                       d->model_path, e->n_vocab, e->n_embd);
-  if (st == TSR_OK) {
-    tsr_graph_mark_output(fw.logits);
-    tsr_graph_mark_output(fw.hidden_final);
-    st = plan_and_bind(e, g);
-  }
+  if (st == TSR_OK) st = one_row_out(e, &fw, "the drafter");
   if (st == TSR_OK && e->device && e->drafter_kept != d->model) {
     st = keep_model(e, d->model);
     if (st == TSR_OK) e->drafter_kept = d->model;

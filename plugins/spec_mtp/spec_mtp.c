@@ -233,6 +233,19 @@ static tsr_status reserve(struct spec_state *st, const struct tsr_host *host, in
   return TSR_OK;
 }
 
+/* What the head engines read from a request: the target's hidden row of its last
+** evaluated token, and the target itself (ABI 2.4). */
+static tsr_status needs_target(const struct tsr_host *host, const struct tsr_spec_request *r,
+                               const char *engine) {
+  if (!r->hidden || r->n_embd <= 0 || r->n_tokens < 2)
+    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine %s needs the target's hidden "
+                           "row of its last evaluated token, and the target gave none", engine);
+  if (r->struct_size < offsetof(struct tsr_spec_request, target) + sizeof r->target || !r->target)
+    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine %s needs a host of ABI 2.4 "
+                           "(the target engine in the draft request)", engine);
+  return TSR_OK;
+}
+
 /* The head's entries for what the target kept: the entry at position p is token p + 1
 ** with the hidden row of p, so each kept token completes the entry before it (the first
 ** one the entry of the sequence's previous last token, whose row waited in pend). */
@@ -276,13 +289,8 @@ static tsr_status nextn_rows(void *ctx, const struct tsr_host *host, const struc
 static tsr_status nextn_draft(struct spec_state *st, const struct tsr_host *host,
                               struct tsr_spec_request *r, int32_t want, int32_t *n_out) {
   *n_out = 0;
-  if (!r->hidden || r->n_embd <= 0 || r->n_tokens < 2)
-    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine nextn needs the target's "
-                           "hidden row of its last evaluated token, and the target gave none");
-  if (r->struct_size < offsetof(struct tsr_spec_request, target) + sizeof r->target || !r->target)
-    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine nextn needs a host of ABI "
-                           "2.4 (the target engine in the draft request)");
-  tsr_status s = reserve(st, host, want, r->n_embd, r->n_vocab);
+  tsr_status s = needs_target(host, r, "nextn");
+  if (s == TSR_OK) s = reserve(st, host, want, r->n_embd, r->n_vocab);
   if (s != TSR_OK) return s;
   struct chooser c = chooser_for(r);
   const int32_t last = r->n_tokens - 2; /* the last evaluated position */
@@ -310,13 +318,8 @@ static tsr_status nextn_draft(struct spec_state *st, const struct tsr_host *host
 static tsr_status assistant_draft(struct spec_state *st, const struct tsr_host *host,
                                   struct tsr_spec_request *r, int32_t want, int32_t *n_out) {
   *n_out = 0;
-  if (!r->hidden || r->n_embd <= 0 || r->n_tokens < 2)
-    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine assistant needs the target's "
-                           "hidden row of its last evaluated token, and the target gave none");
-  if (r->struct_size < offsetof(struct tsr_spec_request, target) + sizeof r->target || !r->target)
-    return host->set_error(TSR_ERR_UNSUPPORTED, "spec_mtp: engine assistant needs a host of "
-                           "ABI 2.4 (the target engine in the draft request)");
-  tsr_status s = reserve(st, host, 2, r->n_embd, r->n_vocab);
+  tsr_status s = needs_target(host, r, "assistant");
+  if (s == TSR_OK) s = reserve(st, host, 2, r->n_embd, r->n_vocab);
   struct chooser c = chooser_for(r);
   const int32_t pos = r->n_tokens - 1;
   int32_t token = r->tokens[pos];

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 import data
+from export import write_golden
 
 MTP_WEIGHT = 0.5
 SHAPE = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=8, num_attention_heads=4,
@@ -146,19 +147,6 @@ def cmd_train(a):
     print(json.dumps(status), flush=True)
 
 
-def write_gguf(path, tensors):
-    import gguf
-
-    w = gguf.GGUFWriter(str(path), arch="golden")
-    w.add_custom_alignment(32)
-    for name, arr in tensors.items():
-        w.add_tensor(name, np.ascontiguousarray(arr))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 def cmd_golden(a):
     """The trained model's reference on a held-out window, in the fixtures' golden format:
     GOLDEN (seq.0.ids, seq.0.logits) and MTP_GOLDEN (mtp.ids, mtp.positions, mtp.hidden_in,
@@ -180,9 +168,10 @@ def cmd_golden(a):
         logits = model.lm_head(hidden)[0]
         head = model.mtp(model, x, hidden)[0]
     n = len(ids) - 1
-    write_gguf(Path(a.out) / "golden.gguf",
+    Path(a.out).mkdir(parents=True, exist_ok=True)
+    write_golden(Path(a.out) / "golden.gguf", {},
                {"seq.0.ids": ids.astype(np.int32), "seq.0.logits": logits.numpy().astype(np.float32)})
-    write_gguf(Path(a.out) / "mtp_golden.gguf",
+    write_golden(Path(a.out) / "mtp_golden.gguf", {},
                {"mtp.ids": ids[1:].astype(np.int32), "mtp.positions": np.arange(n, dtype=np.int32),
                 "mtp.hidden_in": hidden[0, :n].numpy().astype(np.float32),
                 "mtp.logits": head.numpy().astype(np.float32)})

@@ -295,8 +295,7 @@ static tsr_status keep_buffer(void *ctx, void *p, size_t bytes) {
   return tsr_backend_keep(ctx, p, bytes);
 }
 
-/* The model's tensor data (one span of the mapping) and every KV cache buffer. */
-/* The device keeps one copy of the range model's tensors span. */
+/* A model's tensor data, one span of its mapping, kept on the device. */
 static tsr_status keep_model(struct tsr_engine *e, const struct tsr_gguf *model) {
   const char *lo = NULL, *hi = NULL;
   for (int64_t i = 0; i < tsr_gguf_n_tensors(model); i++) {
@@ -309,6 +308,7 @@ static tsr_status keep_model(struct tsr_engine *e, const struct tsr_gguf *model)
   return lo ? tsr_backend_keep(e->backend, lo, (size_t)(hi - lo)) : TSR_OK;
 }
 
+/* The model's tensor data and every KV cache buffer. */
 static tsr_status keep_on_device(struct tsr_engine *e) {
   tsr_status st = keep_model(e, e->setup->model);
   if (st == TSR_OK) st = tsr_kv_cache_each_buffer(e->kv, keep_buffer, e->backend);
@@ -1229,9 +1229,10 @@ static int32_t last_owning_layer(const struct tsr_engine *e, enum tsr_layer_kind
 
 /* The target K/V a drafter's layers of each kind read: the whole pool of the last layer
 ** of that kind owning its K/V, in its codec (lifted where attention reads it so), with
-** the cells' positions for seq. A codec whose rows attention reads only through a query
-** and output transform is refused: the drafter's layers are not the cache's. */
-static tsr_status drafter_sources(struct tsr_engine *e, const struct tsr_setup *d, int32_t seq,
+** the cells' positions (filled at compute). A codec whose rows attention reads only
+** through a query and output transform is refused: the drafter's layers are not the
+** cache's. */
+static tsr_status drafter_sources(struct tsr_engine *e, const struct tsr_setup *d,
                                   struct tsr_arch_forward *fw) {
   for (int32_t il = 0; il < d->n_layers; il++) {
     const enum tsr_layer_kind kind = d->layers[il].kind;
@@ -1287,7 +1288,7 @@ tsr_status tsr_engine_drafter_step(struct tsr_engine *e, const struct tsr_setup 
       .attention = e->attention, .layers = d->layers, .n_layers = d->n_layers, .seq = seq,
       .target = e->setup->model, .nextn_hidden = tsr_new_tensor_2d(g, TSR_F32, e->n_embd, 1)};
   tsr_setup_attention_kinds(e->setup, fw.attention_kind);
-  tsr_status st = drafter_sources(e, d, seq, &fw);
+  tsr_status st = drafter_sources(e, d, &fw);
   if (st == TSR_OK) st = d->arch->build(d->arch->ctx, tsr_plugin_host_services(), &fw);
   if (tsr_graph_status(g) != TSR_OK) st = tsr_graph_status(g);
   if (st == TSR_OK) st = one_row_out(e, &fw, "the drafter");

@@ -528,8 +528,8 @@ static tsr_status keep_hidden(struct tsr_engine *e, const struct tsr_tensor *h, 
 /* Sequence seq's last kept token has hidden row `row` of the last compute. */
 static void set_seq_hidden(struct tsr_engine *e, int32_t seq, int32_t row) {
   if (!e->seq_hidden || row < 0 || row >= e->hidden_rows) return;
-  memcpy(e->seq_hidden + (size_t)seq * (size_t)e->n_embd, e->hidden + (size_t)row * (size_t)e->n_embd,
-         (size_t)e->n_embd * sizeof(float));
+  const size_t w = (size_t)e->n_embd;
+  memcpy(e->seq_hidden + (size_t)seq * w, e->hidden + (size_t)row * w, w * sizeof(float));
   e->seq_hidden_ok[seq] = true;
 }
 

@@ -285,8 +285,9 @@ static void run_spec_step(struct srv *s, struct srv_step *st) {
     const struct srv_request *r = req[k] = sl->req;
     int32_t d = s->max_draft;
     const int32_t room = s->n_ctx_slot - (r->p.n_prompt + r->n_gen) - 1;
+    const int32_t left = r->p.max_tokens - r->n_gen - 1; /* tokens after the next one */
     if (d > room) d = room;
-    if (r->p.max_tokens > 0 && d > r->p.max_tokens - r->n_gen - 1) d = r->p.max_tokens - r->n_gen - 1;
+    if (r->p.max_tokens > 0 && d > left) d = left;
     next[k] = sl->next_token, smp[k] = sl->smp, drafts[k] = d > 0 ? d : 0;
   }
   const double t0 = srv_now();

@@ -249,8 +249,8 @@ TSR_API tsr_status tsr_speculate(tsr_engine *e, int32_t seq, int32_t next, tsr_s
 ** its sampler samplers[i] and at most max_draft[i] proposals. Every sequence's token and
 ** proposals go through one verify batch, which fits a ubatch (where the sum of
 ** max_draft[i] + 1 would not, every sequence gets ubatch / n - 1 at most; more sequences than
-** a ubatch holds are refused). out holds n rows of TSR_MAX_DRAFT + 1 entries (row i as tsr_speculate's
-** out for seqs[i]), n_out n counts. A model with recurrent layers verifies each sequence
+** a ubatch holds are refused). out holds n rows of TSR_MAX_DRAFT + 1 entries (row i as
+** tsr_speculate's out for seqs[i]), n_out n counts. A model with recurrent layers verifies each sequence
 ** in a batch of its own (its state rolls back from one batch's checkpoints). */
 TSR_API tsr_status tsr_speculate_multi(tsr_engine *e, int32_t n, const int32_t *seqs,
                                        const int32_t *next, tsr_sampler *const *samplers,

@@ -249,7 +249,8 @@ static tsr_status needs_target(const struct tsr_host *host, const struct tsr_spe
 /* The head's entries for what the target kept: the entry at position p is token p + 1
 ** with the hidden row of p, so each kept token completes the entry before it (the first
 ** one the entry of the sequence's previous last token, whose row waited in pend). */
-static tsr_status nextn_rows(void *ctx, const struct tsr_host *host, const struct tsr_spec_rows *r) {
+static tsr_status nextn_rows(void *ctx, const struct tsr_host *host,
+                             const struct tsr_spec_rows *r) {
   struct spec_state *st = ctx;
   tsr_status s = reserve(st, host, r->n, r->n_embd, 0);
   const size_t row = (size_t)r->n_embd * sizeof(float);

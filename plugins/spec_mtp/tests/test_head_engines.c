@@ -76,7 +76,8 @@ static struct tsr_engine *engine(const char *model, const char *speculate, const
 
 static void make_prompt(int32_t n_vocab, uint32_t seed, int32_t *ids) {
   uint32_t x = seed;
-  for (int i = 0; i < PROMPT; i++) ids[i] = (int32_t)((x = x * 1103515245u + 12345u) >> 8) % n_vocab;
+  for (int i = 0; i < PROMPT; i++)
+    ids[i] = (int32_t)((x = x * 1103515245u + 12345u) >> 8) % n_vocab;
 }
 
 /* The head over the whole sequence without a cache against the engine's cached head:

@@ -1165,19 +1165,26 @@ tsr_status tsr_engine_nextn(struct tsr_engine *e, int32_t seq, const int32_t *to
                            "holds %d): positions increase, and those past the held ones follow "
                            "them without a gap", i, pos[i], seq, held);
   }
-  /* the cells of held positions, by one pass over the pool */
-  const int32_t n_cells = tsr_kv_cache_n_cells(e->kv, TSR_KV_POOL_FULL);
+  /* the cells of held positions: the used cells scanned from the top down (a sequence's
+  ** latest positions, which these usually are, mostly sit in the latest cells) until every
+  ** one is found, each looked up among the entries' increasing positions */
   int32_t *cells = malloc((size_t)n * sizeof *cells);
   if (!cells) return tsr_error_set(TSR_ERR_NOMEM, "out of memory");
-  int32_t n_held = 0;
+  int32_t n_held = 0, found = 0;
   while (n_held < n && pos[n_held] < held) cells[n_held++] = -1;
-  for (int32_t c = 0; c < n_cells && n_held; c++) {
+  for (int32_t c = tsr_kv_cache_span(e->kv, TSR_KV_POOL_FULL) - 1; c >= 0 && found < n_held;
+       c--) {
     const int32_t p = tsr_kv_cache_cell_pos(e->kv, TSR_KV_POOL_FULL, c);
     if (p < pos[0] || p > pos[n_held - 1] ||
         !(tsr_kv_cache_cell_seqs(e->kv, TSR_KV_POOL_FULL, c) >> seq & 1))
       continue;
-    for (int32_t i = 0; i < n_held; i++)
-      if (pos[i] == p) cells[i] = c;
+    int32_t lo = 0, hi = n_held - 1;
+    while (lo < hi) {
+      const int32_t mid = (lo + hi) / 2;
+      if (pos[mid] < p) lo = mid + 1;
+      else hi = mid;
+    }
+    if (pos[lo] == p && cells[lo] < 0) cells[lo] = c, found++;
   }
   tsr_status st = TSR_OK;
   for (int32_t i = 0; i < n_held && st == TSR_OK; i++)

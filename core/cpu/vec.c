@@ -190,13 +190,18 @@ MAP8(gelu_avx2, gelu8)
 int tsr_cpu_has_avx2(void) { return 0; }
 #endif
 
+/* The f32 dot in index order: the scalar path of the f32 dots. */
+static float dot_f32_ref(const float *x, const float *y, int64_t n) {
+  float s = 0.0f;
+  for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
+  return s;
+}
+
 float tsr_vec_dot_f32(const float *x, const float *y, int64_t n) {
 #if TSR_HAVE_AVX2_PATH
   if (tsr_cpu_has_avx2()) return dot_f32_avx2(x, y, n);
 #endif
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
-  return s;
+  return dot_f32_ref(x, y, n);
 }
 
 void tsr_vec_dot2x2_f32(const float *w0, const float *w1, const float *x0, const float *x1,
@@ -273,9 +278,7 @@ float tsr_vec_dot_f32_as_f16(const float *x, const float *y, int64_t n) {
 #if TSR_HAVE_AVX2_PATH
   if (tsr_cpu_has_avx2()) return dot_f32_as_f16_avx2(x, y, n);
 #endif
-  float s = 0.0f;
-  for (int64_t i = 0; i < n; i++) s += x[i] * y[i];
-  return s;
+  return dot_f32_ref(x, y, n); /* the f16 dot's scalar order too: x holds f16 values */
 }
 
 void tsr_vec_axpy_f32(float *y, float a, const float *x, int64_t n) {

@@ -10,6 +10,16 @@
 #include "graph/backend.h"
 #include "graph/graph.h"
 
+/* Marks a built pass's logits (and hidden_final, when set) as outputs and allocates g in a
+** fresh arena (*arena, freed by the caller). */
+static inline tsr_status tsr_test_alloc_outputs(struct tsr_graph *g,
+                                                const struct tsr_arch_forward *fw, void **arena) {
+  struct tsr_graph_plan plan;
+  tsr_graph_mark_output(fw->logits);
+  if (fw->hidden_final) tsr_graph_mark_output(fw->hidden_final);
+  return tsr_graph_alloc(g, &plan, arena);
+}
+
 /* Builds (nextn: the head over entries whose hidden rows are hidden_in, n_embd wide;
 ** else the trunk) over n tokens attending to each other only, runs it on 2 CPU threads,
 ** and copies every row's logits and, where not NULL, final hidden row out. */
@@ -31,12 +41,7 @@ static inline tsr_status tsr_test_arch_pass(const struct tsr_setup *s, bool next
   if (st == TSR_OK) st = tsr_graph_status(g);
   void *arena = NULL;
   struct tsr_backend *be = NULL;
-  struct tsr_graph_plan plan;
-  if (st == TSR_OK) {
-    tsr_graph_mark_output(fw.logits);
-    if (fw.hidden_final) tsr_graph_mark_output(fw.hidden_final);
-    st = tsr_graph_alloc(g, &plan, &arena);
-  }
+  if (st == TSR_OK) st = tsr_test_alloc_outputs(g, &fw, &arena);
   if (st == TSR_OK) {
     memcpy(fw.tokens->data, tokens, (size_t)n * sizeof *tokens);
     memcpy(fw.positions->data, pos, (size_t)n * sizeof *pos);

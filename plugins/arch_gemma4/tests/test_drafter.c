@@ -17,6 +17,7 @@
 #include "model/gguf.h"
 #include "graph/graph.h"
 #include "abi/setup.h"
+#include "tests/arch_pass_util.h"
 #include "tests/harness.h"
 #include "tests/logits_test_util.h"
 
@@ -58,12 +59,9 @@ static tsr_status step(struct tsr_setup *s, int32_t token, int32_t pos, const fl
   if (st == TSR_OK) st = tsr_graph_status(g);
   void *arena = NULL;
   struct tsr_backend *be = NULL;
-  struct tsr_graph_plan plan;
-  if (st == TSR_OK) {
-    tsr_graph_mark_output(fw.logits);
-    tsr_graph_mark_output(fw.hidden_final);
-    st = tsr_graph_alloc(g, &plan, &arena);
-  }
+  if (st == TSR_OK && !fw.hidden_final)
+    st = tsr_error_set(TSR_ERR_INTERNAL, "the drafter set no hidden_final");
+  if (st == TSR_OK) st = tsr_test_alloc_outputs(g, &fw, &arena);
   if (st == TSR_OK) {
     *(int32_t *)fw.tokens->data = token;
     *(int32_t *)fw.positions->data = pos;

@@ -53,6 +53,9 @@ def spec_counters(s):
 
 with su.Server(TESSERA, MODEL, ["--parallel", "2"], label="plain") as plain:
     want = [complete(plain, p) for p in PROMPTS]
+    # a stop string inside the reply: speculative steps yield several tokens at once
+    STOP = want[1][0][12:16]
+    want_stop = complete(plain, PROMPTS[1], stop=[STOP])
 
 with su.Server(TESSERA, None, ["--profile", profile, "--parallel", "2"], label="spec") as s:
 
@@ -72,6 +75,11 @@ with su.Server(TESSERA, None, ["--profile", profile, "--parallel", "2"], label="
             text, count, finish = complete(s, PROMPTS[1], max_tokens=n)
             assert count == n and finish == "length", (n, count, finish, text)
             assert want[1][0].startswith(text), (n, text, want[1][0])
+
+    @case
+    def test_a_stop_string_cuts_a_speculative_step_as_it_cuts_plain_decoding():
+        assert want_stop[2] == "stop" and STOP not in want_stop[0], want_stop
+        assert complete(s, PROMPTS[1], stop=[STOP]) == want_stop
 
     @case
     def test_requests_at_once_each_complete():

@@ -173,6 +173,14 @@ def test_bench_times_speculation_and_counts_its_steps():
     assert sp["tokens_per_step"] == (sp["accepted"] + sp["steps"]) / sp["steps"], sp
     assert sum(p["kept"] for p in sp["kept_by_position"]) == sp["accepted"], sp
     assert sp["speedup_over_plain_tg"] > 0 and sp["verify_seconds"] > 0, sp
+    # hostile text: NUL bytes, invalid UTF-8, special-token names, a lone surrogate's bytes
+    odd = os.path.join(TMP, "odd_prompt.txt")
+    with open(odd, "wb") as f:
+        f.write((b"a\x00b \xff\xfe\xc3( <|im_start|><|endoftext|> \xed\xa0\x80 " * 40))
+    code, table, err = run("bench", "--profile", profile("bench", "engine: lookup"), "-p", "0",
+                           "-n", "8", "-d", "32", "-r", "1", "--warmup", "0", "--speculate",
+                           "--prompt-file", odd)
+    assert code == 0 and "tg8 spec @ d32" in table, err
     # the text must be there and cover the depths
     for prompt_file, depth, needle in ((text, "5000", "the depths need 5000"),
                                        (os.path.join(TMP, "none.txt"), "8", "none.txt")):

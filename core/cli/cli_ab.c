@@ -165,7 +165,7 @@ static tsr_status run_text(struct ab_args *a, struct tsr_logit_cmp *cmp, int64_t
                          "logits): their outputs cannot be compared", V,
                          tsr_engine_n_vocab(B->e));
   struct tsr_qtext text;
-  tsr_status st = tsr_qtext_load(a->text, A->tok, &text);
+  tsr_status st = tsr_qtext_load(a->text, A->tok, false, &text);
   if (st != TSR_OK) return st;
   *windows = (int64_t)text.n_ids / a->ctx;
   if (a->chunks && a->chunks < *windows) *windows = a->chunks;

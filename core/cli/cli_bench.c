@@ -698,13 +698,8 @@ static tsr_status load_prompt(const struct tsr_setup *s, const struct bench_args
                          "(speculator: {name: ...})");
   struct tsr_tokenizer *tok = NULL;
   tsr_status st = tsr_tokenizer_load(s->model, &tok);
-  if (st == TSR_OK) st = tsr_qtext_load(a->prompt_file, tok, &g_text);
-  if (st == TSR_OK) { /* a prompt: its special-token names are tokens, as tessera run's are */
-    free(g_text.ids);
-    g_text.ids = NULL;
-    st = tsr_tokenizer_encode(tok, g_text.bytes, g_text.len, true, true, &g_text.ids,
-                              &g_text.n_ids);
-  }
+  /* a prompt: its special-token names are tokens, as tessera run's are */
+  if (st == TSR_OK) st = tsr_qtext_load(a->prompt_file, tok, true, &g_text);
   tsr_tokenizer_free(tok);
   const int64_t need = list_max(&a->depth) > 1 ? list_max(&a->depth) : 1;
   if (st == TSR_OK && (int64_t)g_text.n_ids < need)

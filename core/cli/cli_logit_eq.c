@@ -154,7 +154,7 @@ static int compare(const struct leq_args *a, struct side *ref, struct side *cand
     return TSR_EXIT_USAGE;
   }
   struct tsr_qtext text;
-  tsr_status st = tsr_qtext_load(a->file, ref->tok, &text);
+  tsr_status st = tsr_qtext_load(a->file, ref->tok, false, &text);
   if (st != TSR_OK) {
     fprintf(stderr, "tessera logit-eq: %s\n", tsr_error_message());
     return TSR_EXIT_USAGE; /* an unreadable or untokenizable input */

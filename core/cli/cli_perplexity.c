@@ -376,7 +376,7 @@ static int run(const struct ppl_args *a, struct ppl_run *r) {
     fprintf(stderr, "tessera perplexity: %s\n", tsr_error_message());
     return exit_for(st);
   }
-  if ((st = tsr_qtext_load(a->file, r->tok, &r->text)) != TSR_OK) {
+  if ((st = tsr_qtext_load(a->file, r->tok, false, &r->text)) != TSR_OK) {
     fprintf(stderr, "tessera perplexity: %s\n", tsr_error_message());
     return TSR_EXIT_USAGE; /* an unreadable or untokenizable input */
   }

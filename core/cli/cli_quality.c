@@ -36,7 +36,8 @@ static char *slurp(const char *path, size_t *len) {
   return buf;
 }
 
-tsr_status tsr_qtext_load(const char *path, const struct tsr_tokenizer *tok, struct tsr_qtext *t) {
+tsr_status tsr_qtext_load(const char *path, const struct tsr_tokenizer *tok, bool prompt,
+                          struct tsr_qtext *t) {
   memset(t, 0, sizeof *t);
   tsr_error_clear();
   if (!(t->bytes = slurp(path, &t->len))) {
@@ -44,8 +45,8 @@ tsr_status tsr_qtext_load(const char *path, const struct tsr_tokenizer *tok, str
     return tsr_error_set(TSR_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
   }
   t->hash = tsr_fnv1a64(TSR_FNV1A64_INIT, t->bytes, t->len);
-  /* the file is text, not a prompt: special-token names in it stay text */
-  tsr_status st = tsr_tokenizer_encode(tok, t->bytes, t->len, false, false, &t->ids, &t->n_ids);
+  /* text: special-token names in it stay text; a prompt: they are tokens, its BOS added */
+  tsr_status st = tsr_tokenizer_encode(tok, t->bytes, t->len, prompt, prompt, &t->ids, &t->n_ids);
   if (st != TSR_OK) tsr_error_prefix("%s", path);
   return st;
 }

@@ -3,6 +3,7 @@
 #ifndef TSR_CLI_QUALITY_H
 #define TSR_CLI_QUALITY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -16,12 +17,15 @@ struct tsr_qtext {
   char *bytes;        /* the file, NUL-terminated */
   size_t len;
   uint64_t hash;      /* FNV-1a of the bytes */
-  int32_t *ids;       /* its tokens (no BOS/EOS added) */
+  int32_t *ids;       /* its tokens */
   size_t n_ids;
 };
 
-/* Reads and tokenizes path; messages name the file. */
-tsr_status tsr_qtext_load(const char *path, const struct tsr_tokenizer *tok, struct tsr_qtext *t);
+/* Reads and tokenizes path; messages name the file. As text (prompt false): special-token
+** names stay text, no BOS/EOS added; as a prompt: they are tokens, the model's BOS/EOS added
+** as its tokenizer asks. */
+tsr_status tsr_qtext_load(const char *path, const struct tsr_tokenizer *tok, bool prompt,
+                          struct tsr_qtext *t);
 void tsr_qtext_free(struct tsr_qtext *t);
 
 /* A fingerprint of the vocabulary: every token's stored text and type. */

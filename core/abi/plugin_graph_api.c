@@ -81,11 +81,28 @@ struct tsr_tensor *tsr_api_top_k(struct tsr_graph *g, struct tsr_tensor *a, int3
 
 /* ---- KV codec hooks around attention (struct tsr_kv_codec_v1) ---- */
 
-/* The codecs of a layer that reads K/V through fw's cache, else NULL. */
+/* The cache a layer's K/V live in and the layer they belong to there: fw's own, or for a
+** drafter's layer (kv_shared_from -1) the target's, at the target layer it reads; a NULL
+** cache where there is none. */
+struct kv_home {
+  const struct tsr_kv_cache *kv;
+  int32_t layer;
+};
+
+static struct kv_home kv_home(const struct tsr_arch_forward *fw, int32_t layer) {
+  if (layer < 0 || layer >= fw->n_layers) return (struct kv_home){NULL, -1};
+  if (fw->layers[layer].kv_shared_from < 0)
+    return (struct kv_home){fw->target_kv,
+                            fw->target_layer[fw->layers[layer].kind == TSR_LAYER_SLIDING]};
+  return (struct kv_home){fw->kv, layer};
+}
+
+/* The codecs of a layer's K/V (kv_home), else NULL. */
 static void layer_codecs(const struct tsr_arch_forward *fw, int32_t layer,
                          const struct tsr_kv_codec_v1 **k, const struct tsr_kv_codec_v1 **v) {
   *k = *v = NULL;
-  if (fw->kv && layer >= 0 && layer < fw->n_layers) tsr_kv_cache_layer_codecs(fw->kv, layer, k, v);
+  const struct kv_home home = kv_home(fw, layer);
+  if (home.kv) tsr_kv_cache_layer_codecs(home.kv, home.layer, k, v);
 }
 
 /* A hook's input: contiguous, as the hooks are promised. */
@@ -129,12 +146,13 @@ struct codec_at {
 
 static void codec_at(const struct tsr_arch_forward *fw, int32_t layer, bool is_k,
                      const struct tsr_kv_codec_v1 *codec, struct codec_at *at) {
+  const struct kv_home home = kv_home(fw, layer);
   at->codec = codec;
   at->site = (struct tsr_kv_codec_site){
-      .struct_size = sizeof at->site, .layer = layer, .is_k = is_k,
+      .struct_size = sizeof at->site, .layer = home.layer, .is_k = is_k,
       .head_dim = is_k ? fw->layers[layer].head_dim_k : fw->layers[layer].head_dim_v};
-  if (codec && codec->n_state > 0 && fw->kv) /* layer_codecs gives codecs with a cache only */
-    tsr_kv_cache_codec_state(fw->g, fw->kv, layer, is_k, at->site.state);
+  if (codec && codec->n_state > 0 && home.kv) /* layer_codecs gives codecs with a cache only */
+    tsr_kv_cache_codec_state(fw->g, home.kv, home.layer, is_k, at->site.state);
 }
 
 /* x through one of the codec's storage-dim hooks (prepare_rows, prepare_q), or x
@@ -490,3 +508,4 @@ struct tsr_tensor *tsr_api_custom_op_typed(struct tsr_graph *g, int32_t op_id, i
   if (t) t->dtype = (enum tsr_dtype)dtype;
   return t;
 }
+

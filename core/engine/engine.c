@@ -1236,9 +1236,9 @@ static int32_t last_owning_layer(const struct tsr_engine *e, enum tsr_layer_kind
 
 /* The target K/V a drafter's layers of each kind read: the whole pool of the last layer
 ** of that kind owning its K/V, in its codec (lifted where attention reads it so), with
-** the cells' positions (filled at compute). A codec whose rows attention reads only
-** through a query and output transform is refused: the drafter's layers are not the
-** cache's. */
+** the cells' positions (filled at compute). That layer is named too (target_kv,
+** target_layer): a codec read through query and output transforms transforms the
+** drafter's as that layer's. */
 static tsr_status drafter_sources(struct tsr_engine *e, const struct tsr_setup *d,
                                   struct tsr_arch_forward *fw) {
   for (int32_t il = 0; il < d->n_layers; il++) {
@@ -1254,14 +1254,8 @@ static tsr_status drafter_sources(struct tsr_engine *e, const struct tsr_setup *
                            pool ? "sliding" : kind == TSR_LAYER_FULL ? "full" : "(linear)",
                            e->setup->model_path);
     if (fw->target_k[pool]) continue;
-    const struct tsr_kv_codec_v1 *kc, *vc;
-    tsr_kv_cache_layer_codecs(e->kv, src, &kc, &vc);
-    if ((kc && kc->prepare_q) || (vc && vc->finish_out))
-      return tsr_error_set(TSR_ERR_UNSUPPORTED, "drafter %s reads the K/V of the target's layer "
-                           "%d, stored in %s / %s, which attention reads only through the "
-                           "codec's query and output transforms: give that layer a codec read "
-                           "as stored (f16, q8_0, ...)", d->model_path, src,
-                           kc ? kc->name : "?", vc ? vc->name : "?");
+    fw->target_kv = e->kv;
+    fw->target_layer[pool] = src;
     const int32_t span = tsr_kv_cache_span(e->kv, (enum tsr_kv_pool)pool);
     struct tsr_tensor *k, *v;
     tsr_kv_cache_layer_views(fw->g, e->kv, src, &k, &v);

@@ -130,7 +130,8 @@ tsr_status tsr_engine_nextn(struct tsr_engine *e, int32_t seq, const int32_t *to
 ** or the previous step's output), attending to what sequence seq holds in the last layer of
 ** each kind owning K/V, as the target's attention of that kind does. The logits (the
 ** target's vocabulary) and the next step's hidden row go to logits and hidden_out where not
-** NULL. A target codec attention reads only through query and output transforms is refused. */
+** NULL. Where the target's codec is read through query and output transforms, the drafter's
+** query and output go through those of the layer it reads. */
 tsr_status tsr_engine_drafter_step(struct tsr_engine *e, const struct tsr_setup *d, int32_t seq,
                                    int32_t token, int32_t pos, const float *hidden,
                                    float *logits, float *hidden_out);

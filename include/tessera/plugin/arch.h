@@ -96,6 +96,13 @@ struct tsr_arch_forward {
   ** rows (a speculator reads them all: tsr_speculator_v1.rows). A row-wise final
   ** norm taken before the selection gives the selected rows the same values. */
   int32_t hidden_every_row;
+  /* ABI 2.5. Filled by the host for a drafter and read by host->arch->attn_build
+  ** alone (an arch leaves them be): the target's cache and, per pool, the target
+  ** layer target_k/v[pool] belong to, so that a codec whose rows attention reads
+  ** only through its query and output transforms (prepare_q, finish_out)
+  ** transforms the drafter's query and output as it does that layer's. */
+  struct tsr_kv_cache *target_kv;
+  int32_t target_layer[2];
 };
 
 /* One context shift (host->arch->kv_shift_k / kv_shift_store): every cell of one

@@ -15,9 +15,10 @@
 ** assistant, on the Gemma 4 E2B fixture and its assistant:
 **   - after the target evaluated the golden prefix, drafter steps through the
 **     target's cache give transformers' assisted-generation logits and tokens;
-**   - greedy speculation gives exactly the plain greedy tokens, with f16 and q8_0 K/V and
-**     through attn_dca (the drafter reading the cache as DCA laid it out);
-**   - a target K/V codec read only through query and output transforms is refused.
+**   - the same with the target's K/V in turbo8, the drafter's query and output through
+**     the codec's transforms of the layer it reads (first step, within the codec's error);
+**   - greedy speculation gives exactly the plain greedy tokens, with f16, q8_0 and turbo4
+**     K/V and through attn_dca (the drafter reading the cache as DCA laid it out).
 ** All models converted at f32.
 ** usage: test_spec_mtp_heads [--backend cuda] OUT_DIR QWEN35.gguf E2B.gguf ASSISTANT.gguf
 **        ASSISTANT_GOLDEN.gguf
@@ -204,10 +205,12 @@ static void test_nextn_greedy_speculation_is_plain_greedy(void) {
   greedy_case(g_echo, "nextn", "dca", true);
 }
 
-/* The golden's prefix evaluated by the target, then the drafter's steps through its cache. */
-static void test_drafter_steps_match_assisted_generation(void) {
-  const bool cpu = !strcmp(g_backend, "cpu");
-  struct tsr_engine *e = engine(g_target, NULL, "f32");
+/* The golden's prefix evaluated by the target with its K/V in kv, then the drafter's steps
+** through its cache against transformers' (f32 K/V). With tol, the first step's logits (and
+** with chain every step's) within tol and the reference's argmax; with proj_tol instead,
+** the first step's projected state within proj_tol. */
+static void drafter_golden_case(const char *kv, double tol, bool chain, double proj_tol) {
+  struct tsr_engine *e = engine(g_target, NULL, kv);
   const struct tsr_gguf_tensor *prefix = tsr_gguf_find_tensor(g_gold, "draft.prefix_ids");
   const struct tsr_gguf_tensor *inputs = tsr_gguf_find_tensor(g_gold, "draft.input_ids");
   const struct tsr_gguf_tensor *tokens = tsr_gguf_find_tensor(g_gold, "draft.tokens");
@@ -235,16 +238,21 @@ static void test_drafter_steps_match_assisted_generation(void) {
     snprintf(name, sizeof name, "draft.%u.logits", j);
     const struct tsr_gguf_tensor *want = tsr_gguf_find_tensor(g_gold, name);
     if (!want || want->ne[0] != V) break;
+    snprintf(name, sizeof name, "draft.%u.projected", j);
+    const struct tsr_gguf_tensor *want_h = tsr_gguf_find_tensor(g_gold, name);
+    if (!want_h || want_h->ne[0] != E) break;
     const double rel = tsr_test_row_rel(logits, want->data, V);
+    const double rel_h = tsr_test_row_rel(next, want_h->data, E);
     const int32_t arg = (int32_t)tsr_test_argmax(logits, V);
-    printf("  step %u: token %d -> %d (reference %d), logits max rel %.2e\n", j, tok, arg,
-           ((const int32_t *)tokens->data)[j], rel);
-    /* the target's own K/V (the reference's differ in the last bits), through a chain of
-    ** steps on random weights that grows any difference tenfold a step: 2e-5 at the first,
-    ** 7e-4 by the third on the cpu; on cuda (its own rounding: 9e-3 at the first step on
-    ** an H100) the first step is bounded and the rest must agree in the token */
-    CHECK_MSG(rel <= (cpu ? 2e-3 : j ? 1.0 : 3e-2), "step %u: max rel %g", j, rel);
+    printf("  K/V %s, step %u: token %d -> %d (reference %d), logits max rel %.2e, projected "
+           "%.2e\n", kv, j, tok, arg, ((const int32_t *)tokens->data)[j], rel, rel_h);
+    if (proj_tol > 0) {
+      CHECK_MSG(rel_h <= proj_tol, "K/V %s: projected state max rel %g", kv, rel_h);
+      break;
+    }
+    CHECK_MSG(rel <= tol, "K/V %s, step %u: max rel %g", kv, j, rel);
     CHECK(arg == ((const int32_t *)tokens->data)[j]);
+    if (!chain) break;
     memcpy(h, next, sizeof(float) * (size_t)E);
   }
   CHECK(tsr_engine_seq_len(e, 0) == (int32_t)pos); /* the target holds what it held */
@@ -254,32 +262,27 @@ done:
   tsr_engine_free(e);
 }
 
+static void test_drafter_steps_match_assisted_generation(void) {
+  const bool cpu = !strcmp(g_backend, "cpu");
+  /* the target's own K/V (the reference's differ in the last bits), through a chain of
+  ** steps on random weights that grows any difference tenfold a step: 2e-5 at the first,
+  ** 7e-4 by the third on the cpu; on cuda (its own rounding: 9e-3 at the first step on
+  ** an H100) the first step is bounded and the rest must agree in the token */
+  drafter_golden_case("f32", cpu ? 2e-3 : 3e-2, cpu, 0);
+  if (!cpu) drafter_golden_case("f32", 1.0, true, 0);
+  /* rotated K/V (turbo8: 8-bit centroids of the rotated coordinates): the drafter's query
+  ** goes into the target layer's rotated domain and its output comes back, as that layer's
+  ** own do. These random weights magnify a cache's error: q8_0 K/V move the projected state
+  ** by 0.14, turbo8 by 0.27, turbo8 read without the transforms by 1.46; the logits of the
+  ** ordered head jump where the picked clusters change, so the state is what is bounded */
+  drafter_golden_case("turbo8", 0, false, 0.5);
+}
+
 static void test_assistant_greedy_speculation_is_plain_greedy(void) {
   greedy_case(g_target, "assistant", NULL, false);
   greedy_case(g_target, "assistant", "q8_0", false);
   greedy_case(g_target, "assistant", "dca", false);
-}
-
-/* K/V in a rotated codec: the drafter's layers would read it without the query's
-** rotation, so a step is refused naming the codec. */
-static void test_assistant_refuses_a_rotated_target_codec(void) {
-  struct tsr_engine *e = engine(g_target, "assistant", "turbo4");
-  if (!e) return;
-  const int32_t V = tsr_engine_n_vocab(e);
-  int32_t prompt[PROMPT], out[MAX_DRAFT + 1], got = 0;
-  make_prompt(V, 7, prompt);
-  float *logits = malloc(sizeof(float) * (size_t)V);
-  struct tsr_sampler *smp = NULL;
-  const struct tsr_sampler_params greedy = {.temperature = 0, .top_p = 1};
-  CHECK_OK(tsr_sampler_new(&greedy, V, &smp));
-  CHECK_OK(tsr_engine_eval(e, 0, prompt, PROMPT, logits, NULL));
-  const tsr_status st = tsr_engine_speculate(e, 0, (int32_t)tsr_test_argmax(logits, V), smp,
-                                             MAX_DRAFT, out, &got);
-  CHECK(st == TSR_ERR_UNSUPPORTED);
-  CHECK_MSG(strstr(tsr_error_message(), "turbo4") != NULL, "%s", tsr_error_message());
-  tsr_sampler_free(smp);
-  free(logits);
-  tsr_engine_free(e);
+  greedy_case(g_target, "assistant", "turbo4", false);
 }
 
 /* Copies src to dst with tensor name's values replaced by fill(i) (f32). */
@@ -356,7 +359,6 @@ int main(int argc, char **argv) {
   TSR_RUN(test_nextn_greedy_speculation_is_plain_greedy);
   TSR_RUN(test_drafter_steps_match_assisted_generation);
   TSR_RUN(test_assistant_greedy_speculation_is_plain_greedy);
-  TSR_RUN(test_assistant_refuses_a_rotated_target_codec);
   tsr_gguf_close(g_gold);
   return TSR_TEST_EXIT();
 }

@@ -15,6 +15,7 @@ import tempfile
 TESSERA, SOURCE, BUILD = sys.argv[1:4]
 DEFAULT = os.path.join(BUILD, "core", "cli", "default-model.gguf")
 GEMMA = os.path.join(SOURCE, "models", "ref-gemma4-23m.gguf")
+ASSISTANT = os.path.join(SOURCE, "models", "ref-gemma4-23m-assistant.gguf")
 RANDOM = os.path.join(BUILD, "core", "cli", "random-model.gguf")
 TMP = tempfile.mkdtemp(prefix="spec_mtp_")
 PASSKEY = ("There is an important info hidden inside a lot of irrelevant text. Find it and "
@@ -130,27 +131,62 @@ def test_sampled_drafts_come_with_their_distribution():
 QWEN35_MTP = os.path.join(SOURCE, "models", "ref-qwen35-9m-mtp.gguf")
 
 
+SQLITE = ("The sqlite3 module provides an interface to the SQLite database. To use the "
+          "module, you must first create a Connection object that represents the database.")
+
+
+def trained_drafts_kept(model, plugins, engine, prompt, floors, kv=""):
+    """Greedy speculation with a trained head or drafter gives the plain greedy text of the
+    same profile, and keeps at least floors[p_min] of its drafts at each p_min."""
+    head = f"model: {model}\n{kv}plugins:\n" + "".join(f"  - {p}\n" for p in plugins)
+    tag = re.sub(r"\W+", "_", f"{os.path.basename(model)}_{kv}")
+    plain = os.path.join(TMP, f"plain_{tag}.yaml")
+    with open(plain, "w") as f:
+        f.write(head)
+    code, want, err = run("run", "--profile", plain, "-p", prompt, "-n", "96", "--temp", "0")
+    assert code == 0, err
+    for p_min, least in floors:
+        path = os.path.join(TMP, f"spec_{tag}_{p_min}.yaml")
+        with open(path, "w") as f:
+            f.write(f"{head}  - name: spec_mtp\n    settings: {{{engine}, p_min: {p_min}}}\n"
+                    f"speculator: {{name: spec_mtp}}\n")
+        code, out, err = run("run", "--profile", path, "-p", prompt, "-n", "96", "--temp", "0",
+                             "--verbose")
+        assert code == 0, err
+        assert out == want, (kv, p_min, out[:200], want[:200])
+        drafted, kept = counters(err)
+        print(f"     {os.path.basename(model)} {kv.strip()} p_min {p_min}: kept {kept} of "
+              f"{drafted}", flush=True)
+        assert drafted >= 20 and kept >= least * drafted, (kv, p_min, drafted, kept)
+
+
 @case
 def test_nextn_with_the_trained_head_keeps_drafts_and_changes_nothing():
     """models/ref-qwen35-9m-mtp.gguf's head, trained with its trunk: its drafts through the
     head's own cache are kept often (a broken cache or chain would keep almost none: the
     fixtures' random heads keep 0 of 300), and the text is the plain greedy one."""
-    prompt = ("The sqlite3 module provides an interface to the SQLite database. To use the "
-              "module, you must first create a Connection object that represents the database.")
-    code, want, err = run("run", "-m", QWEN35_MTP, "-p", prompt, "-n", "96", "--temp", "0")
-    assert code == 0, err
-    for p_min, least in (("0", 0.2), ("0.5", 0.5)):
-        path = os.path.join(TMP, f"mtp_{p_min}.yaml")
-        with open(path, "w") as f:
-            f.write(f"model: {QWEN35_MTP}\nplugins:\n  - arch_qwen\n  - name: spec_mtp\n"
-                    f"    settings: {{engine: nextn, p_min: {p_min}}}\n"
-                    f"speculator: {{name: spec_mtp}}\n")
-        code, out, err = run("run", "--profile", path, "-p", prompt, "-n", "96", "--temp", "0",
-                             "--verbose")
-        assert code == 0, err
-        assert out == want, (p_min, out[:200], want[:200])
-        drafted, kept = counters(err)
-        assert drafted >= 20 and kept >= least * drafted, (p_min, drafted, kept)
+    trained_drafts_kept(QWEN35_MTP, ["arch_qwen"], "engine: nextn", SQLITE,
+                        (("0", 0.2), ("0.5", 0.5)))
+
+
+@case
+def test_assistant_with_the_trained_drafter_keeps_drafts_and_changes_nothing():
+    """models/ref-gemma4-23m-assistant.gguf, trained on ref-gemma4-23m's own predictions, reads
+    the target's K/V and hidden rows: its drafts are kept often (a drafter reading the wrong
+    layer, window or hidden row keeps few), and the text is the plain greedy one; with turbo4
+    K/V too, the drafter reading the rotated rows through the codec's transforms. The prompt
+    is longer than the target's 128-token sliding window."""
+    prompt = SQLITE + (
+        " Here the data will be stored in the example.db file. Once you have a Connection, "
+        "you can create a Cursor object and call its execute() method to perform SQL commands. "
+        "The data you have saved is persistent and is available in subsequent sessions. "
+        "Usually your SQL operations will need to use values from Python variables. You "
+        "should not assemble your query using Python's string operations because doing so is "
+        "insecure; it makes your program vulnerable to an SQL injection attack.")
+    engine = f"engine: assistant, model: {ASSISTANT}"
+    trained_drafts_kept(GEMMA, ["arch_gemma4"], engine, prompt, (("0", 0.1),))
+    trained_drafts_kept(GEMMA, ["arch_gemma4", "kv_turbo"], engine, prompt, (("0", 0.1),),
+                        kv="kv: {k: turbo4, v: turbo4}\n")
 
 
 @case
@@ -196,6 +232,7 @@ def test_refusals_at_profile_check():
         ("nextn_with_model", f"engine: nextn, model: {DEFAULT}", "uses no model"),
         ("assistant_no_model", "engine: assistant", "engine assistant needs a model"),
         ("assistant_not_a_drafter", f"engine: assistant, model: {DEFAULT}", "is not a drafter"),
+        ("assistant_vocab", f"engine: assistant, model: {ASSISTANT}", "vocabular"),
         ("with_model", f"engine: lookup, model: {DEFAULT}", "uses no model"),
         ("no_model", "engine: draft_model", "needs a model"),
         ("missing", "engine: draft_model, model: /nonexistent/draft.gguf", "draft.gguf"),

@@ -404,6 +404,119 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 ALL_TYPES(AVX2_OF)
 ALL_TYPES(VNNI_OF)
 
+/* q4_K and q5_K a super-block at a time: its d and dmin read once, each 32 bytes of codes
+** (and q5_K's fifth bits) loaded once for the two sub-blocks they hold, the sub-block's scale
+** and min unpacked with constant indices. Every lane's arithmetic is blk_k4's in the same
+** order (vnni_q4_K's), so the sums are the same bits, with fewer instructions a block. */
+#define VNNI_K4_KERNEL(T, QH)                                                                 \
+  VNNI static inline __attribute__((always_inline)) void row_vnni_sb_##T(                     \
+      const void *w, const struct tsr_q8_act *const *a, const int nc, int64_t n, float *out) { \
+    __m256 acc[TSR_Q8_COLS];                                                                  \
+    float off[TSR_Q8_COLS];                                                                   \
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps(), off[c] = 0.0f;                 \
+    const struct tsr_block_##T *b = w;                                                        \
+    for (int64_t s = 0; s < n / TSR_QK_K; s++, b++) {                                         \
+      const float d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);                             \
+      for (int p = 0; p < 4; p++) {                                                           \
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));            \
+        for (int half = 0; half < 2; half++) {                                                \
+          const int sub = 2 * p + half;                                                       \
+          __m256i u = _mm256_and_si256(half ? _mm256_srli_epi16(raw, 4) : raw,                \
+                                       _mm256_set1_epi8(0x0f));                               \
+          if (QH) {                                                                           \
+            const __m256i h = _mm256_srli_epi16(                                              \
+                _mm256_loadu_si256((const __m256i *)QH_OF(b)), sub);                          \
+            u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), \
+                                                     4));                                     \
+          }                                                                                   \
+          int sc, m;                                                                          \
+          tsr_k4_scale_min(b->scales, sub, &sc, &m);                                          \
+          __m256 sv = _mm256_set1_ps(d * (float)sc);                                          \
+          const float offs = -(dmin * (float)m);                                              \
+          __asm__("" : "+v"(sv));                                                             \
+          for (int c = 0; c < nc; c++) {                                                      \
+            const struct tsr_q8_act *q = a[c] + 8 * s + sub;                                  \
+            const __m256i y = _mm256_loadu_si256((const __m256i *)q->q);                      \
+            acc[c] = _mm256_fmadd_ps(                                                         \
+                _mm256_mul_ps(sv, _mm256_set1_ps(q->d)),                                      \
+                _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), u, y)), acc[c]); \
+            off[c] = fmaf(offs * q->d, q->sumf, off[c]);                                      \
+          }                                                                                   \
+        }                                                                                     \
+      }                                                                                       \
+    }                                                                                         \
+    for (int c = 0; c < nc; c++) out[c] = tsr_hsum8(acc[c]) + off[c];                         \
+  }                                                                                           \
+  VNNI static void vnni_sb_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a, \
+                               int nc, int64_t n, float *out) {                               \
+    for (; nr > 0; nr--, w++, out += nc) switch (nc) {                                        \
+      case 1: row_vnni_sb_##T(*w, a, 1, n, out); break;                                       \
+      case 2: row_vnni_sb_##T(*w, a, 2, n, out); break;                                       \
+      case 3: row_vnni_sb_##T(*w, a, 3, n, out); break;                                       \
+      case 4: row_vnni_sb_##T(*w, a, 4, n, out); break;                                       \
+      case 5: row_vnni_sb_##T(*w, a, 5, n, out); break;                                       \
+      case 6: row_vnni_sb_##T(*w, a, 6, n, out); break;                                       \
+      case 7: row_vnni_sb_##T(*w, a, 7, n, out); break;                                       \
+      default: row_vnni_sb_##T(*w, a, 8, n, out);                                             \
+      }                                                                                       \
+  }
+#define QH_OF(b) NULL
+VNNI_K4_KERNEL(q4_K, 0)
+#undef QH_OF
+#define QH_OF(b) (b)->qh
+VNNI_K4_KERNEL(q5_K, 1)
+#undef QH_OF
+
+/* q6_K a super-block at a time, as the K4 kernels above: d read once, each half's fifth and
+** sixth bits loaded once for its four sub-blocks; the codes met biased by 32 (the 6-bit
+** code itself) from the column's nsum4, as vnni_q6_K meets them, so the sums are the same
+** bits. */
+VNNI static inline __attribute__((always_inline)) void row_vnni_sb_q6_K(
+    const void *w, const struct tsr_q8_act *const *a, const int nc, int64_t n, float *out) {
+  __m256 acc[TSR_Q8_COLS];
+  for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+  const struct tsr_block_q6_K *b = w;
+  for (int64_t s = 0; s < n / TSR_QK_K; s++, b++) {
+    const float d = _cvtsh_ss(b->d);
+    for (int h = 0; h < 2; h++) {
+      const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+      for (int k = 0; k < 4; k++) {
+        const int sub = 4 * h + k;
+        const __m256i ql = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
+        const __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4),
+                                            _mm256_set1_epi8(15));
+        const __m256i top = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3));
+        const __m256i u = _mm256_or_si256(lo, _mm256_slli_epi16(top, 4));
+        const int8_t *sc = b->scales + 8 * h + 2 * k;
+        __m256 sv = _mm256_setr_m128(_mm_set1_ps(d * (float)sc[0]), _mm_set1_ps(d * (float)sc[1]));
+        __asm__("" : "+v"(sv));
+        for (int c = 0; c < nc; c++) {
+          const struct tsr_q8_act *q = a[c] + 8 * s + sub;
+          const __m256i y = _mm256_loadu_si256((const __m256i *)q->q);
+          const __m256i start = _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)q->nsum4), 5);
+          acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(q->d)),
+                                   _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u, y)), acc[c]);
+        }
+      }
+    }
+  }
+  for (int c = 0; c < nc; c++) out[c] = tsr_hsum8(acc[c]);
+}
+
+VNNI static void vnni_sb_q6_K(const void *const *w, int nr, const struct tsr_q8_act *const *a,
+                              int nc, int64_t n, float *out) {
+  for (; nr > 0; nr--, w++, out += nc) switch (nc) {
+    case 1: row_vnni_sb_q6_K(*w, a, 1, n, out); break;
+    case 2: row_vnni_sb_q6_K(*w, a, 2, n, out); break;
+    case 3: row_vnni_sb_q6_K(*w, a, 3, n, out); break;
+    case 4: row_vnni_sb_q6_K(*w, a, 4, n, out); break;
+    case 5: row_vnni_sb_q6_K(*w, a, 5, n, out); break;
+    case 6: row_vnni_sb_q6_K(*w, a, 6, n, out); break;
+    case 7: row_vnni_sb_q6_K(*w, a, 7, n, out); break;
+    default: row_vnni_sb_q6_K(*w, a, 8, n, out);
+    }
+}
+
 /* Rows expanded once for many columns: a block's codes as vnni's kernel meets them (biased),
 ** its lanes' two scales and its offset. The kernel over them is vnni's with the expansion
 ** read back, so each block meets its columns exactly as above. */
@@ -473,7 +586,14 @@ static int has_vnni(void) {
 static tsr_vec_dot_q8_fn isa_kernel(int dtype, enum tsr_q8_isa isa) {
   switch (isa) {
   case TSR_Q8_ISA_AVX2: return tsr_cpu_has_avx2() ? avx2_kernel(dtype) : NULL;
-  case TSR_Q8_ISA_VNNI: return has_vnni() ? vnni_kernel(dtype) : NULL;
+  case TSR_Q8_ISA_VNNI:
+    if (!has_vnni()) return NULL;
+    switch (dtype) { /* the K types a super-block at a time */
+    case TSR_Q4_K: return vnni_sb_q4_K;
+    case TSR_Q5_K: return vnni_sb_q5_K;
+    case TSR_Q6_K: return vnni_sb_q6_K;
+    default: return vnni_kernel(dtype);
+    }
   default: return NULL;
   }
 }

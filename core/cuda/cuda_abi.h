@@ -27,7 +27,7 @@ struct tsr_dtype_traits;
 ** 9: gemm_how of struct tsr_backend_ceilings 384 bytes; 10: dtype_traits, codec_ops;
 ** 11: the open function takes the settings (core/graph/cuda_settings.h); 12: codec_ops
 ** returns the read op */
-#define TSR_CUDA_ABI_VERSION 12
+#define TSR_CUDA_ABI_VERSION 13
 #define TSR_CUDA_ENTRY "tsr_cuda_backend_open"
 
 struct tsr_backend;

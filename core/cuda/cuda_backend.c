@@ -563,14 +563,13 @@ static size_t signature(struct cu_ctx *c, const struct tsr_graph *g) {
   return tsr_cuda_graph_signature(g, c->dptr, &own, sizeof own, &c->sig_next, &c->sig_next_cap);
 }
 
-static void drop_exec(struct cu_ctx *c) {
-  if (c->exec) cudaGraphExecDestroy(c->exec);
-  c->exec = NULL;
-}
+static void drop_exec(void *exec) { cudaGraphExecDestroy((cudaGraphExec_t)exec); }
 
-/* Records the nodes of g as a CUDA graph and launches it; false (nothing ran) when the
-** capture failed, why in *err. */
-static bool capture(struct cu_ctx *c, struct tsr_graph *g, char *err, size_t err_len) {
+/* Records the nodes of g as a CUDA graph and launches it into *out; false (nothing kept)
+** when the capture failed, why in *err. */
+static bool capture(struct cu_ctx *c, struct tsr_graph *g, cudaGraphExec_t *out, char *err,
+                    size_t err_len) {
+  *out = NULL;
   cudaError_t e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
   if (e != cudaSuccess) {
     snprintf(err, err_len, "cudaStreamBeginCapture: %s", cudaGetErrorString(e));
@@ -584,13 +583,14 @@ static bool capture(struct cu_ctx *c, struct tsr_graph *g, char *err, size_t err
   cudaGraphExec_t exec = NULL;
   e = cudaStreamEndCapture(c->stream, &graph);
   if (st == TSR_OK && e == cudaSuccess && (e = cudaGraphInstantiate(&exec, graph, 0)) == cudaSuccess)
-    c->exec = exec; /* only a graph that instantiated: a failed call leaves exec unspecified */
+    *out = exec; /* only a graph that instantiated: a failed call leaves exec unspecified */
   if (graph) cudaGraphDestroy(graph);
-  if (st == TSR_OK && e == cudaSuccess && (e = cudaGraphLaunch(c->exec, c->stream)) == cudaSuccess)
+  if (st == TSR_OK && e == cudaSuccess && (e = cudaGraphLaunch(*out, c->stream)) == cudaSuccess)
     return true;
   snprintf(err, err_len, "%s", st != TSR_OK ? tsr_error_message() : cudaGetErrorString(e));
   (void)cudaGetLastError(); /* a failed capture leaves no sticky error; clear what it left */
-  drop_exec(c);
+  if (*out) cudaGraphExecDestroy(*out);
+  *out = NULL;
   return false;
 }
 
@@ -606,11 +606,12 @@ static tsr_status replay_custom(struct cu_ctx *c, const struct tsr_graph *g) {
   return TSR_OK;
 }
 
-/* A compute with graphs on. c->sig is the signature of the last compute (after it ran),
-** c->exec its capture, c->sig_refused whether capturing it failed. This compute replays
-** the capture when its signature is the same; is captured on the second compute in a
-** row with the same signature (the first settles the scratch sizes); else runs node by
-** node. A failed capture is said once per signature and its nodes then run one by one. */
+/* A compute with graphs on. c->graphs keeps the signatures of recent computes (after
+** they ran) and their captures (backend.graph_slots of them). This compute replays its
+** signature's capture; is captured when its signature was computed before without one
+** (the first compute settles the scratch sizes); else runs node by node and keeps its
+** signature. A failed capture is said once per signature and its nodes then run one by
+** one. */
 static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
   char why[300];
   int timed = 0;
@@ -622,24 +623,24 @@ static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
               "graph: %s; it runs node by node\n", why);
       c->said_uncapturable = true;
     }
-    c->sig_len = 0, c->sig_refused = false;
-    drop_exec(c);
     return run_nodes(c, g, &timed);
   }
   size_t len = signature(c, g);
   if (!len) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
-  const bool same = len == c->sig_len && !memcmp(c->sig_next, c->sig, len);
-  if (same && c->exec) {
-    CU_RT(cudaGraphLaunch(c->exec, c->stream));
+  struct tsr_cuda_graph_slot *slot = tsr_cuda_graph_find(&c->graphs, c->sig_next, len);
+  if (slot && slot->exec) {
+    CU_RT(cudaGraphLaunch((cudaGraphExec_t)slot->exec, c->stream));
     c->n_replays++;
     return replay_custom(c, g);
   }
-  if (same && !c->sig_refused) {
-    if (capture(c, g, why, sizeof why)) {
+  if (slot && !slot->refused) {
+    cudaGraphExec_t exec;
+    if (capture(c, g, &exec, why, sizeof why)) {
+      slot->exec = exec;
       c->n_captures++;
       return replay_custom(c, g);
     }
-    c->sig_refused = true;
+    slot->refused = true;
     fprintf(stderr, "tessera: cuda backend: a decode graph could not be captured (%s); its "
             "nodes run one by one\n", why);
   }
@@ -647,13 +648,9 @@ static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
   if (st != TSR_OK) return st;
   /* the signature after the run (scratch it grew) is what the next compute must match */
   if (!(len = signature(c, g))) return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
-  if (len == c->sig_len && !memcmp(c->sig_next, c->sig, len)) return TSR_OK;
-  drop_exec(c);
-  c->sig_refused = false;
-  unsigned char *old = c->sig;
-  const size_t old_cap = c->sig_cap;
-  c->sig = c->sig_next, c->sig_cap = c->sig_next_cap, c->sig_len = len;
-  c->sig_next = old, c->sig_next_cap = old_cap;
+  if (!tsr_cuda_graph_find(&c->graphs, c->sig_next, len) &&
+      !tsr_cuda_graph_take(&c->graphs, c->sig_next, len))
+    return tsr_error_set(TSR_ERR_NOMEM, "cuda backend: out of host memory");
   return TSR_OK;
 }
 
@@ -757,8 +754,7 @@ static void cu_free(void *ctx) {
   for (int i = 0; i < c->n_events; i++) cudaEventDestroy(c->events[i]);
   free(c->events);
   free(c->stamps);
-  drop_exec(c);
-  free(c->sig);
+  tsr_cuda_graph_cache_clear(&c->graphs);
   free(c->sig_next);
   free(c);
 }
@@ -817,6 +813,10 @@ static tsr_status open_device(struct cu_ctx *c, const struct tsr_cuda_settings *
   c->gemv_x8 = !set->gemv_f32;
   c->sync_nodes = set->sync;
   c->use_graphs = set->graphs;
+  const int slots = set->graph_slots;
+  c->graphs = (struct tsr_cuda_graph_cache){
+      .n_slots = slots < 1 ? 1 : slots > TSR_CUDA_GRAPH_SLOTS_MAX ? TSR_CUDA_GRAPH_SLOTS_MAX : slots,
+      .drop = drop_exec};
   c->attn_pipelined = set->attn_pipelined;
   c->attn_gqa_decode = set->attn_decode;
   c->attn_split_keys = set->attn_split_keys;

@@ -78,3 +78,56 @@ size_t tsr_cuda_graph_signature(const struct tsr_graph *g, char *const *dptr, co
   }
   return len;
 }
+
+struct tsr_cuda_graph_slot *tsr_cuda_graph_find(struct tsr_cuda_graph_cache *c,
+                                                const unsigned char *sig, size_t len) {
+  for (int i = 0; i < c->n_slots; i++) {
+    struct tsr_cuda_graph_slot *s = &c->slot[i];
+    if (s->sig && s->len == len && !memcmp(s->sig, sig, len)) {
+      s->used = ++c->clock;
+      return s;
+    }
+  }
+  return NULL;
+}
+
+static void slot_drop(struct tsr_cuda_graph_cache *c, struct tsr_cuda_graph_slot *s) {
+  if (s->exec && c->drop) c->drop(s->exec);
+  s->exec = NULL;
+  s->refused = false;
+}
+
+struct tsr_cuda_graph_slot *tsr_cuda_graph_take(struct tsr_cuda_graph_cache *c,
+                                                const unsigned char *sig, size_t len) {
+  struct tsr_cuda_graph_slot *s = &c->slot[0];
+  for (int i = 0; i < c->n_slots; i++) {
+    if (!c->slot[i].sig) {
+      s = &c->slot[i];
+      break;
+    }
+    if (c->slot[i].used < s->used) s = &c->slot[i];
+  }
+  slot_drop(c, s);
+  if (len > s->cap) {
+    unsigned char *b = realloc(s->sig, len);
+    if (!b) {
+      free(s->sig);
+      *s = (struct tsr_cuda_graph_slot){0};
+      return NULL;
+    }
+    s->sig = b, s->cap = len;
+  }
+  if (!s->sig) return NULL; /* len 0: no signature to keep */
+  memcpy(s->sig, sig, len);
+  s->len = len;
+  s->used = ++c->clock;
+  return s;
+}
+
+void tsr_cuda_graph_cache_clear(struct tsr_cuda_graph_cache *c) {
+  for (int i = 0; i < TSR_CUDA_GRAPH_SLOTS_MAX; i++) {
+    slot_drop(c, &c->slot[i]);
+    free(c->slot[i].sig);
+    c->slot[i] = (struct tsr_cuda_graph_slot){0};
+  }
+}

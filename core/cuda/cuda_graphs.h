@@ -36,4 +36,37 @@ bool tsr_cuda_graph_capturable(const struct tsr_graph *g, int64_t max_n, int64_t
 size_t tsr_cuda_graph_signature(const struct tsr_graph *g, char *const *dptr, const void *extra,
                                 size_t extra_len, unsigned char **buf, size_t *cap);
 
+/* Captured graphs kept by signature, several at once: speculative decoding alternates
+** decode steps, verify batches of a few sizes and a drafter's steps on one backend, and
+** each replays its own capture. Taking a slot for a new signature evicts the least
+** recently used one, whose capture goes through drop. */
+enum { TSR_CUDA_GRAPH_SLOTS_MAX = 16 };
+
+struct tsr_cuda_graph_slot {
+  unsigned char *sig;
+  size_t len, cap;
+  void *exec;       /* the capture (the backend's cudaGraphExec_t), NULL before one */
+  bool refused;     /* capturing it failed (said once): it runs node by node */
+  uint64_t used;    /* when it was last found or taken */
+};
+
+struct tsr_cuda_graph_cache {
+  struct tsr_cuda_graph_slot slot[TSR_CUDA_GRAPH_SLOTS_MAX];
+  int n_slots;                /* slots in use at most, 1..TSR_CUDA_GRAPH_SLOTS_MAX */
+  uint64_t clock;
+  void (*drop)(void *exec);   /* releases a capture */
+};
+
+/* The slot holding signature sig (marked used), or NULL. */
+struct tsr_cuda_graph_slot *tsr_cuda_graph_find(struct tsr_cuda_graph_cache *c,
+                                                const unsigned char *sig, size_t len);
+
+/* A slot holding sig, with no capture: an empty one, else the least recently used one
+** (its capture dropped). NULL when out of memory. */
+struct tsr_cuda_graph_slot *tsr_cuda_graph_take(struct tsr_cuda_graph_cache *c,
+                                                const unsigned char *sig, size_t len);
+
+/* Drops every capture and frees the signatures. */
+void tsr_cuda_graph_cache_clear(struct tsr_cuda_graph_cache *c);
+
 #endif

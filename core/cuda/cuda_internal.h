@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "graph/graph_internal.h"
 #include "cuda_abi.h"
+#include "cuda_graphs.h"
 #include "cuda_kernels.h"
 
 /* A kept range of external host memory [host, host + size) (tsr_backend_keep)
@@ -79,16 +80,15 @@ struct cu_ctx {
   size_t used_peak, device_total; /* cudaMemGetInfo: see cu_compute */
 
   /* CUDA graphs (on unless backend.graphs is false; cuda_graphs.h): a decode compute whose
-  ** signature is the last one's replays its capture */
+  ** signature a recent one had replays that one's capture */
   bool use_graphs;
   bool capturing;            /* the node loop is being captured: scratch must not grow */
-  unsigned char *sig, *sig_next; /* the last compute's signature; this one's */
-  size_t sig_len, sig_cap, sig_next_cap;
-  bool sig_refused;          /* sig's capture failed (said once): it runs node by node */
+  struct tsr_cuda_graph_cache graphs; /* recent signatures and their captures */
+  unsigned char *sig_next;   /* this compute's signature */
+  size_t sig_next_cap;
   bool said_uncapturable;    /* a decode graph that cannot be captured was named */
   uint64_t n_captures, n_replays; /* computes captured, computes that replayed a capture */
   bool said_attn_refused;    /* an attention launch the tiled kernel refused was named */
-  cudaGraphExec_t exec;      /* the capture of sig, or NULL */
 
   struct tsr_op_times *times; /* node timing on: an event after each node */
   cudaEvent_t *events;        /* [0] before the first node, [k] after the k-th */

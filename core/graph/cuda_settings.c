@@ -33,6 +33,8 @@ static const struct {
     {{"attention.split_keys", "TESSERA_CUDA_ATTN_SPLIT_KEYS",
       "0 (the backend's 256) or 16..1048576 keys"},
      K_INT, offsetof(struct tsr_cuda_settings, attn_split_keys), 0, 1 << 20},
+    {{"graph_slots", "TESSERA_CUDA_GRAPH_SLOTS", "1..16 captures kept at once"}, K_INT,
+     offsetof(struct tsr_cuda_settings, graph_slots), 1, 16},
 };
 
 /* The two spellings of gemm's and gemv's choices: the profile's word for 0, then for 1. */
@@ -45,7 +47,8 @@ const struct tsr_cuda_setting_key *tsr_cuda_setting_key(int i) {
 }
 
 void tsr_cuda_settings_default(struct tsr_cuda_settings *s) {
-  *s = (struct tsr_cuda_settings){.graphs = 1, .attn_decode = TSR_CUDA_DECODE_GQA_STAGED};
+  *s = (struct tsr_cuda_settings){
+      .graphs = 1, .attn_decode = TSR_CUDA_DECODE_GQA_STAGED, .graph_slots = 8};
 }
 
 static int32_t *field(struct tsr_cuda_settings *s, int i) {

@@ -25,9 +25,10 @@ struct tsr_cuda_settings {
   int32_t attn_pipelined;  /* attention's pipelined tile loop */
   int32_t attn_decode;     /* TSR_CUDA_DECODE_* */
   int32_t attn_split_keys; /* the fewest keys a decode split takes; 0: the backend's 256 */
+  int32_t graph_slots;     /* captures kept at once, one per graph signature */
 };
 
-enum { TSR_CUDA_N_SETTINGS = 8 };
+enum { TSR_CUDA_N_SETTINGS = 9 };
 
 struct tsr_cuda_setting_key {
   const char *key;    /* under `backend:` ("attention.decode") */

@@ -4,7 +4,8 @@
 ** launch would see (an op parameter, a shape, a stride, a device address, the backend's
 ** own scratch) changes the signature; graphs with batched products, expert products of
 ** many pairs or plugin ops whose cuda kernel is not declared replayable are not
-** captured, naming the node.
+** captured, naming the node; the cache of captures keeps several signatures and evicts
+** the least recently used.
 */
 #include <string.h>
 
@@ -148,10 +149,47 @@ static void plugin_ops_are_captured_once_declared_replayable(void) {
   tsr_graph_free(g);
 }
 
+static int g_dropped[4];
+static void drop_fake(void *exec) { g_dropped[*(int *)exec]++; }
+
+/* Several signatures keep their captures at once; a new one takes an empty slot, then
+** the least recently used, whose capture is dropped. */
+static void the_cache_keeps_several_captures_and_evicts_the_oldest(void) {
+  static int execs[4] = {0, 1, 2, 3};
+  struct tsr_cuda_graph_cache c = {.n_slots = 3, .drop = drop_fake};
+  const unsigned char a[] = "decode", b[] = "verify of 3", d[] = "verify of 4", e[] = "drafter";
+  CHECK(tsr_cuda_graph_find(&c, a, sizeof a) == NULL);
+  struct tsr_cuda_graph_slot *sa = tsr_cuda_graph_take(&c, a, sizeof a);
+  struct tsr_cuda_graph_slot *sb = tsr_cuda_graph_take(&c, b, sizeof b);
+  struct tsr_cuda_graph_slot *sd = tsr_cuda_graph_take(&c, d, sizeof d);
+  CHECK(sa && sb && sd && sa != sb && sb != sd && sa != sd);
+  sa->exec = &execs[0], sb->exec = &execs[1], sd->exec = &execs[2];
+  /* the same bytes find their slot; a prefix or a longer signature does not */
+  CHECK(tsr_cuda_graph_find(&c, b, sizeof b) == sb);
+  CHECK(tsr_cuda_graph_find(&c, b, sizeof b - 1) == NULL);
+  CHECK(tsr_cuda_graph_find(&c, a, sizeof a) == sa); /* now d is the least recently used */
+  struct tsr_cuda_graph_slot *se = tsr_cuda_graph_take(&c, e, sizeof e);
+  CHECK(se == sd && se->exec == NULL && !se->refused);
+  CHECK(g_dropped[2] == 1 && g_dropped[0] == 0 && g_dropped[1] == 0);
+  CHECK(tsr_cuda_graph_find(&c, d, sizeof d) == NULL);
+  CHECK(tsr_cuda_graph_find(&c, e, sizeof e) == se);
+  CHECK(tsr_cuda_graph_find(&c, a, sizeof a)->exec == &execs[0]);
+  /* one slot: every new signature replaces the last (graphs as a single capture) */
+  struct tsr_cuda_graph_cache one = {.n_slots = 1, .drop = drop_fake};
+  tsr_cuda_graph_take(&one, a, sizeof a)->exec = &execs[3];
+  CHECK(tsr_cuda_graph_take(&one, b, sizeof b) != NULL && g_dropped[3] == 1);
+  CHECK(tsr_cuda_graph_find(&one, a, sizeof a) == NULL);
+  tsr_cuda_graph_cache_clear(&one);
+  tsr_cuda_graph_cache_clear(&c);
+  CHECK(g_dropped[0] == 1 && g_dropped[1] == 1 && g_dropped[2] == 1 && g_dropped[3] == 1);
+  CHECK(c.slot[0].sig == NULL && c.slot[0].exec == NULL);
+}
+
 int main(void) {
   TSR_RUN(equal_computes_have_equal_signatures_and_changes_show);
   TSR_RUN(sources_after_an_empty_slot_are_signed);
   TSR_RUN(batched_and_host_reading_graphs_are_not_captured);
   TSR_RUN(plugin_ops_are_captured_once_declared_replayable);
+  TSR_RUN(the_cache_keeps_several_captures_and_evicts_the_oldest);
   return TSR_TEST_EXIT();
 }

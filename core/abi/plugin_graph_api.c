@@ -508,4 +508,3 @@ struct tsr_tensor *tsr_api_custom_op_typed(struct tsr_graph *g, int32_t op_id, i
   if (t) t->dtype = (enum tsr_dtype)dtype;
   return t;
 }
-

@@ -390,31 +390,35 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 #define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 
 /* SIGNED and the bias that makes a signed type's codes unsigned (log2; -1: none) */
-#define ALL_TYPES(X)                                                                          \
+#define BLOCK_TYPES(X)                                                                        \
   X(q8_0, 1, 7, 0)                                                                            \
   X(q4_0, 1, 3, 0)                                                                            \
   X(q5_0, 1, 4, 0)                                                                            \
   X(q4_1, 0, -1, 1)                                                                           \
-  X(q5_1, 0, -1, 1)                                                                           \
+  X(q5_1, 0, -1, 1)
+#define K_TYPES(X)                                                                            \
   X(q4_K, 0, -1, 1)                                                                           \
   X(q5_K, 0, -1, 1)                                                                           \
   X(q6_K, 1, 5, 0)
+#define ALL_TYPES(X) BLOCK_TYPES(X) K_TYPES(X)
 #define AVX2_OF(T, SIGNED, LOG2_BIAS, OFFSET) AVX2_KERNEL(T, SIGNED, OFFSET)
 #define VNNI_OF(T, SIGNED, LOG2_BIAS, OFFSET) VNNI_KERNEL(T, LOG2_BIAS, OFFSET)
 ALL_TYPES(AVX2_OF)
-ALL_TYPES(VNNI_OF)
+BLOCK_TYPES(VNNI_OF) /* the K types' VNNI kernels go a super-block at a time (below) */
 
 /* q4_K and q5_K a super-block at a time: its d and dmin read once, each 32 bytes of codes
 ** (and q5_K's fifth bits) loaded once for the two sub-blocks they hold, the sub-block's scale
 ** and min unpacked with constant indices. Every lane's arithmetic is blk_k4's in the same
-** order (vnni_q4_K's), so the sums are the same bits, with fewer instructions a block. */
-#define VNNI_K4_KERNEL(T, QH)                                                                 \
+** order (the block kernels'), so the sums are the same bits, with fewer instructions a block. */
+#define VNNI_K4_KERNEL(T, HAS_QH, QH)                                                         \
   VNNI static inline __attribute__((always_inline)) void row_vnni_sb_##T(                     \
-      const void *w, const struct tsr_q8_act *const *a, const int nc, int64_t n, float *out) { \
+      const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
+      int64_t n, float *out) {                                                                \
+    (void)nr; /* one row: BY_COLS's shape */                                                  \
     __m256 acc[TSR_Q8_COLS];                                                                  \
     float off[TSR_Q8_COLS];                                                                   \
     for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps(), off[c] = 0.0f;                 \
-    const struct tsr_block_##T *b = w;                                                        \
+    const struct tsr_block_##T *b = w[0];                                                     \
     for (int64_t s = 0; s < n / TSR_QK_K; s++, b++) {                                         \
       const float d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);                             \
       for (int p = 0; p < 4; p++) {                                                           \
@@ -423,9 +427,9 @@ ALL_TYPES(VNNI_OF)
           const int sub = 2 * p + half;                                                       \
           __m256i u = _mm256_and_si256(half ? _mm256_srli_epi16(raw, 4) : raw,                \
                                        _mm256_set1_epi8(0x0f));                               \
-          if (QH) {                                                                           \
+          if (HAS_QH) {                                                                       \
             const __m256i h = _mm256_srli_epi16(                                              \
-                _mm256_loadu_si256((const __m256i *)QH_OF(b)), sub);                          \
+                _mm256_loadu_si256((const __m256i *)(QH)), sub);                              \
             u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), \
                                                      4));                                     \
           }                                                                                   \
@@ -447,35 +451,24 @@ ALL_TYPES(VNNI_OF)
     }                                                                                         \
     for (int c = 0; c < nc; c++) out[c] = tsr_hsum8(acc[c]) + off[c];                         \
   }                                                                                           \
-  VNNI static void vnni_sb_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a, \
-                               int nc, int64_t n, float *out) {                               \
-    for (; nr > 0; nr--, w++, out += nc) switch (nc) {                                        \
-      case 1: row_vnni_sb_##T(*w, a, 1, n, out); break;                                       \
-      case 2: row_vnni_sb_##T(*w, a, 2, n, out); break;                                       \
-      case 3: row_vnni_sb_##T(*w, a, 3, n, out); break;                                       \
-      case 4: row_vnni_sb_##T(*w, a, 4, n, out); break;                                       \
-      case 5: row_vnni_sb_##T(*w, a, 5, n, out); break;                                       \
-      case 6: row_vnni_sb_##T(*w, a, 6, n, out); break;                                       \
-      case 7: row_vnni_sb_##T(*w, a, 7, n, out); break;                                       \
-      default: row_vnni_sb_##T(*w, a, 8, n, out);                                             \
-      }                                                                                       \
+  VNNI static void vnni_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
+                            int nc, int64_t n, float *out) {                                  \
+    for (; nr > 0; nr--, w++, out += nc) BY_COLS(row_vnni_sb_##T, w, 1, a, nc, n, out);       \
   }
-#define QH_OF(b) NULL
-VNNI_K4_KERNEL(q4_K, 0)
-#undef QH_OF
-#define QH_OF(b) (b)->qh
-VNNI_K4_KERNEL(q5_K, 1)
-#undef QH_OF
+VNNI_K4_KERNEL(q4_K, 0, NULL)
+VNNI_K4_KERNEL(q5_K, 1, b->qh)
 
 /* q6_K a super-block at a time, as the K4 kernels above: d read once, each half's fifth and
 ** sixth bits loaded once for its four sub-blocks; the codes met biased by 32 (the 6-bit
-** code itself) from the column's nsum4, as vnni_q6_K meets them, so the sums are the same
+** code itself) from the column's nsum4, as the block kernels meet them, so the sums are the same
 ** bits. */
 VNNI static inline __attribute__((always_inline)) void row_vnni_sb_q6_K(
-    const void *w, const struct tsr_q8_act *const *a, const int nc, int64_t n, float *out) {
+    const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,
+    int64_t n, float *out) {
+  (void)nr; /* one row: BY_COLS's shape */
   __m256 acc[TSR_Q8_COLS];
   for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
-  const struct tsr_block_q6_K *b = w;
+  const struct tsr_block_q6_K *b = w[0];
   for (int64_t s = 0; s < n / TSR_QK_K; s++, b++) {
     const float d = _cvtsh_ss(b->d);
     for (int h = 0; h < 2; h++) {
@@ -503,18 +496,9 @@ VNNI static inline __attribute__((always_inline)) void row_vnni_sb_q6_K(
   for (int c = 0; c < nc; c++) out[c] = tsr_hsum8(acc[c]);
 }
 
-VNNI static void vnni_sb_q6_K(const void *const *w, int nr, const struct tsr_q8_act *const *a,
-                              int nc, int64_t n, float *out) {
-  for (; nr > 0; nr--, w++, out += nc) switch (nc) {
-    case 1: row_vnni_sb_q6_K(*w, a, 1, n, out); break;
-    case 2: row_vnni_sb_q6_K(*w, a, 2, n, out); break;
-    case 3: row_vnni_sb_q6_K(*w, a, 3, n, out); break;
-    case 4: row_vnni_sb_q6_K(*w, a, 4, n, out); break;
-    case 5: row_vnni_sb_q6_K(*w, a, 5, n, out); break;
-    case 6: row_vnni_sb_q6_K(*w, a, 6, n, out); break;
-    case 7: row_vnni_sb_q6_K(*w, a, 7, n, out); break;
-    default: row_vnni_sb_q6_K(*w, a, 8, n, out);
-    }
+VNNI static void vnni_q6_K(const void *const *w, int nr, const struct tsr_q8_act *const *a,
+                           int nc, int64_t n, float *out) {
+  for (; nr > 0; nr--, w++, out += nc) BY_COLS(row_vnni_sb_q6_K, w, 1, a, nc, n, out);
 }
 
 /* Rows expanded once for many columns: a block's codes as vnni's kernel meets them (biased),
@@ -586,14 +570,7 @@ static int has_vnni(void) {
 static tsr_vec_dot_q8_fn isa_kernel(int dtype, enum tsr_q8_isa isa) {
   switch (isa) {
   case TSR_Q8_ISA_AVX2: return tsr_cpu_has_avx2() ? avx2_kernel(dtype) : NULL;
-  case TSR_Q8_ISA_VNNI:
-    if (!has_vnni()) return NULL;
-    switch (dtype) { /* the K types a super-block at a time */
-    case TSR_Q4_K: return vnni_sb_q4_K;
-    case TSR_Q5_K: return vnni_sb_q5_K;
-    case TSR_Q6_K: return vnni_sb_q6_K;
-    default: return vnni_kernel(dtype);
-    }
+  case TSR_Q8_ISA_VNNI: return has_vnni() ? vnni_kernel(dtype) : NULL;
   default: return NULL;
   }
 }

@@ -615,6 +615,28 @@ static void test_backend_settings_are_checked_overridden_and_printed(void) {
   if (p) CHECK(p->cuda.attn_decode == TSR_CUDA_DECODE_GQA_STAGED && !p->cuda_env[6]);
   tsr_profile_free(p);
   unsetenv("TESSERA_CUDA_ATTN_GQA_DECODE");
+  /* graph_slots: 1..16 captures, 8 by default; anything else refused by name */
+  unsetenv("TESSERA_CUDA_GRAPH_SLOTS");
+  CHECK_OK(tsr_profile_load_mem("cuda.yaml", text, strlen(text), NULL, 0, &p));
+  if (p) CHECK(p->cuda.graph_slots == 8);
+  tsr_profile_free(p);
+  const char *slots16 = "model: m.gguf\nbackend: {name: cuda, graph_slots: 16}\n";
+  CHECK_OK(tsr_profile_load_mem("s.yaml", slots16, strlen(slots16), NULL, 0, &p));
+  if (p) CHECK(p->cuda.graph_slots == 16);
+  tsr_profile_free(p);
+  const char *const bad[] = {"0", "17", "-1", "8x", "''", "99999999999999999999"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char yaml[128];
+    snprintf(yaml, sizeof yaml, "model: m.gguf\nbackend: {name: cuda, graph_slots: %s}\n", bad[i]);
+    expect_mem_error("slots.yaml", yaml, "backend.graph_slots", "1..16 captures kept at once");
+  }
+  setenv("TESSERA_CUDA_GRAPH_SLOTS", "0", 1);
+  expect_mem_error("cuda.yaml", text, "TESSERA_CUDA_GRAPH_SLOTS is '0'", "1..16");
+  setenv("TESSERA_CUDA_GRAPH_SLOTS", "2", 1);
+  CHECK_OK(tsr_profile_load_mem("cuda.yaml", text, strlen(text), NULL, 0, &p));
+  if (p) CHECK(p->cuda.graph_slots == 2);
+  tsr_profile_free(p);
+  unsetenv("TESSERA_CUDA_GRAPH_SLOTS");
 }
 
 /* The cpu backend's one setting: activations (q8, the default, or f32), checked and

@@ -35,7 +35,19 @@ cat >"$out/docs.txt" <<'EOF'
 The sqlite3 module provides an interface to the SQLite database. To use the module, you must first create a Connection object that represents the database. Here the data will be stored in the example.db file. Once you have a Connection, you can create a Cursor object and call its execute() method to perform SQL commands. The data you have saved is persistent and is available in subsequent sessions. Usually your SQL operations will need to use values from Python variables. You should not assemble your query using Python's string operations because doing so is insecure; it makes your program vulnerable to an SQL injection attack.
 EOF
 
-python3 - models/ref-gemma4-23m-assistant.gguf "$out/assistant-full-head.gguf" <<'PY' ||
+
+# name|target|draft (- none)|tessera engine|llama spec type|prompt|architecture plugin
+pairs=("coder|$cache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|$cache/qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf|draft_model|draft-simple|code.txt|arch_qwen"
+       "nextn|models/ref-qwen35-9m-mtp.gguf|-|nextn|draft-mtp|docs.txt|arch_qwen"
+       "gemma4|models/ref-gemma4-23m.gguf|$out/assistant-full-head.gguf|assistant|draft-mtp|docs.txt|arch_gemma4")
+wanted=",${PAIRS:-coder,nextn,gemma4},"
+chosen=()
+for p in "${pairs[@]}"; do
+  [[ $wanted == *",${p%%|*},"* ]] && chosen+=("$p")
+done
+pairs=("${chosen[@]}")
+[[ $wanted != *,gemma4,* ]] ||
+  python3 - models/ref-gemma4-23m-assistant.gguf "$out/assistant-full-head.gguf" <<'PY' ||
 import sys
 
 import gguf
@@ -59,17 +71,6 @@ w.write_tensors_to_file()
 w.close()
 PY
   { echo "spec_peer_bench: cannot write the assistant's full-head copy" >&2; exit 1; }
-
-# name|target|draft (- none)|tessera engine|llama spec type|prompt|architecture plugin
-pairs=("coder|$cache/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf|$cache/qwen2.5-coder-0.5b-instruct-awq-q4_k_m.gguf|draft_model|draft-simple|code.txt|arch_qwen"
-       "nextn|models/ref-qwen35-9m-mtp.gguf|-|nextn|draft-mtp|docs.txt|arch_qwen"
-       "gemma4|models/ref-gemma4-23m.gguf|$out/assistant-full-head.gguf|assistant|draft-mtp|docs.txt|arch_gemma4")
-wanted=",${PAIRS:-coder,nextn,gemma4},"
-chosen=()
-for p in "${pairs[@]}"; do
-  [[ $wanted == *",${p%%|*},"* ]] && chosen+=("$p")
-done
-pairs=("${chosen[@]}")
 for p in "${pairs[@]}"; do
   IFS='|' read -r name target draft _ _ _ _ <<<"$p"
   for f in "$target" ${draft#-}; do

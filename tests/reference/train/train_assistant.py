@@ -250,9 +250,8 @@ def cmd_train(a):
             if name.endswith("self_attn.q_norm.weight"):
                 p.fill_(p.numel() ** -0.25)
     drafter.to(device).train()
-    params = [p for p in drafter.parameters() if p.requires_grad]
     trainable = [p for n, p in drafter.named_parameters() if "masked_embedding" not in n]
-    n_params = sum(p.numel() for p in {id(p): p for p in params}.values())
+    n_params = sum(p.numel() for p in {id(p): p for p in drafter.parameters()}.values())
     prep, out = Path(a.prep), Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     train_tok = data.load_tokens(prep, "gemma4", "train")

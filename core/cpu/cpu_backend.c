@@ -1,5 +1,6 @@
 /* The CPU backend: runs a planned graph node by node on the thread pool. */
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "graph/backend.h"
@@ -12,6 +13,10 @@ struct cpu_backend {
   struct tsr_threadpool *pool;
   void *work;           /* n_threads slices of work_per_thread bytes */
   size_t work_per_thread;
+  void *shared;         /* the node's shared scratch (tsr_cpu_compute.shared) */
+  size_t shared_size;
+  int64_t *items;       /* a work counter per node (tsr_cpu_take), zeroed per compute */
+  int items_cap;
   struct tsr_op_times *times; /* node timing on: thread 0 stamps each node's end */
   double *stamps;             /* [0] the start, [k] the end of the k-th computed node */
   int stamps_cap;
@@ -53,6 +58,8 @@ static void cpu_thread(void *arg, int ith, int nth) {
       .work = (char *)be->work + (size_t)ith * be->work_per_thread,
       .work_size = be->work_per_thread,
       .activations_q8 = be->activations_q8,
+      .shared = be->shared,
+      .pool = be->pool,
   };
   int n = tsr_graph_n_tensors(run->g);
   /* a node's time runs from the barrier before it to the one after it; the first
@@ -65,11 +72,14 @@ static void cpu_thread(void *arg, int ith, int nth) {
   for (int i = 0; i < n; i++) {
     struct tsr_tensor *t = tsr_graph_tensor(run->g, i);
     if (!tsr_op_computes(t)) continue;
+    c.next_item = &be->items[i];
     tsr_cpu_kernels[t->op].run(&c, t);
     tsr_threadpool_barrier(be->pool);
     if (be->times && ith == 0) be->stamps[k++] = tsr_op_times_now();
   }
 }
+
+void tsr_cpu_sync(const struct tsr_cpu_compute *c) { tsr_threadpool_barrier(c->pool); }
 
 static tsr_status cpu_probe(void *ctx, struct tsr_backend_ceilings *out) {
   const struct cpu_backend *be = ctx;
@@ -83,7 +93,7 @@ static tsr_status cpu_time_nodes(void *ctx, struct tsr_op_times *acc) {
 
 static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
   struct cpu_backend *be = ctx;
-  size_t need = 0;
+  size_t need = 0, shared = 0;
   int n = tsr_graph_n_tensors(g);
   for (int i = 0; i < n; i++) {
     const struct tsr_tensor *t = tsr_graph_tensor(g, i);
@@ -95,7 +105,26 @@ static tsr_status cpu_compute(void *ctx, struct tsr_graph *g) {
       size_t w = tsr_cpu_kernels[t->op].work(t);
       if (w > need) need = w;
     }
+    if (tsr_cpu_kernels[t->op].shared_work) {
+      size_t w = tsr_cpu_kernels[t->op].shared_work(t);
+      if (w > shared) shared = w;
+    }
   }
+  if (shared > be->shared_size) {
+    void *w = NULL;
+    if (posix_memalign(&w, 64, (shared + 63) & ~(size_t)63))
+      return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: cannot allocate %zu bytes of shared "
+                           "scratch", shared);
+    free(be->shared);
+    be->shared = w;
+    be->shared_size = shared;
+  }
+  if (n > be->items_cap) {
+    int64_t *items = realloc(be->items, sizeof *items * (size_t)n);
+    if (!items) return tsr_error_set(TSR_ERR_NOMEM, "cpu backend: %d work counters", n);
+    be->items = items, be->items_cap = n;
+  }
+  if (n > 0) memset(be->items, 0, sizeof *be->items * (size_t)n);
   need = (need + 63) & ~(size_t)63;
   if (need > be->work_per_thread) {
     size_t total;
@@ -125,6 +154,8 @@ static void cpu_free(void *ctx) {
   struct cpu_backend *be = ctx;
   tsr_threadpool_free(be->pool);
   free(be->work);
+  free(be->shared);
+  free(be->items);
   free(be->stamps);
   free(be);
 }

@@ -3,7 +3,8 @@
 
 const struct tsr_cpu_kernel tsr_cpu_kernels[TSR_OP_COUNT] = {
     [TSR_OP_GET_ROWS] = {tsr_cpu_get_rows, NULL, tsr_cpu_get_rows_check},
-    [TSR_OP_MAT_MUL] = {tsr_cpu_mat_mul, tsr_cpu_mat_mul_work, tsr_cpu_mat_mul_check},
+    [TSR_OP_MAT_MUL] = {tsr_cpu_mat_mul, tsr_cpu_mat_mul_work, tsr_cpu_mat_mul_check,
+                        tsr_cpu_mat_mul_shared},
     [TSR_OP_MAT_MUL_ID] = {tsr_cpu_mat_mul_id, tsr_cpu_mat_mul_id_work, tsr_cpu_mat_mul_check},
     [TSR_OP_ADD] = {tsr_cpu_add, NULL, NULL},
     [TSR_OP_MUL] = {tsr_cpu_mul, NULL, NULL},

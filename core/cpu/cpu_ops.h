@@ -11,11 +11,17 @@
 #include "common/error.h"
 #include "graph/tensor.h"
 
+struct tsr_threadpool;
+
 struct tsr_cpu_compute {
   int ith, nth;
   void *work;        /* this thread's scratch, work_size bytes, 64-aligned */
   size_t work_size;
   bool activations_q8;      /* decode's products on the vector quantized to 8 bits (gemv: q8) */
+  void *shared;             /* the node's scratch every thread sees (the kernel's shared_work
+                            ** bytes, 64-aligned); written before tsr_cpu_sync, read after */
+  int64_t *next_item;       /* the node's work counter, 0 when the node starts: tsr_cpu_take */
+  struct tsr_threadpool *pool;
 };
 
 typedef void (*tsr_cpu_kernel_fn)(const struct tsr_cpu_compute *c, struct tsr_tensor *dst);
@@ -26,7 +32,20 @@ struct tsr_cpu_kernel {
   tsr_cpu_kernel_fn run;
   tsr_cpu_work_fn work;   /* NULL: no scratch */
   tsr_cpu_check_fn check; /* NULL: builder checks suffice */
+  tsr_cpu_work_fn shared_work; /* NULL: no shared scratch */
 };
+
+/* Waits until every thread of the node has called it (a kernel's phases: each thread
+** writes its share of c->shared, then all read the whole). */
+void tsr_cpu_sync(const struct tsr_cpu_compute *c);
+
+/* The next of the node's n work items not yet taken by any thread, or n when none is left:
+** items go to whichever thread is free, so a thread the machine slows down takes fewer.
+** Kernels whose outputs do not depend on which thread computes an item use it. */
+static inline int64_t tsr_cpu_take(const struct tsr_cpu_compute *c, int64_t n) {
+  const int64_t i = __atomic_fetch_add(c->next_item, 1, __ATOMIC_RELAXED);
+  return i < n ? i : n;
+}
 
 /* Split [0, n) into nth near-equal parts; this thread's is [*lo, *hi). */
 static inline void tsr_cpu_split(const struct tsr_cpu_compute *c, int64_t n,
@@ -82,6 +101,7 @@ tsr_status tsr_cpu_probe(struct tsr_threadpool *pool, bool q8, struct tsr_backen
 TSR_CPU_KERNEL(get_rows);
 TSR_CPU_KERNEL(mat_mul);
 size_t tsr_cpu_mat_mul_work(const struct tsr_tensor *dst);
+size_t tsr_cpu_mat_mul_shared(const struct tsr_tensor *dst);
 tsr_status tsr_cpu_mat_mul_check(const struct tsr_tensor *dst);
 TSR_CPU_KERNEL(mat_mul_id);
 size_t tsr_cpu_mat_mul_id_work(const struct tsr_tensor *dst);

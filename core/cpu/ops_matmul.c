@@ -263,11 +263,18 @@ static bool may_convert(const struct tsr_tensor *w) {
   return weight_mode(w, F16_DIRECT_COLS + 1, false) == W_CONVERT;
 }
 
-/* every column of x quantized (mat_mul of one weight batch) */
-static size_t q8_bytes(const struct tsr_tensor *w, const struct tsr_tensor *x) {
-  if (!(block_rows(w) && tsr_vec_dot_q8((int)w->dtype)) || w->ne[2] * w->ne[3] != 1) return 0;
-  return align64((size_t)(x->ne[1] * x->ne[2] * x->ne[3]) * (size_t)(w->ne[0] / TSR_Q8_ACT_BLOCK) *
-                 sizeof(struct tsr_q8_act));
+/* Columns quantized together by the node's threads (each its share, into the shared scratch)
+** rather than each thread quantizing all of them: more than a call's columns */
+static bool q8_shared(int64_t cols) { return cols > TSR_Q8_COLS; }
+
+/* every column of x quantized (mat_mul of one weight batch), in this thread's scratch (shared:
+** false) or the node's (true) */
+static size_t q8_bytes(const struct tsr_tensor *w, const struct tsr_tensor *x, bool shared) {
+  const int64_t cols = x->ne[1] * x->ne[2] * x->ne[3];
+  if (!(block_rows(w) && tsr_vec_dot_q8((int)w->dtype)) || w->ne[2] * w->ne[3] != 1 ||
+      q8_shared(cols) != shared)
+    return 0;
+  return align64((size_t)cols * (size_t)(w->ne[0] / TSR_Q8_ACT_BLOCK) * sizeof(struct tsr_q8_act));
 }
 
 /* The scratch's parts at work (NULL: only their end, the size) */
@@ -275,8 +282,8 @@ static struct mm_scratch mm_scratch_at(const struct tsr_tensor *w, const struct 
                                        void *work) {
   const size_t k = (size_t)w->ne[0];
   const size_t tile = may_convert(w) ? align64((size_t)tile_rows(w->ne[0], w->ne[1]) * k * 4) : 0;
-  const size_t xcol = x->nb[0] != sizeof(float) ? align64(k * 4) : 0, q8 = q8_bytes(w, x);
-  const size_t xtile = q8 && q8_expands(w, x->ne[1] * x->ne[2] * x->ne[3])
+  const size_t xcol = x->nb[0] != sizeof(float) ? align64(k * 4) : 0, q8 = q8_bytes(w, x, false);
+  const size_t xtile = q8_bytes(w, x, true) && q8_expands(w, x->ne[1] * x->ne[2] * x->ne[3])
                            ? align64((size_t)tile_rows(w->ne[0], w->ne[1]) *
                                      (k / TSR_Q8_ACT_BLOCK) * sizeof(struct tsr_q8_xblock))
                            : 0;
@@ -325,6 +332,10 @@ size_t tsr_cpu_mat_mul_work(const struct tsr_tensor *dst) {
   return mm_scratch_size(dst->src[0], dst->src[1]);
 }
 
+size_t tsr_cpu_mat_mul_shared(const struct tsr_tensor *dst) {
+  return q8_bytes(dst->src[0], dst->src[1], true);
+}
+
 TSR_CPU_KERNEL(mat_mul) {
   const struct tsr_tensor *w = dst->src[0], *x = dst->src[1];
   const int64_t m = w->ne[1], n = x->ne[1];
@@ -342,24 +353,35 @@ TSR_CPU_KERNEL(mat_mul) {
   const int64_t per_chunk = (cols + chunks - 1) / chunks;
 
   struct mm_scratch s = mm_scratch_at(w, x, c->work);
-  struct cols cs = {.x = x, .dst = dst, .n = n, .r2 = r2, .r3 = r3, .q8 = s.q8};
-  /* W_Q8 (one weight batch, so column c is x's column c): every thread quantizes every
-  ** column itself rather than wait on another (a small share of the product's work) */
+  struct cols cs = {.x = x, .dst = dst, .n = n, .r2 = r2, .r3 = r3};
+  /* W_Q8 (one weight batch, so column c is x's column c): a few columns each thread
+  ** quantizes itself rather than wait on another; more, the threads share */
   const bool q8 = c->activations_q8 && n_wb == 1;
+  const bool many = q8_shared(cols);
   if (weight_mode(w, cols, q8) == W_Q8) {
-    for (int64_t col = 0; col < cols; col++) {
+    struct tsr_q8_act *q8_cols = many ? c->shared : s.q8;
+    int64_t lo = 0, hi = cols;
+    if (many) tsr_cpu_split(c, cols, &lo, &hi);
+    for (int64_t col = lo; col < hi; col++) {
       const char *xp;
       float *out;
       col_at(&cs, col, 0, &xp, &out);
       tsr_vec_quantize_q8(x_column(x, xp, s.xcol), w->ne[0],
-                          s.q8 + col * (w->ne[0] / TSR_Q8_ACT_BLOCK));
+                          q8_cols + col * (w->ne[0] / TSR_Q8_ACT_BLOCK));
     }
+    if (many) tsr_cpu_sync(c);
+    cs.q8 = q8_cols;
   }
+  /* Items in equal shares, or (many columns: items that each take long, so a thread the
+  ** machine slows down is worth working around) to whichever thread is free; each output is
+  ** the same whoever computes it. */
   struct wtile tile = {0};
   int64_t loaded = -1; /* (batch, tile) now in the tile, so chunks reuse it */
+  const int64_t n_items = n_wb * n_tiles * chunks;
   int64_t lo, hi;
-  tsr_cpu_split(c, n_wb * n_tiles * chunks, &lo, &hi);
-  for (int64_t item = lo; item < hi; item++) {
+  tsr_cpu_split(c, n_items, &lo, &hi);
+  for (int64_t item = many ? tsr_cpu_take(c, n_items) : lo; item < (many ? n_items : hi);
+       item = many ? tsr_cpu_take(c, n_items) : item + 1) {
     const int64_t chunk = item % chunks, bt = item / chunks;
     const int64_t t = bt % n_tiles, wb = bt / n_tiles;
     const int64_t b2 = wb % w2, b3 = wb / w2;

@@ -82,12 +82,12 @@ struct fa_node {
 ** KV head for a run of the q heads that share it (GQA), so each K and V row
 ** is loaded once per run rather than once per q head. */
 struct fa_scratch {
-  float *q;    /* [FA_QB][group][Dp] the unit's query rows, f32 and packed */
-  float *acc;  /* [FA_QB][group][Dvp] running sums of p * V rows */
-  float *s;    /* [FA_QB][group][FA_TILE] logits of the tile, then their weights */
-  float *bias; /* [FA_QB][FA_TILE] mask value per key; -inf for a hidden key */
-  float *m, *l; /* [FA_QB][group] running max and running sum */
-  float *dropped; /* [FA_QB][group] weights of skipped V rows, on l's scale */
+  float *q;    /* [queries][group][Dp] the unit's query rows, f32 and packed */
+  float *acc;  /* [queries][group][Dvp] running sums of p * V rows */
+  float *s;    /* [queries][group][FA_TILE] logits of the tile, then their weights */
+  float *bias; /* [queries][FA_TILE] mask value per key; -inf for a hidden key */
+  float *m, *l; /* [queries][group] running max and running sum */
+  float *dropped; /* [queries][group] weights of skipped V rows, on l's scale */
   float *kt, *vt; /* [FA_TILE][Dp], [FA_TILE][Dvp]: a tile's f16 K and V rows as f32 */
   float *cut, *bar; /* [group] a mass budget's cut (logit) and the tile's skipping bar */
   float *k;    /* [D] a K row decoded or gathered, when it cannot be read in place */
@@ -99,12 +99,21 @@ struct fa_scratch {
 static size_t pad16(int64_t n) { return ((size_t)n + 15) & ~(size_t)15; }
 
 /* Queries a unit takes together where K and V are f16 rows read in place (prefill): each
-** K and V row of a tile is converted to f32 once for all of them and every head. */
-#define FA_QB 4
+** K and V row of a tile is converted to f32 once for all of them and every head. At most
+** FA_QB queries and FA_ROWS query rows (queries x the q heads of a KV head), so the rows'
+** running sums stay in cache. */
+#define FA_QB 16
+#define FA_ROWS 32
+
+static int64_t block_queries(int64_t group) {
+  const int64_t q = FA_ROWS / group;
+  return q < 1 ? 1 : q > FA_QB ? FA_QB : q;
+}
 
 size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst) {
   const int64_t D = dst->src[0]->ne[0], Dv = dst->ne[0];
-  const int64_t rows = FA_QB * (dst->src[0]->ne[2] / dst->src[1]->ne[2]);
+  const int64_t group = dst->src[0]->ne[2] / dst->src[1]->ne[2];
+  const int64_t rows = block_queries(group) * group;
   const size_t per_row = pad16(D) + pad16(Dv) + FA_TILE;
   return ((size_t)rows * per_row + FA_QB * FA_TILE + 5 * pad16(rows) + pad16(D) + pad16(Dv) +
           FA_TILE * (pad16(D) + pad16(Dv))) *
@@ -115,7 +124,7 @@ size_t tsr_cpu_flash_attn_work(const struct tsr_tensor *dst) {
 static struct fa_scratch scratch_carve(const struct tsr_cpu_compute *c, const struct fa_node *a) {
   float *w = c->work;
   struct fa_scratch s;
-  const int64_t rows = FA_QB * a->group;
+  const int64_t rows = block_queries(a->group) * a->group;
   s.Dp = pad16(a->D), s.Dvp = pad16(a->Dv);
   s.q = w, w += (size_t)rows * s.Dp;
   s.acc = w, w += (size_t)rows * s.Dvp;
@@ -319,17 +328,11 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
                         a->Dv);
 }
 
-/* The converted V rows of a tile, for tsr_cpu_attn_values. */
-static const void *converted_row(void *ctx, int64_t t, enum tsr_cpu_row_read *how) {
-  const struct fa_scratch *s = ctx;
-  *how = TSR_CPU_ROW_DECODED;
-  return s->vt + (size_t)t * s->Dvp;
-}
-
-/* Queries iq0 .. iq0+nq-1 (nq <= FA_QB) against KV head hk for all its q heads, K and V f16
+/* Queries iq0 .. iq0+nq-1 (nq <= block_queries) against KV head hk for all its q heads, K and V f16
 ** rows read in place, no V skipping: each query's arithmetic is attend_unit's to the bit
 ** (the dot and axpy over converted rows round as over the f16 ones: vec.h), but each K and
-** V row a tile shows any of them is converted once. Row r = b * group + g. */
+** V row a tile shows any of them is converted once, a few keys' dots go together and the
+** weighted V rows are summed with the row's sums held in registers. Row r = b * group + g. */
 static void attend_block(const struct fa_node *a, const struct fa_scratch *s,
                          struct tsr_tensor *dst, int64_t iq0, int64_t nq, int64_t hk) {
   const int64_t G = a->group, R = nq * G;
@@ -365,26 +368,31 @@ static void attend_block(const struct fa_node *a, const struct fa_scratch *s,
     for (int64_t b = 0; b < nq; b++) {
       if (!visible[b]) continue; /* m, l and acc stay put, as attend_unit's */
       const float *bias = s->bias + b * FA_TILE;
+      int64_t seen[FA_TILE], n_seen = 0;
+      for (int64_t t = 0; t < n; t++)
+        if (bias[t] != -INFINITY) seen[n_seen++] = t;
       for (int64_t g = 0; g < G; g++) {
         const int64_t r = b * G + g;
         float *x = s->s + (size_t)r * FA_TILE;
-        for (int64_t t = 0; t < n; t++) {
-          if (bias[t] == -INFINITY) {
-            x[t] = -INFINITY;
-            continue;
+        for (int64_t t = 0; t < n; t++) x[t] = -INFINITY;
+        /* the visible keys' dots a few at a time, each one's bits as alone */
+        for (int64_t i = 0; i < n_seen; i += TSR_VEC_DOTS_MAX) {
+          const int nk = n_seen - i < TSR_VEC_DOTS_MAX ? (int)(n_seen - i) : TSR_VEC_DOTS_MAX;
+          const float *keys[TSR_VEC_DOTS_MAX];
+          float dots[TSR_VEC_DOTS_MAX];
+          for (int j = 0; j < nk; j++) keys[j] = s->kt + (size_t)seen[i + j] * s->Dp;
+          tsr_vec_dots_f32_as_f16(keys, nk, s->q + (size_t)r * s->Dp, a->D, dots);
+          for (int j = 0; j < nk; j++) {
+            float v = dots[j] * a->scale;
+            if (a->softcap > 0.0f) v = a->softcap * tanhf(v / a->softcap);
+            x[seen[i + j]] = v + bias[seen[i + j]];
           }
-          float v = tsr_vec_dot_f32_as_f16(s->kt + (size_t)t * s->Dp, s->q + (size_t)r * s->Dp,
-                                           a->D);
-          v *= a->scale;
-          if (a->softcap > 0.0f) v = a->softcap * tanhf(v / a->softcap);
-          x[t] = v + bias[t];
         }
         tsr_cpu_attn_weights(h, x, n, &s->m[r], &s->l[r], &s->dropped[r],
                              s->acc + (size_t)r * s->Dvp, a->Dv);
+        /* a hidden key weighs exactly 0, so the run skips it as tsr_cpu_attn_values does */
+        tsr_vec_axpy_run_f32(s->acc + (size_t)r * s->Dvp, x, s->vt, s->Dvp, n, a->Dv);
       }
-      tsr_cpu_attn_values(h, s->s + (size_t)b * G * FA_TILE, FA_TILE, bias, G, n,
-                          s->acc + (size_t)b * G * s->Dvp, s->Dvp, a->Dv, converted_row,
-                          (void *)s, NULL);
     }
   }
   for (int64_t r = 0; r < R; r++)
@@ -427,13 +435,18 @@ TSR_CPU_KERNEL(flash_attn) {
   a.kvpos_stride = pos_stride(a.kv_pos);
   const struct fa_scratch s = scratch_carve(c, &a);
 
-  /* Several queries with f16 K and V (prefill): units of FA_QB queries and a KV head. */
+  /* Several queries with f16 K and V (prefill): units of a block of queries and a KV head,
+  ** the blocks small enough that every thread gets a unit, the units to whichever thread is
+  ** free (a later block of a causal prefill sees more keys) */
   if (!a.counters && a.Nq > 1 && a.k_rows.read == FA_IN_PLACE_F16 &&
       a.v_rows.read == FA_IN_PLACE_F16 && a.Nq * a.Hkv >= c->nth) {
-    const int64_t blocks = (a.Nq + FA_QB - 1) / FA_QB;
-    for (int64_t u = c->ith; u < blocks * a.Hkv; u += c->nth) {
-      const int64_t iq0 = u / a.Hkv * FA_QB, hk = u % a.Hkv;
-      attend_block(&a, &s, dst, iq0, a.Nq - iq0 < FA_QB ? a.Nq - iq0 : FA_QB, hk);
+    int64_t qb = block_queries(a.group);
+    const int64_t want = (c->nth + a.Hkv - 1) / a.Hkv; /* blocks that give every thread one */
+    if ((a.Nq + qb - 1) / qb < want) qb = a.Nq / want > 1 ? a.Nq / want : 1;
+    const int64_t units = (a.Nq + qb - 1) / qb * a.Hkv;
+    for (int64_t u; (u = tsr_cpu_take(c, units)) < units;) {
+      const int64_t iq0 = u / a.Hkv * qb, hk = u % a.Hkv;
+      attend_block(&a, &s, dst, iq0, a.Nq - iq0 < qb ? a.Nq - iq0 : qb, hk);
     }
     return;
   }

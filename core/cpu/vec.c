@@ -99,6 +99,59 @@ __attribute__((target("avx2,fma,f16c"))) static float dot_f32_as_f16_avx2(const 
                                                                           int64_t n) {
   DOT4ACC(F32_LOAD8, F32_LOAD1)
 }
+/* Row y against rows x[0..NX) (n a multiple of 32): DOT4ACC's arithmetic for each, y loaded once
+** for all of them */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+dots_as_f16_avx2(const float *const *x, const int NX, const float *y, int64_t n, float *out) {
+  __m256 a[3][4];
+  for (int t = 0; t < NX; t++)
+    for (int k = 0; k < 4; k++) a[t][k] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 32)
+    for (int k = 0; k < 4; k++) {
+      const __m256 yv = _mm256_loadu_ps(y + i + 8 * k);
+      for (int t = 0; t < NX; t++)
+        a[t][k] = _mm256_fmadd_ps(_mm256_loadu_ps(x[t] + i + 8 * k), yv, a[t][k]);
+    }
+  for (int t = 0; t < NX; t++)
+    out[t] = hsum256(_mm256_add_ps(_mm256_add_ps(a[t][0], a[t][1]), _mm256_add_ps(a[t][2], a[t][3])));
+}
+__attribute__((target("avx2,fma"))) static void dots3_as_f16_avx2(const float *const *x, int nx,
+                                                                 const float *y, int64_t n,
+                                                                 float *out) {
+  switch (nx) {
+  case 1: dots_as_f16_avx2(x, 1, y, n, out); break;
+  case 2: dots_as_f16_avx2(x, 2, y, n, out); break;
+  default: dots_as_f16_avx2(x, 3, y, n, out);
+  }
+}
+
+/* y += a[t] x_t over t in order, skipping a[t] == 0 (n a multiple of 8): axpy_f32_avx2's
+** multiply-add for each element, with 64 (then 8) values of y held in registers over every t */
+__attribute__((target("avx2,fma"))) static void axpy_run_f32_avx2(float *y, const float *a,
+                                                                 const float *x, size_t x_stride,
+                                                                 int64_t nt, int64_t n) {
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m256 acc[8];
+    for (int v = 0; v < 8; v++) acc[v] = _mm256_loadu_ps(y + i + 8 * v);
+    for (int64_t t = 0; t < nt; t++) {
+      if (a[t] == 0.0f) continue;
+      const __m256 av = _mm256_set1_ps(a[t]);
+      const float *xt = x + (size_t)t * x_stride + i;
+      for (int v = 0; v < 8; v++) acc[v] = _mm256_fmadd_ps(av, _mm256_loadu_ps(xt + 8 * v), acc[v]);
+    }
+    for (int v = 0; v < 8; v++) _mm256_storeu_ps(y + i + 8 * v, acc[v]);
+  }
+  for (; i < n; i += 8) {
+    __m256 acc = _mm256_loadu_ps(y + i);
+    for (int64_t t = 0; t < nt; t++)
+      if (a[t] != 0.0f)
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(a[t]), _mm256_loadu_ps(x + (size_t)t * x_stride + i),
+                              acc);
+    _mm256_storeu_ps(y + i, acc);
+  }
+}
+
 __attribute__((target("avx2,fma"))) static void axpy_f32_avx2(float *y, float a, const float *x,
                                                                int64_t n) {
   __m256 av = _mm256_set1_ps(a);
@@ -279,6 +332,29 @@ float tsr_vec_dot_f32_as_f16(const float *x, const float *y, int64_t n) {
   if (tsr_cpu_has_avx2()) return dot_f32_as_f16_avx2(x, y, n);
 #endif
   return dot_f32_ref(x, y, n); /* the f16 dot's scalar order too: x holds f16 values */
+}
+
+void tsr_vec_dots_f32_as_f16(const float *const *x, int nx, const float *y, int64_t n,
+                             float *out) {
+#if TSR_HAVE_AVX2_PATH
+  if (tsr_cpu_has_avx2() && n % 32 == 0) {
+    dots3_as_f16_avx2(x, nx, y, n, out);
+    return;
+  }
+#endif
+  for (int t = 0; t < nx; t++) out[t] = tsr_vec_dot_f32_as_f16(x[t], y, n);
+}
+
+void tsr_vec_axpy_run_f32(float *y, const float *a, const float *x, size_t x_stride, int64_t nt,
+                          int64_t n) {
+#if TSR_HAVE_AVX2_PATH
+  if (tsr_cpu_has_avx2() && n % 8 == 0) {
+    axpy_run_f32_avx2(y, a, x, x_stride, nt, n);
+    return;
+  }
+#endif
+  for (int64_t t = 0; t < nt; t++)
+    if (a[t] != 0.0f) tsr_vec_axpy_f32(y, a[t], x + (size_t)t * x_stride, n);
 }
 
 void tsr_vec_axpy_f32(float *y, float a, const float *x, int64_t n) {

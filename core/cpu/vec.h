@@ -7,6 +7,7 @@
 #define TSR_CPU_VEC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* whether this machine runs the AVX2+FMA+F16C paths (checked once) */
@@ -30,8 +31,16 @@ float tsr_vec_dot_f16_f32(const uint16_t *x, const float *y, int64_t n);
 /* the same dot over x already converted to f32: tsr_vec_dot_f16_f32(h, y) and
 ** tsr_vec_dot_f32_as_f16(f32(h), y) are the same bits */
 float tsr_vec_dot_f32_as_f16(const float *x, const float *y, int64_t n);
+/* out[t] = tsr_vec_dot_f32_as_f16(x[t], y, n) for t < nx (1..3), the same bits, y read once */
+#define TSR_VEC_DOTS_MAX 3
+void tsr_vec_dots_f32_as_f16(const float *const *x, int nx, const float *y, int64_t n,
+                             float *out);
 /* y[i] += a*x[i] */
 void tsr_vec_axpy_f32(float *y, float a, const float *x, int64_t n);
+/* tsr_vec_axpy_f32(y, a[t], x + t * x_stride, n) for t = 0 .. nt-1 in order, skipping a[t] == 0:
+** the same bits, y kept in registers over every t */
+void tsr_vec_axpy_run_f32(float *y, const float *a, const float *x, size_t x_stride, int64_t nt,
+                          int64_t n);
 /* y[i] += a*f16(x[i]) */
 void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
 /* y[i] *= a */

@@ -8,6 +8,7 @@
 
 #include "graph/backend.h"
 #include "abi/composition.h"
+#include "cpu/vec.h"
 #include "graph/dtype.h"
 #include "graph/graph.h"
 #include "harness.h"
@@ -372,12 +373,15 @@ static void test_causal_prefill_with_positions(void) {
   check_random_case(&c, TOL);
 }
 
-/* Prefill over f16 K and V takes several queries a unit (each K and V row converted once for
-** them): every query's output equals that query run alone bit for bit, with a mask, a
-** window, softcap and a last unit of fewer queries */
-static void test_f16_queries_together_equal_each_alone(void) {
-  tsr_test_seed(19);
-  struct attn_case c = plain(128, 7, 150, 4, 2, TSR_F16);
+/* Prefill over f16 K and V takes a block of queries a unit (each K and V row converted once
+** for them, a few keys' dots together, V sums in registers): every query's output equals
+** that query run alone bit for bit, with a mask, a window, softcap and a last block of fewer
+** queries, over head dims that take the vector paths (multiples of 32) and one that does not
+** (80), GQA groups of 1, 2 and 4, and 1 and 2 threads */
+static void check_queries_together_equal_each_alone(int D, int Dv, int Nq, int Hq, int Hkv,
+                                                    int threads) {
+  struct attn_case c = plain(D, Nq, 150, Hq, Hkv, TSR_F16);
+  c.Dv = Dv;
   c.positions = c.causal = c.has_mask = true;
   c.mask_dt = TSR_F32;
   c.window = 120;
@@ -385,21 +389,64 @@ static void test_f16_queries_together_equal_each_alone(void) {
   struct attn_data d = data_new(&c);
   const size_t per_q = (size_t)c.Hq * c.Dv;
   float *all = malloc(c.Nq * per_q * sizeof(float)), *one = malloc(per_q * sizeof(float));
-  CHECK_OK(run_flash(&c, &d, 2, all));
+  float *q1 = malloc((size_t)c.Hq * c.D * sizeof(float));
+  CHECK_OK(run_flash(&c, &d, threads, all));
   struct attn_case c1 = c;
   c1.Nq = 1;
   for (int i = 0; i < c.Nq; i++) {
     struct attn_data d1 = d;
-    float q1[4 * 128];
     for (int h = 0; h < c.Hq; h++)
       memcpy(q1 + (size_t)h * c.D, d.q + ((size_t)h * c.Nq + i) * c.D, c.D * sizeof(float));
     d1.q = q1, d1.qpos = d.qpos + i, d1.mask = d.mask + (size_t)i * c.Nkv;
     CHECK_OK(run_flash(&c1, &d1, 1, one));
     CHECK_MSG(!memcmp(one, all + i * per_q, per_q * sizeof(float)),
-              "query %d alone differs from the batch of %d", i, c.Nq);
+              "D %d Dv %d, %d/%d heads, %d threads: query %d alone differs from the batch of %d",
+              D, Dv, Hq, Hkv, threads, i, c.Nq);
   }
-  free(all), free(one);
+  free(all), free(one), free(q1);
   data_free(&d);
+}
+
+static void test_f16_queries_together_equal_each_alone(void) {
+  tsr_test_seed(19);
+  check_queries_together_equal_each_alone(128, 128, 7, 4, 2, 2);
+  check_queries_together_equal_each_alone(64, 64, 37, 2, 2, 2);   /* several blocks */
+  check_queries_together_equal_each_alone(256, 128, 21, 8, 2, 1); /* group 4 */
+  check_queries_together_equal_each_alone(80, 80, 9, 2, 1, 2);    /* dims past the vectors */
+}
+
+/* The vector runs the prefill block uses give each of their items the bits of the single
+** call: dots of 1-3 keys against a row, and a run of multiply-adds skipping zero weights */
+static void test_vector_runs_equal_single_calls(void) {
+  tsr_test_seed(23);
+  enum { NT = 7, MAXN = 264 };
+  static const int64_t lens[] = {32, 64, 96, 128, 256, 8, 40, 72, 20};
+  float x[NT][MAXN], y[MAXN], a[NT], acc1[MAXN], acc2[MAXN];
+  for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+    const int64_t n = lens[li];
+    for (int t = 0; t < NT; t++)
+      for (int64_t i = 0; i < n; i++) x[t][i] = (float)tsr_test_normal();
+    for (int64_t i = 0; i < n; i++) y[i] = (float)tsr_test_normal();
+    for (int nk = 1; nk <= TSR_VEC_DOTS_MAX; nk++) {
+      const float *keys[TSR_VEC_DOTS_MAX];
+      float got[TSR_VEC_DOTS_MAX];
+      for (int j = 0; j < nk; j++) keys[j] = x[(j * 3 + nk) % NT];
+      tsr_vec_dots_f32_as_f16(keys, nk, y, n, got);
+      for (int j = 0; j < nk; j++) {
+        const float want = tsr_vec_dot_f32_as_f16(keys[j], y, n);
+        CHECK_MSG(!memcmp(&got[j], &want, sizeof want), "n %lld, dot %d of %d: %.9g, alone %.9g",
+                  (long long)n, j, nk, got[j], want);
+      }
+    }
+    for (int t = 0; t < NT; t++) a[t] = t % 3 == 1 ? 0.0f : (float)tsr_test_normal();
+    x[1][0] = INFINITY; /* under a zero weight: never read */
+    for (int64_t i = 0; i < n; i++) acc1[i] = acc2[i] = (float)tsr_test_normal();
+    tsr_vec_axpy_run_f32(acc1, a, &x[0][0], MAXN, NT, n);
+    for (int t = 0; t < NT; t++)
+      if (a[t] != 0.0f) tsr_vec_axpy_f32(acc2, a[t], x[t], n);
+    CHECK_MSG(!memcmp(acc1, acc2, (size_t)n * sizeof(float)), "n %lld: the run differs from its "
+              "calls", (long long)n);
+  }
 }
 
 static void test_sliding_window_hides_old_keys(void) {
@@ -1110,6 +1157,7 @@ int main(void) {
   TSR_RUN(test_kv_with_strided_dim0_is_gathered);
   TSR_RUN(test_causal_prefill_with_positions);
   TSR_RUN(test_f16_queries_together_equal_each_alone);
+  TSR_RUN(test_vector_runs_equal_single_calls);
   TSR_RUN(test_sliding_window_hides_old_keys);
   TSR_RUN(test_softcap_bounds_logits);
   TSR_RUN(test_additive_mask_with_inf_entries);

@@ -577,6 +577,7 @@ static const struct tsr_host_kernel g_kernel = {
     .vec_axpy_f32 = tsr_vec_axpy_f32,
     .vec_axpy_f16 = tsr_vec_axpy_f16,
     .vec_scale_f32 = tsr_vec_scale_f32,
+    .vec_exp_sum_f32 = tsr_vec_exp_sum_f32,
 };
 
 static const struct tsr_host g_services = {

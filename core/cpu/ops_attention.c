@@ -300,8 +300,8 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
   const bool budget = a->counters && a->budget > 0.0f;
   if (budget) { /* the first pass: each row's final max and sum, for its cut */
     struct fa_pass p = {a, s, iq, hk, nh, qp};
-    tsr_cpu_attn_budget_pass(a->Nkv, nh, s->s, FA_TILE, pass_logits, &p, a->budget, s->m, s->l,
-                             s->cut);
+    tsr_cpu_attn_budget_pass(h, a->Nkv, nh, s->s, FA_TILE, pass_logits, &p, a->budget, s->m,
+                             s->l, s->cut);
     for (int64_t g = 0; g < nh; g++)
       tsr_cpu_attn_start(&s->m[g], &s->l[g], s->acc + (size_t)g * s->Dvp, a->Dv);
   }

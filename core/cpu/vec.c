@@ -207,6 +207,24 @@ __attribute__((target("avx2,fma"))) static __m256 exp8(__m256 x) {
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
+/* x[t] = exp8(x[t] - m), 0 where x[t] is -inf, eight at a time (the last ones padded with
+** -inf) */
+__attribute__((target("avx2,fma"))) static void exp_avx2(float *x, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m), ninf = _mm256_set1_ps(-INFINITY);
+  for (int64_t i = 0; i < n; i += 8) {
+    float pad[8];
+    const bool whole = i + 8 <= n;
+    if (!whole)
+      for (int k = 0; k < 8; k++) pad[k] = i + k < n ? x[i + k] : -INFINITY;
+    const __m256 v = _mm256_loadu_ps(whole ? x + i : pad);
+    const __m256 e = _mm256_blendv_ps(exp8(_mm256_sub_ps(v, mv)), _mm256_setzero_ps(),
+                                      _mm256_cmp_ps(v, ninf, _CMP_EQ_OQ));
+    _mm256_storeu_ps(whole ? x + i : pad, e);
+    if (!whole)
+      for (int k = 0; i + k < n; k++) x[i + k] = pad[k];
+  }
+}
+
 /* x sigmoid(x), and x sigmoid(2 sqrt(2/pi) (x + 0.044715 x^3)) (GELU's tanh form) */
 __attribute__((target("avx2,fma"))) static __m256 silu8(__m256 x) {
   const __m256 one = _mm256_set1_ps(1.0f);
@@ -373,6 +391,54 @@ void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n) {
 
 void tsr_vec_scale_f32(float *y, float a, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] *= a;
+}
+
+/* exp8's steps on one value (fmaf is exact, so the bits are exp8's) */
+static float exp1(float x) {
+  const float lo = -87.33654f, hi = 88.72283f;
+  const float xc = fminf(fmaxf(x, lo), 88.0f);
+  const float k = nearbyintf(xc * 1.44269504088896341f);
+  float r = fmaf(-k, 0.693359375f, xc);
+  r = fmaf(-k, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fmaf(p, r, 1.3981999507e-3f);
+  p = fmaf(p, r, 8.3334519073e-3f);
+  p = fmaf(p, r, 4.1665795894e-2f);
+  p = fmaf(p, r, 1.6666665459e-1f);
+  p = fmaf(p, r, 5.0000001201e-1f);
+  p = fmaf(p, r * r, r + 1.0f);
+  const uint32_t bits = (uint32_t)((int32_t)lrintf(k) + 127) << 23;
+  float two_k;
+  memcpy(&two_k, &bits, sizeof two_k);
+  float y = p * two_k;
+  if (x < lo) y = 0.0f;
+  if (x > hi) y = INFINITY;
+  return isnan(x) ? x : y;
+}
+
+/* The nonzero values of x summed in 8 lanes by their rank (the k-th in lane k % 8), then the
+** lanes in a fixed tree: where zeros fall (hidden keys) does not move a value's lane. */
+static float rank_lanes_sum(const float *x, int64_t n) {
+  float lane[8] = {0};
+  int64_t k = 0;
+  for (int64_t t = 0; t < n; t++)
+    if (x[t] != 0.0f) lane[k++ % 8] += x[t];
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+float tsr_vec_exp_sum_f32(float *x, int64_t n, float m) {
+#if TSR_HAVE_AVX2_PATH
+  if (tsr_cpu_has_avx2()) {
+    exp_avx2(x, n, m);
+    return rank_lanes_sum(x, n);
+  }
+#endif
+  return tsr_vec_exp_sum_f32_ref(x, n, m);
+}
+
+float tsr_vec_exp_sum_f32_ref(float *x, int64_t n, float m) {
+  for (int64_t t = 0; t < n; t++) x[t] = x[t] == -INFINITY ? 0.0f : exp1(x[t] - m);
+  return rank_lanes_sum(x, n);
 }
 
 bool tsr_vec_silu_f32(float *y, int64_t n) {

@@ -45,6 +45,13 @@ void tsr_vec_axpy_run_f32(float *y, const float *a, const float *x, size_t x_str
 void tsr_vec_axpy_f16(float *y, float a, const uint16_t *x, int64_t n);
 /* y[i] *= a */
 void tsr_vec_scale_f32(float *y, float a, int64_t n);
+/* x[t] = e^(x[t] - m) for t < n, 0 where x[t] is -inf; returns their sum: the nonzero values
+** in 8 lanes by rank (the k-th in lane k % 8, so where hidden keys lie in a tile does not
+** change it), then ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). The exp is the vector
+** one of tsr_vec_silu_f32 (within about 2 ulp of expf): every machine, the AVX2 path or not,
+** gives the same bits. */
+float tsr_vec_exp_sum_f32(float *x, int64_t n, float m);
+float tsr_vec_exp_sum_f32_ref(float *x, int64_t n, float m); /* the portable path */
 /* y = y sigmoid(y) (SiLU), and GELU's tanh form y sigmoid(2 sqrt(2/pi)(y + 0.044715 y^3)),
 ** in place, with a vector exp within about 2 ulp of expf; false where the machine has no
 ** such path (the caller keeps expf) */

@@ -2,6 +2,7 @@
 ** that materializes the whole logit matrix and takes a plain softmax. K and V
 ** of a quantized dtype are compared against the reference on their
 ** dequantized values, so any error left is the kernel's own. */
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -447,6 +448,48 @@ static void test_vector_runs_equal_single_calls(void) {
     CHECK_MSG(!memcmp(acc1, acc2, (size_t)n * sizeof(float)), "n %lld: the run differs from its "
               "calls", (long long)n);
   }
+}
+
+/* The softmax weights' exp and sum: the vector path gives the portable path's bits (any
+** length, -inf keys, NaN, both ends of the range), each weight within 3 ulp of expf and
+** the sum within 1e-6 of the double sum */
+static void test_exp_sum_is_portable_and_close_to_expf(void) {
+  tsr_test_seed(29);
+  enum { MAXN = 70 };
+  for (int n = 1; n <= MAXN; n += 3) {
+    float x[MAXN], a[MAXN], b[MAXN];
+    for (int t = 0; t < n; t++) x[t] = (float)(8.0 * tsr_test_normal());
+    x[n / 2] = -INFINITY;
+    if (n > 10) x[3] = -100.0f, x[5] = 40.0f, x[7] = -47.0f; /* e^-140 (0), e^0, e^-87 */
+    float m = -INFINITY;
+    for (int t = 0; t < n; t++) m = x[t] > m ? x[t] : m; /* as the tile's max */
+    memcpy(a, x, sizeof x), memcpy(b, x, sizeof x);
+    const float sa = tsr_vec_exp_sum_f32(a, n, m), sb = tsr_vec_exp_sum_f32_ref(b, n, m);
+    CHECK_MSG(!memcmp(a, b, (size_t)n * sizeof(float)) && !memcmp(&sa, &sb, sizeof sa),
+              "n %d: the vector path differs from the portable one", n);
+    double exact = 0.0;
+    for (int t = 0; t < n; t++) {
+      const float want = x[t] == -INFINITY ? 0.0f : expf(x[t] - m);
+      exact += want;
+      /* a result below the normal range is 0 (expf's would be subnormal) */
+      CHECK_MSG(a[t] == want || (want < FLT_MIN && a[t] == 0.0f) ||
+                    fabsf(a[t] - want) <= 3.0f * (nextafterf(want, INFINITY) - want),
+                "n %d, key %d: exp(%.9g) = %.9g, expf %.9g", n, t, x[t] - m, a[t], want);
+    }
+    CHECK_MSG(fabs(sa - exact) <= 1e-6 * exact + 1e-30, "n %d: sum %.9g, exact %.9g", n, sa,
+              exact);
+  }
+  /* the same visible keys elsewhere in the tile, among hidden ones: the same sum */
+  float at0[20], at5[20];
+  for (int t = 0; t < 20; t++) at0[t] = at5[t] = -INFINITY;
+  for (int t = 0; t < 11; t++) at0[t] = at5[t + 5] = (float)(-t) * 0.37f;
+  const float s0 = tsr_vec_exp_sum_f32(at0, 20, 0.0f), s5 = tsr_vec_exp_sum_f32(at5, 20, 0.0f);
+  CHECK_MSG(!memcmp(&s0, &s5, sizeof s0), "the sum moved with the keys: %.9g, %.9g", s0, s5);
+  float nan_in[9] = {0, 1, NAN, 2, 3, 4, 5, 6, 7}, nan_ref[9];
+  memcpy(nan_ref, nan_in, sizeof nan_in);
+  const float s1 = tsr_vec_exp_sum_f32(nan_in, 9, 1.0f);
+  const float s2 = tsr_vec_exp_sum_f32_ref(nan_ref, 9, 1.0f);
+  CHECK(isnan(s1) && isnan(s2) && isnan(nan_in[2]) && isnan(nan_ref[2]));
 }
 
 static void test_sliding_window_hides_old_keys(void) {
@@ -1158,6 +1201,7 @@ int main(void) {
   TSR_RUN(test_causal_prefill_with_positions);
   TSR_RUN(test_f16_queries_together_equal_each_alone);
   TSR_RUN(test_vector_runs_equal_single_calls);
+  TSR_RUN(test_exp_sum_is_portable_and_close_to_expf);
   TSR_RUN(test_sliding_window_hides_old_keys);
   TSR_RUN(test_softcap_bounds_logits);
   TSR_RUN(test_additive_mask_with_inf_entries);

@@ -33,8 +33,9 @@ static inline void tsr_cpu_attn_start(float *m, float *l, float *acc, int64_t dv
 }
 
 /* Moves the running max over the tile's n logits x, rescaling l and acc, and turns
-** the logits into weights exp(x - m). A hidden key (-inf) weighs exactly 0; while m
-** is still -inf every key so far was hidden, so exp(-inf - -inf) is never taken. */
+** the logits into weights exp(x - m) (the host's vec_exp_sum_f32: its vector exp, summed
+** in its fixed order). A hidden key (-inf) weighs exactly 0; while m is still -inf every
+** key so far was hidden, so exp(-inf - -inf) is never taken. */
 static inline void tsr_cpu_attn_weights(const struct tsr_host *h, float *x, int64_t n, float *m,
                                         float *l, float *dropped, float *acc, int64_t dv) {
   float tmax = -INFINITY;
@@ -48,28 +49,23 @@ static inline void tsr_cpu_attn_weights(const struct tsr_host *h, float *x, int6
     }
     *m = tmax;
   }
-  const float mm = *m;
-  float sum = 0.0f;
-  for (int64_t t = 0; t < n; t++) {
-    x[t] = x[t] == -INFINITY ? 0.0f : expf(x[t] - mm);
-    sum += x[t];
-  }
-  *l += sum;
+  *l += h->kernel->vec_exp_sum_f32(x, n, *m);
 }
 
-/* The running max and sum alone over a tile's logits x (-inf: hidden), as
-** tsr_cpu_attn_weights moves them, bit for bit: a mass budget's first pass. */
-static inline void tsr_cpu_attn_measure(const float *x, int64_t n, float *m, float *l) {
+/* The running max and sum alone over a tile's logits x (-inf: hidden; n at most
+** TSR_CPU_ATTN_TILE), as tsr_cpu_attn_weights moves them, bit for bit: a mass budget's first
+** pass. */
+static inline void tsr_cpu_attn_measure(const struct tsr_host *h, const float *x, int64_t n,
+                                        float *m, float *l) {
   float tmax = -INFINITY;
   for (int64_t t = 0; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
   if (tmax > *m) {
     if (*m != -INFINITY) *l *= expf(*m - tmax);
     *m = tmax;
   }
-  const float mm = *m;
-  float sum = 0.0f;
-  for (int64_t t = 0; t < n; t++) sum += x[t] == -INFINITY ? 0.0f : expf(x[t] - mm);
-  *l += sum;
+  float w[TSR_CPU_ATTN_TILE];
+  memcpy(w, x, (size_t)n * sizeof *w);
+  *l += h->kernel->vec_exp_sum_f32(w, n, *m);
 }
 
 /* A mass budget's cut, from a row's final max m and sum l over n_visible keys: a key
@@ -87,7 +83,8 @@ typedef int64_t (*tsr_cpu_attn_logits_fn)(void *ctx, int64_t j0, int64_t n);
 /* A mass budget's first pass over n_kv keys in tiles of TSR_CPU_ATTN_TILE: each of nh rows'
 ** final max m[g] and sum l[g] (head g's logits at x + g * x_stride) and its cut[g]
 ** (tsr_cpu_attn_budget_cut). The second pass starts m, l and its sums again. */
-static inline void tsr_cpu_attn_budget_pass(int64_t n_kv, int64_t nh, const float *x,
+static inline void tsr_cpu_attn_budget_pass(const struct tsr_host *h, int64_t n_kv, int64_t nh,
+                                            const float *x,
                                             size_t x_stride, tsr_cpu_attn_logits_fn logits,
                                             void *ctx, float budget, float *m, float *l,
                                             float *cut) {
@@ -99,7 +96,7 @@ static inline void tsr_cpu_attn_budget_pass(int64_t n_kv, int64_t nh, const floa
     if (!v) continue;
     visible += v;
     for (int64_t g = 0; g < nh; g++)
-      tsr_cpu_attn_measure(x + (size_t)g * x_stride, n, &m[g], &l[g]);
+      tsr_cpu_attn_measure(h, x + (size_t)g * x_stride, n, &m[g], &l[g]);
   }
   for (int64_t g = 0; g < nh; g++) cut[g] = tsr_cpu_attn_budget_cut(m[g], l[g], budget, visible);
 }

@@ -260,8 +260,8 @@ static void attend_unit(const struct node *a, const struct scratch *s,
   const bool budget = a->counters && a->budget > 0.0f;
   if (budget) { /* the first pass: each row's final max and sum, for its cut */
     struct unit_pass p = {a, s, iq, hk, nh, qp, gain};
-    tsr_cpu_attn_budget_pass(a->Nkv, nh, s->s, DCA_TILE, pass_logits, &p, a->budget, s->m, s->l,
-                             s->cut);
+    tsr_cpu_attn_budget_pass(a->h, a->Nkv, nh, s->s, DCA_TILE, pass_logits, &p, a->budget, s->m,
+                             s->l, s->cut);
     for (int64_t g = 0; g < nh; g++)
       tsr_cpu_attn_start(&s->m[g], &s->l[g], s->acc + (size_t)g * s->Dvp, a->Dv);
   }

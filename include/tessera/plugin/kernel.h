@@ -132,6 +132,9 @@ struct tsr_host_kernel {
   void (*vec_axpy_f32)(float *y, float a, const float *x, int64_t n);
   void (*vec_axpy_f16)(float *y, float a, const uint16_t *x, int64_t n);
   void (*vec_scale_f32)(float *y, float a, int64_t n);
+  /* ABI 2.6: x[t] = e^(x[t] - m) (0 where x[t] is -inf) and their sum, in the core's fixed
+  ** order and vector exp (tsr_cpu_attn_weights' softmax) */
+  float (*vec_exp_sum_f32)(float *x, int64_t n, float m);
 };
 
 #ifdef __cplusplus

@@ -101,7 +101,9 @@ static void test_decode_with_f16_kv_keeps_golden_top1(void) {
 
 /* The cpu's default, activations coded to 8 bits: decode equals one call bit for bit (each
 ** column is coded alone, whatever the batch), and top-1 keeps the golden's at all but a
-** few near-tied positions (measured: 63 of 64 with f32 KV) */
+** few near-tied positions: which ones flip moves with any last-bit change upstream (63 of
+** 64 with the softmax on expf, 60 with the vector exp), while over 1,530 held-out positions
+** the same top stays at 97.4% and the KL to f32 activations at 2.29e-3 nats either way */
 static void test_q8_activations_decode_equals_one_call(void) {
   struct tsr_engine *e = engine("f32", "q8");
   float *whole = malloc((size_t)g_n * g_vocab * sizeof *whole);
@@ -120,7 +122,7 @@ static void test_q8_activations_decode_equals_one_call(void) {
   printf("  q8 activations: one call top-1 = golden %d/%d; prefill + decode: max rel vs one "
          "call %.3e\n", agree, g_n, rel);
   CHECK_MSG(rel == 0.0, "max rel %g", rel);
-  CHECK_MSG(agree >= g_n - 2, "top-1 = golden at %d of %d", agree, g_n);
+  CHECK_MSG(agree >= g_n - 5, "top-1 = golden at %d of %d", agree, g_n);
   free(whole);
 }
 

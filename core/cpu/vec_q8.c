@@ -193,11 +193,26 @@ AVX2 static void quantize_avx2(const float *x, int64_t n, struct tsr_q8_act *out
     const float am = _mm_cvtss_f32(m);
     const bool finite = _mm256_movemask_ps(ok) == 0xff;
     const __m256 id = _mm256_set1_ps(inverse_step(am));
-    int32_t codes[TSR_Q8_ACT_BLOCK];
+    /* finish_block in registers: the codes (0 for a block that is not finite) packed to
+    ** bytes, the sums of each 4 (two horizontal adds) and of all 32; both packing and adding
+    ** leave the four-value groups in the order 0 2 4 6 1 3 5 7, put back by one permute */
+    const __m256i keep = finite ? _mm256_set1_epi32(-1) : _mm256_setzero_si256();
+    __m256i c[4];
     for (int i = 0; i < 4; i++)
-      _mm256_storeu_si256((__m256i *)(codes + 8 * i),
-                          _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)));
-    finish_block(am, finite, codes, &out[b]);
+      c[i] = _mm256_and_si256(_mm256_cvtps_epi32(_mm256_mul_ps(v[i], id)), keep);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i sum4 = _mm256_permutevar8x32_epi32(
+        _mm256_hadd_epi32(_mm256_hadd_epi32(c[0], c[1]), _mm256_hadd_epi32(c[2], c[3])), order);
+    const __m256i bytes = _mm256_permutevar8x32_epi32(
+        _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3])), order);
+    __m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+    t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+    struct tsr_q8_act *a = &out[b];
+    _mm256_storeu_si256((__m256i *)a->q, bytes);
+    _mm256_storeu_si256((__m256i *)a->nsum4, _mm256_sub_epi32(_mm256_setzero_si256(), sum4));
+    a->d = finite ? am / 127.0f : NAN;
+    a->sumf = (float)_mm_cvtsi128_si32(t); /* exact: |sum| <= 32 x 127 */
   }
 }
 

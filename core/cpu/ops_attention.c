@@ -328,8 +328,8 @@ static void attend_unit(const struct fa_node *a, const struct fa_scratch *s,
                         a->Dv);
 }
 
-/* Queries iq0 .. iq0+nq-1 (nq <= block_queries) against KV head hk for all its q heads, K and V f16
-** rows read in place, no V skipping: each query's arithmetic is attend_unit's to the bit
+/* Queries iq0 .. iq0+nq-1 (nq <= block_queries) against KV head hk for all its q heads, K and
+** V f16 rows read in place, no V skipping: each query's arithmetic is attend_unit's to the bit
 ** (the dot and axpy over converted rows round as over the f16 ones: vec.h), but each K and
 ** V row a tile shows any of them is converted once, a few keys' dots go together and the
 ** weighted V rows are summed with the row's sums held in registers. Row r = b * group + g. */

@@ -113,7 +113,8 @@ dots_as_f16_avx2(const float *const *x, const int NX, const float *y, int64_t n,
         a[t][k] = _mm256_fmadd_ps(_mm256_loadu_ps(x[t] + i + 8 * k), yv, a[t][k]);
     }
   for (int t = 0; t < NX; t++)
-    out[t] = hsum256(_mm256_add_ps(_mm256_add_ps(a[t][0], a[t][1]), _mm256_add_ps(a[t][2], a[t][3])));
+    out[t] = hsum256(
+        _mm256_add_ps(_mm256_add_ps(a[t][0], a[t][1]), _mm256_add_ps(a[t][2], a[t][3])));
 }
 __attribute__((target("avx2,fma"))) static void dots3_as_f16_avx2(const float *const *x, int nx,
                                                                  const float *y, int64_t n,

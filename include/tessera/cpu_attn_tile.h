@@ -84,10 +84,9 @@ typedef int64_t (*tsr_cpu_attn_logits_fn)(void *ctx, int64_t j0, int64_t n);
 ** final max m[g] and sum l[g] (head g's logits at x + g * x_stride) and its cut[g]
 ** (tsr_cpu_attn_budget_cut). The second pass starts m, l and its sums again. */
 static inline void tsr_cpu_attn_budget_pass(const struct tsr_host *h, int64_t n_kv, int64_t nh,
-                                            const float *x,
-                                            size_t x_stride, tsr_cpu_attn_logits_fn logits,
-                                            void *ctx, float budget, float *m, float *l,
-                                            float *cut) {
+                                            const float *x, size_t x_stride,
+                                            tsr_cpu_attn_logits_fn logits, void *ctx,
+                                            float budget, float *m, float *l, float *cut) {
   int64_t visible = 0;
   for (int64_t g = 0; g < nh; g++) m[g] = -INFINITY, l[g] = 0.0f;
   for (int64_t j0 = 0; j0 < n_kv; j0 += TSR_CPU_ATTN_TILE) {

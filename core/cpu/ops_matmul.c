@@ -378,9 +378,9 @@ TSR_CPU_KERNEL(mat_mul) {
   struct wtile tile = {0};
   int64_t loaded = -1; /* (batch, tile) now in the tile, so chunks reuse it */
   const int64_t n_items = n_wb * n_tiles * chunks;
-  int64_t lo, hi;
-  tsr_cpu_split(c, n_items, &lo, &hi);
-  for (int64_t item = many ? tsr_cpu_take(c, n_items) : lo; item < (many ? n_items : hi);
+  int64_t lo = 0, hi = n_items;
+  if (!many) tsr_cpu_split(c, n_items, &lo, &hi);
+  for (int64_t item = many ? tsr_cpu_take(c, n_items) : lo; item < hi;
        item = many ? tsr_cpu_take(c, n_items) : item + 1) {
     const int64_t chunk = item % chunks, bt = item / chunks;
     const int64_t t = bt % n_tiles, wb = bt / n_tiles;

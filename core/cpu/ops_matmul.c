@@ -88,8 +88,19 @@ struct wtile {
   tsr_vec_dot_row_fn dot; /* W_BLOCKS */
   tsr_vec_dot_q8_fn dot_q8; /* W_Q8, over the rows as stored or expanded */
   int64_t k, m0, n; /* rows [m0, m0+n) of length k */
+  size_t row_bytes; /* of a row as stored */
+  bool in_place;    /* the rows are read where they are stored */
   const void *row[TILE_MAX];
 };
+
+/* How far ahead of the bytes it reads a product asks the memory for the weights' next bytes.
+** A row-by-row stream is what hardware prefetchers follow, but on a 2-core Sapphire Rapids VM
+** they did not keep up: its decode read q5_0 rows at 6.7 GB/s of a 19 GB/s streaming read,
+** and asking 1.5-2 KB ahead made Qwen2.5-Coder 0.5B decode 1.7x faster (4 KB: less). */
+#define PREFETCH_AHEAD 2048
+static void prefetch_ahead(const void *at, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch((const char *)at + PREFETCH_AHEAD + b);
+}
 
 /* Whether W_Q8 rows are expanded once per tile (vec.h, tsr_q8_xblock): where the machine has
 ** the kernel and the tile meets more than one call's columns */
@@ -110,11 +121,14 @@ static void wtile_load(struct wtile *t, const struct tsr_tensor *w, const char *
               : expand        ? tsr_vec_dot_q8x((int)w->dtype)
                               : tsr_vec_dot_q8((int)w->dtype);
   t->k = w->ne[0];
+  t->row_bytes = w->nb[1];
+  t->in_place = !expand && t->mode != W_CONVERT;
   t->m0 = m0;
   t->n = n;
   const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
   for (int64_t r = 0; r < n; r++) {
     const char *src = base + (size_t)(m0 + r) * w->nb[1];
+    if (!t->in_place) prefetch_ahead(src, w->nb[1]);
     if (expand) {
       tsr_vec_q8_expander((int)w->dtype)(src, t->k, xbuf + r * nb);
       t->row[r] = xbuf + r * nb;
@@ -193,6 +207,7 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
   ** kernel, or for the whole tile at its load where the tile expands) */
   if (t->mode == W_Q8) {
     const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
+    const int64_t first = c0; /* later columns find the rows in the cache */
     for (; c0 < c1; c0 += TSR_Q8_COLS) {
       const int nc = c1 - c0 < TSR_Q8_COLS ? (int)(c1 - c0) : TSR_Q8_COLS;
       const struct tsr_q8_act *a[TSR_Q8_COLS];
@@ -205,6 +220,7 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
       for (int64_t r = 0; r < t->n; r += TSR_Q8_ROWS) {
         const int nr = t->n - r < TSR_Q8_ROWS ? (int)(t->n - r) : TSR_Q8_ROWS;
         float d[TSR_Q8_ROWS * TSR_Q8_COLS];
+        if (t->in_place && c0 == first) prefetch_ahead(t->row[r], nr * t->row_bytes);
         t->dot_q8(t->row + r, nr, a, nc, t->k, d);
         for (int i = 0; i < nr; i++)
           for (int c = 0; c < nc; c++) out[c][r + i] = d[i * nc + c];
@@ -238,12 +254,12 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
     float *out;
     col_at(cs, c, t->m0, &xp, &out);
     const float *x = x_column(cs->x, xp, xbuf);
-    if (t->mode == W_F16) {
-      for (int64_t r = 0; r < t->n; r++) out[r] = tsr_vec_dot_f16_f32(t->row[r], x, t->k);
-    } else if (t->mode == W_BLOCKS) {
-      for (int64_t r = 0; r < t->n; r++) out[r] = t->dot(t->row[r], x, t->k);
-    } else {
-      for (int64_t r = 0; r < t->n; r++) out[r] = tsr_vec_dot_f32(t->row[r], x, t->k);
+    const bool ahead = t->in_place && c == c0; /* later columns find the rows in the cache */
+    for (int64_t r = 0; r < t->n; r++) {
+      if (ahead) prefetch_ahead(t->row[r], t->row_bytes);
+      out[r] = t->mode == W_F16    ? tsr_vec_dot_f16_f32(t->row[r], x, t->k)
+               : t->mode == W_BLOCKS ? t->dot(t->row[r], x, t->k)
+                                     : tsr_vec_dot_f32(t->row[r], x, t->k);
     }
   }
 }

@@ -84,7 +84,7 @@ void tsr_vec_quantize_q8_ref(const float *x, int64_t n, struct tsr_q8_act *out);
 ** sums of 4 values, scaled into 8 f32 lanes (vec_q8.c); a result does not depend on the rows
 ** and columns beside it */
 #define TSR_Q8_COLS 8
-#define TSR_Q8_ROWS 2 /* rows a caller hands over at once, where it has them */
+#define TSR_Q8_ROWS 4 /* rows a caller hands over at once, where it has them */
 typedef void (*tsr_vec_dot_q8_fn)(const void *const *w, int n_rows,
                                   const struct tsr_q8_act *const *a, int n_cols, int64_t n,
                                   float *out);

@@ -541,26 +541,32 @@ VNNI static inline void blk_x(const void *w, int64_t j, __m256i *u, __m256 *sv, 
   }
 ALL_TYPES(VNNI_X_OF)
 
-/* Two expanded rows at once in 512-bit registers, row 0 in lanes 0-7 and row 1 in lanes 8-15:
-** every lane's arithmetic is vnni's above (the same products and sums in the same order), in
-** half the instructions, each of which a core with 512-bit units runs as one. A type without
+/* Expanded rows two at a time in 512-bit registers, the first in lanes 0-7 and the second in
+** lanes 8-15: every lane's arithmetic is vnni's above (the same products and sums in the same
+** order), in half the instructions, each of which a core with 512-bit units runs as one; up to
+** two such pairs a call, so each column's codes are loaded once for four rows. A type without
 ** an offset; a row left over goes alone through vnni's kernel. */
 #define VNNI_X512_KERNEL(T, LOG2_BIAS)                                                        \
   VNNI static inline __attribute__((always_inline)) void rows_x512_##T(                       \
       const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
       int64_t n, float *out) {                                                                \
-    (void)nr; /* two rows: BY_COLS's shape */                                                 \
-    __m512 acc[TSR_Q8_COLS];                                                                  \
-    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();                                \
-    const struct tsr_q8_xblock *b0 = w[0], *b1 = w[1];                                        \
+    const int np = nr / 2; /* row pairs: 1 or 2 */                                            \
+    __m512 acc[2][TSR_Q8_COLS];                                                               \
+    for (int p = 0; p < np; p++)                                                              \
+      for (int c = 0; c < nc; c++) acc[p][c] = _mm512_setzero_ps();                           \
     const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3); \
     for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
-      const __m512i u = _mm512_inserti64x4(                                                   \
-          _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b0[j].u)),               \
-          _mm256_loadu_si256((const __m256i *)b1[j].u), 1);                                   \
-      const __m128 s4 = _mm_castpd_ps(_mm_unpacklo_pd(_mm_load_sd((const double *)b0[j].s),   \
-                                                      _mm_load_sd((const double *)b1[j].s))); \
-      const __m512 sv = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(s4));            \
+      __m512i u[2];                                                                           \
+      __m512 sv[2];                                                                           \
+      for (int p = 0; p < np; p++) {                                                          \
+        const struct tsr_q8_xblock *b0 = (const struct tsr_q8_xblock *)w[2 * p] + j;          \
+        const struct tsr_q8_xblock *b1 = (const struct tsr_q8_xblock *)w[2 * p + 1] + j;      \
+        u[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b0->u)), \
+                                  _mm256_loadu_si256((const __m256i *)b1->u), 1);             \
+        const __m128 s4 = _mm_castpd_ps(_mm_unpacklo_pd(_mm_load_sd((const double *)b0->s),   \
+                                                        _mm_load_sd((const double *)b1->s))); \
+        sv[p] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(s4));                    \
+      }                                                                                       \
       for (int c = 0; c < nc; c++) {                                                          \
         const struct tsr_q8_act *q = a[c] + j;                                                \
         const __m512i y = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q->q));  \
@@ -570,19 +576,27 @@ ALL_TYPES(VNNI_X_OF)
                       _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)q->nsum4)),  \
                       LOG2_BIAS)                                                              \
                 : _mm512_setzero_si512();                                                     \
-        acc[c] = _mm512_fmadd_ps(_mm512_mul_ps(sv, _mm512_set1_ps(q->d)),                     \
-                                 _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u, y)), acc[c]); \
+        const __m512 d = _mm512_set1_ps(q->d);                                                \
+        for (int p = 0; p < np; p++)                                                          \
+          acc[p][c] = _mm512_fmadd_ps(_mm512_mul_ps(sv[p], d),                                \
+                                      _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[p], y)), \
+                                      acc[p][c]);                                             \
       }                                                                                       \
     }                                                                                         \
-    for (int c = 0; c < nc; c++) {                                                            \
-      out[c] = tsr_hsum8(_mm512_castps512_ps256(acc[c]));                                     \
-      out[nc + c] = tsr_hsum8(                                                                \
-          _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[c]), 1)));             \
-    }                                                                                         \
+    for (int p = 0; p < np; p++)                                                              \
+      for (int c = 0; c < nc; c++) {                                                          \
+        out[2 * p * nc + c] = tsr_hsum8(_mm512_castps512_ps256(acc[p][c]));                   \
+        out[(2 * p + 1) * nc + c] = tsr_hsum8(                                                \
+            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][c]), 1)));        \
+      }                                                                                       \
   }                                                                                           \
   VNNI static void x512_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
                             int nc, int64_t n, float *out) {                                  \
-    for (; nr > 1; nr -= 2, w += 2, out += 2 * nc) BY_COLS(rows_x512_##T, w, 2, a, nc, n, out); \
+    for (; nr > 3; nr -= 4, w += 4, out += 4 * nc) BY_COLS(rows_x512_##T, w, 4, a, nc, n, out); \
+    if (nr > 1) {                                                                             \
+      BY_COLS(rows_x512_##T, w, 2, a, nc, n, out);                                            \
+      nr -= 2, w += 2, out += 2 * nc;                                                         \
+    }                                                                                         \
     if (nr) vnni_x_##T(w, 1, a, nc, n, out);                                                  \
   }
 VNNI_X512_KERNEL(q8_0, 7)

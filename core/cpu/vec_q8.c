@@ -544,16 +544,19 @@ ALL_TYPES(VNNI_X_OF)
 /* Expanded rows two at a time in 512-bit registers, the first in lanes 0-7 and the second in
 ** lanes 8-15: every lane's arithmetic is vnni's above (the same products and sums in the same
 ** order), in half the instructions, each of which a core with 512-bit units runs as one; up to
-** two such pairs a call, so each column's codes are loaded once for four rows. A type without
-** an offset; a row left over goes alone through vnni's kernel. */
-#define VNNI_X512_KERNEL(T, LOG2_BIAS)                                                        \
+** two such pairs a call, so each column's codes are loaded once for four rows; a type's offset
+** chains go a row a lane. A row left over goes alone through vnni's kernel. */
+#define VNNI_X512_KERNEL(T, LOG2_BIAS, OFFSET)                                                      \
   VNNI static inline __attribute__((always_inline)) void rows_x512_##T(                       \
       const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
       int64_t n, float *out) {                                                                \
     const int np = nr / 2; /* row pairs: 1 or 2 */                                            \
     __m512 acc[2][TSR_Q8_COLS];                                                               \
-    for (int p = 0; p < np; p++)                                                              \
-      for (int c = 0; c < nc; c++) acc[p][c] = _mm512_setzero_ps();                           \
+    __m128 off[TSR_Q8_COLS]; /* each column's offset chains, a row a lane */                  \
+    for (int c = 0; c < nc; c++) {                                                            \
+      off[c] = _mm_setzero_ps();                                                              \
+      for (int p = 0; p < np; p++) acc[p][c] = _mm512_setzero_ps();                           \
+    }                                                                                         \
     const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3); \
     for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
       __m512i u[2];                                                                           \
@@ -566,6 +569,12 @@ ALL_TYPES(VNNI_X_OF)
         const __m128 s4 = _mm_castpd_ps(_mm_unpacklo_pd(_mm_load_sd((const double *)b0->s),   \
                                                         _mm_load_sd((const double *)b1->s))); \
         sv[p] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(s4));                    \
+      }                                                                                       \
+      __m128 offs = _mm_setzero_ps();                                                         \
+      if (OFFSET) {                                                                           \
+        const struct tsr_q8_xblock *const *x = (const struct tsr_q8_xblock *const *)w;        \
+        offs = _mm_setr_ps(x[0][j].offs, x[1][j].offs, np > 1 ? x[2][j].offs : 0.0f,          \
+                           np > 1 ? x[3][j].offs : 0.0f);                                     \
       }                                                                                       \
       for (int c = 0; c < nc; c++) {                                                          \
         const struct tsr_q8_act *q = a[c] + j;                                                \
@@ -581,14 +590,21 @@ ALL_TYPES(VNNI_X_OF)
           acc[p][c] = _mm512_fmadd_ps(_mm512_mul_ps(sv[p], d),                                \
                                       _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[p], y)), \
                                       acc[p][c]);                                             \
+        if (OFFSET) /* lane r: vnni's fmaf(offs * d, sumf, off) */                            \
+          off[c] = _mm_fmadd_ps(_mm_mul_ps(offs, _mm_set1_ps(q->d)), _mm_set1_ps(q->sumf), off[c]); \
       }                                                                                       \
     }                                                                                         \
-    for (int p = 0; p < np; p++)                                                              \
-      for (int c = 0; c < nc; c++) {                                                          \
-        out[2 * p * nc + c] = tsr_hsum8(_mm512_castps512_ps256(acc[p][c]));                   \
-        out[(2 * p + 1) * nc + c] = tsr_hsum8(                                                \
-            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][c]), 1)));        \
+    for (int c = 0; c < nc; c++) {                                                            \
+      float o[4];                                                                             \
+      _mm_storeu_ps(o, off[c]);                                                               \
+      for (int p = 0; p < np; p++) {                                                          \
+        const float s0 = tsr_hsum8(_mm512_castps512_ps256(acc[p][c]));                        \
+        const float s1 =                                                                      \
+            tsr_hsum8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p][c]), 1))); \
+        out[2 * p * nc + c] = OFFSET ? s0 + o[2 * p] : s0;                                    \
+        out[(2 * p + 1) * nc + c] = OFFSET ? s1 + o[2 * p + 1] : s1;                          \
       }                                                                                       \
+    }                                                                                         \
   }                                                                                           \
   VNNI static void x512_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
                             int nc, int64_t n, float *out) {                                  \
@@ -599,15 +615,8 @@ ALL_TYPES(VNNI_X_OF)
     }                                                                                         \
     if (nr) vnni_x_##T(w, 1, a, nc, n, out);                                                  \
   }
-VNNI_X512_KERNEL(q8_0, 7)
-VNNI_X512_KERNEL(q4_0, 3)
-VNNI_X512_KERNEL(q5_0, 4)
-VNNI_X512_KERNEL(q6_K, 5)
-/* the types with an offset keep vnni's one row at a time */
-#define x512_q4_1 vnni_x_q4_1
-#define x512_q5_1 vnni_x_q5_1
-#define x512_q4_K vnni_x_q4_K
-#define x512_q5_K vnni_x_q5_K
+#define VNNI_X512_OF(T, SIGNED, LOG2_BIAS, OFFSET) VNNI_X512_KERNEL(T, LOG2_BIAS, OFFSET)
+ALL_TYPES(VNNI_X512_OF)
 
 #define KERNEL_PICKER(ISA)                                                                    \
   static tsr_vec_dot_q8_fn ISA##_kernel(int dtype) {                                          \

@@ -385,9 +385,9 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
   /* one body a row and column count, so the sums stay in registers */                       \
   VNNI static void vnni_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
                             int nc, int64_t n, float *out) {                                  \
-    /* two rows streamed side by side from memory run at half the rate of one (measured on \
-    ** an AMD EPYC): decode's few columns take the rows one at a time */                     \
-    if (nc > 2 && !OFFSET)                                                                    \
+    /* two rows at once even for one column: two chains of adds hide each other's latency \
+    ** (the rows' bytes are asked for ahead: ops_matmul.c) */                                \
+    if (!OFFSET)                                                                              \
       for (; nr > 1; nr -= 2, w += 2, out += 2 * nc) BY_COLS(rows_vnni_##T, w, 2, a, nc, n, out); \
     for (; nr > 0; nr--, w++, out += nc) BY_COLS(rows_vnni_##T, w, 1, a, nc, n, out);         \
   }

@@ -450,6 +450,26 @@ static void test_vector_runs_equal_single_calls(void) {
   }
 }
 
+/* The tile's max in eight running maxima is the one-chain max: any length, -inf for hidden
+** keys, NaN never taken, either zero */
+static void test_tile_max_equals_one_chain(void) {
+  tsr_test_seed(29);
+  float x[TSR_CPU_ATTN_TILE];
+  for (int trial = 0; trial < 400; trial++) {
+    const int64_t n = trial % (TSR_CPU_ATTN_TILE + 1);
+    for (int64_t t = 0; t < n; t++) {
+      const int kind = (int)(tsr_test_normal() * 4.0);
+      x[t] = kind == 1 ? -INFINITY : kind == 2 ? NAN : kind == 3 ? -0.0f : (float)tsr_test_normal();
+    }
+    if (trial % 7 == 0)
+      for (int64_t t = 0; t < n; t++) x[t] = -INFINITY;
+    float want = -INFINITY;
+    for (int64_t t = 0; t < n; t++) want = x[t] > want ? x[t] : want;
+    const float got = tsr_cpu_attn_tile_max(x, n);
+    CHECK_MSG(got == want, "n %lld: %.9g, one chain %.9g", (long long)n, got, want);
+  }
+}
+
 /* The softmax weights' exp and sum: the vector path gives the portable path's bits (any
 ** length, -inf keys, NaN, both ends of the range), each weight within 3 ulp of expf and
 ** the sum within 1e-6 of the double sum */
@@ -1201,6 +1221,7 @@ int main(void) {
   TSR_RUN(test_causal_prefill_with_positions);
   TSR_RUN(test_f16_queries_together_equal_each_alone);
   TSR_RUN(test_vector_runs_equal_single_calls);
+  TSR_RUN(test_tile_max_equals_one_chain);
   TSR_RUN(test_exp_sum_is_portable_and_close_to_expf);
   TSR_RUN(test_sliding_window_hides_old_keys);
   TSR_RUN(test_softcap_bounds_logits);

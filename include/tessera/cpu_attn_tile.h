@@ -32,14 +32,29 @@ static inline void tsr_cpu_attn_start(float *m, float *l, float *acc, int64_t dv
   memset(acc, 0, (size_t)dv * sizeof(float));
 }
 
+/* The largest of x[0..n) (-inf for none; a NaN is never taken), in eight running maxima so
+** the comparisons do not wait on each other (and vectorize): the max of a set does not depend
+** on the order, a zero's sign aside, which no use of it sees (x - m and exp(m' - m) are the same
+** for either zero). */
+static inline float tsr_cpu_attn_tile_max(const float *x, int64_t n) {
+  float m8[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                 -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8)
+    for (int k = 0; k < 8; k++) m8[k] = x[t + k] > m8[k] ? x[t + k] : m8[k];
+  float tmax = -INFINITY;
+  for (; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
+  for (int k = 0; k < 8; k++) tmax = m8[k] > tmax ? m8[k] : tmax;
+  return tmax;
+}
+
 /* Moves the running max over the tile's n logits x, rescaling l and acc, and turns
 ** the logits into weights exp(x - m) (the host's vec_exp_sum_f32: its vector exp, summed
 ** in its fixed order). A hidden key (-inf) weighs exactly 0; while m is still -inf every
 ** key so far was hidden, so exp(-inf - -inf) is never taken. */
 static inline void tsr_cpu_attn_weights(const struct tsr_host *h, float *x, int64_t n, float *m,
                                         float *l, float *dropped, float *acc, int64_t dv) {
-  float tmax = -INFINITY;
-  for (int64_t t = 0; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
+  const float tmax = tsr_cpu_attn_tile_max(x, n);
   if (tmax > *m) {
     if (*m != -INFINITY) {
       const float f = expf(*m - tmax);
@@ -57,8 +72,7 @@ static inline void tsr_cpu_attn_weights(const struct tsr_host *h, float *x, int6
 ** pass. */
 static inline void tsr_cpu_attn_measure(const struct tsr_host *h, const float *x, int64_t n,
                                         float *m, float *l) {
-  float tmax = -INFINITY;
-  for (int64_t t = 0; t < n; t++) tmax = x[t] > tmax ? x[t] : tmax;
+  const float tmax = tsr_cpu_attn_tile_max(x, n);
   if (tmax > *m) {
     if (*m != -INFINITY) *l *= expf(*m - tmax);
     *m = tmax;

@@ -88,7 +88,7 @@ void tsr_vec_quantize_q8_ref(const float *x, int64_t n, struct tsr_q8_act *out);
 typedef void (*tsr_vec_dot_q8_fn)(const void *const *w, int n_rows,
                                   const struct tsr_q8_act *const *a, int n_cols, int64_t n,
                                   float *out);
-/* the kernel for a block type (q4_0, q4_1, q5_0, q5_1, q8_0, q4_K, q5_K, q6_K; the widest
+/* the kernel for a block type (q4_0, q4_1, q5_0, q5_1, q8_0, q3_K-q6_K; the widest
 ** instruction set the machine has: AVX-512 VNNI, AVX2, else the reference), or NULL for any
 ** other type */
 tsr_vec_dot_q8_fn tsr_vec_dot_q8(int dtype);

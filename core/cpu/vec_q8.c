@@ -133,6 +133,18 @@ static void expand(int dtype, const void *w, int64_t j, struct sub32 *s) {
     s->offs = -(dmin * (float)m);
     break;
   }
+  case TSR_Q3_K: { /* sub-block j: bits 2 (j % 4) of qs[32 (j % 8 / 4) + l], bit j % 8 of
+                    ** hmask[l] the third (clear: minus 4); a scale a 16 values */
+    const struct tsr_block_q3_K *b = (const struct tsr_block_q3_K *)w + j / 8;
+    const int sub = (int)(j % 8);
+    for (int l = 0; l < 32; l++) {
+      const int low = b->qs[32 * (sub / 4) + l] >> (2 * (sub % 4)) & 3;
+      s->c[l] = (low | (b->hmask[l] >> sub & 1) << 2) - 4;
+    }
+    const float d = tsr_f16_to_f32(b->d);
+    for (int q = 0; q < 8; q++) s->scale[q] = d * (float)tsr_q3_K_scale(b->scales, 2 * sub + q / 4);
+    break;
+  }
   case TSR_Q6_K: { /* sub-block j: half h = j / 4, k = j % 4 (value 128 h + 32 k + l) */
     const struct tsr_block_q6_K *b = (const struct tsr_block_q6_K *)w + j / 8;
     const int h = (int)(j % 8 / 4), k = (int)(j % 4);
@@ -274,6 +286,22 @@ AVX2 static inline void blk_q5_K(const void *w, int64_t j, __m256i *c, __m256 *s
   blk_k4(b->qs, b->qh, b->scales, b->d, b->dmin, (int)(j % 8), c, sv, offs);
 }
 
+/* q3_K: sub-block j % 8's two bits from qs and third from hmask, codes minus 4; the scales
+** of its two 16 values on lanes 0-3 and 4-7 */
+AVX2 static inline void blk_q3_K(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
+  const struct tsr_block_q3_K *b = (const struct tsr_block_q3_K *)w + j / 8;
+  const int sub = (int)(j % 8);
+  const __m256i qs = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (sub / 4)));
+  const __m256i low = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * (sub % 4)), _mm256_set1_epi8(3));
+  const __m256i third = _mm256_and_si256(
+      _mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)b->hmask), sub), _mm256_set1_epi8(1));
+  *c = _mm256_sub_epi8(_mm256_or_si256(low, _mm256_slli_epi16(third, 2)), _mm256_set1_epi8(4));
+  const float d = _cvtsh_ss(b->d);
+  *sv = _mm256_setr_m128(_mm_set1_ps(d * (float)tsr_q3_K_scale(b->scales, 2 * sub)),
+                         _mm_set1_ps(d * (float)tsr_q3_K_scale(b->scales, 2 * sub + 1)));
+  *offs = 0.0f;
+}
+
 /* q6_K: sub-block (h, k) = (j % 8 / 4, j % 4), scales of 16 values on lanes 0-3 and 4-7 */
 AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
   const struct tsr_block_q6_K *b = (const struct tsr_block_q6_K *)w + j / 8;
@@ -412,6 +440,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
   X(q4_1, 0, -1, 1)                                                                           \
   X(q5_1, 0, -1, 1)
 #define K_TYPES(X)                                                                            \
+  X(q3_K, 1, 2, 0)                                                                            \
   X(q4_K, 0, -1, 1)                                                                           \
   X(q5_K, 0, -1, 1)                                                                           \
   X(q6_K, 1, 5, 0)
@@ -419,7 +448,8 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 #define AVX2_OF(T, SIGNED, LOG2_BIAS, OFFSET) AVX2_KERNEL(T, SIGNED, OFFSET)
 #define VNNI_OF(T, SIGNED, LOG2_BIAS, OFFSET) VNNI_KERNEL(T, LOG2_BIAS, OFFSET)
 ALL_TYPES(AVX2_OF)
-BLOCK_TYPES(VNNI_OF) /* the K types' VNNI kernels go a super-block at a time (below) */
+BLOCK_TYPES(VNNI_OF)
+VNNI_OF(q3_K, 1, 2, 0) /* the other K types' VNNI kernels go a super-block at a time (below) */
 
 /* q4_K and q5_K a super-block at a time: its d and dmin read once, each 32 bytes of codes
 ** (and q5_K's fifth bits) loaded once for the two sub-blocks they hold, the sub-block's scale
@@ -626,6 +656,7 @@ ALL_TYPES(VNNI_X512_OF)
     case TSR_Q4_1: return ISA##_q4_1;                                                         \
     case TSR_Q5_0: return ISA##_q5_0;                                                         \
     case TSR_Q5_1: return ISA##_q5_1;                                                         \
+    case TSR_Q3_K: return ISA##_q3_K;                                                         \
     case TSR_Q4_K: return ISA##_q4_K;                                                         \
     case TSR_Q5_K: return ISA##_q5_K;                                                         \
     case TSR_Q6_K: return ISA##_q6_K;                                                         \
@@ -643,6 +674,7 @@ static tsr_vec_q8_expand_fn vnni_expander(int dtype) {
   case TSR_Q4_1: return expand_q4_1;
   case TSR_Q5_0: return expand_q5_0;
   case TSR_Q5_1: return expand_q5_1;
+  case TSR_Q3_K: return expand_q3_K;
   case TSR_Q4_K: return expand_q4_K;
   case TSR_Q5_K: return expand_q5_K;
   case TSR_Q6_K: return expand_q6_K;
@@ -712,6 +744,7 @@ PORTABLE(Q4_0)
 PORTABLE(Q4_1)
 PORTABLE(Q5_0)
 PORTABLE(Q5_1)
+PORTABLE(Q3_K)
 PORTABLE(Q4_K)
 PORTABLE(Q5_K)
 PORTABLE(Q6_K)
@@ -724,6 +757,7 @@ tsr_vec_dot_q8_fn tsr_vec_dot_q8_isa(int dtype, enum tsr_q8_isa isa) {
   case TSR_Q4_1: return ref_Q4_1;
   case TSR_Q5_0: return ref_Q5_0;
   case TSR_Q5_1: return ref_Q5_1;
+  case TSR_Q3_K: return ref_Q3_K;
   case TSR_Q4_K: return ref_Q4_K;
   case TSR_Q5_K: return ref_Q5_K;
   case TSR_Q6_K: return ref_Q6_K;

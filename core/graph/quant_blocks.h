@@ -54,6 +54,14 @@ _Static_assert(sizeof(struct tsr_block_q4_1) == 20, "q4_1 layout");
 _Static_assert(sizeof(struct tsr_block_q5_0) == 22, "q5_0 layout");
 _Static_assert(sizeof(struct tsr_block_q5_1) == 24, "q5_1 layout");
 _Static_assert(sizeof(struct tsr_block_q8_0) == 34, "q8_0 layout");
+/* q3_K's 16 six-bit scales, minus 32: the low nibbles of j < 8 in scales[j] low, of j >= 8 in
+** scales[j - 8] high; the top two bits of scale j at bits 2 (j / 4) of scales[8 + j % 4] */
+static inline int tsr_q3_K_scale(const uint8_t s[12], int j) {
+  const int lo = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
+  const int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+  return (lo | hi << 4) - 32;
+}
+
 _Static_assert(sizeof(struct tsr_block_q2_K) == 84, "q2_K layout");
 _Static_assert(sizeof(struct tsr_block_q3_K) == 110, "q3_K layout");
 _Static_assert(sizeof(struct tsr_block_q4_K) == 144, "q4_K layout");

@@ -261,18 +261,12 @@ void tsr_quantize_row_q2_K_ref(const float *src, void *dst, int64_t n) {
 ** low nibbles of j<8 in scales[j] low, of j>=8 in scales[j-8] high; the top two bits of
 ** scale j at bits 2*(j/4) of scales[8 + j%4] ---- */
 
-static int q3_scale(const uint8_t s[12], int j) {
-  int lo = j < 8 ? s[j] & 0x0f : s[j - 8] >> 4;
-  int hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
-  return (lo | hi << 4) - 32;
-}
-
 void tsr_dequantize_row_q3_K(const void *src, float *dst, int64_t n) {
   const struct tsr_block_q3_K *b = src;
   for (int64_t i = 0; i < n / TSR_QK_K; i++, b++) {
     float d_all = tsr_f16_to_f32(b->d);
     for (int sub = 0; sub < NSB16; sub++) {
-      float dl = d_all * q3_scale(b->scales, sub);
+      float dl = d_all * tsr_q3_K_scale(b->scales, sub);
       for (int k = 0; k < 16; k++) {
         int e = 16 * sub + k, shift = 2 * ((e / 32) % 4);
         int q = (b->qs[32 * (e / 128) + e % 32] >> shift) & 3;
@@ -312,7 +306,7 @@ void tsr_quantize_row_q3_K_ref(const float *src, void *dst, int64_t n) {
       b->d = tsr_f32_to_f16(1 / iscale);
     }
     for (int j = 0; j < NSB16; j++) {
-      float d = tsr_f16_to_f32(b->d) * q3_scale(b->scales, j);
+      float d = tsr_f16_to_f32(b->d) * tsr_q3_K_scale(b->scales, j);
       if (!d) continue;
       for (int l = 0; l < 16; l++)
         L[16 * j + l] = (int8_t)(clampi(round_int(src[16 * j + l] / d), -4, 3) + 4);

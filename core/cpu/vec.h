@@ -65,12 +65,13 @@ typedef float (*tsr_vec_dot_row_fn)(const void *w, const float *y, int64_t n);
 tsr_vec_dot_row_fn tsr_vec_dot_row(int dtype);
 
 /* A vector quantized for the integer dots (vec_q8.c): blocks of 32 int8 codes q (never
-** -128) with scale d, x ~ d q, the codes' sum (as a float, exact) and the negated sum of
-** each 4 adjacent codes */
+** -128) with scale d, x ~ d q, the codes' sum and the sums of codes 0-15 and 16-31 (as
+** floats, exact) and the negated sum of each 4 adjacent codes */
 #define TSR_Q8_ACT_BLOCK 32
 struct tsr_q8_act {
   float d;
   float sumf;
+  float sum16[2];
   int8_t q[TSR_Q8_ACT_BLOCK];
   int32_t nsum4[TSR_Q8_ACT_BLOCK / 4];
 };
@@ -88,7 +89,7 @@ void tsr_vec_quantize_q8_ref(const float *x, int64_t n, struct tsr_q8_act *out);
 typedef void (*tsr_vec_dot_q8_fn)(const void *const *w, int n_rows,
                                   const struct tsr_q8_act *const *a, int n_cols, int64_t n,
                                   float *out);
-/* the kernel for a block type (q4_0, q4_1, q5_0, q5_1, q8_0, q3_K-q6_K; the widest
+/* the kernel for a block type (q4_0, q4_1, q5_0, q5_1, q8_0, q2_K-q6_K; the widest
 ** instruction set the machine has: AVX-512 VNNI, AVX2, else the reference), or NULL for any
 ** other type */
 tsr_vec_dot_q8_fn tsr_vec_dot_q8(int dtype);
@@ -98,12 +99,12 @@ enum tsr_q8_isa { TSR_Q8_ISA_REF, TSR_Q8_ISA_AVX2, TSR_Q8_ISA_VNNI, TSR_Q8_ISA_C
 tsr_vec_dot_q8_fn tsr_vec_dot_q8_isa(int dtype, enum tsr_q8_isa isa);
 /* Rows expanded once for the many columns of a prefill (the AVX-512 VNNI kernels): each 32
 ** values' codes as unsigned bytes (a signed type's plus its bias), the scales of lanes 0-3
-** and 4-7, and the offset */
+** and 4-7, and the offset (q2_K: the offsets of its two halves) */
 struct tsr_q8_xblock {
   uint8_t u[TSR_Q8_ACT_BLOCK];
   float s[2];
   float offs;
-  float pad;
+  float offs2;
 };
 /* a row of n values of a block type as n / 32 xblocks */
 typedef void (*tsr_vec_q8_expand_fn)(const void *w, int64_t n, struct tsr_q8_xblock *out);

@@ -29,10 +29,14 @@ static void finish_block(float amax, bool finite, const int32_t *codes, struct t
     a->q[i] = finite ? (int8_t)codes[i] : 0;
     sum += a->q[i];
   }
-  for (int k = 0; k < 8; k++)
+  int32_t half[2] = {0, 0};
+  for (int k = 0; k < 8; k++) {
     a->nsum4[k] = -(a->q[4 * k] + a->q[4 * k + 1] + a->q[4 * k + 2] + a->q[4 * k + 3]);
+    half[k / 4] -= a->nsum4[k];
+  }
   a->d = finite ? amax / 127.0f : NAN;
   a->sumf = (float)sum; /* exact: |sum| <= 32 x 127 */
+  a->sum16[0] = (float)half[0], a->sum16[1] = (float)half[1];
 }
 
 /* 127 / amax, or 0 where amax is 0 or so small that the quotient overflows (every code 0) */
@@ -63,7 +67,7 @@ void tsr_vec_quantize_q8_ref(const float *x, int64_t n, struct tsr_q8_act *out) 
 struct sub32 {
   int32_t c[32];
   float scale[8];
-  float offs;
+  float offs, offs2; /* q2_K: offs for values 0-15, offs2 for 16-31 */
 };
 
 static void scales_all(struct sub32 *s, float v) {
@@ -71,7 +75,8 @@ static void scales_all(struct sub32 *s, float v) {
 }
 
 static bool has_offset(int dtype) {
-  return dtype == TSR_Q4_1 || dtype == TSR_Q5_1 || dtype == TSR_Q4_K || dtype == TSR_Q5_K;
+  return dtype == TSR_Q4_1 || dtype == TSR_Q5_1 || dtype == TSR_Q2_K || dtype == TSR_Q4_K ||
+         dtype == TSR_Q5_K;
 }
 
 /* the low nibble of qs[l] is value l, the high one value l + 16 (q4_0, q4_1, q5_0, q5_1) */
@@ -80,7 +85,7 @@ static int nibble_of(const uint8_t *qs, int l) { return l < 16 ? qs[l] & 15 : qs
 static int fifth_bit(const uint8_t qh[4], int l) { return (qh[l / 8] >> (l % 8) & 1) << 4; }
 
 static void expand(int dtype, const void *w, int64_t j, struct sub32 *s) {
-  s->offs = 0.0f;
+  s->offs = s->offs2 = 0.0f;
   switch (dtype) {
   case TSR_Q8_0: {
     const struct tsr_block_q8_0 *b = (const struct tsr_block_q8_0 *)w + j;
@@ -133,6 +138,17 @@ static void expand(int dtype, const void *w, int64_t j, struct sub32 *s) {
     s->offs = -(dmin * (float)m);
     break;
   }
+  case TSR_Q2_K: { /* sub-block j: bits 2 (j % 4) of qs[32 (j % 8 / 4) + l]; a scale and a min
+                    ** a 16 values */
+    const struct tsr_block_q2_K *b = (const struct tsr_block_q2_K *)w + j / 8;
+    const int sub = (int)(j % 8);
+    for (int l = 0; l < 32; l++) s->c[l] = b->qs[32 * (sub / 4) + l] >> (2 * (sub % 4)) & 3;
+    const float d = tsr_f16_to_f32(b->d), dmin = tsr_f16_to_f32(b->dmin);
+    for (int q = 0; q < 8; q++) s->scale[q] = d * (float)(b->scales[2 * sub + q / 4] & 15);
+    s->offs = -(dmin * (float)(b->scales[2 * sub] >> 4));
+    s->offs2 = -(dmin * (float)(b->scales[2 * sub + 1] >> 4));
+    break;
+  }
   case TSR_Q3_K: { /* sub-block j: bits 2 (j % 4) of qs[32 (j % 8 / 4) + l], bit j % 8 of
                     ** hmask[l] the third (clear: minus 4); a scale a 16 values */
     const struct tsr_block_q3_K *b = (const struct tsr_block_q3_K *)w + j / 8;
@@ -166,6 +182,12 @@ static float lanes_sum(const float l[8]) {
   return (a0 + a2) + (a1 + a3);
 }
 
+/* A column's offset chain over one block (OFFSET 1): the block's offset times the codes' sum;
+** (OFFSET 2, q2_K) each half's offset times its codes' sum, the first half first */
+#define OFF_STEP(OFFSET, off, o0, o1, q)                                                       \
+  ((OFFSET) == 2 ? fmaf((o1) * (q)->d, (q)->sum16[1], fmaf((o0) * (q)->d, (q)->sum16[0], off)) \
+                 : fmaf((o0) * (q)->d, (q)->sumf, off))
+
 float tsr_vec_dot_q8_ref(int dtype, const void *w, const struct tsr_q8_act *a, int64_t n) {
   float lane[8] = {0}, off = 0.0f;
   struct sub32 s = {0};
@@ -176,7 +198,7 @@ float tsr_vec_dot_q8_ref(int dtype, const void *w, const struct tsr_q8_act *a, i
                            s.c[4 * k + 2] * a->q[4 * k + 2] + s.c[4 * k + 3] * a->q[4 * k + 3];
       lane[k] = fmaf(s.scale[k] * a->d, (float)isum, lane[k]);
     }
-    off = fmaf(s.offs * a->d, a->sumf, off);
+    off = dtype == TSR_Q2_K ? OFF_STEP(2, off, s.offs, s.offs2, a) : OFF_STEP(1, off, s.offs, 0, a);
   }
   return has_offset(dtype) ? lanes_sum(lane) + off : lanes_sum(lane);
 }
@@ -223,8 +245,13 @@ AVX2 static void quantize_avx2(const float *x, int64_t n, struct tsr_q8_act *out
     struct tsr_q8_act *a = &out[b];
     _mm256_storeu_si256((__m256i *)a->q, bytes);
     _mm256_storeu_si256((__m256i *)a->nsum4, _mm256_sub_epi32(_mm256_setzero_si256(), sum4));
+    const __m128i halves = _mm_hadd_epi32(
+        _mm_hadd_epi32(_mm256_castsi256_si128(sum4), _mm256_extracti128_si256(sum4, 1)),
+        _mm_setzero_si128()); /* codes 0-15, 16-31 */
     a->d = finite ? am / 127.0f : NAN;
     a->sumf = (float)_mm_cvtsi128_si32(t); /* exact: |sum| <= 32 x 127 */
+    a->sum16[0] = (float)_mm_cvtsi128_si32(halves);
+    a->sum16[1] = (float)_mm_extract_epi32(halves, 1);
   }
 }
 
@@ -286,6 +313,19 @@ AVX2 static inline void blk_q5_K(const void *w, int64_t j, __m256i *c, __m256 *s
   blk_k4(b->qs, b->qh, b->scales, b->d, b->dmin, (int)(j % 8), c, sv, offs);
 }
 
+/* q2_K: sub-block j % 8's two bits from qs; the scales of its two 16 values on lanes 0-3 and
+** 4-7, and their offsets */
+AVX2 static inline void blk_q2_K(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
+  const struct tsr_block_q2_K *b = (const struct tsr_block_q2_K *)w + j / 8;
+  const int sub = (int)(j % 8);
+  const __m256i qs = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (sub / 4)));
+  *c = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * (sub % 4)), _mm256_set1_epi8(3));
+  const float d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);
+  const int s0 = b->scales[2 * sub], s1 = b->scales[2 * sub + 1];
+  *sv = _mm256_setr_m128(_mm_set1_ps(d * (float)(s0 & 15)), _mm_set1_ps(d * (float)(s1 & 15)));
+  offs[0] = -(dmin * (float)(s0 >> 4)), offs[1] = -(dmin * (float)(s1 >> 4));
+}
+
 /* q3_K: sub-block j % 8's two bits from qs and third from hmask, codes minus 4; the scales
 ** of its two 16 values on lanes 0-3 and 4-7 */
 AVX2 static inline void blk_q3_K(const void *w, int64_t j, __m256i *c, __m256 *sv, float *offs) {
@@ -331,8 +371,8 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
     for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
       __m256i codes;                                                                          \
       __m256 sv;                                                                              \
-      float offs;                                                                             \
-      blk_##T(w, j, &codes, &sv, &offs);                                                      \
+      float offs[2];                                                                          \
+      blk_##T(w, j, &codes, &sv, offs);                                                       \
       const __m256i u = SIGNED ? _mm256_abs_epi8(codes) : codes;                              \
       for (int c = 0; c < nc; c++) {                                                          \
         const struct tsr_q8_act *q = a[c] + j;                                                \
@@ -342,7 +382,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
             _mm256_madd_epi16(_mm256_maddubs_epi16(u, y), _mm256_set1_epi16(1));              \
         acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(q->d)),                     \
                                  _mm256_cvtepi32_ps(isum), acc[c]);                           \
-        if (OFFSET) off[c] = fmaf(offs * q->d, q->sumf, off[c]);                              \
+        if (OFFSET) off[c] = OFF_STEP(OFFSET, off[c], offs[0], offs[1], q);                   \
       }                                                                                       \
     }                                                                                         \
     for (int c = 0; c < nc; c++)                                                              \
@@ -383,9 +423,9 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
     for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
       __m256i u[2];                                                                           \
       __m256 sv[2];                                                                           \
-      float offs[2];                                                                          \
+      float offs[2][2];                                                                       \
       for (int r = 0; r < nr; r++) {                                                          \
-        BLK(w[r], j, &u[r], &sv[r], &offs[r]);                                                \
+        BLK(w[r], j, &u[r], &sv[r], offs[r]);                                                 \
         if (ADD_BIAS && LOG2_BIAS >= 0)                                                       \
           u[r] = _mm256_add_epi8(u[r], _mm256_set1_epi8((char)(1 << (LOG2_BIAS & 7))));        \
         /* hidden from the compiler as a broadcast, so each product below is one vmulps */    \
@@ -403,7 +443,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
           acc[r][c] = _mm256_fmadd_ps(_mm256_mul_ps(sv[r], d),                                \
                                       _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u[r], y)), \
                                       acc[r][c]);                                             \
-        if (OFFSET) off[c] = fmaf(offs[0] * q->d, q->sumf, off[c]);                           \
+        if (OFFSET) off[c] = OFF_STEP(OFFSET, off[c], offs[0][0], offs[0][1], q);             \
       }                                                                                       \
     }                                                                                         \
     for (int r = 0; r < nr; r++)                                                              \
@@ -440,6 +480,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
   X(q4_1, 0, -1, 1)                                                                           \
   X(q5_1, 0, -1, 1)
 #define K_TYPES(X)                                                                            \
+  X(q2_K, 0, -1, 2)                                                                           \
   X(q3_K, 1, 2, 0)                                                                            \
   X(q4_K, 0, -1, 1)                                                                           \
   X(q5_K, 0, -1, 1)                                                                           \
@@ -449,6 +490,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 #define VNNI_OF(T, SIGNED, LOG2_BIAS, OFFSET) VNNI_KERNEL(T, LOG2_BIAS, OFFSET)
 ALL_TYPES(AVX2_OF)
 BLOCK_TYPES(VNNI_OF)
+VNNI_OF(q2_K, 0, -1, 2)
 VNNI_OF(q3_K, 1, 2, 0) /* the other K types' VNNI kernels go a super-block at a time (below) */
 
 /* q4_K and q5_K a super-block at a time: its d and dmin read once, each 32 bytes of codes
@@ -553,7 +595,7 @@ VNNI static inline void blk_x(const void *w, int64_t j, __m256i *u, __m256 *sv, 
   const struct tsr_q8_xblock *b = (const struct tsr_q8_xblock *)w + j;
   *u = _mm256_loadu_si256((const __m256i *)b->u);
   *sv = _mm256_setr_m128(_mm_set1_ps(b->s[0]), _mm_set1_ps(b->s[1]));
-  *offs = b->offs;
+  offs[0] = b->offs, offs[1] = b->offs2;
 }
 #define VNNI_X_OF(T, SIGNED, LOG2_BIAS, OFFSET)                                               \
   VNNI_KERNEL_ON(x_##T, blk_x, 0, LOG2_BIAS, OFFSET)                                          \
@@ -561,12 +603,13 @@ VNNI static inline void blk_x(const void *w, int64_t j, __m256i *u, __m256 *sv, 
     for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
       __m256i u;                                                                              \
       __m256 sv;                                                                              \
-      float offs, lanes[8];                                                                   \
-      blk_##T(w, j, &u, &sv, &offs);                                                          \
+      float offs[2] = {0.0f, 0.0f}, lanes[8];                                                 \
+      blk_##T(w, j, &u, &sv, offs);                                                           \
       if (LOG2_BIAS >= 0) u = _mm256_add_epi8(u, _mm256_set1_epi8((char)(1 << (LOG2_BIAS & 7)))); \
       _mm256_storeu_si256((__m256i *)out[j].u, u);                                            \
       _mm256_storeu_ps(lanes, sv);                                                            \
-      out[j].s[0] = lanes[0], out[j].s[1] = lanes[4], out[j].offs = offs, out[j].pad = 0.0f;  \
+      out[j].s[0] = lanes[0], out[j].s[1] = lanes[4];                                         \
+      out[j].offs = offs[0], out[j].offs2 = offs[1];                                          \
     }                                                                                         \
   }
 ALL_TYPES(VNNI_X_OF)
@@ -600,11 +643,14 @@ ALL_TYPES(VNNI_X_OF)
                                                         _mm_load_sd((const double *)b1->s))); \
         sv[p] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(s4));                    \
       }                                                                                       \
-      __m128 offs = _mm_setzero_ps();                                                         \
+      __m128 offs = _mm_setzero_ps(), offs2 = _mm_setzero_ps();                               \
       if (OFFSET) {                                                                           \
         const struct tsr_q8_xblock *const *x = (const struct tsr_q8_xblock *const *)w;        \
         offs = _mm_setr_ps(x[0][j].offs, x[1][j].offs, np > 1 ? x[2][j].offs : 0.0f,          \
                            np > 1 ? x[3][j].offs : 0.0f);                                     \
+        if (OFFSET == 2)                                                                      \
+          offs2 = _mm_setr_ps(x[0][j].offs2, x[1][j].offs2, np > 1 ? x[2][j].offs2 : 0.0f,    \
+                              np > 1 ? x[3][j].offs2 : 0.0f);                                 \
       }                                                                                       \
       for (int c = 0; c < nc; c++) {                                                          \
         const struct tsr_q8_act *q = a[c] + j;                                                \
@@ -616,12 +662,16 @@ ALL_TYPES(VNNI_X_OF)
                       LOG2_BIAS)                                                              \
                 : _mm512_setzero_si512();                                                     \
         const __m512 d = _mm512_set1_ps(q->d);                                                \
+        const __m128 d4 = _mm512_castps512_ps128(d);                                          \
         for (int p = 0; p < np; p++)                                                          \
           acc[p][c] = _mm512_fmadd_ps(_mm512_mul_ps(sv[p], d),                                \
                                       _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[p], y)), \
                                       acc[p][c]);                                             \
-        if (OFFSET) /* lane r: vnni's fmaf(offs * d, sumf, off) */                            \
-          off[c] = _mm_fmadd_ps(_mm_mul_ps(offs, _mm_set1_ps(q->d)), _mm_set1_ps(q->sumf), off[c]); \
+        if (OFFSET == 1) /* lane r: OFF_STEP's */                                             \
+          off[c] = _mm_fmadd_ps(_mm_mul_ps(offs, d4), _mm_set1_ps(q->sumf), off[c]);          \
+        if (OFFSET == 2)                                                                      \
+          off[c] = _mm_fmadd_ps(_mm_mul_ps(offs2, d4), _mm_set1_ps(q->sum16[1]),              \
+                                _mm_fmadd_ps(_mm_mul_ps(offs, d4), _mm_set1_ps(q->sum16[0]), off[c])); \
       }                                                                                       \
     }                                                                                         \
     for (int c = 0; c < nc; c++) {                                                            \
@@ -656,6 +706,7 @@ ALL_TYPES(VNNI_X512_OF)
     case TSR_Q4_1: return ISA##_q4_1;                                                         \
     case TSR_Q5_0: return ISA##_q5_0;                                                         \
     case TSR_Q5_1: return ISA##_q5_1;                                                         \
+    case TSR_Q2_K: return ISA##_q2_K;                                                         \
     case TSR_Q3_K: return ISA##_q3_K;                                                         \
     case TSR_Q4_K: return ISA##_q4_K;                                                         \
     case TSR_Q5_K: return ISA##_q5_K;                                                         \
@@ -674,6 +725,7 @@ static tsr_vec_q8_expand_fn vnni_expander(int dtype) {
   case TSR_Q4_1: return expand_q4_1;
   case TSR_Q5_0: return expand_q5_0;
   case TSR_Q5_1: return expand_q5_1;
+  case TSR_Q2_K: return expand_q2_K;
   case TSR_Q3_K: return expand_q3_K;
   case TSR_Q4_K: return expand_q4_K;
   case TSR_Q5_K: return expand_q5_K;
@@ -744,6 +796,7 @@ PORTABLE(Q4_0)
 PORTABLE(Q4_1)
 PORTABLE(Q5_0)
 PORTABLE(Q5_1)
+PORTABLE(Q2_K)
 PORTABLE(Q3_K)
 PORTABLE(Q4_K)
 PORTABLE(Q5_K)
@@ -757,6 +810,7 @@ tsr_vec_dot_q8_fn tsr_vec_dot_q8_isa(int dtype, enum tsr_q8_isa isa) {
   case TSR_Q4_1: return ref_Q4_1;
   case TSR_Q5_0: return ref_Q5_0;
   case TSR_Q5_1: return ref_Q5_1;
+  case TSR_Q2_K: return ref_Q2_K;
   case TSR_Q3_K: return ref_Q3_K;
   case TSR_Q4_K: return ref_Q4_K;
   case TSR_Q5_K: return ref_Q5_K;

@@ -10,7 +10,7 @@
 #include "harness.h"
 
 static const enum tsr_dtype g_types[] = {TSR_Q8_0, TSR_Q4_0, TSR_Q4_1, TSR_Q5_0, TSR_Q5_1,
-                                         TSR_Q3_K, TSR_Q4_K, TSR_Q5_K, TSR_Q6_K};
+                                         TSR_Q2_K, TSR_Q3_K, TSR_Q4_K, TSR_Q5_K, TSR_Q6_K};
 #define N_TYPES (sizeof g_types / sizeof g_types[0])
 
 /* n values, block by block with scales from 1e-4 to 1e3 and a few exact zeros */
@@ -190,7 +190,7 @@ static void test_non_finite_vector_gives_nan(void) {
 
 static void test_other_types_have_no_kernel(void) {
   CHECK(tsr_vec_dot_q8(TSR_F32) == NULL && tsr_vec_dot_q8(TSR_F16) == NULL);
-  CHECK(tsr_vec_dot_q8(TSR_Q2_K) == NULL && tsr_vec_dot_q8(TSR_BF16) == NULL);
+  CHECK(tsr_vec_dot_q8(TSR_BF16) == NULL && tsr_vec_dot_q8(TSR_Q8_K) == NULL);
 }
 
 int main(void) {

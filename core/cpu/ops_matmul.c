@@ -93,12 +93,12 @@ struct wtile {
   const void *row[TILE_MAX];
 };
 
-/* How far ahead of the bytes it reads a product asks the memory for the weights' next bytes,
-** into the L2 cache (prefetcht1). A row-by-row stream is what hardware prefetchers follow, but
-** on a 2-core Sapphire Rapids VM they did not keep up: its decode read q5_0 rows at 6.7 GB/s
-** of a 19 GB/s streaming read, and asking 2-4 KB ahead made Qwen2.5-Coder 0.5B decode 1.3x
-** faster and Gemma 3 270M 1.4x. Into L1 (prefetcht0) waited on its fill buffers: 8% slower
-** there, and 15% slower on a model its L3 holds. */
+/* How far ahead of a row it reads a product asks the memory for the weights' next bytes, into
+** the L2 cache (prefetcht1), where the rows are not 8-bit products' (whose kernels ask as they
+** go: vec_q8.c): rows converted or expanded at a tile's load, and f16, bf16 and f32 rows read
+** in place. A row-by-row stream is what hardware prefetchers follow, but on a 2-core Sapphire
+** Rapids VM they did not keep up with decode; into L1 (prefetcht0) the requests waited on its
+** fill buffers. */
 #define PREFETCH_AHEAD 2048
 static void prefetch_ahead(const void *at, size_t bytes) {
   for (size_t b = 0; b < bytes; b += 64)
@@ -210,7 +210,6 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
   ** kernel, or for the whole tile at its load where the tile expands) */
   if (t->mode == W_Q8) {
     const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
-    const int64_t first = c0; /* later columns find the rows in the cache */
     for (; c0 < c1; c0 += TSR_Q8_COLS) {
       const int nc = c1 - c0 < TSR_Q8_COLS ? (int)(c1 - c0) : TSR_Q8_COLS;
       const struct tsr_q8_act *a[TSR_Q8_COLS];
@@ -223,7 +222,6 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
       for (int64_t r = 0; r < t->n; r += TSR_Q8_ROWS) {
         const int nr = t->n - r < TSR_Q8_ROWS ? (int)(t->n - r) : TSR_Q8_ROWS;
         float d[TSR_Q8_ROWS * TSR_Q8_COLS];
-        if (t->in_place && c0 == first) prefetch_ahead(t->row[r], nr * t->row_bytes);
         t->dot_q8(t->row + r, nr, a, nc, t->k, d);
         for (int i = 0; i < nr; i++)
           for (int c = 0; c < nc; c++) out[c][r + i] = d[i * nc + c];

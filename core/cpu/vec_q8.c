@@ -211,6 +211,28 @@ float tsr_vec_dot_q8_ref(int dtype, const void *w, const struct tsr_q8_act *a, i
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/* How far ahead of the block it reads a kernel over rows as stored asks for the rows' next
+** bytes, into L2 (prefetcht1); the rows of a product lie end to end, so this runs on into the
+** next rows. Hardware prefetchers did not keep up with decode's streams on a Sapphire Rapids
+** VM (q5_0 rows at 6.7 GB/s of a 19 GB/s streaming read). Asked for a block at a time, 2 KB
+** ahead, decode there went 2.0x faster on Qwen2.5-Coder 0.5B and 2.4x on Coder 1.5B; asked
+** for a call's rows at once before the call, 25% less (the requests queued up). A macro:
+** GCC dropped _mm_prefetch inlined into these target("...") functions. */
+#define AHEAD 2048
+#define ahead(block) __builtin_prefetch((const char *)(block) + AHEAD, 0, 2)
+/* the values of one block of a type, for the bytes of 32 of them */
+#define VALUES_q8_0 32
+#define VALUES_q4_0 32
+#define VALUES_q4_1 32
+#define VALUES_q5_0 32
+#define VALUES_q5_1 32
+#define VALUES_q2_K 256
+#define VALUES_q3_K 256
+#define VALUES_q4_K 256
+#define VALUES_q5_K 256
+#define VALUES_q6_K 256
+#define BYTES32(T) (sizeof(struct tsr_block_##T) * TSR_Q8_ACT_BLOCK / VALUES_##T)
+
 AVX2 static void quantize_avx2(const float *x, int64_t n, struct tsr_q8_act *out) {
   const __m256 sign = _mm256_set1_ps(-0.0f), big = _mm256_set1_ps(3.40282347e38f);
   for (int64_t b = 0; b < n / TSR_Q8_ACT_BLOCK; b++, x += TSR_Q8_ACT_BLOCK) {
@@ -372,6 +394,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
       __m256i codes;                                                                          \
       __m256 sv;                                                                              \
       float offs[2];                                                                          \
+      ahead((const char *)w + j * BYTES32(T));                                                \
       blk_##T(w, j, &codes, &sv, offs);                                                       \
       const __m256i u = SIGNED ? _mm256_abs_epi8(codes) : codes;                              \
       for (int c = 0; c < nc; c++) {                                                          \
@@ -409,8 +432,10 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 ** codes' sum (its nsum4, shifted): the same exact integer. A type with an offset (q4_1, q5_1,
 ** the K types) takes one row at a time: its columns' offset chains and lanes then fit the
 ** registers. */
-#define VNNI_KERNEL(T, LOG2_BIAS, OFFSET) VNNI_KERNEL_ON(T, blk_##T, 1, LOG2_BIAS, OFFSET)
-#define VNNI_KERNEL_ON(T, BLK, ADD_BIAS, LOG2_BIAS, OFFSET)                                   \
+#define VNNI_KERNEL(T, LOG2_BIAS, OFFSET)                                                     \
+  VNNI_KERNEL_ON(T, blk_##T, 1, LOG2_BIAS, OFFSET, BYTES32(T))
+/* BYTES: of 32 values of a row as stored, which the kernel asks for ahead (0: rows expanded) */
+#define VNNI_KERNEL_ON(T, BLK, ADD_BIAS, LOG2_BIAS, OFFSET, BYTES)                            \
   VNNI static inline __attribute__((always_inline)) void rows_vnni_##T(                       \
       const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
       int64_t n, float *out) {                                                                \
@@ -425,6 +450,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
       __m256 sv[2];                                                                           \
       float offs[2][2];                                                                       \
       for (int r = 0; r < nr; r++) {                                                          \
+        if (BYTES) ahead((const char *)w[r] + j * (BYTES));                                   \
         BLK(w[r], j, &u[r], &sv[r], offs[r]);                                                 \
         if (ADD_BIAS && LOG2_BIAS >= 0)                                                       \
           u[r] = _mm256_add_epi8(u[r], _mm256_set1_epi8((char)(1 << (LOG2_BIAS & 7))));        \
@@ -507,6 +533,7 @@ VNNI_OF(q3_K, 1, 2, 0) /* the other K types' VNNI kernels go a super-block at a 
     for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps(), off[c] = 0.0f;                 \
     const struct tsr_block_##T *b = w[0];                                                     \
     for (int64_t s = 0; s < n / TSR_QK_K; s++, b++) {                                         \
+      for (size_t o = 0; o < sizeof *b; o += 64) ahead((const char *)b + o);                  \
       const float d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);                             \
       for (int p = 0; p < 4; p++) {                                                           \
         const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));            \
@@ -557,6 +584,7 @@ VNNI static inline __attribute__((always_inline)) void row_vnni_sb_q6_K(
   for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
   const struct tsr_block_q6_K *b = w[0];
   for (int64_t s = 0; s < n / TSR_QK_K; s++, b++) {
+    for (size_t o = 0; o < sizeof *b; o += 64) ahead((const char *)b + o);
     const float d = _cvtsh_ss(b->d);
     for (int h = 0; h < 2; h++) {
       const __m256i qh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
@@ -598,7 +626,7 @@ VNNI static inline void blk_x(const void *w, int64_t j, __m256i *u, __m256 *sv, 
   offs[0] = b->offs, offs[1] = b->offs2;
 }
 #define VNNI_X_OF(T, SIGNED, LOG2_BIAS, OFFSET)                                               \
-  VNNI_KERNEL_ON(x_##T, blk_x, 0, LOG2_BIAS, OFFSET)                                          \
+  VNNI_KERNEL_ON(x_##T, blk_x, 0, LOG2_BIAS, OFFSET, 0)                                       \
   VNNI static void expand_##T(const void *w, int64_t n, struct tsr_q8_xblock *out) {          \
     for (int64_t j = 0; j < n / TSR_Q8_ACT_BLOCK; j++) {                                      \
       __m256i u;                                                                              \

@@ -72,7 +72,8 @@ struct bench_args {
   bool fill_positions; /* --depth-fill positions: depths filled without compute */
   bool speculate;      /* --speculate: each tg test again through the profile's speculator */
   const char *prompt_file;
-  char ctx_set[40];
+  int64_t parallel; /* --parallel: sequences decoded (and prefilled) together; 0: not given */
+  char ctx_set[40], par_set[40];
 };
 
 /* What one token costs the model, from the GGUF and the memory plan. */
@@ -89,7 +90,7 @@ struct cost {
 
 struct result {
   char test[48];
-  int64_t n_tokens, depth;
+  int64_t n_tokens, depth, n_seq; /* n_tokens a sequence, n_seq sequences together */
   double median_ts, sd_ts, achieved, ceiling;
   bool is_pp;
   double wall_s;              /* the timed repetitions together */
@@ -107,7 +108,7 @@ static void bench_usage(FILE *f) {
           "                     [-p N[,N...]] [-n N[,N...]] [-d N[,N...]] [-r REPS]\n"
           "                     [--warmup N] [--json OUT] [--threads N] [--op-times]\n"
           "                     [--progress TOKENS] [--depth-fill compute|positions]\n"
-          "                     [--speculate --prompt-file TEXT]\n"
+          "                     [--speculate --prompt-file TEXT] [--parallel N]\n"
           "Prefill (ppN: N tokens in one call, default 512) and decode (tgN: N one-token\n"
           "steps, default 128) tokens/s on top of a context already holding each depth -d\n"
           "(default 0), REPS times each (default 5) after N warm-ups (default 1; 0 for a\n"
@@ -137,7 +138,14 @@ static void bench_usage(FILE *f) {
           "spec): greedy decoding continuing the text of --prompt-file, whose tokens then\n"
           "fill every depth (a depth of 0 starts after its first token): the median\n"
           "tokens/s, the speedup over tgN, drafted and kept tokens, tokens a step and the\n"
-          "shares of the time spent drafting and verifying.\n");
+          "shares of the time spent drafting and verifying.\n"
+          "--parallel N (1-64) runs every test on N sequences together, each at the depth\n"
+          "(the first filled, the others sharing its cells): ppP xN evaluates N prompts of P\n"
+          "tokens in one batch, tgT xN T steps of one token for each sequence; t/s counts\n"
+          "the tokens of all of them, and a step's bytes are the weights once and each\n"
+          "sequence's KV and state. The profile's server.parallel becomes N and its context\n"
+          "the largest depth plus N times the largest test (--progress splits the depth\n"
+          "fills only).\n");
 }
 
 static int usage_error(const char *what, const char *arg) {
@@ -194,6 +202,7 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
     else if (!strcmp(f, "--json")) a->json = v;
     else if (!strcmp(f, "--prompt-file")) a->prompt_file = v;
     else if (!strcmp(f, "--progress")) ok = tsr_cli_parse_i64(v, 1, 1 << 24, &a->progress);
+    else if (!strcmp(f, "--parallel")) ok = tsr_cli_parse_i64(v, 1, 64, &a->parallel);
     else if (!strcmp(f, "--depth-fill")) {
       ok = !strcmp(v, "compute") || !strcmp(v, "positions");
       a->fill_positions = !strcmp(v, "positions");
@@ -211,10 +220,18 @@ static int parse_args(int argc, char **argv, struct bench_args *a) {
   if (a->speculate && a->fill_positions)
     return usage_error("--speculate continues a computed text: not with --depth-fill positions",
                        "");
+  if (a->speculate && a->parallel > 1)
+    return usage_error("--speculate drafts for one sequence: not with --parallel above 1", "");
   int64_t test = list_max(&a->pp) > list_max(&a->tg) ? list_max(&a->pp) : list_max(&a->tg);
   if (a->speculate) test += TSR_SPEC_MAX_DRAFT + 1; /* the last step's verify batch */
-  snprintf(a->ctx_set, sizeof a->ctx_set, "context=%lld", (long long)(list_max(&a->depth) + test));
+  const int64_t n_seq = a->parallel > 0 ? a->parallel : 1;
+  snprintf(a->ctx_set, sizeof a->ctx_set, "context=%lld",
+           (long long)(list_max(&a->depth) + n_seq * test));
   tsr_cli_engine_preset(&a->eng, a->ctx_set);
+  if (a->parallel) {
+    snprintf(a->par_set, sizeof a->par_set, "server.parallel=%lld", (long long)a->parallel);
+    tsr_cli_engine_preset(&a->eng, a->par_set);
+  }
   return -1;
 }
 
@@ -269,11 +286,13 @@ static double swa_keys(const struct cost *c, double pos) {
 }
 
 /* Bytes a decode step at position pos reads. */
-static double step_bytes(const struct cost *c, double pos) {
-  double b = c->weight_bytes + 2.0 * c->state_bytes;
+/* Bytes a decode step of n_seq sequences at position pos reads: the weights once, each
+** sequence's KV and recurrent state (read and written). */
+static double step_bytes(const struct cost *c, double pos, double n_seq) {
+  double b = 2.0 * c->state_bytes;
   b += c->kv_bytes_per_cell[TSR_LAYER_FULL] * (pos + 1);
   b += c->kv_bytes_per_cell[TSR_LAYER_SLIDING] * swa_keys(c, pos);
-  return b;
+  return c->weight_bytes + n_seq * b;
 }
 
 /* FLOPs of a token at position pos (prefill) when the LM head computed head_rows rows for
@@ -388,6 +407,17 @@ static tsr_status reset_to(struct tsr_engine *e, int64_t depth, int32_t *tok, fl
   return depth_fill(e, tok, 0, depth, logits, progress);
 }
 
+/* Sequences 0 .. n_seq-1 each holding exactly `depth` tokens: sequence 0 as reset_to leaves
+** it, the others copies of it (sharing its cells). */
+static tsr_status reset_seqs(struct tsr_engine *e, int64_t depth, int64_t n_seq, int32_t *tok,
+                             float *logits, int64_t progress) {
+  tsr_status st = TSR_OK;
+  for (int32_t i = 1; st == TSR_OK && i < n_seq; i++) st = tsr_engine_seq_rm(e, i, 0, -1);
+  if (st == TSR_OK) st = reset_to(e, depth, tok, logits, progress);
+  for (int32_t i = 1; st == TSR_OK && depth > 0 && i < n_seq; i++) st = tsr_engine_seq_cp(e, 0, i);
+  return st;
+}
+
 /* Seconds of greedy decoding continuing the context (which holds the text up to the test's
 ** start) through speculative steps until n tokens came: the first from the text's next
 ** token, evaluated untimed. */
@@ -410,15 +440,23 @@ static tsr_status run_speculative(struct tsr_engine *e, int64_t n, float *logits
   return st;
 }
 
-/* Seconds of one run of a test: pp evaluates n tokens in one call, tg n steps. */
-static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int32_t *tok, float *logits,
-                           int64_t progress, double *s) {
-  random_tokens(tok, n, tsr_engine_n_vocab(e));
+/* Seconds of one run of a test: pp evaluates n tokens in one call, tg n steps; with n_seq
+** sequences, pp their n_seq prompts in one batch and tg n batches of a token for each. seq
+** holds n_seq * n ids; logits a row for each sequence. */
+static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int64_t n_seq, int32_t *tok,
+                           int32_t *seq, float *logits, int64_t progress, double *s) {
+  random_tokens(tok, n * n_seq, tsr_engine_n_vocab(e));
+  for (int64_t i = 0; i < n * n_seq; i++) seq[i] = (int32_t)(pp ? i / n : i % n_seq);
   const double t0 = tsr_now_s();
   tsr_status st = TSR_OK;
-  if (pp) st = prefill(e, tok, n, logits, progress, "prefill");
-  for (int64_t i = 0; !pp && st == TSR_OK && i < n; i++)
+  if (n_seq == 1 && pp) st = prefill(e, tok, n, logits, progress, "prefill");
+  for (int64_t i = 0; n_seq == 1 && !pp && st == TSR_OK && i < n; i++)
     st = tsr_engine_eval(e, 0, tok + i, 1, logits, NULL);
+  const int64_t per_call = pp ? n * n_seq : n_seq;
+  for (int64_t i = 0; n_seq > 1 && st == TSR_OK && i < n * n_seq; i += per_call) {
+    const struct tsr_engine_batch b = {.n = (int32_t)per_call, .tokens = tok + i, .seq = seq + i};
+    st = tsr_engine_eval_batch(e, &b, logits);
+  }
   *s = tsr_now_s() - t0;
   return st;
 }
@@ -426,8 +464,9 @@ static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int32_t *to
 /* r->times, when not NULL, gathers the nodes of the timed repetitions. */
 static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
                            const struct tsr_backend_ceilings *ceil, bool pp, bool spec, int64_t n,
-                           int64_t depth, int64_t reps, int64_t warmup, int64_t progress,
-                           int32_t *tok, float *logits, struct result *r) {
+                           int64_t depth, int64_t n_seq, int64_t reps, int64_t warmup,
+                           int64_t progress, int32_t *tok, int32_t *seq, float *logits,
+                           struct result *r) {
   double *ts = malloc(sizeof(double) * (size_t)reps), sum = 0, sum2 = 0;
   if (!ts) return tsr_error_set(TSR_ERR_NOMEM, "bench: %lld repetitions", (long long)reps);
   struct tsr_backend *be = tsr_engine_backend(e);
@@ -441,14 +480,15 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
   memset(&r->steps, 0, sizeof r->steps);
   for (int64_t i = -warmup; st == TSR_OK && i < reps; i++) { /* i < 0: the warm-ups */
     double s = 0;
-    st = reset_to(e, start, tok, logits, progress);
+    st = reset_seqs(e, start, n_seq, tok, logits, progress);
     if (st == TSR_OK && r->times && i >= 0) st = tsr_backend_time_nodes(be, r->times);
     const int64_t rows0 = tsr_engine_logits_rows(e);
     uint64_t cap0 = 0, rep0 = 0, cap1 = 0, rep1 = 0;
     r->graphs = tsr_backend_graph_counts(be, &cap0, &rep0);
     tsr_engine_spec_stats(e, &s0);
     if (st == TSR_OK)
-      st = spec ? run_speculative(e, n, logits, &s) : run_once(e, pp, n, tok, logits, progress, &s);
+      st = spec ? run_speculative(e, n, logits, &s)
+                : run_once(e, pp, n, n_seq, tok, seq, logits, progress, &s);
     tsr_engine_spec_stats(e, &s1);
     if (r->graphs && i >= 0 && tsr_backend_graph_counts(be, &cap1, &rep1))
       r->captures += cap1 - cap0, r->replays += rep1 - rep0;
@@ -464,7 +504,7 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
     }
     if (st == TSR_OK && i >= 0) {
       /* a speculative run stops after the step that reached n: count what it made */
-      ts[i] = (spec ? (double)(tsr_engine_seq_len(e, 0) - start - 1) : (double)n) / s;
+      ts[i] = (spec ? (double)(tsr_engine_seq_len(e, 0) - start - 1) : (double)(n * n_seq)) / s;
       sum += ts[i], sum2 += ts[i] * ts[i];
       r->wall_s += s;
       head_rows += tsr_engine_logits_rows(e) - rows0;
@@ -472,20 +512,23 @@ static tsr_status run_test(struct tsr_engine *e, const struct cost *c,
   }
   if (st == TSR_OK) {
     qsort(ts, (size_t)reps, sizeof *ts, cmp_double);
-    r->is_pp = pp, r->n_tokens = n, r->depth = depth;
+    r->is_pp = pp, r->n_tokens = n, r->depth = depth, r->n_seq = n_seq;
     r->median_ts = reps % 2 ? ts[reps / 2] : 0.5 * (ts[reps / 2 - 1] + ts[reps / 2]);
     const double mean = sum / (double)reps;
     r->sd_ts = reps > 1 ? sqrt(fmax(0.0, (sum2 - reps * mean * mean) / (double)(reps - 1))) : 0;
     snprintf(r->test, sizeof r->test, "%s%lld%s", pp ? "pp" : "tg", (long long)n,
              spec ? " spec" : "");
+    if (n_seq > 1) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " x%lld",
+                            (long long)n_seq);
     if (depth) snprintf(r->test + strlen(r->test), sizeof r->test - strlen(r->test), " @ d%lld",
                         (long long)depth);
     /* per token, averaged over the positions the test covers (a speculative test reads the
     ** weights once a step, not a token: its rate is not judged against the ceiling) */
     const double mid = (double)depth + 0.5 * (double)(n - 1);
-    r->achieved = pp   ? token_flops(c, mid, (double)head_rows / (double)(reps * n)) * r->median_ts
+    r->achieved = pp   ? token_flops(c, mid, (double)head_rows / (double)(reps * n * n_seq)) *
+                             r->median_ts
                   : spec ? 0
-                         : step_bytes(c, mid) * r->median_ts;
+                         : step_bytes(c, mid, (double)n_seq) * r->median_ts / (double)n_seq;
     r->ceiling = pp ? ceil->gemm_flops : ceil->copy_bytes_per_s;
   }
   free(ts);
@@ -549,7 +592,7 @@ static void print_table(const struct tsr_setup *s, const char *backend, const st
 /* Per token of the timed repetitions: where the time went. */
 static void print_op_times(const struct result *r, int64_t reps) {
   const struct tsr_op_times *t = r->times;
-  const double per = 1e3 / ((double)r->n_tokens * (double)reps); /* ms per token */
+  const double per = 1e3 / ((double)(r->n_tokens * r->n_seq) * (double)reps); /* ms a token */
   printf("\nop times, %s (%lld runs; ms per token): %.3f wall = %.3f outside computes + "
          "%.3f in computes outside nodes + %.3f in nodes\n", r->test, (long long)reps,
          r->wall_s * per, (r->wall_s - t->compute_seconds) * per,
@@ -557,13 +600,13 @@ static void print_op_times(const struct result *r, int64_t reps) {
   printf("  %-40s %12s %10s %8s\n", "node kind", "calls/token", "ms/token", "of wall");
   for (int k = 0; k < t->n_kinds; k++)
     printf("  %-40s %12.2f %10.4f %7.1f%%\n", t->kind[k].name,
-           (double)t->kind[k].calls / ((double)r->n_tokens * (double)reps),
+           (double)t->kind[k].calls / ((double)(r->n_tokens * r->n_seq) * (double)reps),
            t->kind[k].seconds * per, 100.0 * t->kind[k].seconds / r->wall_s);
 }
 
 static cJSON *op_times_json(const struct result *r, int64_t reps) {
   const struct tsr_op_times *t = r->times;
-  const double tokens = (double)r->n_tokens * (double)reps;
+  const double tokens = (double)(r->n_tokens * r->n_seq) * (double)reps;
   cJSON *o = cJSON_CreateObject(), *kinds = cJSON_CreateArray();
   cJSON_AddNumberToObject(o, "wall_seconds_per_token", r->wall_s / tokens);
   cJSON_AddNumberToObject(o, "compute_seconds_per_token", t->compute_seconds / tokens);
@@ -635,6 +678,7 @@ static bool write_json(const char *path, const struct tsr_setup *s, const char *
     cJSON_AddStringToObject(t, "kind", r[i].is_pp ? "pp" : r[i].spec ? "tg_spec" : "tg");
     cJSON_AddNumberToObject(t, "tokens", (double)r[i].n_tokens);
     cJSON_AddNumberToObject(t, "depth", (double)r[i].depth);
+    cJSON_AddNumberToObject(t, "sequences", (double)r[i].n_seq);
     cJSON_AddNumberToObject(t, "tokens_per_second_median", r[i].median_ts);
     cJSON_AddNumberToObject(t, "tokens_per_second_stddev", r[i].sd_ts);
     cJSON_AddNumberToObject(t, r[i].is_pp ? "flops_per_second" : "bytes_per_second",
@@ -744,12 +788,19 @@ int tsr_cli_bench(int argc, char **argv) {
   }
   const int64_t most = list_max(&a.depth) + (list_max(&a.pp) > list_max(&a.tg) ? list_max(&a.pp)
                                                                                : list_max(&a.tg));
-  int32_t *tok = malloc(sizeof(int32_t) * (size_t)(most > 0 ? most : 1));
-  float *logits = malloc(sizeof(float) * (size_t)tsr_engine_n_vocab(e));
+  const int64_t n_seq = a.parallel ? a.parallel : 1;
+  if (st == TSR_OK && tsr_engine_n_seq(e) < n_seq) /* a later --set server.parallel */
+    st = tsr_error_set(TSR_ERR_INVALID_ARG, "--parallel %lld: the profile's server.parallel is %d",
+                       (long long)n_seq, (int)tsr_engine_n_seq(e));
+  const int64_t n_tok = (most > 0 ? most : 1) * n_seq;
+  int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_tok);
+  int32_t *seq = malloc(sizeof(int32_t) * (size_t)n_tok);
+  float *logits = malloc(sizeof(float) * (size_t)tsr_engine_n_vocab(e) * (size_t)n_seq);
   struct result r[2 * MAX_LIST * MAX_LIST] = {0};
   const int n_tests = a.depth.n * (a.pp.n + a.tg.n * (a.speculate ? 2 : 1));
   int n_r = 0;
-  if (st == TSR_OK && (!tok || !logits)) st = tsr_error_set(TSR_ERR_NOMEM, "bench: token buffers");
+  if (st == TSR_OK && (!tok || !seq || !logits))
+    st = tsr_error_set(TSR_ERR_NOMEM, "bench: token buffers");
   for (int i = 0; st == TSR_OK && a.op_times && i < n_tests; i++)
     if (!(r[i].times = calloc(1, sizeof *r[i].times)))
       st = tsr_error_set(TSR_ERR_NOMEM, "bench: op times");
@@ -758,15 +809,15 @@ int tsr_cli_bench(int argc, char **argv) {
     st = tsr_backend_time_nodes(be, NULL);
   for (int d = 0; st == TSR_OK && d < a.depth.n; d++) {
     for (int i = 0; st == TSR_OK && i < a.pp.n; i++)
-      st = run_test(e, &c, &ceil, true, false, a.pp.v[i], a.depth.v[d], a.reps, a.warmup,
-                    a.progress, tok, logits, &r[n_r++]);
+      st = run_test(e, &c, &ceil, true, false, a.pp.v[i], a.depth.v[d], n_seq, a.reps, a.warmup,
+                    a.progress, tok, seq, logits, &r[n_r++]);
     for (int i = 0; st == TSR_OK && i < a.tg.n; i++) {
-      st = run_test(e, &c, &ceil, false, false, a.tg.v[i], a.depth.v[d], a.reps, a.warmup,
-                    a.progress, tok, logits, &r[n_r++]);
+      st = run_test(e, &c, &ceil, false, false, a.tg.v[i], a.depth.v[d], n_seq, a.reps,
+                    a.warmup, a.progress, tok, seq, logits, &r[n_r++]);
       if (st != TSR_OK || !a.speculate) continue;
       r[n_r].plain_ts = r[n_r - 1].median_ts;
-      st = run_test(e, &c, &ceil, false, true, a.tg.v[i], a.depth.v[d], a.reps, a.warmup,
-                    a.progress, tok, logits, &r[n_r++]);
+      st = run_test(e, &c, &ceil, false, true, a.tg.v[i], a.depth.v[d], 1, a.reps, a.warmup,
+                    a.progress, tok, seq, logits, &r[n_r++]);
     }
   }
   if (st == TSR_OK) {
@@ -802,6 +853,7 @@ int tsr_cli_bench(int argc, char **argv) {
   }
   for (int i = 0; i < n_tests; i++) free(r[i].times);
   free(tok);
+  free(seq);
   free(logits);
   tsr_qtext_free(&g_text);
   tsr_engine_free(e);

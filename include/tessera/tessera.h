@@ -176,8 +176,8 @@ TSR_API int32_t tsr_engine_seq_len(const tsr_engine *e, int32_t seq);
 ** why, where the sequence could not resume at p0 (recurrent state, or keys a
 ** sliding window has released). */
 TSR_API tsr_status tsr_engine_seq_rm(tsr_engine *e, int32_t seq, int32_t p0, int32_t p1);
-/* dst becomes a copy of src (sharing its cached keys and values); refused for
-** a model with recurrent layers. */
+/* dst becomes a copy of src (sharing its cached keys and values; recurrent
+** layers' state copied). */
 TSR_API tsr_status tsr_engine_seq_cp(tsr_engine *e, int32_t src, int32_t dst);
 /* Forgets every sequence but seq. */
 TSR_API tsr_status tsr_engine_seq_keep(tsr_engine *e, int32_t seq);

@@ -213,11 +213,31 @@ def test_a_depth_filled_with_positions_only_says_so():
 
 
 @case
+def test_parallel_sequences_share_each_step():
+    text, j = bench(MODEL, "-p", "16", "-n", "4", "-d", "0,40", "-r", "2", "--parallel", "3")
+    names = [t["test"] for t in j["tests"]]
+    assert names == ["pp16 x3", "tg4 x3", "pp16 x3 @ d40", "tg4 x3 @ d40"], names
+    for t in j["tests"]:
+        assert t["sequences"] == 3 and t["tokens_per_second_median"] > 0, t
+        assert re.search(r"\| " + re.escape(t["test"]) + r"\s+\|", text), t["test"]
+    # a step of three sequences reads the weights once: a token's share is a third of them
+    _, one = bench(MODEL, "-p", "0", "-n", "4", "-r", "2")
+    def per_token(t):
+        return t["bytes_per_second"] / t["tokens_per_second_median"]
+    assert per_token(j["tests"][1]) < 0.5 * per_token(one["tests"][0]), (j["tests"], one["tests"])
+    assert one["tests"][0]["sequences"] == 1
+    # a model with recurrent layers: each copy of the filled sequence takes its state too
+    _, rec = bench(fixture("qwen3_5"), "-p", "4", "-n", "2", "-d", "8", "-r", "2", "--parallel", "2")
+    assert [t["test"] for t in rec["tests"]] == ["pp4 x2 @ d8", "tg2 x2 @ d8"], rec["tests"]
+
+
+@case
 def test_bad_flags_are_refused_naming_them():
     for args, needle in ((["-p", "0", "-n", "0"], "nothing to measure"), (["-p", "x"], "-p"),
                          (["-r", "0"], "-r"), (["-d", "-5"], "-d"), (["--warmup", "-1"], "--warmup"),
                          (["--bogus", "1"], "--bogus"), (["--progress", "0"], "--progress"),
                          (["--depth-fill", "zeros"], "--depth-fill"),
+                         (["--parallel", "0"], "--parallel"), (["--parallel", "65"], "--parallel"),
                          (["-n", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"], "-n")):
         code, _, err = tessera("bench", "-m", MODEL, *args)
         assert code == 2 and needle in err, f"{args}: exit {code}: {err}"
@@ -226,7 +246,9 @@ def test_bad_flags_are_refused_naming_them():
         f.write("a few words of text")
     for args, needle in ((["--speculate"], "go together"), (["--prompt-file", text], "go together"),
                          (["--speculate", "--prompt-file", text], "names no speculator"),
-                         (["--speculate", "--prompt-file", text, "-n", "0"], "nothing to run")):
+                         (["--speculate", "--prompt-file", text, "-n", "0"], "nothing to run"),
+                         (["--speculate", "--prompt-file", text, "--parallel", "2"],
+                          "not with --parallel")):
         code, _, err = tessera("bench", "-m", MODEL, *args)
         assert code == 2 and needle in err, f"{args}: exit {code}: {err}"
     code, _, err = tessera("bench", "-p", "8")

@@ -519,10 +519,27 @@ BLOCK_TYPES(VNNI_OF)
 VNNI_OF(q2_K, 0, -1, 2)
 VNNI_OF(q3_K, 1, 2, 0) /* the other K types' VNNI kernels go a super-block at a time (below) */
 
-/* q4_K and q5_K a super-block at a time: its d and dmin read once, each 32 bytes of codes
-** (and q5_K's fifth bits) loaded once for the two sub-blocks they hold, the sub-block's scale
-** and min unpacked with constant indices. Every lane's arithmetic is blk_k4's in the same
-** order (the block kernels'), so the sums are the same bits, with fewer instructions a block. */
+/* A q4_K or q5_K super-block's 8 scales d sc and offsets -(dmin m), each the product blk_k4
+** forms, the 6-bit sc and m unpacked from the 12 bytes four at a time in 32-bit words */
+AVX2 static inline void k4_scales(const uint8_t s[12], float d, float dmin, float scale[8],
+                                  float offset[8]) {
+  uint32_t u[3];
+  memcpy(u, s, sizeof u);
+  const uint32_t sc_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
+  const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 6) & 0x03030303) << 4;
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 6) & 0x03030303) << 4;
+  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0)));
+  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0)));
+  _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_set1_ps(d), sc));
+  /* the sign flipped as unary minus flips it (0 - x would turn -0 into +0) */
+  _mm256_storeu_ps(offset, _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), m),
+                                         _mm256_set1_ps(-0.0f)));
+}
+
+/* q4_K and q5_K a super-block at a time: its scales and offsets formed once (k4_scales), each
+** 32 bytes of codes (and q5_K's fifth bits) loaded once for the two sub-blocks they hold.
+** Every lane's arithmetic is blk_k4's in the same order (the block kernels'), so the sums are
+** the same bits, with fewer instructions a block. */
 #define VNNI_K4_KERNEL(T, HAS_QH, QH)                                                         \
   VNNI static inline __attribute__((always_inline)) void row_vnni_sb_##T(                     \
       const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
@@ -534,7 +551,8 @@ VNNI_OF(q3_K, 1, 2, 0) /* the other K types' VNNI kernels go a super-block at a 
     const struct tsr_block_##T *b = w[0];                                                     \
     for (int64_t s = 0; s < n / TSR_QK_K; s++, b++) {                                         \
       for (size_t o = 0; o < sizeof *b; o += 64) ahead((const char *)b + o);                  \
-      const float d = _cvtsh_ss(b->d), dmin = _cvtsh_ss(b->dmin);                             \
+      float scale[8], offset[8];                                                              \
+      k4_scales(b->scales, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin), scale, offset);               \
       for (int p = 0; p < 4; p++) {                                                           \
         const __m256i raw = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));            \
         for (int half = 0; half < 2; half++) {                                                \
@@ -547,10 +565,8 @@ VNNI_OF(q3_K, 1, 2, 0) /* the other K types' VNNI kernels go a super-block at a 
             u = _mm256_or_si256(u, _mm256_slli_epi16(_mm256_and_si256(h, _mm256_set1_epi8(1)), \
                                                      4));                                     \
           }                                                                                   \
-          int sc, m;                                                                          \
-          tsr_k4_scale_min(b->scales, sub, &sc, &m);                                          \
-          __m256 sv = _mm256_set1_ps(d * (float)sc);                                          \
-          const float offs = -(dmin * (float)m);                                              \
+          __m256 sv = _mm256_set1_ps(scale[sub]);                                             \
+          const float offs = offset[sub];                                                     \
           __asm__("" : "+v"(sv));                                                             \
           for (int c = 0; c < nc; c++) {                                                      \
             const struct tsr_q8_act *q = a[c] + 8 * s + sub;                                  \

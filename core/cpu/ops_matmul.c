@@ -205,9 +205,9 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
     }
     return;
   }
-  /* quantized columns, TSR_Q8_COLS at a time, TSR_Q8_ROWS rows a call (the VNNI kernel meets
-  ** each column's codes with two rows): each row's codes expanded once for them all (in the
-  ** kernel, or for the whole tile at its load where the tile expands) */
+  /* quantized columns, TSR_Q8_COLS at a time, TSR_Q8_ROWS rows a call (the VNNI kernels meet
+  ** each column's codes with two rows, four where the tile expands): each row's codes expanded
+  ** once for them all (in the kernel, or for the whole tile at its load where it expands) */
   if (t->mode == W_Q8) {
     const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
     for (; c0 < c1; c0 += TSR_Q8_COLS) {

@@ -220,7 +220,8 @@ AVX512 static void axpy_run_f32_avx512(float *y, const float *a, const float *x,
       if (a[t] == 0.0f) continue;
       const __m512 av = _mm512_set1_ps(a[t]);
       const float *xt = x + (size_t)t * x_stride + i;
-      for (int v = 0; v < 8; v++) acc[v] = _mm512_fmadd_ps(av, _mm512_loadu_ps(xt + 16 * v), acc[v]);
+      for (int v = 0; v < 8; v++)
+        acc[v] = _mm512_fmadd_ps(av, _mm512_loadu_ps(xt + 16 * v), acc[v]);
     }
     for (int v = 0; v < 8; v++) _mm512_storeu_ps(y + i + 16 * v, acc[v]);
   }

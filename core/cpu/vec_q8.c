@@ -480,7 +480,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
   VNNI static void vnni_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
                             int nc, int64_t n, float *out) {                                  \
     /* two rows at once even for one column: two chains of adds hide each other's latency \
-    ** (the rows' bytes are asked for ahead: ops_matmul.c) */                                \
+    ** (the rows' bytes are asked for ahead) */                                            \
     if (!OFFSET)                                                                              \
       for (; nr > 1; nr -= 2, w += 2, out += 2 * nc) BY_COLS(rows_vnni_##T, w, 2, a, nc, n, out); \
     for (; nr > 0; nr--, w++, out += nc) BY_COLS(rows_vnni_##T, w, 1, a, nc, n, out);         \
@@ -528,8 +528,10 @@ AVX2 static inline void k4_scales(const uint8_t s[12], float d, float dmin, floa
   const uint32_t sc_lo = u[0] & 0x3f3f3f3f, m_lo = u[1] & 0x3f3f3f3f;
   const uint32_t sc_hi = (u[2] & 0x0f0f0f0f) | ((u[0] >> 6) & 0x03030303) << 4;
   const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0f) | ((u[1] >> 6) & 0x03030303) << 4;
-  const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0)));
-  const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0)));
+  const __m256 sc =
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)sc_lo, (int)sc_hi, 0, 0)));
+  const __m256 m =
+      _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_setr_epi32((int)m_lo, (int)m_hi, 0, 0)));
   _mm256_storeu_ps(scale, _mm256_mul_ps(_mm256_set1_ps(d), sc));
   /* the sign flipped as unary minus flips it (0 - x would turn -0 into +0) */
   _mm256_storeu_ps(offset, _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), m),
@@ -663,7 +665,7 @@ ALL_TYPES(VNNI_X_OF)
 ** order), in half the instructions, each of which a core with 512-bit units runs as one; up to
 ** two such pairs a call, so each column's codes are loaded once for four rows; a type's offset
 ** chains go a row a lane. A row left over goes alone through vnni's kernel. */
-#define VNNI_X512_KERNEL(T, LOG2_BIAS, OFFSET)                                                      \
+#define VNNI_X512_KERNEL(T, LOG2_BIAS, OFFSET)                                                \
   VNNI static inline __attribute__((always_inline)) void rows_x512_##T(                       \
       const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
       int64_t n, float *out) {                                                                \
@@ -681,8 +683,9 @@ ALL_TYPES(VNNI_X_OF)
       for (int p = 0; p < np; p++) {                                                          \
         const struct tsr_q8_xblock *b0 = (const struct tsr_q8_xblock *)w[2 * p] + j;          \
         const struct tsr_q8_xblock *b1 = (const struct tsr_q8_xblock *)w[2 * p + 1] + j;      \
-        u[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b0->u)), \
-                                  _mm256_loadu_si256((const __m256i *)b1->u), 1);             \
+        u[p] = _mm512_inserti64x4(                                                            \
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b0->u)),               \
+            _mm256_loadu_si256((const __m256i *)b1->u), 1);                                   \
         const __m128 s4 = _mm_castpd_ps(_mm_unpacklo_pd(_mm_load_sd((const double *)b0->s),   \
                                                         _mm_load_sd((const double *)b1->s))); \
         sv[p] = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(s4));                    \
@@ -714,8 +717,9 @@ ALL_TYPES(VNNI_X_OF)
         if (OFFSET == 1) /* lane r: OFF_STEP's */                                             \
           off[c] = _mm_fmadd_ps(_mm_mul_ps(offs, d4), _mm_set1_ps(q->sumf), off[c]);          \
         if (OFFSET == 2)                                                                      \
-          off[c] = _mm_fmadd_ps(_mm_mul_ps(offs2, d4), _mm_set1_ps(q->sum16[1]),              \
-                                _mm_fmadd_ps(_mm_mul_ps(offs, d4), _mm_set1_ps(q->sum16[0]), off[c])); \
+          off[c] = _mm_fmadd_ps(                                                              \
+              _mm_mul_ps(offs2, d4), _mm_set1_ps(q->sum16[1]),                                \
+              _mm_fmadd_ps(_mm_mul_ps(offs, d4), _mm_set1_ps(q->sum16[0]), off[c]));          \
       }                                                                                       \
     }                                                                                         \
     for (int c = 0; c < nc; c++) {                                                            \

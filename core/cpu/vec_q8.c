@@ -515,9 +515,7 @@ AVX2 static inline void blk_q6_K(const void *w, int64_t j, __m256i *c, __m256 *s
 #define AVX2_OF(T, SIGNED, LOG2_BIAS, OFFSET) AVX2_KERNEL(T, SIGNED, OFFSET)
 #define VNNI_OF(T, SIGNED, LOG2_BIAS, OFFSET) VNNI_KERNEL(T, LOG2_BIAS, OFFSET)
 ALL_TYPES(AVX2_OF)
-BLOCK_TYPES(VNNI_OF)
-VNNI_OF(q2_K, 0, -1, 2)
-VNNI_OF(q3_K, 1, 2, 0) /* the other K types' VNNI kernels go a super-block at a time (below) */
+BLOCK_TYPES(VNNI_OF) /* the K types' VNNI kernels go a super-block at a time (below) */
 
 /* A q4_K or q5_K super-block's 8 scales d sc and offsets -(dmin m), each the product blk_k4
 ** forms, the 6-bit sc and m unpacked from the 12 bytes four at a time in 32-bit words */
@@ -589,6 +587,100 @@ AVX2 static inline void k4_scales(const uint8_t s[12], float d, float dmin, floa
   }
 VNNI_K4_KERNEL(q4_K, 0, NULL)
 VNNI_K4_KERNEL(q5_K, 1, b->qh)
+
+/* q2_K's 16 scales d sc and offsets -(dmin m) and q3_K's 16 scales d (sc - 32), each the
+** product blk_q2_K and blk_q3_K form; q3_K's 6-bit scales gathered four at a time in 32-bit
+** words (low nibbles of j < 8 from bytes 0-7, of j >= 8 from their high nibbles; the top two
+** bits of j from bits 2 (j / 4) of byte 8 + j % 4) */
+AVX2 static inline void k16_products(__m128i codes, __m256i minus, float d, float *out) {
+  for (int i = 0; i < 2; i++, codes = _mm_srli_si128(codes, 8))
+    _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(
+                                      _mm256_sub_epi32(_mm256_cvtepu8_epi32(codes), minus))));
+}
+AVX2 static inline void q2_scales(const uint8_t s[16], float d, float dmin, float scale[16],
+                                  float offset[16]) {
+  const __m128i b = _mm_loadu_si128((const __m128i *)s), nibble = _mm_set1_epi8(15);
+  k16_products(_mm_and_si128(b, nibble), _mm256_setzero_si256(), d, scale);
+  k16_products(_mm_and_si128(_mm_srli_epi16(b, 4), nibble), _mm256_setzero_si256(), dmin, offset);
+  for (int i = 0; i < 16; i += 8) /* the sign flipped as unary minus flips it */
+    _mm256_storeu_ps(offset + i, _mm256_xor_ps(_mm256_loadu_ps(offset + i), _mm256_set1_ps(-0.0f)));
+}
+AVX2 static inline void q3_scales(const uint8_t s[12], float d, float scale[16]) {
+  uint32_t u[3];
+  memcpy(u, s, sizeof u);
+  const uint32_t lo = 0x0f0f0f0f, top = 0x03030303;
+  const __m128i codes = _mm_setr_epi32((int)((u[0] & lo) | (u[2] & top) << 4),
+                                       (int)((u[1] & lo) | (u[2] >> 2 & top) << 4),
+                                       (int)((u[0] >> 4 & lo) | (u[2] >> 4 & top) << 4),
+                                       (int)((u[1] >> 4 & lo) | (u[2] >> 6 & top) << 4));
+  k16_products(codes, _mm256_set1_epi32(32), d, scale);
+}
+
+/* q2_K and q3_K a super-block at a time: the scales (and q2_K's offsets) formed once, each 32
+** bytes of qs (and q3_K's hmask) loaded once for the sub-blocks they hold; q3_K's codes met
+** biased by 4 (the 3-bit code itself) from the column's nsum4. Every lane's arithmetic is the
+** block kernels' over blk_q2_K and blk_q3_K, in the same order: the same bits. */
+#define VNNI_K23_KERNEL(T, THREE)                                                             \
+  VNNI static inline __attribute__((always_inline)) void row_vnni_sb_##T(                     \
+      const void *const *w, const int nr, const struct tsr_q8_act *const *a, const int nc,    \
+      int64_t n, float *out) {                                                                \
+    (void)nr; /* one row: BY_COLS's shape */                                                  \
+    __m256 acc[TSR_Q8_COLS];                                                                  \
+    float off[TSR_Q8_COLS];                                                                   \
+    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps(), off[c] = 0.0f;                 \
+    const struct tsr_block_##T *b = w[0];                                                     \
+    for (int64_t s = 0; s < n / TSR_QK_K; s++, b++) {                                         \
+      for (size_t o = 0; o < sizeof *b; o += 64) ahead((const char *)b + o);                  \
+      float scale[16], offset[16];                                                            \
+      __m256i hm = _mm256_setzero_si256();                                                    \
+      superblock_##T(b, scale, offset, &hm);                                                  \
+      for (int half = 0; half < 2; half++) {                                                  \
+        const __m256i qs = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * half));          \
+        for (int k = 0; k < 4; k++) {                                                         \
+          const int sub = 4 * half + k;                                                       \
+          __m256i u = _mm256_and_si256(_mm256_srli_epi16(qs, 2 * k), _mm256_set1_epi8(3));    \
+          if (THREE)                                                                          \
+            u = _mm256_or_si256(u, _mm256_slli_epi16(                                         \
+                                       _mm256_and_si256(_mm256_srli_epi16(hm, sub),           \
+                                                        _mm256_set1_epi8(1)), 2));            \
+          __m256 sv = _mm256_setr_m128(_mm_set1_ps(scale[2 * sub]),                           \
+                                       _mm_set1_ps(scale[2 * sub + 1]));                      \
+          __asm__("" : "+v"(sv));                                                             \
+          for (int c = 0; c < nc; c++) {                                                      \
+            const struct tsr_q8_act *q = a[c] + 8 * s + sub;                                  \
+            const __m256i y = _mm256_loadu_si256((const __m256i *)q->q);                      \
+            const __m256i start =                                                             \
+                THREE ? _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)q->nsum4), 2)   \
+                      : _mm256_setzero_si256();                                               \
+            acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(sv, _mm256_set1_ps(q->d)),                 \
+                                     _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(start, u, y)),    \
+                                     acc[c]);                                                 \
+            if (!THREE)                                                                       \
+              off[c] = OFF_STEP(2, off[c], offset[2 * sub], offset[2 * sub + 1], q);          \
+          }                                                                                   \
+        }                                                                                     \
+      }                                                                                       \
+    }                                                                                         \
+    for (int c = 0; c < nc; c++) out[c] = THREE ? tsr_hsum8(acc[c]) : tsr_hsum8(acc[c]) + off[c];\
+  }                                                                                           \
+  VNNI static void vnni_##T(const void *const *w, int nr, const struct tsr_q8_act *const *a,  \
+                            int nc, int64_t n, float *out) {                                  \
+    for (; nr > 0; nr--, w++, out += nc) BY_COLS(row_vnni_sb_##T, w, 1, a, nc, n, out);       \
+  }
+/* what a super-block gives its sub-blocks: scales, q2_K's offsets, q3_K's third bits */
+AVX2 static inline void superblock_q2_K(const struct tsr_block_q2_K *b, float scale[16],
+                                        float offset[16], __m256i *hm) {
+  (void)hm;
+  q2_scales(b->scales, _cvtsh_ss(b->d), _cvtsh_ss(b->dmin), scale, offset);
+}
+AVX2 static inline void superblock_q3_K(const struct tsr_block_q3_K *b, float scale[16],
+                                        float offset[16], __m256i *hm) {
+  (void)offset;
+  q3_scales(b->scales, _cvtsh_ss(b->d), scale);
+  *hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+}
+VNNI_K23_KERNEL(q2_K, 0)
+VNNI_K23_KERNEL(q3_K, 1)
 
 /* q6_K a super-block at a time, as the K4 kernels above: d read once, each half's fifth and
 ** sixth bits loaded once for its four sub-blocks; the codes met biased by 32 (the 6-bit

@@ -177,7 +177,7 @@ __attribute__((target("avx2,fma,f16c"))) static void axpy_f16_avx2(float *y, flo
 ** side in one register (lanes 0-7 the first, 8-15 the second), every lane's arithmetic theirs
 ** in the same order, so the bits are the same with half the instructions */
 #define AVX512 __attribute__((target("avx2,fma,f16c,avx512f")))
-AVX512 static int has_avx512f(void) {
+static int has_avx512f(void) {
   static int cached = -1;
   if (cached < 0) cached = __builtin_cpu_supports("avx512f");
   return cached;

@@ -89,7 +89,6 @@ struct wtile {
   tsr_vec_dot_q8_fn dot_q8; /* W_Q8, over the rows as stored or expanded */
   int64_t k, m0, n; /* rows [m0, m0+n) of length k */
   size_t row_bytes; /* of a row as stored */
-  bool in_place;    /* the rows are read where they are stored */
   const void *row[TILE_MAX];
 };
 
@@ -125,13 +124,12 @@ static void wtile_load(struct wtile *t, const struct tsr_tensor *w, const char *
                               : tsr_vec_dot_q8((int)w->dtype);
   t->k = w->ne[0];
   t->row_bytes = w->nb[1];
-  t->in_place = !expand && t->mode != W_CONVERT;
   t->m0 = m0;
   t->n = n;
   const int64_t nb = t->k / TSR_Q8_ACT_BLOCK;
   for (int64_t r = 0; r < n; r++) {
     const char *src = base + (size_t)(m0 + r) * w->nb[1];
-    if (!t->in_place) prefetch_ahead(src, w->nb[1]);
+    if (expand || t->mode == W_CONVERT) prefetch_ahead(src, w->nb[1]);
     if (expand) {
       tsr_vec_q8_expander((int)w->dtype)(src, t->k, xbuf + r * nb);
       t->row[r] = xbuf + r * nb;
@@ -255,7 +253,8 @@ static void wtile_mul(const struct wtile *t, const struct cols *cs, int64_t c0, 
     float *out;
     col_at(cs, c, t->m0, &xp, &out);
     const float *x = x_column(cs->x, xp, xbuf);
-    const bool ahead = t->in_place && c == c0; /* later columns find the rows in the cache */
+    /* rows read in place; later columns find them in the cache */
+    const bool ahead = t->mode != W_CONVERT && c == c0;
     for (int64_t r = 0; r < t->n; r++) {
       if (ahead) prefetch_ahead(t->row[r], t->row_bytes);
       out[r] = t->mode == W_F16    ? tsr_vec_dot_f16_f32(t->row[r], x, t->k)

@@ -446,16 +446,20 @@ static tsr_status run_speculative(struct tsr_engine *e, int64_t n, float *logits
 static tsr_status run_once(struct tsr_engine *e, bool pp, int64_t n, int64_t n_seq, int32_t *tok,
                            int32_t *seq, float *logits, int64_t progress, double *s) {
   random_tokens(tok, n * n_seq, tsr_engine_n_vocab(e));
-  for (int64_t i = 0; i < n * n_seq; i++) seq[i] = (int32_t)(pp ? i / n : i % n_seq);
+  for (int64_t i = 0; n_seq > 1 && i < n * n_seq; i++) seq[i] = (int32_t)(pp ? i / n : i % n_seq);
   const double t0 = tsr_now_s();
   tsr_status st = TSR_OK;
-  if (n_seq == 1 && pp) st = prefill(e, tok, n, logits, progress, "prefill");
-  for (int64_t i = 0; n_seq == 1 && !pp && st == TSR_OK && i < n; i++)
-    st = tsr_engine_eval(e, 0, tok + i, 1, logits, NULL);
-  const int64_t per_call = pp ? n * n_seq : n_seq;
-  for (int64_t i = 0; n_seq > 1 && st == TSR_OK && i < n * n_seq; i += per_call) {
-    const struct tsr_engine_batch b = {.n = (int32_t)per_call, .tokens = tok + i, .seq = seq + i};
-    st = tsr_engine_eval_batch(e, &b, logits);
+  if (n_seq > 1) {
+    const int64_t per_call = pp ? n * n_seq : n_seq;
+    for (int64_t i = 0; st == TSR_OK && i < n * n_seq; i += per_call) {
+      const struct tsr_engine_batch b = {.n = (int32_t)per_call, .tokens = tok + i, .seq = seq + i};
+      st = tsr_engine_eval_batch(e, &b, logits);
+    }
+  } else if (pp) {
+    st = prefill(e, tok, n, logits, progress, "prefill");
+  } else {
+    for (int64_t i = 0; st == TSR_OK && i < n; i++)
+      st = tsr_engine_eval(e, 0, tok + i, 1, logits, NULL);
   }
   *s = tsr_now_s() - t0;
   return st;

@@ -592,18 +592,22 @@ VNNI_K4_KERNEL(q5_K, 1, b->qh)
 ** product blk_q2_K and blk_q3_K form; q3_K's 6-bit scales gathered four at a time in 32-bit
 ** words (low nibbles of j < 8 from bytes 0-7, of j >= 8 from their high nibbles; the top two
 ** bits of j from bits 2 (j / 4) of byte 8 + j % 4) */
-AVX2 static inline void k16_products(__m128i codes, __m256i minus, float d, float *out) {
+/* out[i] = d (codes[i] - minus), its sign flipped where sign is -0 (as unary minus flips it) */
+AVX2 static inline void k16_products(__m128i codes, __m256i minus, float d, float sign,
+                                     float *out) {
   for (int i = 0; i < 2; i++, codes = _mm_srli_si128(codes, 8))
-    _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(
-                                      _mm256_sub_epi32(_mm256_cvtepu8_epi32(codes), minus))));
+    _mm256_storeu_ps(out + 8 * i,
+                     _mm256_xor_ps(_mm256_mul_ps(_mm256_set1_ps(d),
+                                                 _mm256_cvtepi32_ps(_mm256_sub_epi32(
+                                                     _mm256_cvtepu8_epi32(codes), minus))),
+                                   _mm256_set1_ps(sign)));
 }
 AVX2 static inline void q2_scales(const uint8_t s[16], float d, float dmin, float scale[16],
                                   float offset[16]) {
   const __m128i b = _mm_loadu_si128((const __m128i *)s), nibble = _mm_set1_epi8(15);
-  k16_products(_mm_and_si128(b, nibble), _mm256_setzero_si256(), d, scale);
-  k16_products(_mm_and_si128(_mm_srli_epi16(b, 4), nibble), _mm256_setzero_si256(), dmin, offset);
-  for (int i = 0; i < 16; i += 8) /* the sign flipped as unary minus flips it */
-    _mm256_storeu_ps(offset + i, _mm256_xor_ps(_mm256_loadu_ps(offset + i), _mm256_set1_ps(-0.0f)));
+  k16_products(_mm_and_si128(b, nibble), _mm256_setzero_si256(), d, 0.0f, scale);
+  k16_products(_mm_and_si128(_mm_srli_epi16(b, 4), nibble), _mm256_setzero_si256(), dmin, -0.0f,
+               offset);
 }
 AVX2 static inline void q3_scales(const uint8_t s[12], float d, float scale[16]) {
   uint32_t u[3];
@@ -613,7 +617,7 @@ AVX2 static inline void q3_scales(const uint8_t s[12], float d, float scale[16])
                                        (int)((u[1] & lo) | (u[2] >> 2 & top) << 4),
                                        (int)((u[0] >> 4 & lo) | (u[2] >> 4 & top) << 4),
                                        (int)((u[1] >> 4 & lo) | (u[2] >> 6 & top) << 4));
-  k16_products(codes, _mm256_set1_epi32(32), d, scale);
+  k16_products(codes, _mm256_set1_epi32(32), d, 0.0f, scale);
 }
 
 /* q2_K and q3_K a super-block at a time (one or two rows): the scales (and q2_K's offsets)

@@ -80,12 +80,22 @@ static tsr_status check_codec_runs(const struct tsr_plugin_host *h,
 ** (kv.lift: false), so that no layer pays a copy of its cache per step unseen. */
 static tsr_status check_codec(const struct tsr_plugin_host *h, const struct tsr_layer_desc *d,
                               const char *side, const char *name, enum tsr_read_path path,
-                              const char *attn_label, bool refuse_lift) {
-  if (path != TSR_READ_NONE && (path != TSR_READ_LIFT || !refuse_lift)) return TSR_OK;
+                              const char *attn_label, const struct tsr_composition_request *r) {
+  const bool f16_read = path == TSR_READ_LIFT || path == TSR_READ_IN_REGISTER;
+  if (path != TSR_READ_NONE && (path != TSR_READ_LIFT || !r->refuse_lift) &&
+      !(f16_read && r->exact_f32))
+    return TSR_OK;
   const struct tsr_plugin *owner;
   tsr_plugin_host_kv_codec(h, name, &owner);
   char label[96];
   owner_label(owner, label, sizeof label);
+  if (f16_read && r->exact_f32)
+    return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s reads %s codec %s (%s) "
+                         "on %s %s, and backend.precision f32 takes only the types the core's "
+                         "f32 attention kernel reads itself", d->layer,
+                         tsr_layer_kind_name(d->kind), attn_label, side, name, label, d->backend,
+                         path == TSR_READ_LIFT ? "by lifting it to f16" : "in register (the "
+                         "codec's own kernel)");
   if (path == TSR_READ_LIFT)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): attention %s reads %s codec %s (%s) "
                          "on %s only by lifting it to f16 (neither has an in-register read of "
@@ -431,8 +441,8 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
                        tsr_layer_kind_name(l->kind), kc, vc, attn_label);
       return st;
     }
-    if ((st = check_codec(h, &d, "K", kc, kp, attn_label, r->refuse_lift)) != TSR_OK) return st;
-    if ((st = check_codec(h, &d, "V", vc, vp, attn_label, r->refuse_lift)) != TSR_OK) return st;
+    if ((st = check_codec(h, &d, "K", kc, kp, attn_label, r)) != TSR_OK) return st;
+    if ((st = check_codec(h, &d, "V", vc, vp, attn_label, r)) != TSR_OK) return st;
     if (g->n_layers == 1) {
       g->k_path = kp;
       g->v_path = vp;
@@ -458,9 +468,10 @@ tsr_status tsr_compose(const struct tsr_plugin_host *h, const struct tsr_composi
                            pol->name, r->backend);
     if (pol && r->decode_on_tiles)
       return tsr_error_set(TSR_ERR_UNSUPPORTED, "layer %d (%s): decode policy %s acts through "
-                           "cuda's GQA decode kernel, which backend.attention.decode turns off "
-                           "(set it to gqa or gqa_staged)", i, tsr_layer_kind_name(l->kind),
-                           pol->name);
+                           "cuda's GQA decode kernel, which %s", i, tsr_layer_kind_name(l->kind),
+                           pol->name, r->exact_f32 ? "runs on f16 tensor cores, and "
+                           "backend.precision f32 computes in f32 only"
+                           : "backend.attention.decode turns off (set it to gqa or gqa_staged)");
     if (pol) {
       bool (*honours)(void *, const struct tsr_layer_desc *) = attn->honours_decode;
       if (!honours || !honours(attn->ctx, &d))

@@ -27,6 +27,7 @@ struct tsr_composition_request {
   bool refuse_lift; /* a codec attention reads only by lifting it to f16 is refused */
   bool decode_on_tiles; /* cuda's backend.attention.decode is `tiles`: no GQA decode kernel,
                         ** which is where decode policies act on cuda */
+  bool exact_f32;       /* cuda's backend.precision f32: no codec read with f16 operands */
   const char *const *policies;
   int n_policies;
   const char *speculator; /* NULL: none */

@@ -112,6 +112,7 @@ static tsr_status negotiate(struct tsr_setup *s) {
       .boundary_v = p->kv_boundary.v,
       .refuse_lift = !strcmp(p->kv_lift, "false"),
       .decode_on_tiles = !strcmp(p->backend, "cuda") && p->cuda.attn_decode == TSR_CUDA_DECODE_TILE,
+      .exact_f32 = !strcmp(p->backend, "cuda") && p->cuda.precision_f32,
       .policies = p->decode_policies,
       .n_policies = (int)p->n_decode_policies,
       .speculator = p->has_speculator ? p->speculator.name : NULL,

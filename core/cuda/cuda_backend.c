@@ -335,7 +335,8 @@ static tsr_status run_attention(struct cu_ctx *c, const struct tsr_tensor *t) {
       .mask = cu_of(c, t->src[3]), .q_pos = cu_of(c, t->src[4]), .kv_pos = cu_of(c, t->src[5]),
       .scale = tsr_param_f32(t, 0), .softcap = tsr_param_f32(t, 1),
       .causal = t->op_params[2] != 0, .window = t->op_params[3], .pipelined = c->attn_pipelined,
-      .gqa_decode = c->attn_gqa_decode, .split_keys = c->attn_split_keys};
+      .gqa_decode = c->attn_gqa_decode, .split_keys = c->attn_split_keys,
+      .f32 = c->precision_f32};
   if (t->src[TSR_FA_SRC_COUNTERS] && tsr_param_f32(t, TSR_FA_P_BUDGET) > 0.0f)
     return tsr_error_set(TSR_ERR_UNSUPPORTED, "cuda backend: flash attention '%s' has a decode "
                          "policy's mass budget, which runs on the cpu only", t->name);
@@ -401,6 +402,7 @@ static tsr_status call_kernel(struct cu_ctx *c, int32_t op_id, const struct tsr_
                                  .attn_pipelined = c->attn_pipelined,
                                  .attn_gqa_decode = c->attn_gqa_decode,
                                  .attn_split_keys = c->attn_split_keys,
+                                 .precision_f32 = c->precision_f32,
                                  .scratch = plugin_scratch, .backend_ctx = c};
   c->host->set_device_call(&call);
   fn(kctx, 0, 1, &dst, src, n_src, params);
@@ -820,6 +822,7 @@ static tsr_status open_device(struct cu_ctx *c, const struct tsr_cuda_settings *
   c->attn_pipelined = set->attn_pipelined;
   c->attn_gqa_decode = set->attn_decode;
   c->attn_split_keys = set->attn_split_keys;
+  c->precision_f32 = set->precision_f32;
   return TSR_OK;
 }
 

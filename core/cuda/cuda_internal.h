@@ -58,6 +58,8 @@ struct cu_ctx {
   int attn_gqa_decode; /* backend.attention.decode (TSR_CUDA_DECODE_*): tsr_tile_args.gqa_decode */
   int attn_split_keys;  /* backend.attention.split_keys; 0: the kernel's default */
   bool sync_nodes; /* backend.sync: wait after every node, so a fault names it */
+  bool precision_f32; /* backend.precision f32: attention without tensor cores (tsr_tile_args.f32),
+                      ** and plugin kernels told so (tsr_device_call.precision_f32) */
 
   char *arena; /* mirrors the host arena: same size, same offsets */
   size_t arena_cap;

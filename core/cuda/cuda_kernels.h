@@ -98,6 +98,7 @@ struct cu_attn {
   int pipelined; /* backend.attention.pipeline: tsr_tile_args.pipelined */
   int gqa_decode; /* backend.attention.decode (0, 1, 2): tsr_tile_args.gqa_decode */
   int split_keys; /* backend.attention.split_keys: tsr_tile_args.split_keys */
+  int f32;        /* backend.precision f32: tsr_tile_args.f32 */
   /* decode parameters (tsr_tile_args.skip_below, sink, recent, counters); 0: none */
   float skip_below;
   int32_t sink, recent;

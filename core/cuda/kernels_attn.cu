@@ -191,6 +191,7 @@ static bool tile_args(const cu_t *dst, const cu_attn *a, const fa_shape &s, int 
   t->scale = a->scale, t->softcap = a->softcap, t->causal = a->causal, t->window = a->window;
   t->pipelined = a->pipelined, t->split_keys = a->split_keys;
   t->gqa_decode = a->gqa_decode;
+  t->f32 = a->f32;
   t->skip_below = a->skip_below, t->sink = a->sink, t->recent = a->recent;
   t->counters = a->counters;
   *part_bytes = tsr_tile_attn_plan(t, n_sm);

@@ -75,7 +75,9 @@ tsr_status tsr_backend_cuda_new(struct tsr_backend **out) {
   *out = NULL;
   struct tsr_cuda_settings set;
   tsr_cuda_settings_default(&set);
-  tsr_status st = tsr_cuda_settings_from_env(&set, NULL);
+  const char *from_env[TSR_CUDA_N_SETTINGS];
+  tsr_status st = tsr_cuda_settings_from_env(&set, from_env);
+  if (st == TSR_OK) st = tsr_cuda_settings_resolve(&set, from_env, NULL);
   return st == TSR_OK ? tsr_backend_cuda_open(&set, out) : st;
 }
 

@@ -35,11 +35,13 @@ static const struct {
      K_INT, offsetof(struct tsr_cuda_settings, attn_split_keys), 0, 1 << 20},
     {{"graph_slots", "TESSERA_CUDA_GRAPH_SLOTS", "1..16 captures kept at once"}, K_INT,
      offsetof(struct tsr_cuda_settings, graph_slots), 1, 16},
+    {{"precision", "TESSERA_CUDA_PRECISION", "mixed or f32"}, K_BOOL,
+     offsetof(struct tsr_cuda_settings, precision_f32), 0, 0},
 };
 
 /* The two spellings of gemm's and gemv's choices: the profile's word for 0, then for 1. */
 static const char *const g_words[TSR_CUDA_N_SETTINGS][2] = {
-    [1] = {"f16", "f32"}, [2] = {"q8", "f32"}};
+    [1] = {"f16", "f32"}, [2] = {"q8", "f32"}, [TSR_CUDA_SETTING_PRECISION] = {"mixed", "f32"}};
 static const char *const g_decode[3] = {"tile", "gqa", "gqa_staged"};
 
 const struct tsr_cuda_setting_key *tsr_cuda_setting_key(int i) {
@@ -100,6 +102,36 @@ const char *tsr_cuda_setting_text(const struct tsr_cuda_settings *s, int i, char
   else if (g_words[i][0]) snprintf(buf, cap, "%s", g_words[i][v != 0]);
   else snprintf(buf, cap, "%s", v ? "true" : "false");
   return buf;
+}
+
+tsr_status tsr_cuda_settings_resolve(struct tsr_cuda_settings *s,
+                                     const char *const given[TSR_CUDA_N_SETTINGS],
+                                     bool forced[TSR_CUDA_N_SETTINGS]) {
+  if (forced)
+    for (int i = 0; i < TSR_CUDA_N_SETTINGS; i++) forced[i] = false;
+  if (!s->precision_f32) return TSR_OK;
+  /* what the exact mode needs of the settings it overrules */
+  static const struct {
+    int i;
+    int32_t want;
+  } needs[] = {{1, 1}, {2, 1}, {6, TSR_CUDA_DECODE_TILE}};
+  for (size_t n = 0; n < sizeof needs / sizeof needs[0]; n++) {
+    const int i = needs[n].i;
+    if (*field(s, i) == needs[n].want) continue;
+    if (given && given[i]) {
+      struct tsr_cuda_settings exact = *s;
+      *field(&exact, i) = needs[n].want;
+      char was[32], want[32];
+      return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: backend.%s is %s, and backend.precision "
+                           "f32 runs every product and attention in f32: leave it unset or "
+                           "make it %s", given[i], g_keys[i].k.key,
+                           tsr_cuda_setting_text(s, i, was, sizeof was),
+                           tsr_cuda_setting_text(&exact, i, want, sizeof want));
+    }
+    *field(s, i) = needs[n].want;
+    if (forced) forced[i] = true;
+  }
+  return TSR_OK;
 }
 
 tsr_status tsr_cuda_settings_from_env(struct tsr_cuda_settings *s,

@@ -26,9 +26,10 @@ struct tsr_cuda_settings {
   int32_t attn_decode;     /* TSR_CUDA_DECODE_* */
   int32_t attn_split_keys; /* the fewest keys a decode split takes; 0: the backend's 256 */
   int32_t graph_slots;     /* captures kept at once, one per graph signature */
+  int32_t precision_f32;   /* the exact mode: every product and attention in f32 */
 };
 
-enum { TSR_CUDA_N_SETTINGS = 9 };
+enum { TSR_CUDA_N_SETTINGS = 10, TSR_CUDA_SETTING_PRECISION = 9 };
 
 struct tsr_cuda_setting_key {
   const char *key;    /* under `backend:` ("attention.decode") */
@@ -47,6 +48,16 @@ tsr_status tsr_cuda_setting_parse(struct tsr_cuda_settings *s, int i, const char
 /* Setting i's value as the profile writes it. */
 const char *tsr_cuda_setting_text(const struct tsr_cuda_settings *s, int i, char *buf,
                                   size_t cap);
+/* backend.precision f32, the exact mode: every product and attention with f32 operands and
+** sums, so the backend matches the cpu's f32 path to rounding. It sets gemm f32, gemv f32 and
+** attention.decode tile (the GQA decode kernel and the prefill tiles' tensor cores take f16
+** operands; the backend's attention skips its tensor-core kernel itself). given[i] says where
+** setting i was written (a profile's line, a variable's name) or is NULL: a value written
+** there that the exact mode contradicts is TSR_ERR_INVALID_ARG naming it. forced[i] (when
+** not NULL) says which settings it changed. */
+tsr_status tsr_cuda_settings_resolve(struct tsr_cuda_settings *s,
+                                     const char *const given[TSR_CUDA_N_SETTINGS],
+                                     bool forced[TSR_CUDA_N_SETTINGS]);
 /* Applies every TESSERA_CUDA_* variable that is set and not empty; overridden[i] (when
 ** not NULL) gets the variable that set setting i, else NULL. */
 tsr_status tsr_cuda_settings_from_env(struct tsr_cuda_settings *s,

@@ -613,6 +613,22 @@ static void set_defaults(struct tsr_profile *p) {
                                           .header_timeout = 30, .body_timeout = 60};
 }
 
+/* The cuda settings the exact mode (backend.precision f32) implies, refusing one written
+** against it: where each was written is its variable's name or its profile line. */
+static tsr_status resolve_cuda(struct tsr_profile *p) {
+  const char *given[TSR_CUDA_N_SETTINGS];
+  for (int i = 0; i < TSR_CUDA_N_SETTINGS; i++) {
+    char path[64];
+    snprintf(path, sizeof path, "backend.%s", tsr_cuda_setting_key(i)->key);
+    const char *w = tsr_profile_where(p, path);
+    const size_t n = strlen(w);
+    given[i] = p->cuda_env[i]                                   ? p->cuda_env[i]
+               : n > 10 && !strcmp(w + n - 10, " (default)") ? NULL
+                                                              : w;
+  }
+  return tsr_cuda_settings_resolve(&p->cuda, given, p->cuda_forced);
+}
+
 static tsr_status check_profile(struct vctx *c) {
   struct tsr_profile *p = c->p;
   tsr_status st = check_section(c, "", p->root, &top, (char *)p);
@@ -620,6 +636,7 @@ static tsr_status check_profile(struct vctx *c) {
   /* the environment's overrides of the cuda settings, which profile check shows */
   if (!strcmp(p->backend, "cuda") && (st = tsr_cuda_settings_from_env(&p->cuda, p->cuda_env)))
     return st;
+  if (!strcmp(p->backend, "cuda") && (st = resolve_cuda(p))) return st;
   if (!p->model)
     return tsr_error_set(TSR_ERR_INVALID_ARG, "%s: key 'model' is required: a GGUF file, or "
                          "'default' for the model this build ships", p->path);

@@ -129,6 +129,7 @@ struct tsr_profile {
   ** set already applied over them; cuda_env[i] names the variable that set setting i */
   struct tsr_cuda_settings cuda;
   const char *cuda_env[TSR_CUDA_N_SETTINGS];
+  bool cuda_forced[TSR_CUDA_N_SETTINGS]; /* set by backend.precision f32 (the exact mode) */
   /* backend cpu: products with q4_0..q8_0 and q4_K..q6_K weights on the activations coded to
   ** 8 bits, in integers (`activations: q8`, the default), or in f32 (`activations: f32`) */
   int32_t cpu_activations_f32;

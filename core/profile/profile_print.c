@@ -243,8 +243,9 @@ static void print_backend(struct printer *pr) {
     snprintf(path, sizeof path, "backend.%s", k->key);
     if (p->cuda_env[i]) snprintf(where, sizeof where, "%s (environment, over the profile)",
                                  p->cuda_env[i]);
+    else if (p->cuda_forced[i]) snprintf(where, sizeof where, "backend.precision f32");
     line(pr->f, in_attention ? 4 : 2, fmt(pr, "%s: %s", in_attention ? k->key + 10 : k->key, val),
-         p->cuda_env[i] ? where : origin(p, path));
+         p->cuda_env[i] || p->cuda_forced[i] ? where : origin(p, path));
   }
 }
 

@@ -565,6 +565,55 @@ static void test_print_keeps_how_null_is_spelled(void) {
   tsr_profile_free(b);
 }
 
+/* backend.precision f32, the exact mode: gemm and gemv f32 and decode attention on the tile
+** kernels, shown as its doing in the printout, which loads back the same; a value written
+** against it (profile or variable) is refused naming where; TESSERA_CUDA_PRECISION turns it on. */
+static void test_exact_mode_sets_what_it_needs_and_refuses_contradictions(void) {
+  const char *vars[] = {"TESSERA_CUDA_PRECISION", "TESSERA_CUDA_GEMV", "TESSERA_CUDA_GEMM",
+                        "TESSERA_CUDA_ATTN_GQA_DECODE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  const char *text = "model: m.gguf\nbackend: {name: cuda, precision: f32}\n";
+  struct tsr_profile *p = NULL, *back = NULL;
+  char *out = NULL;
+  size_t len = 0;
+  CHECK_OK(tsr_profile_load_mem("exact.yaml", text, strlen(text), NULL, 0, &p));
+  if (p) {
+    CHECK(p->cuda.precision_f32 == 1 && p->cuda.gemm_f32 == 1 && p->cuda.gemv_f32 == 1);
+    CHECK(p->cuda.attn_decode == TSR_CUDA_DECODE_TILE && p->cuda.graphs == 1);
+    CHECK(p->cuda_forced[1] && p->cuda_forced[2] && p->cuda_forced[6] && !p->cuda_forced[3]);
+    FILE *f = open_memstream(&out, &len);
+    tsr_profile_print(p, f);
+    fclose(f);
+    CHECK(strstr(out, "precision: f32") && strstr(out, "gemv: f32") &&
+          strstr(out, "decode: tile") && strstr(out, "# backend.precision f32"));
+    CHECK_OK(tsr_profile_load_mem("printed.yaml", out, len, NULL, 0, &back));
+    if (back) CHECK(!memcmp(&p->cuda, &back->cuda, sizeof p->cuda));
+  }
+  tsr_profile_free(p);
+  tsr_profile_free(back);
+  free(out);
+  /* the default is mixed; a setting written against the exact mode is refused where written */
+  const char *mixed = "model: m.gguf\nbackend: cuda\n";
+  CHECK_OK(tsr_profile_load_mem("mixed.yaml", mixed, strlen(mixed), NULL, 0, &p));
+  if (p) CHECK(p->cuda.precision_f32 == 0 && p->cuda.gemv_f32 == 0 && !p->cuda_forced[2]);
+  tsr_profile_free(p);
+  expect_mem_error("q8.yaml", "model: m.gguf\nbackend: {name: cuda, precision: f32, gemv: q8}\n",
+                   "q8.yaml:2:", "backend.gemv is q8, and backend.precision f32");
+  expect_mem_error("gqa.yaml", "model: m.gguf\nbackend:\n  name: cuda\n  precision: f32\n"
+                   "  attention: {decode: gqa}\n", "gqa.yaml:5:", "make it tile");
+  expect_mem_error("f64.yaml", "model: m.gguf\nbackend: {name: cuda, precision: f64}\n",
+                   "backend.precision is 'f64'", "mixed or f32");
+  setenv("TESSERA_CUDA_GEMM", "f16", 1);
+  expect_mem_error("exact.yaml", text, "TESSERA_CUDA_GEMM: backend.gemm is f16", "make it f32");
+  unsetenv("TESSERA_CUDA_GEMM");
+  /* the variable turns it on over a profile that says nothing of it */
+  setenv("TESSERA_CUDA_PRECISION", "f32", 1);
+  CHECK_OK(tsr_profile_load_mem("mixed.yaml", mixed, strlen(mixed), NULL, 0, &p));
+  if (p) CHECK(p->cuda.precision_f32 == 1 && p->cuda.gemm_f32 == 1 && p->cuda_env[9]);
+  tsr_profile_free(p);
+  unsetenv("TESSERA_CUDA_PRECISION");
+}
+
 /* The cuda backend's settings: a map under `backend`, each key checked; a cuda setting
 ** under another backend is refused; a TESSERA_CUDA_* variable overrides its key and the
 ** printout says so; the printout loads back to the same settings. */
@@ -700,5 +749,6 @@ int main(int argc, char **argv) {
   TSR_RUN(test_kv_boundary);
   TSR_RUN(test_print_keeps_how_null_is_spelled);
   TSR_RUN(test_backend_settings_are_checked_overridden_and_printed);
+  TSR_RUN(test_exact_mode_sets_what_it_needs_and_refuses_contradictions);
   return TSR_TEST_EXIT();
 }

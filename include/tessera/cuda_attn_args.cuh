@@ -52,6 +52,8 @@ struct tsr_tile_args {
                       ** where tsr_gqa_decode_fits; 2 (the backend's default): its staged
                       ** variant where tsr_gqa_staged; 0: the tile kernels */
   int32_t split_keys; /* the fewest keys a split takes; 0: TSR_TILE_MIN_KEYS_PER_SPLIT */
+  int32_t f32;        /* f32 operands only (backend.precision f32): never the tensor-core
+                      ** kernels (the prefill tiles' and the GQA decode kernel's f16) */
   int32_t max_splits; /* the most splits the caller's part buffer holds; 0: no bound */
   /* decode parameters (struct tsr_decode_params), acted on by the GQA decode kernel only:
   ** skip_below > 0 skips the V row of a key whose weight against the warp's running max is

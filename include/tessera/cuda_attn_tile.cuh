@@ -336,7 +336,7 @@ static inline cudaError_t tsr_attn_run(const struct tsr_tile_args *a, const B &p
 ** bytes of a->part the launch needs (0: none). */
 static inline size_t tsr_tile_attn_plan(struct tsr_tile_args *a, int n_sm) {
   a->qpw = tsr_tile_qpw(a);
-  a->mma = tsr_mma_attn_fits(a);
+  a->mma = !a->f32 && tsr_mma_attn_fits(a);
   const int64_t rows = a->mma ? tsr_mma_rows(a) : TSR_TILE_WARPS * a->qpw;
   const int64_t units = (a->Nq * a->group + rows - 1) / rows * (a->Hq / a->group);
   const int64_t want = 2 * (int64_t)(n_sm > 0 ? n_sm : 132);
@@ -372,7 +372,7 @@ static inline cudaError_t tsr_tile_attn_launch(const struct tsr_tile_args *a, co
   if (a->D > TSR_TILE_MAX_D || a->Dv > TSR_TILE_MAX_D || a->Nq <= 0 || a->group <= 0 ||
       a->Hq % a->group || (a->splits > 1 && !a->part))
     return cudaErrorInvalidValue;
-  if (tsr_gqa_decode_fits(a)) return tsr_gqa_decode_launch(a, policy, stream);
+  if (!a->f32 && tsr_gqa_decode_fits(a)) return tsr_gqa_decode_launch(a, policy, stream);
   if (a->skip_below > 0.0f) return cudaErrorNotSupported; /* V skipping is that kernel's */
   if (a->mma) return tsr_mma_attn_launch(a, policy, stream);
   const int64_t d = a->D > a->Dv ? a->D : a->Dv;

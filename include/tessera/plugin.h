@@ -1,5 +1,5 @@
 /*
-** tessera plugin ABI, version 2.6 (TSR_PLUGIN_ABI_MAJOR.TSR_PLUGIN_ABI_MINOR).
+** tessera plugin ABI, version 2.7 (TSR_PLUGIN_ABI_MAJOR.TSR_PLUGIN_ABI_MINOR).
 **
 ** A plugin is a shared object exporting one symbol, TSR_PLUGIN_ENTRY_SYMBOL,
 ** a function returning a static descriptor (struct tsr_plugin_descriptor).

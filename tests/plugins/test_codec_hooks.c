@@ -19,7 +19,8 @@
 **     on cuda read in register by its own kernel and, as q8_f32_lift, lifted;
 **   - negotiation (no GPU needed): flash hands a layer to a codec's read
 **     kernel where the codec accepts it, lifts otherwise, and a profile that
-**     forbids lifting refuses a codec only a lift reads, naming both sides.
+**     forbids lifting refuses a codec only a lift reads, naming both sides; the
+**     exact mode (backend.precision f32) refuses both reads.
 ** usage: test_codec_hooks [--backend cuda] [--pad N] OUT_DIR CODEC_DIR MODEL.gguf GOLDEN.gguf
 **            [MODEL GOLDEN]...   (tests/gpu/run.sh check RUN codec runs it on cuda)
 ** --pad N: the padded run's extra groups (default 1; 0 runs none, for a head dim
@@ -287,6 +288,16 @@ static void test_codec_read_kernel_is_negotiated(void) {
                 strstr(msg, "K codec q8_f32_lift (example_codec 1.0.0) on cuda only by lifting") &&
                 strstr(msg, "kv.lift: false"),
             "refusal: %s", msg);
+  /* the exact mode (backend.precision f32) refuses a codec's own read and a lift alike */
+  r.refuse_lift = false, r.exact_f32 = true;
+  for (int lift = 0; lift < 2; lift++) {
+    r.k_codec[TSR_LAYER_FULL] = r.v_codec[TSR_LAYER_FULL] = lift ? "q8_f32_lift" : "q8_f32";
+    CHECK(tsr_compose(h, &r, &c) != TSR_OK);
+    msg = tsr_error_message();
+    CHECK_MSG(strstr(msg, lift ? "by lifting it to f16" : "in register (the codec's own kernel)") &&
+                  strstr(msg, "backend.precision f32"), "refusal: %s", msg);
+  }
+  r.exact_f32 = false;
   /* the cpu reads every codec in register through its decoder */
   r.backend = "cpu";
   CHECK_OK(tsr_compose(h, &r, &c));

@@ -124,6 +124,8 @@ static void test_a_policy_the_attention_cannot_act_on_is_refused_naming_both(voi
                  "attention dca (attn_dca");
   expect_refused("backend: {name: cuda, attention: {decode: tile}}\n",
                  "backend.attention.decode turns off");
+  expect_refused("backend: {name: cuda, precision: f32}\n",
+                 "backend.precision f32 computes in f32 only");
 }
 
 int main(int argc, char **argv) {

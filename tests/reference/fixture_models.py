@@ -127,6 +127,21 @@ def _gemma4_e2b():
     )
 
 
+# E2B's features at hidden size 8 (#31's fixture): per-layer inputs of width 8, the last 2 of 6
+# layers reusing K/V, the double-wide MLP on those, a 32-token window that a 200-token sequence
+# passes six times over; head dims 32 / 64, so the cuda backend's tensor-core kernels take it.
+def _gemma4_e2b_h8():
+    return _gemma4(
+        hidden_size=8, num_hidden_layers=6,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention",
+                     "sliding_attention", "sliding_attention", "full_attention"],
+        num_attention_heads=2, num_key_value_heads=1, head_dim=32, global_head_dim=64,
+        attention_k_eq_v=False, num_global_key_value_heads=None, intermediate_size=16,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB,
+        num_kv_shared_layers=2, use_double_wide_mlp=True,
+    )
+
+
 def _gemma4_assistant():
     from transformers import Gemma4AssistantConfig
 
@@ -179,6 +194,9 @@ FIXTURES = [
     dict(name="gemma4_e2b", arch="gemma4", cls="Gemma4ForConditionalGeneration",
          config=_gemma4_e2b, tokenizer="gemma", seed=1009, dtype="bfloat16",
          embed_std=0.5, head_gain=1.0),
+    dict(name="gemma4_e2b_h8", arch="gemma4", cls="Gemma4ForConditionalGeneration",
+         config=_gemma4_e2b_h8, tokenizer="gemma", seed=1011, dtype="float16",
+         embed_std=0.5, head_gain=1.0, seq_lens=(160, 200)),
     dict(name="gemma4_assistant", arch="gemma4_assistant", cls="Gemma4AssistantForCausalLM",
          config=_gemma4_assistant, tokenizer="gemma", seed=1010, dtype="float32",
          embed_std=0.7, head_gain=1.0, target="gemma4_e2b", draft_steps=4),

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 #define TSR_PLUGIN_ABI_MAJOR 2
-#define TSR_PLUGIN_ABI_MINOR 6
+#define TSR_PLUGIN_ABI_MINOR 7
 #define TSR_PLUGIN_ENTRY_SYMBOL "tsr_plugin_entry"
 
 #if defined(__GNUC__)

@@ -38,7 +38,11 @@ struct tsr_device_call {
   ** (tessera/cuda_attn_tile.cuh), as the backend's own attention takes them: the
   ** profile's backend.attention.pipeline (0, 1), .decode (0 tile, 1 gqa, 2 gqa_staged;
   ** TSR_ATTN_GQA_DECODE_DEFAULT), .split_keys (0: default). */
-  int32_t attn_pipelined, attn_gqa_decode, attn_split_keys, attn_reserved;
+  int32_t attn_pipelined, attn_gqa_decode, attn_split_keys;
+  /* ABI 2.7: backend.precision f32 (1), the exact mode: every kernel computes with f32
+  ** operands and sums (tsr_tile_args.f32 for the attention kernels); a kernel that cannot
+  ** fails the call, naming why. 0 from a backend built before it. */
+  int32_t precision_f32;
   /* ABI 2.1: device memory for this call's own use (split partials, rows decoded for
   ** a kernel of the backend's), bytes of it at *out, valid for the launches the call
   ** queues; the same buffer on every call, so what one node leaves there the next may
@@ -66,6 +70,11 @@ static inline void tsr_device_call_attn(const struct tsr_device_call *call, int3
   *pipelined = call ? call->attn_pipelined : 0;
   *gqa_decode = call ? call->attn_gqa_decode : (int32_t)TSR_ATTN_GQA_DECODE_DEFAULT;
   *split_keys = call ? call->attn_split_keys : 0;
+}
+
+/* Whether the call asks for f32 operands only (tsr_device_call.precision_f32, ABI 2.7). */
+static inline int32_t tsr_device_call_f32(const struct tsr_device_call *call) {
+  return call ? call->precision_f32 : 0;
 }
 
 /* The call's scratch (tsr_device_call.scratch, ABI 2.1): TSR_ERR_UNSUPPORTED from a

@@ -90,6 +90,7 @@ static tsr_tile_args tile_args_of(const struct tsr_device_call *call,
   /* the backend's attention choices (its pipelined loop, GQA decode kernel, split keys), as
   ** flash takes them */
   tsr_device_call_attn(call, &t.pipelined, &t.gqa_decode, &t.split_keys);
+  t.f32 = tsr_device_call_f32(call);
   t.D = src[DCA_SRC_Q].ne[0], t.Hq = src[DCA_SRC_Q].ne[1], t.Nq = src[DCA_SRC_Q].ne[2];
   t.Dv = src[DCA_SRC_V].ne[0], t.Nkv = src[DCA_SRC_K].ne[1];
   t.group = src[DCA_SRC_K].ne[2] > 0 ? t.Hq / src[DCA_SRC_K].ne[2] : 0;

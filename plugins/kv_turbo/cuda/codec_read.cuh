@@ -40,6 +40,9 @@ static void codec_read(const void *ctx, const struct tsr_host *host,
     if (call) call->status = host->set_error(st, "%s: %s%s", Codec::name, what, detail);
   };
   if (!kt || !vt) return fail(TSR_ERR_INTERNAL, "K or V is not one of the codec's tiers", "");
+  if (tsr_device_call_f32(call)) /* the profile check refuses this composition first */
+    return fail(TSR_ERR_UNSUPPORTED, "the cuda read has f16 operands (in register or lifted), "
+                                     "and backend.precision f32 computes in f32 only", "");
   tsr_tile_args t = {};
   tsr_device_call_attn(call, &t.pipelined, &t.gqa_decode, &t.split_keys);
   t.D = q->ne[0], t.Nq = q->ne[1], t.Hq = q->ne[2], t.Dv = v->ne[0], t.Nkv = k->ne[1];

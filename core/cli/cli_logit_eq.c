@@ -13,7 +13,9 @@
 **  - mean top-k TV: 1/2 sum |p - q| over the union of both top-k sets
 **    (logprobs.h), averaged;
 **  - full agreement: the fraction whose top-k ids are identical and in the
-**    same order.
+**    same order;
+**  - max_rel: the largest max |cand - ref| / max |ref| of a position (the
+**    exact mode's measure of two backends that should agree to rounding).
 ** Windows are cut as `tessera perplexity` cuts them. It reports and exits 0
 ** whatever the figures are; only an error exits otherwise.
 */
@@ -184,7 +186,7 @@ static int compare(const struct leq_args *a, struct side *ref, struct side *cand
     fprintf(stderr, "tessera logit-eq: out of memory\n");
     code = TSR_EXIT_RUNTIME;
   }
-  double t0 = tsr_now_s();
+  double t0 = tsr_now_s(), max_rel = 0;
   const bool progress = isatty(STDERR_FILENO);
   if (code == TSR_EXIT_OK) {
     printf("logit-eq: %s, %zu tokens; %lld windows of %lld, every position, top-%lld\n",
@@ -207,8 +209,17 @@ static int compare(const struct leq_args *a, struct side *ref, struct side *cand
       code = exit_for(st);
       break;
     }
-    for (int64_t j = 0; j < ctx; j++)
-      tsr_logit_cmp_add(&cmp, ref->logits + (size_t)j * V, cand->logits + (size_t)j * V);
+    for (int64_t j = 0; j < ctx; j++) {
+      const float *r = ref->logits + (size_t)j * V, *c = cand->logits + (size_t)j * V;
+      tsr_logit_cmp_add(&cmp, r, c);
+      double scale = 0, diff = 0;
+      for (int32_t i = 0; i < V; i++) {
+        const double d = fabs((double)c[i] - r[i]);
+        scale = fmax(scale, fabs((double)r[i]));
+        diff = d == d ? fmax(diff, d) : INFINITY; /* a NaN is as far as can be */
+      }
+      max_rel = fmax(max_rel, diff / (scale > 0 ? scale : 1));
+    }
     if (progress)
       fprintf(stderr, "\r[%lld/%lld] real_frac %.4f", (long long)w + 1, (long long)windows,
               tsr_mean_of(&cmp.differ));
@@ -221,6 +232,7 @@ static int compare(const struct leq_args *a, struct side *ref, struct side *cand
     printf("%-20s %.6e +/- %.6e (max %.6e)\n", "mean_tv", tsr_mean_of(&cmp.tv),
            tsr_mean_stderr(&cmp.tv), cmp.max_tv);
     printf("%-20s %.6f\n", "full_agree", tsr_mean_of(&cmp.agree));
+    printf("%-20s %.6e\n", "max_rel", max_rel);
     printf("%-20s %.3f s\n", "time", tsr_now_s() - t0);
   }
   free(window);

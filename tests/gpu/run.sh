@@ -15,8 +15,13 @@
 #       with the cpu's text), attn_dca's kernels on cuda (its op tests, and whole models
 #       with DCA: cpu against cuda), and the benchmarks; prints a summary table last.
 #       Exit status 0 iff nothing failed. Sections (all by default; name some after
-#       RUN_DIR to run only those): loader ops models dca codec turbo tcq sparse spec run serve bench
-#       tbench.
+#       RUN_DIR to run only those): loader ops models exact dca codec turbo tcq sparse spec run
+#       serve bench tbench.
+#       exact: the exact mode (backend.precision f32) against the cpu's f32 path on every
+#       fixture: the forward pass within 1e-4 of a row's scale (gpu_model_parity
+#       --max-vs-cpu), decode one token a step through the KV cache (f32 K/V; the sliding
+#       ring wraps) within 1e-4 (logit-eq's max_rel) with no argmax differing, and the same
+#       greedy text; any difference fails.
 #       spec: speculation through the out-of-tree example speculator on cuda, a dense and
 #       a hybrid (linear layers) model (tests/plugins/test_speculator); spec_mtp's nextn
 #       and assistant engines (plugins/spec_mtp/tests/test_head_engines.c).
@@ -151,7 +156,7 @@ check|sanitize)
   if want models; then
     echo "== whole-model parity on the reference fixtures"
     for f in qwen3_tied qwen3_untied qwen3_moe_norm qwen3_moe_nonorm qwen3_5 qwen3_5_moe \
-             gemma4_dense gemma4_moe gemma4_e2b; do
+             gemma4_dense gemma4_moe gemma4_e2b gemma4_e2b_h8; do
       [ -d "$fixtures/$f" ] || continue
       for t in f32 f16; do
         m="$out/$f.$t.gguf"
@@ -225,10 +230,58 @@ check|sanitize)
     done
   fi
 
+  if want exact; then
+    echo "== the exact mode (backend.precision f32) against the cpu's f32 path"
+    for f in qwen3_tied qwen3_untied qwen3_moe_norm qwen3_moe_nonorm qwen3_5 qwen3_5_moe \
+             gemma4_dense gemma4_moe gemma4_e2b gemma4_e2b_h8; do
+      [ -d "$fixtures/$f" ] || continue
+      m="$out/$f.exact.gguf"
+      if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1; then
+        row "exact $f" FAIL "convert: $(tail -1 "$out/convert.log")"
+        continue
+      fi
+      line=$(TESSERA_CUDA_PRECISION=f32 "$b/tests/gpu/gpu_model_parity" "$m" \
+               "$fixtures/$f/golden.gguf" "$f.exact" --max-vs-cpu 1e-4 2>&1 | tail -1)
+      echo "$line"
+      rel=$(echo "$line" | grep -o 'cuda vs cpu max rel [0-9.e+-]*' | awk '{print $5}')
+      row "exact $f forward" "$(echo "$line" | awk '{print ($1 == "PASS") ? "PASS" : "FAIL"}')" \
+        "cuda vs cpu max rel ${rel:-?} (bar 1e-4): $(echo "$line" | grep -o 'cuda: argmax [0-9.]*%')"
+      arch=arch_qwen; [ "${f#gemma}" != "$f" ] && arch=arch_gemma4
+      for side in cpu cuda; do
+        set_line="{name: cpu, activations: f32}"
+        [ $side = cuda ] && set_line="{name: cuda, precision: f32}"
+        printf 'model: %s\ncontext: 256\nubatch: 1\nkv: {k: f32, v: f32}\nplugins: [%s]\nbackend: %s\n' \
+          "$m" "$arch" "$set_line" >"$out/exact.$side.yaml"
+      done
+      "$b/core/cli/tessera" logit-eq README.md --ref "$out/exact.cpu.yaml" \
+        --cand "$out/exact.cuda.yaml" --ctx 256 --chunks 1 >"$out/leq.log" 2>&1
+      grep -E '^(real_frac|mean_tv|max_rel)' "$out/leq.log" | sed "s/^/   $f decode: /"
+      rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); mr=$(awk '/^max_rel/ {print $2}' "$out/leq.log")
+      if [ -n "$mr" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$mr') <= 1e-4 else 1)"; then
+        row "exact $f decode" PASS "256 steps: max rel $mr, no argmax differs"
+      else
+        row "exact $f decode" FAIL "real_frac ${rf:-?} max rel ${mr:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"
+      fi
+      for side in cpu cuda; do
+        "$b/core/cli/tessera" run --profile "$out/exact.$side.yaml" -p "The quick brown fox" -n 48 \
+          --temp 0 >"$out/exact.$side.txt" 2>"$out/exact.$side.err"
+      done
+      if [ -s "$out/exact.cpu.txt" ] && cmp -s "$out/exact.cpu.txt" "$out/exact.cuda.txt"; then
+        row "exact $f text" PASS "48 greedy tokens, the cpu's text"
+      else
+        row "exact $f text" FAIL "cpu and cuda texts differ: $(tail -1 "$out/exact.cuda.err" | cut -c1-80)"
+        echo "   cpu : $(head -c 300 "$out/exact.cpu.txt" | tr '\n' ' ')"
+        echo "   cuda: $(head -c 300 "$out/exact.cuda.txt" | tr '\n' ' ')"
+      fi
+      rm -f "$m"
+    done
+  fi
+
   if want run; then
     echo "== tessera run on backend cuda (greedy, 16 tokens)"
     prompt="The quick brown fox"
-    for f in qwen3_tied qwen3_moe_norm qwen3_5 qwen3_5_moe gemma4_dense gemma4_moe gemma4_e2b; do
+    for f in qwen3_tied qwen3_moe_norm qwen3_5 qwen3_5_moe gemma4_dense gemma4_moe gemma4_e2b \
+             gemma4_e2b_h8; do
       [ -d "$fixtures/$f" ] || continue
       m="$out/$f.run.gguf"
       if ! "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1; then

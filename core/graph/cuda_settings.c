@@ -114,7 +114,7 @@ tsr_status tsr_cuda_settings_resolve(struct tsr_cuda_settings *s,
   static const struct {
     int i;
     int32_t want;
-  } needs[] = {{1, 1}, {2, 1}, {6, TSR_CUDA_DECODE_TILE}};
+  } needs[] = {{1, 1} /* gemm f32 */, {2, 1} /* gemv f32 */, {6, TSR_CUDA_DECODE_TILE}};
   for (size_t n = 0; n < sizeof needs / sizeof needs[0]; n++) {
     const int i = needs[n].i;
     if (*field(s, i) == needs[n].want) continue;

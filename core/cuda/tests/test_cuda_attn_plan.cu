@@ -2,7 +2,8 @@
 ** The host side of the tensor-core attention's launch (cuda_attn_mma.cuh), run on
 ** the CPU: which K/V tensors the default loop copies whole as bytes into shared
 ** memory, that the room it asks for holds every tile's copy wherever the tile's
-** first byte falls, and which launches take the wide blocks of 8 warps.
+** first byte falls, which launches take the wide blocks of 8 warps, and that the exact
+** mode (tsr_tile_args.f32) plans the f32 tile kernel where the tensor-core one would run.
 ** tests/gpu/gpu_op_parity runs the kernels on a GPU.
 */
 #include <string.h>
@@ -10,7 +11,7 @@
 extern "C" {
 #include "harness.h"
 }
-#include "tessera/cuda_attn_args.cuh"
+#include "tessera/cuda_attn_tile.cuh"
 
 enum { TK = 64, D = 128, CELLS = 1000, HEADS = 8 };
 
@@ -87,10 +88,23 @@ static void wide_blocks_take_the_quantized_head_dims_past_256(void) {
   CHECK(tsr_mma_wide(&a));
 }
 
+static void the_exact_mode_plans_no_tensor_cores(void) {
+  for (int32_t t = 0; t < 2; t++) {
+    struct tsr_tile_args a = args(t ? T_Q8_0 : T_F16, t ? T_Q8_0 : T_F16);
+    a.Nq = 512, a.Hq = 8, a.group = 4, a.Nkv = 4096;
+    struct tsr_tile_args exact = a;
+    exact.f32 = 1;
+    tsr_tile_attn_plan(&a, 132);
+    tsr_tile_attn_plan(&exact, 132);
+    CHECK(a.mma == 1 && exact.mma == 0);
+  }
+}
+
 int main(void) {
   TSR_RUN(quantized_rows_end_to_end_are_copied_raw);
   TSR_RUN(other_tensors_are_staged_as_before);
   TSR_RUN(every_tiles_copy_fits_its_span);
   TSR_RUN(wide_blocks_take_the_quantized_head_dims_past_256);
+  TSR_RUN(the_exact_mode_plans_no_tensor_cores);
   return TSR_TEST_EXIT();
 }

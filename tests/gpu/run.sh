@@ -21,7 +21,8 @@
 #       fixture: the forward pass within 1e-4 of a row's scale (gpu_model_parity
 #       --max-vs-cpu), decode one token a step through the KV cache (f32 K/V; the sliding
 #       ring wraps) within 1e-4 (logit-eq's max_rel) with no argmax differing, and the same
-#       greedy text; any difference fails.
+#       greedy text; attn_dca on qwen3_tied and gemma4_dense within 1e-4 too; any difference
+#       fails.
 #       spec: speculation through the out-of-tree example speculator on cuda, a dense and
 #       a hybrid (linear layers) model (tests/plugins/test_speculator); spec_mtp's nextn
 #       and assistant engines (plugins/spec_mtp/tests/test_head_engines.c).
@@ -272,6 +273,29 @@ check|sanitize)
         row "exact $f text" FAIL "cpu and cuda texts differ: $(tail -1 "$out/exact.cuda.err" | cut -c1-80)"
         echo "   cpu : $(head -c 300 "$out/exact.cpu.txt" | tr '\n' ' ')"
         echo "   cuda: $(head -c 300 "$out/exact.cuda.txt" | tr '\n' ' ')"
+      fi
+      rm -f "$m"
+    done
+    # attn_dca's kernels take the exact mode too: DCA with chunks of 64 over 512-token
+    # windows, the cpu's f32 path against cuda's exact mode
+    for f in qwen3_tied gemma4_dense; do
+      m="$out/$f.exact.gguf"
+      arch=arch_qwen; [ "${f#gemma}" != "$f" ] && arch=arch_gemma4
+      "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1
+      for side in cpu cuda; do
+        set_line="{name: cpu, activations: f32}"
+        [ $side = cuda ] && set_line="{name: cuda, precision: f32}"
+        printf 'model: %s\ncontext: 512\nkv: {k: f32, v: f32}\nattention: {full: dca, sliding: flash}\nplugins:\n  - %s\n  - name: attn_dca\n    settings: {chunk_size: 64, local_size: 8}\nbackend: %s\n' \
+          "$m" "$arch" "$set_line" >"$out/exact.$side.yaml"
+      done
+      "$b/core/cli/tessera" logit-eq README.md --ref "$out/exact.cpu.yaml" \
+        --cand "$out/exact.cuda.yaml" --ctx 512 --chunks 2 >"$out/leq.log" 2>&1
+      grep -E '^(real_frac|mean_tv|max_rel)' "$out/leq.log" | sed "s/^/   $f dca: /"
+      rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); mr=$(awk '/^max_rel/ {print $2}' "$out/leq.log")
+      if [ -n "$mr" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$mr') <= 1e-4 else 1)"; then
+        row "exact $f dca" PASS "1024 positions: max rel $mr, no argmax differs"
+      else
+        row "exact $f dca" FAIL "real_frac ${rf:-?} max rel ${mr:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"
       fi
       rm -f "$m"
     done

@@ -8,10 +8,14 @@
 ** the engine still creates a cpu backend itself (core/cuda/README.md).
 **
 ** usage: gpu_model_parity MODEL.gguf GOLDEN.gguf LABEL [--min-argmax A] [--max-kl K]
-**                         [--max-vs-cpu R]
+**                         [--max-vs-cpu R] [--self]
+** --self runs the second side on a cpu backend with 8-bit activations instead of cuda: the
+** tool's own check on a machine without a GPU (a quantized model's layers then differ).
 ** --max-vs-cpu R also bars the cuda logits' distance from the cpu's (max over positions of
 ** max |cuda - cpu| / max |cpu| of the row): the exact mode's bar (TESSERA_CUDA_PRECISION=f32
-** in the environment), against the cpu backend's f32 path (8-bit activations off).
+** in the environment), against the cpu backend's f32 path (8-bit activations off). Each
+** layer's output, cuda against cpu by the same measure, is printed before the verdict line:
+** where the two part, layer by layer.
 ** Prints one line, PASS / FAIL / REFUSED (the cuda backend refused an op
 ** before running, e.g. a plugin op with no cuda kernel; the message names it).
 ** Exit status: 0 pass, 1 fail, 2 refused.
@@ -54,6 +58,22 @@ static tsr_status open_model(const char *path, const char *golden, struct model 
                            TSR_MAX_LAYERS, &m->n_layers);
 }
 
+/* max over the n rows (of width w) of max |b - a| / max |a| of the row; a NaN is infinite */
+static double rows_max_rel(const float *a, const char *b, int64_t nb1, int64_t w, int64_t n) {
+  double worst = 0;
+  for (int64_t p = 0; p < n; p++) {
+    const float *x = a + p * w, *y = (const float *)(b + p * nb1);
+    double scale = 0, diff = 0;
+    for (int64_t i = 0; i < w; i++) {
+      scale = fmax(scale, fabs(x[i]));
+      const double d = fabs((double)y[i] - x[i]);
+      diff = d == d ? fmax(diff, d) : INFINITY;
+    }
+    worst = fmax(worst, diff / (scale > 0 ? scale : 1));
+  }
+  return worst;
+}
+
 /* Golden comparison of one position's logits (full rows, or top-k + lse). */
 static void compare_golden(const struct tsr_gguf *gold, int seq, int64_t p, const float *ours,
                            int64_t vocab, struct tsr_parity_stats *s, double *kl) {
@@ -92,26 +112,34 @@ static tsr_status keep_weights(struct tsr_backend *b, const struct tsr_gguf *mod
 
 int main(int argc, char **argv) {
   if (argc < 4) {
-    fprintf(stderr, "usage: %s MODEL.gguf GOLDEN.gguf LABEL [--min-argmax A] [--max-kl K]\n", argv[0]);
+    fprintf(stderr, "usage: %s MODEL.gguf GOLDEN.gguf LABEL [--min-argmax A] [--max-kl K] "
+            "[--max-vs-cpu R] [--self]\n", argv[0]);
     return 1;
   }
   const char *label = argv[3];
   double min_argmax = 0.999, max_kl = 1e-3, max_vs_cpu = INFINITY;
-  for (int i = 4; i + 1 < argc; i += 2) {
-    if (!strcmp(argv[i], "--min-argmax")) min_argmax = atof(argv[i + 1]);
-    else if (!strcmp(argv[i], "--max-kl")) max_kl = atof(argv[i + 1]);
-    else if (!strcmp(argv[i], "--max-vs-cpu")) max_vs_cpu = atof(argv[i + 1]);
+  bool self = false;
+  for (int i = 4; i < argc; i++) {
+    if (!strcmp(argv[i], "--self")) self = true;
+    else if (i + 1 < argc && !strcmp(argv[i], "--min-argmax")) min_argmax = atof(argv[++i]);
+    else if (i + 1 < argc && !strcmp(argv[i], "--max-kl")) max_kl = atof(argv[++i]);
+    else if (i + 1 < argc && !strcmp(argv[i], "--max-vs-cpu")) max_vs_cpu = atof(argv[++i]);
+    else {
+      fprintf(stderr, "gpu_model_parity: unknown or incomplete option '%s'\n", argv[i]);
+      return 1;
+    }
   }
   static struct model m;
   struct tsr_backend *cpu = NULL, *cuda = NULL;
   tsr_status st = open_model(argv[1], argv[2], &m);
   if (st == TSR_OK) st = tsr_backend_cpu_new(0, &cpu);
-  if (st == TSR_OK) st = tsr_backend_cuda_new(&cuda);
+  if (st == TSR_OK) st = self ? tsr_backend_cpu_new(2, &cuda) : tsr_backend_cuda_new(&cuda);
+  if (st == TSR_OK && self) tsr_backend_cpu_set_activations_q8(cuda, true);
   if (st == TSR_OK) st = keep_weights(cuda, m.model);
   uint32_t n_seqs = 0;
   if (st == TSR_OK) st = tsr_gguf_get_u32(m.gold, "golden.n_sequences", &n_seqs);
   struct tsr_parity_stats gs = {0}, cs = {0};
-  double gkl = 0, ckl = 0, vs_cpu = 0;
+  double gkl = 0, ckl = 0, vs_cpu = 0, layer_vs_cpu[TSR_MAX_LAYERS] = {0};
   bool refused = false;
   for (uint32_t seq = 0; st == TSR_OK && seq < n_seqs; seq++) {
     char name[64];
@@ -123,16 +151,19 @@ int main(int argc, char **argv) {
     }
     const int64_t n = ids->n_elements;
     struct tsr_graph *g = tsr_graph_new(64 * (m.n_layers + 4) + 4096);
+    struct tsr_tensor *hidden[TSR_MAX_LAYERS] = {0};
     struct tsr_arch_forward fw = {
         .struct_size = sizeof fw, .g = g, .model = m.model, .n_tokens = (int32_t)n,
         .tokens = tsr_new_tensor_1d(g, TSR_I32, n), .positions = tsr_new_tensor_1d(g, TSR_I32, n),
-        .attention = m.attention, .layers = m.layers, .n_layers = m.n_layers};
+        .attention = m.attention, .layers = m.layers, .n_layers = m.n_layers, .hidden = hidden};
     st = m.arch->build(m.arch->ctx, tsr_plugin_host_services(), &fw);
     if (st == TSR_OK) st = tsr_graph_status(g);
     void *arena = NULL;
     struct tsr_graph_plan plan;
     if (st == TSR_OK) {
       tsr_graph_mark_output(fw.logits);
+      for (int l = 0; l < m.n_layers; l++)
+        if (hidden[l]) tsr_graph_mark_output(hidden[l]);
       st = tsr_graph_alloc(g, &plan, &arena);
     }
     if (st == TSR_OK) {
@@ -141,6 +172,7 @@ int main(int argc, char **argv) {
     }
     const int64_t vocab = st == TSR_OK ? fw.logits->ne[0] : 0;
     float *ref = st == TSR_OK ? malloc((size_t)(vocab * n) * sizeof *ref) : NULL;
+    float *ref_hidden[TSR_MAX_LAYERS] = {0}; /* the cpu's layer outputs, packed rows */
     if (st == TSR_OK) {
       memcpy(fw.tokens->data, ids->data, (size_t)n * sizeof(int32_t));
       for (int64_t i = 0; i < n; i++) ((int32_t *)fw.positions->data)[i] = (int32_t)i;
@@ -150,6 +182,13 @@ int main(int argc, char **argv) {
       const float *row = (const float *)((const char *)fw.logits->data + p * fw.logits->nb[1]);
       memcpy(ref + p * vocab, row, (size_t)vocab * sizeof *ref);
       compare_golden(m.gold, (int)seq, p, row, vocab, &cs, &ckl);
+    }
+    for (int l = 0; st == TSR_OK && l < m.n_layers; l++) {
+      const struct tsr_tensor *h = hidden[l];
+      if (!h || !(ref_hidden[l] = malloc((size_t)(h->ne[0] * n) * sizeof(float)))) continue;
+      for (int64_t p = 0; p < n; p++)
+        memcpy(ref_hidden[l] + p * h->ne[0], (const char *)h->data + p * h->nb[1],
+               (size_t)h->ne[0] * sizeof(float));
     }
     if (st == TSR_OK) st = tsr_backend_compute(cuda, g);
     for (int64_t p = 0; st == TSR_OK && p < n; p++) {
@@ -163,10 +202,19 @@ int main(int argc, char **argv) {
       }
       vs_cpu = fmax(vs_cpu, diff / (scale > 0 ? scale : 1));
     }
+    for (int l = 0; l < m.n_layers; l++) {
+      if (st == TSR_OK && ref_hidden[l])
+        layer_vs_cpu[l] = fmax(layer_vs_cpu[l], rows_max_rel(ref_hidden[l], hidden[l]->data,
+                                                             hidden[l]->nb[1], hidden[l]->ne[0], n));
+      free(ref_hidden[l]);
+    }
     free(ref);
     free(arena);
     tsr_graph_free(g);
   }
+  if (st == TSR_OK)
+    for (int l = 0; l < m.n_layers; l++)
+      printf("  %s layer %-3d cuda vs cpu max rel %.2e\n", label, l, layer_vs_cpu[l]);
   if (st != TSR_OK) {
     printf("%s  model %-28s %s\n", refused ? "REFUSED" : "FAIL", label, tsr_error_message());
   } else {

@@ -244,7 +244,7 @@ check|sanitize)
       line=$(TESSERA_CUDA_PRECISION=f32 "$b/tests/gpu/gpu_model_parity" "$m" \
                "$fixtures/$f/golden.gguf" "$f.exact" --max-vs-cpu 1e-4 2>&1 | tail -1)
       echo "$line"
-      rel=$(echo "$line" | grep -o 'cuda vs cpu max rel [0-9.e+-]*' | awk '{print $5}')
+      rel=$(echo "$line" | grep -o 'cuda vs cpu max rel [0-9.e+-]*' | awk '{print $6}')
       row "exact $f forward" "$(echo "$line" | awk '{print ($1 == "PASS") ? "PASS" : "FAIL"}')" \
         "cuda vs cpu max rel ${rel:-?} (bar 1e-4): $(echo "$line" | grep -o 'cuda: argmax [0-9.]*%')"
       arch=arch_qwen; [ "${f#gemma}" != "$f" ] && arch=arch_gemma4

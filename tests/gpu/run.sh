@@ -165,7 +165,11 @@ check|sanitize)
           row "model $f $t" FAIL "convert: $(tail -1 "$out/convert.log")"
           continue
         fi
-        line=$("$b/tests/gpu/gpu_model_parity" "$m" "$fixtures/$f/golden.gguf" "$f.$t" 2>&1 | tail -1)
+        # gemma4_e2b_h8 (hidden size 8) magnifies attention's f16 operands on tensor cores:
+        # argmax 99.2-99.4% there, and the exact section shows it is rounding (gemm and gemv
+        # in f32 change nothing, attention in f32 gives 7e-5 of the cpu: logs 2026-12-07-h200-*)
+        bar=(); [ "$f" = gemma4_e2b_h8 ] && bar=(--min-argmax 0.99)
+        line=$("$b/tests/gpu/gpu_model_parity" "$m" "$fixtures/$f/golden.gguf" "$f.$t" "${bar[@]}" 2>&1 | tail -1)
         echo "$line"
         res=$(echo "$line" | awk '{print $1}')
         case "$res" in

@@ -237,6 +237,28 @@ check|sanitize)
 
   if want exact; then
     echo "== the exact mode (backend.precision f32) against the cpu's f32 path"
+    # exact.cpu.yaml and exact.cuda.yaml: model $1 with the profile lines $2 (plugins
+    # included), on the cpu's f32 path and on cuda's exact mode
+    exact_profiles() {
+      printf 'model: %s\nkv: {k: f32, v: f32}\n%s\nbackend: {name: cpu, activations: f32}\n' \
+        "$1" "$2" >"$out/exact.cpu.yaml"
+      printf 'model: %s\nkv: {k: f32, v: f32}\n%s\nbackend: {name: cuda, precision: f32}\n' \
+        "$1" "$2" >"$out/exact.cuda.yaml"
+    }
+    # logit-eq of the two over README.md, windows of $2, $3 of them: row "$1" passes with no
+    # argmax differing and max_rel within 1e-4
+    exact_leq() {
+      "$b/core/cli/tessera" logit-eq README.md --ref "$out/exact.cpu.yaml" \
+        --cand "$out/exact.cuda.yaml" --ctx "$2" --chunks "$3" >"$out/leq.log" 2>&1
+      grep -E '^(real_frac|mean_tv|max_rel)' "$out/leq.log" | sed "s/^/   $1: /"
+      local rf mr
+      rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); mr=$(awk '/^max_rel/ {print $2}' "$out/leq.log")
+      if [ -n "$mr" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$mr') <= 1e-4 else 1)"; then
+        row "$1" PASS "$(($2 * $3)) positions: max rel $mr, no argmax differs"
+      else
+        row "$1" FAIL "real_frac ${rf:-?} max rel ${mr:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"
+      fi
+    }
     for f in qwen3_tied qwen3_untied qwen3_moe_norm qwen3_moe_nonorm qwen3_5 qwen3_5_moe \
              gemma4_dense gemma4_moe gemma4_e2b gemma4_e2b_h8; do
       [ -d "$fixtures/$f" ] || continue
@@ -252,21 +274,8 @@ check|sanitize)
       row "exact $f forward" "$(echo "$line" | awk '{print ($1 == "PASS") ? "PASS" : "FAIL"}')" \
         "cuda vs cpu max rel ${rel:-?} (bar 1e-4): $(echo "$line" | grep -o 'cuda: argmax [0-9.]*%')"
       arch=arch_qwen; [ "${f#gemma}" != "$f" ] && arch=arch_gemma4
-      for side in cpu cuda; do
-        set_line="{name: cpu, activations: f32}"
-        [ $side = cuda ] && set_line="{name: cuda, precision: f32}"
-        printf 'model: %s\ncontext: 256\nubatch: 1\nkv: {k: f32, v: f32}\nplugins: [%s]\nbackend: %s\n' \
-          "$m" "$arch" "$set_line" >"$out/exact.$side.yaml"
-      done
-      "$b/core/cli/tessera" logit-eq README.md --ref "$out/exact.cpu.yaml" \
-        --cand "$out/exact.cuda.yaml" --ctx 256 --chunks 1 >"$out/leq.log" 2>&1
-      grep -E '^(real_frac|mean_tv|max_rel)' "$out/leq.log" | sed "s/^/   $f decode: /"
-      rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); mr=$(awk '/^max_rel/ {print $2}' "$out/leq.log")
-      if [ -n "$mr" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$mr') <= 1e-4 else 1)"; then
-        row "exact $f decode" PASS "256 steps: max rel $mr, no argmax differs"
-      else
-        row "exact $f decode" FAIL "real_frac ${rf:-?} max rel ${mr:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"
-      fi
+      exact_profiles "$m" "$(printf 'context: 256\nubatch: 1\nplugins: [%s]\n' "$arch")"
+      exact_leq "exact $f decode" 256 1
       for side in cpu cuda; do
         "$b/core/cli/tessera" run --profile "$out/exact.$side.yaml" -p "The quick brown fox" -n 48 \
           --temp 0 >"$out/exact.$side.txt" 2>"$out/exact.$side.err"
@@ -286,21 +295,8 @@ check|sanitize)
       m="$out/$f.exact.gguf"
       arch=arch_qwen; [ "${f#gemma}" != "$f" ] && arch=arch_gemma4
       "$b/core/cli/tessera" convert "$fixtures/$f" "$m" --outtype f32 >"$out/convert.log" 2>&1
-      for side in cpu cuda; do
-        set_line="{name: cpu, activations: f32}"
-        [ $side = cuda ] && set_line="{name: cuda, precision: f32}"
-        printf 'model: %s\ncontext: 512\nkv: {k: f32, v: f32}\nattention: {full: dca, sliding: flash}\nplugins:\n  - %s\n  - name: attn_dca\n    settings: {chunk_size: 64, local_size: 8}\nbackend: %s\n' \
-          "$m" "$arch" "$set_line" >"$out/exact.$side.yaml"
-      done
-      "$b/core/cli/tessera" logit-eq README.md --ref "$out/exact.cpu.yaml" \
-        --cand "$out/exact.cuda.yaml" --ctx 512 --chunks 2 >"$out/leq.log" 2>&1
-      grep -E '^(real_frac|mean_tv|max_rel)' "$out/leq.log" | sed "s/^/   $f dca: /"
-      rf=$(awk '/^real_frac/ {print $2}' "$out/leq.log"); mr=$(awk '/^max_rel/ {print $2}' "$out/leq.log")
-      if [ -n "$mr" ] && python3 -c "import sys; sys.exit(0 if float('$rf') == 0 and float('$mr') <= 1e-4 else 1)"; then
-        row "exact $f dca" PASS "1024 positions: max rel $mr, no argmax differs"
-      else
-        row "exact $f dca" FAIL "real_frac ${rf:-?} max rel ${mr:-?}: $(tail -1 "$out/leq.log" | cut -c1-80)"
-      fi
+      exact_profiles "$m" "$(printf 'context: 512\nattention: {full: dca, sliding: flash}\nplugins:\n  - %s\n  - name: attn_dca\n    settings: {chunk_size: 64, local_size: 8}\n' "$arch")"
+      exact_leq "exact $f dca" 512 2
       rm -f "$m"
     done
   fi

@@ -4,9 +4,7 @@
 # an unignored .carry/. Runs in CI (no GPU needed). Prints "ok   name" / "FAIL name".
 set -uo pipefail
 script=$(cd "$(dirname "$0")" && pwd)/carry_parts.sh
-tmp=$(mktemp -d) fails=0
-trap 'rm -rf "$tmp"' EXIT
-check() { if eval "$2" >"$tmp/out" 2>&1; then echo "ok   $1"; else echo "FAIL $1"; cat "$tmp/out"; fails=$((fails + 1)); fi; }
+. "$(dirname "$0")/test_lib.sh"
 mkdir -p "$tmp/repo" "$tmp/device/.carry"
 cd "$tmp/repo" && git init -q . && echo "/.carry/" >>.git/info/exclude
 head -c $((2 * 1048576 + 12345)) /dev/urandom >"$tmp/model.gguf"

@@ -7,9 +7,7 @@
 #   test_peer_table.sh SOURCE_ROOT BUILD_ROOT      prints "ok   name" / "FAIL name"
 set -uo pipefail
 src=$1 build=$2
-tmp=$(mktemp -d) fails=0
-trap 'rm -rf "$tmp"' EXIT
-check() { if eval "$2" >"$tmp/out" 2>&1; then echo "ok   $1"; else echo "FAIL $1"; cat "$tmp/out"; fails=$((fails + 1)); fi; }
+. "$(dirname "$0")/test_lib.sh"
 cd "$src" || exit 1
 mkdir -p "$tmp/o/peer/bin"
 # llama-bench: pp 1000 t/s, tg 100 t/s whatever the model (-p/-n read from the arguments)

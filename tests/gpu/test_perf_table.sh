@@ -6,9 +6,7 @@
 #   test_perf_table.sh SOURCE_ROOT BUILD_ROOT      prints "ok   name" / "FAIL name"
 set -uo pipefail
 src=$1 build=$2
-tmp=$(mktemp -d) fails=0
-trap 'rm -rf "$tmp"' EXIT
-check() { if eval "$2" >"$tmp/out" 2>&1; then echo "ok   $1"; else echo "FAIL $1"; cat "$tmp/out"; fails=$((fails + 1)); fi; }
+. "$(dirname "$0")/test_lib.sh"
 cd "$src" || exit 1
 check every_part_runs_and_says_done \
   'PERF_BACKEND=cpu PERF_CUT="--layers 1 --vocab 512" PERF_CUT_MOE="--experts 4" PERF_DEPTHS="64 128" \

@@ -6,9 +6,8 @@
 set -uo pipefail
 src=$1 build=$2
 script=$src/tests/gpu/ruler_detached.sh model=$src/models/ref-qwen3-21m.gguf
-tmp=$(mktemp -d) fails=0
+. "$(dirname "$0")/test_lib.sh"
 trap 'bash "$script" stop "$tmp/long" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
-check() { if eval "$2" >"$tmp/out" 2>&1; then echo "ok   $1"; else echo "FAIL $1"; cat "$tmp/out"; fails=$((fails + 1)); fi; }
 cd "$src" || exit 1
 export BACKEND=cpu
 check start_runs_flash_and_dca_to_their_own_tsv \

@@ -84,8 +84,9 @@ tsr_status tsr_cuda_probe(void *ctx, struct tsr_backend_ceilings *out) {
   /* what this run does that the defaults do not (TESSERA_CUDA_GEMV / GEMM / GRAPHS),
   ** so a bench's output says what it measured */
   snprintf(out->gemm_how, sizeof out->gemm_how,
-           "cuBLAS bf16 GEMM %d^3 (f32 accumulate), median of %d%s%s%s%s%s", PROBE_GEMM_N,
-           PROBE_RUNS, c->gemv_x8 ? "" : "; run with the f32 gemv",
+           "cuBLAS bf16 GEMM %d^3 (f32 accumulate), median of %d%s%s%s%s%s%s", PROBE_GEMM_N,
+           PROBE_RUNS, c->precision_f32 ? "; run in the exact mode (backend.precision f32)" : "",
+           c->gemv_x8 ? "" : "; run with the f32 gemv",
            c->gemm_f32 ? "; run with f32 GEMMs" : "",
            c->use_graphs ? "" : "; run without CUDA graphs",
            c->attn_pipelined ? "; run with the pipelined attention tile loop" : "",

@@ -620,11 +620,7 @@ static tsr_status resolve_cuda(struct tsr_profile *p) {
   for (int i = 0; i < TSR_CUDA_N_SETTINGS; i++) {
     char path[64];
     snprintf(path, sizeof path, "backend.%s", tsr_cuda_setting_key(i)->key);
-    const char *w = tsr_profile_where(p, path);
-    const size_t n = strlen(w);
-    given[i] = p->cuda_env[i]                                   ? p->cuda_env[i]
-               : n > 10 && !strcmp(w + n - 10, " (default)") ? NULL
-                                                              : w;
+    given[i] = p->cuda_env[i] ? p->cuda_env[i] : tsr_profile_where_set(p, path);
   }
   return tsr_cuda_settings_resolve(&p->cuda, given, p->cuda_forced);
 }
@@ -710,7 +706,7 @@ void tsr_profile_free(struct tsr_profile *p) {
   if (p) tsr_parena_free(p->arena_);
 }
 
-const char *tsr_profile_where(const struct tsr_profile *p, const char *key_path) {
+const char *tsr_profile_where_set(const struct tsr_profile *p, const char *key_path) {
   const struct tsr_pnode *n = p->root;
   char seg[128];
   for (const char *s = key_path; n && *s;) {
@@ -727,7 +723,12 @@ const char *tsr_profile_where(const struct tsr_profile *p, const char *key_path)
     }
     s += len + (s[len] == '.');
   }
-  if (n) return n->where;
+  return n ? n->where : NULL;
+}
+
+const char *tsr_profile_where(const struct tsr_profile *p, const char *key_path) {
+  const char *w = tsr_profile_where_set(p, key_path);
+  if (w) return w;
   const char *d = tsr_parena_printf(p->arena_, "%s (default)", p->path);
   return d ? d : p->path;
 }

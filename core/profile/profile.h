@@ -175,6 +175,8 @@ void tsr_profile_print(const struct tsr_profile *p, FILE *f);
 /* "file:line:col" of the value at a dotted KEY_PATH ("kv.per_kind.full.k"),
 ** or "PROFILE (default)" when the profile does not set it. */
 const char *tsr_profile_where(const struct tsr_profile *p, const char *key_path);
+/* The same, or NULL when the profile does not set it. */
+const char *tsr_profile_where_set(const struct tsr_profile *p, const char *key_path);
 /* The resolved value of a scalar key ("context", "sampling.top_p", "server.port") as
 ** text in buf ("" for an optional string that is unset); false for a key that is not
 ** one scalar of the schema (unknown, a section, or a list such as plugins). */

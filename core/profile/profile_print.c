@@ -157,9 +157,8 @@ static const char *size_text(char *buf, size_t n, uint64_t bytes) {
 
 /* Where the value at KEY_PATH came from, or "default". */
 static const char *origin(const struct tsr_profile *p, const char *key_path) {
-  const char *w = tsr_profile_where(p, key_path);
-  size_t n = strlen(w);
-  return n > 10 && !strcmp(w + n - 10, " (default)") ? "default" : w;
+  const char *w = tsr_profile_where_set(p, key_path);
+  return w ? w : "default";
 }
 
 static void kv_line(struct printer *pr, int indent, const char *key, const char *value,

@@ -603,6 +603,11 @@ static void test_exact_mode_sets_what_it_needs_and_refuses_contradictions(void) 
                    "  attention: {decode: gqa}\n", "gqa.yaml:5:", "make it tile");
   expect_mem_error("f64.yaml", "model: m.gguf\nbackend: {name: cuda, precision: f64}\n",
                    "backend.precision is 'f64'", "mixed or f32");
+  expect_mem_error("map.yaml", "model: m.gguf\nbackend: {name: cuda, precision: {f: 32}}\n",
+                   "precision", "mixed or f32");
+  setenv("TESSERA_CUDA_PRECISION", "fp32", 1);
+  expect_mem_error("mixed.yaml", mixed, "TESSERA_CUDA_PRECISION is 'fp32'", "mixed or f32");
+  unsetenv("TESSERA_CUDA_PRECISION");
   setenv("TESSERA_CUDA_GEMM", "f16", 1);
   expect_mem_error("exact.yaml", text, "TESSERA_CUDA_GEMM: backend.gemm is f16", "make it f32");
   unsetenv("TESSERA_CUDA_GEMM");

@@ -617,8 +617,8 @@ static tsr_status replay_custom(struct cu_ctx *c, const struct tsr_graph *g) {
 static tsr_status run_graph(struct cu_ctx *c, struct tsr_graph *g) {
   char why[300];
   int timed = 0;
-  if (!tsr_cuda_graph_capturable(g, CU_GEMV_MAX_N, MMID_DIRECT_PAIRS,
-                                 c->host->custom_op_replayable, why, sizeof why)) {
+  if (!tsr_cuda_graph_capturable(g, tsr_cuda_product_on_device, c, c->host->custom_op_replayable,
+                                 why, sizeof why)) {
     /* prefill (batched products) never is; a decode step that is not says so once */
     if (!strstr(why, "batched product") && !c->said_uncapturable) {
       fprintf(stderr, "tessera: cuda backend: this decode graph cannot be captured as a CUDA "

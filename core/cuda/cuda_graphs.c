@@ -7,17 +7,18 @@
 
 #include "graph/graph_internal.h"
 
-bool tsr_cuda_graph_capturable(const struct tsr_graph *g, int64_t max_n, int64_t max_pairs,
-                               int (*replayable)(int32_t op_id, const char *backend), char *why,
-                               size_t why_len) {
+bool tsr_cuda_graph_capturable(const struct tsr_graph *g,
+                               bool (*on_device)(void *ctx, const struct tsr_tensor *node),
+                               void *ctx, int (*replayable)(int32_t op_id, const char *backend),
+                               char *why, size_t why_len) {
   for (int i = 0; i < g->n; i++) {
     const struct tsr_tensor *t = &g->tensors[i];
     if (!tsr_op_computes(t)) continue;
     const char *no = NULL;
     if (t->op == TSR_OP_CUSTOM && !(replayable && replayable(t->op_params[0], "cuda")))
       no = "a plugin op whose cuda kernel is not declared replayable";
-    else if (t->op == TSR_OP_MAT_MUL && t->src[1]->ne[1] > max_n) no = "a batched product";
-    else if (t->op == TSR_OP_MAT_MUL_ID && t->src[2]->ne[0] * t->src[2]->ne[1] > max_pairs)
+    else if (t->op == TSR_OP_MAT_MUL && !on_device(ctx, t)) no = "a batched product";
+    else if (t->op == TSR_OP_MAT_MUL_ID && !on_device(ctx, t))
       no = "an expert product of many pairs";
     if (no) {
       snprintf(why, why_len, "%s ('%s')", no, t->name);

@@ -23,12 +23,14 @@
 /* Whether every node of g launches the same kernels from the same signature
 ** without the host reading device memory or waiting: plugin ops only where
 ** replayable(op id, "cuda") says their plugin declared the cuda kernel replayable
-** (plugin.h; NULL: none is), products of at most max_n columns (the gemv kernels;
-** more go through cuBLAS), mat_mul_id with at most max_pairs (slot, token) pairs
-** (more read the expert ids back to the host). why names the first node that is not. */
-bool tsr_cuda_graph_capturable(const struct tsr_graph *g, int64_t max_n, int64_t max_pairs,
-                               int (*replayable)(int32_t op_id, const char *backend), char *why,
-                               size_t why_len);
+** (plugin.h; NULL: none is), products (mat_mul, mat_mul_id) only where
+** on_device(ctx, node) says the backend multiplies it with its own kernels alone (not
+** cuBLAS, and no expert ids read back to the host). why names the first node that is
+** not. */
+bool tsr_cuda_graph_capturable(const struct tsr_graph *g,
+                               bool (*on_device)(void *ctx, const struct tsr_tensor *node),
+                               void *ctx, int (*replayable)(int32_t op_id, const char *backend),
+                               char *why, size_t why_len);
 
 /* The signature of a compute of g into *buf (grown as needed; *cap its size), given
 ** each tensor's device address dptr[index] and `extra` bytes of the backend's own.

@@ -34,7 +34,7 @@ struct cu_span {
 
 enum cu_scratch_slot {
   SCR_X,     /* x packed for a product */
-  SCR_XQ,    /* x coded to 8 bits for the q8 gemv */
+  SCR_XQ,    /* x coded to 8 bits for the q8 gemv and mmq (and mmq_id's pair lists) */
   SCR_W,     /* a dequantized weight tile */
   SCR_WPACK, /* a strided plain weight, packed */
   SCR_G,     /* mat_mul_id: one expert's columns gathered */
@@ -128,6 +128,10 @@ tsr_status tsr_cuda_supports(struct cu_ctx *c, const struct tsr_tensor *t);
 int32_t tsr_cuda_codec_read_op(const struct cu_ctx *c, const struct tsr_tensor *t);
 tsr_status tsr_cuda_mat_mul(struct cu_ctx *c, const struct cu_t *dst, const struct cu_t *w,
                             const struct cu_t *x);
+/* Whether mat_mul / mat_mul_id node t runs on the backend's own kernels alone: no cuBLAS,
+** no expert ids read back to the host (tsr_cuda_graph_capturable's on_device; ctx the
+** cu_ctx). */
+bool tsr_cuda_product_on_device(void *ctx, const struct tsr_tensor *t);
 tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const struct cu_t *w,
                                const struct cu_t *x, const struct cu_t *ids);
 

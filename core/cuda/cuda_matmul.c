@@ -1,10 +1,15 @@
 /*
 ** mat_mul and mat_mul_id on the GPU.
 **
-** One product y[M,N] = W[K,M]^T x[K,N] goes one of two ways:
+** One product y[M,N] = W[K,M]^T x[K,N] goes one of three ways:
 **   N <= CU_GEMV_MAX_N (decode, short verify batches): cu_gemv reads the
 **     weights in their own type and dots in f32 against f32 x, so decode
-**     matches the cpu backend to f32 rounding;
+**     matches the cpu backend to f32 rounding; with backend.gemv q8 (the
+**     default) q4_0, q8_0, q4_K and q6_K weights dot with x coded to 8 bits
+**     (cu_gemv_x8);
+**   N <= CU_MMQ_MAX_N with backend.gemv q8, those four types (several streams'
+**     decode steps, verify batches): integer tensor cores on the same codes
+**     (cu_mmq), the weights read once for every column;
 **   larger N: cuBLAS with f32 accumulation. f32 weights: SGEMM on f32 x.
 **     f16 / bf16 weights: read in place, x rounded to f16 / bf16. Block types:
 **     dequantized to f16 a tile of rows at a time (TILE_ELEMS values), x
@@ -14,14 +19,17 @@
 **
 ** mat_mul_id with few (slot, token) pairs runs one kernel that reads each
 ** pair's expert id on the device (with x's slots packed, the q8 gemv's kernel
-** per pair for the types it takes, unless backend.gemv is f32). With more
-** pairs the ids come to the host (one synchronisation), pairs are grouped by
-** expert, and runs of whole experts up to GROUP_COLUMNS columns are gathered at
-** once in expert order (and packed for cuBLAS once, when an expert has more columns
-** than the gemv takes); each expert multiplies its columns as above, and one
-** scatter a run puts them back: a gather, pack and scatter a run, not one of each
-** per expert (128 experts made 384 launches of them). An id outside [0, E) gives
-** a zero column, as on the CPU.
+** per pair for the types it takes, unless backend.gemv is f32). With more pairs,
+** backend.gemv q8, backend.gemm f16 and one of the four types, the pairs are
+** grouped by expert on the device and one cu_mmq_id launch multiplies every
+** expert's columns (nothing waits for the host, so such steps are captured as
+** CUDA graphs). Otherwise the ids come to the host (one synchronisation), pairs
+** are grouped by expert, and runs of whole experts up to GROUP_COLUMNS columns are
+** gathered at once in expert order (and packed for cuBLAS once, when an expert has
+** more columns than the gemv takes); each expert multiplies its columns as above,
+** and one scatter a run puts them back: a gather, pack and scatter a run, not one of
+** each per expert (128 experts made 384 launches of them). An id outside [0, E)
+** gives a zero column, as on the CPU.
 */
 #include <stdlib.h>
 #include <string.h>
@@ -108,13 +116,26 @@ static tsr_status product_packed(struct cu_ctx *c, float *y, int64_t ldy, const 
   return TSR_OK;
 }
 
+/* Whether a product of N > CU_GEMV_MAX_N columns runs on cu_mmq. */
+static bool takes_mmq(const struct cu_ctx *c, int32_t type, int64_t K, int64_t N) {
+  return c->gemv_x8 && N <= CU_MMQ_MAX_N && cu_gemv_x8_supports(type, K);
+}
+
+/* Whether mat_mul_id of np > MMID_DIRECT_PAIRS pairs runs on cu_mmq_id: x's slots packed
+** (x [K, 1 or U, T], f32 rows). */
+static bool takes_mmq_id(const struct cu_ctx *c, const struct cu_t *w, const struct cu_t *x,
+                         int64_t np) {
+  return c->gemv_x8 && !c->gemm_f32 && x->nb[0] == 4 && x->nb[1] % 4 == 0 &&
+         x->nb[2] == x->nb[1] * x->ne[1] && cu_mmq_id_supports(w->type, w->ne[0], w->ne[2], np);
+}
+
 /* y[m + n*ldy] for one weight matrix w (rows wnb1 bytes apart, packed within
 ** a row) and x [K, N] with byte strides nb0, nb1. */
 static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w, int32_t type,
                           int64_t K, int64_t M, int64_t wnb1, const char *x, int64_t xnb0,
                           int64_t xnb1, int64_t N) {
-  const void *xp;
-  int64_t ldx;
+  const void *xp = NULL;
+  int64_t ldx = 0;
   tsr_status st;
   if (N <= CU_GEMV_MAX_N) {
     if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
@@ -126,6 +147,13 @@ static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w
       return TSR_OK;
     }
     CU_LAUNCH(cu_gemv((cu_stream)c->stream, y, ldy, w, type, K, M, wnb1, xp, ldx, N));
+    return TSR_OK;
+  }
+  if (takes_mmq(c, type, K, N)) {
+    void *codes;
+    if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
+    if ((st = tsr_cuda_scratch(c, SCR_XQ, cu_gemv_x8_scratch(K, N), &codes)) != TSR_OK) return st;
+    CU_LAUNCH(cu_mmq((cu_stream)c->stream, codes, y, ldy, w, type, K, M, wnb1, xp, ldx, N, c->n_sm));
     return TSR_OK;
   }
   if ((st = x_packed(c, x_kind(c, type, wnb1), x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK)
@@ -191,6 +219,14 @@ tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const s
       return TSR_OK;
     }
     CU_LAUNCH(cu_mat_mul_id_direct((cu_stream)c->stream, dst, w0, x, ids));
+    return TSR_OK;
+  }
+  if (takes_mmq_id(c, w0, x, np)) {
+    void *scratch;
+    tsr_status st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_id_scratch(w0->ne[0], x->ne[1] * x->ne[2], np, E),
+                                     &scratch);
+    if (st != TSR_OK) return st;
+    CU_LAUNCH(cu_mmq_id((cu_stream)c->stream, scratch, dst, w0, x, ids, c->n_sm));
     return TSR_OK;
   }
   struct cu_t w;
@@ -272,4 +308,20 @@ tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const s
     CU_LAUNCH(cu_scatter_pairs((cu_stream)c->stream, dst, gy, dlist + c0, cols, nu));
   }
   return TSR_OK;
+}
+
+/* The cu_t view of a graph tensor's layout (no address: the choices do not look at it). */
+static struct cu_t layout_of(const struct tsr_tensor *t) {
+  struct cu_t v = {.p = NULL, .type = (int32_t)t->dtype};
+  for (int d = 0; d < 4; d++) v.ne[d] = t->ne[d], v.nb[d] = (int64_t)t->nb[d];
+  return v;
+}
+
+bool tsr_cuda_product_on_device(void *ctx, const struct tsr_tensor *t) {
+  const struct cu_ctx *c = ctx;
+  const struct cu_t w = layout_of(t->src[0]), x = layout_of(t->src[1]);
+  if (t->op == TSR_OP_MAT_MUL)
+    return x.ne[1] <= CU_GEMV_MAX_N || takes_mmq(c, w.type, w.ne[0], x.ne[1]);
+  const int64_t np = t->src[2]->ne[0] * t->src[2]->ne[1];
+  return np <= MMID_DIRECT_PAIRS || takes_mmq_id(c, &w, &x, np);
 }

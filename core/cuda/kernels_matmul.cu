@@ -7,6 +7,9 @@
 **   - by default (TESSERA_CUDA_GEMV=f32 turns it off), for q4_0, q8_0, q4_K and q6_K:
 **     cu_gemv_x8, x coded to 8 bits per 32 values once per product, a lane per
 **     32-weight chunk, integer dots (dp4a);
+**   - up to CU_MMQ_MAX_N columns, and expert products grouped by expert on the device,
+**     for the same four types: cu_mmq / cu_mmq_id, integer mma on x coded the same way
+**     (mmq.cuh);
 **   - more columns: weights dequantized into f16 tiles (cu_dequant_rows) and
 **     x packed to f16 (cu_pack_x), multiplied by cuBLAS with f32 accumulation.
 ** The weight type is a template parameter (one instantiation per type), the
@@ -16,6 +19,7 @@
 
 #include "cuda_kernels.h"
 #include "cuda_launch.cuh"
+#include "mmq.cuh"
 #include "tessera/cuda_quant.cuh"
 
 #define WARPS 8 /* rows per gemv block */
@@ -471,4 +475,270 @@ extern "C" int cu_scatter_pairs(cu_stream s, const cu_t *dst, const float *y, co
                                 int64_t n, int64_t nu) {
   k_scatter_pairs<<<grid_for(dst->ne[0] * n), NT, 0, s>>>(*dst, y, list, n, nu);
   return (int)cudaGetLastError();
+}
+
+/* ---- integer tensor-core products (mmq.cuh) ------------------------------------- */
+
+/* Where a block's columns come from and go. Dense: columns n0 + j of x's codes, y[m +
+** (n0 + j) ldy]. Grouped (tiles set): tile blockIdx.y = {expert, first list entry, count};
+** list entry p is the pair (slot p % nu, token p / nu), whose x column is token xs1 +
+** (xs1 == 1 ? 0 : slot) and whose output starts at dp + slot dnb1 + token dnb2. */
+struct mmq_io {
+  float *y;
+  int64_t ldy, N;
+  const int4 *tiles;
+  const int32_t *list;
+  int64_t nu, xs1;
+  char *dp;
+  int64_t dnb0, dnb1, dnb2;
+};
+
+__device__ static inline void mma_k32(int c[4], int a0, int a1, int a2, int a3, int b0, int b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+               "{%8,%9}, {%0,%1,%2,%3};\n"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ static inline void mma_k16(int c[4], int a0, int a1, int b0) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+               "{%0,%1,%2,%3};\n"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a0), "r"(a1), "r"(b0));
+}
+
+#define MMQ_WARPS 4
+
+/* Rows of a block: MMQ_ROWS for each group of wk warps (wk warps split a row's chunks). */
+__host__ __device__ static inline int64_t mmq_rows_per_block(int wk) {
+  return (int64_t)(MMQ_WARPS / wk) * MMQ_ROWS;
+}
+
+/* A block: rows blockIdx.x * rows_per_block .., NTILE n tiles of columns (mmq_io). */
+template <int T, int NTILE>
+__global__ void __launch_bounds__(32 * MMQ_WARPS)
+k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide, int wk,
+      const int8_t *xq, const float2 *xds, struct mmq_io io) {
+  constexpr int BN = NTILE * MMQ_COLS;
+  __shared__ int64_t s_col[BN]; /* x column of each of the block's columns */
+  __shared__ char *s_out[BN];   /* where its row 0 goes */
+  __shared__ float s_red[MMQ_WARPS][NTILE][4][32];
+  int n;
+  if (io.tiles) {
+    const int4 tl = io.tiles[blockIdx.y];
+    n = tl.z;
+    if (n == 0) return; /* an unused tile: uniform over the block, before any barrier */
+    w += tl.x * wnb2;
+    for (int j = threadIdx.x; j < BN; j += blockDim.x) {
+      const int64_t p = io.list[tl.y + (j < n ? j : n - 1)], u = p % io.nu, tok = p / io.nu;
+      s_col[j] = tok * io.xs1 + (io.xs1 == 1 ? 0 : u);
+      s_out[j] = io.dp + u * io.dnb1 + tok * io.dnb2;
+    }
+  } else {
+    const int64_t n0 = blockIdx.y * (int64_t)BN;
+    n = (int)(io.N - n0 < BN ? io.N - n0 : BN);
+    for (int j = threadIdx.x; j < BN; j += blockDim.x) {
+      s_col[j] = n0 + (j < n ? j : n - 1);
+      s_out[j] = reinterpret_cast<char *>(io.y + (n0 + j) * io.ldy);
+    }
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int sub = warp % wk;
+  const int64_t m0 = blockIdx.x * mmq_rows_per_block(wk) + (int64_t)(warp / wk) * MMQ_ROWS;
+  const int64_t ra = m0 + g < M ? m0 + g : M - 1, rb = m0 + g + 8 < M ? m0 + g + 8 : M - 1;
+  const uint8_t *row_a = reinterpret_cast<const uint8_t *>(w + ra * wnb1);
+  const uint8_t *row_b = reinterpret_cast<const uint8_t *>(w + rb * wnb1);
+  const int64_t nc = K / 32;
+  float acc[NTILE][4];
+#pragma unroll
+  for (int j = 0; j < NTILE; j++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
+#pragma unroll 2
+  for (int64_t c = sub; c < nc; c += wk) {
+    struct mmq_part pa, pb;
+    mmq_part_of<T>(row_a, c, t, wide, &pa);
+    mmq_part_of<T>(row_b, c, t, wide, &pb);
+#pragma unroll
+    for (int j = 0; j < NTILE; j++) {
+      if (j * MMQ_COLS >= n) break; /* uniform */
+      const int *xw = reinterpret_cast<const int *>(xq + s_col[j * MMQ_COLS + g] * K + c * 32);
+      const int b0 = __ldg(xw + t), b1 = __ldg(xw + 4 + t);
+      const float2 d0 = __ldg(xds + s_col[j * MMQ_COLS + 2 * t] * nc + c);
+      const float2 d1 = __ldg(xds + s_col[j * MMQ_COLS + 2 * t + 1] * nc + c);
+      int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+      if (T == T_Q6_K) {
+        mma_k16(lo, pa.lo, pb.lo, b0);
+        mma_k16(hi, pa.hi, pb.hi, b1);
+      } else {
+        mma_k32(lo, pa.lo, pb.lo, pa.hi, pb.hi, b0, b1);
+      }
+      acc[j][0] += mmq_scaled<T>(&pa, lo[0], hi[0], d0.x, (int)d0.y);
+      acc[j][1] += mmq_scaled<T>(&pa, lo[1], hi[1], d1.x, (int)d1.y);
+      acc[j][2] += mmq_scaled<T>(&pb, lo[2], hi[2], d0.x, (int)d0.y);
+      acc[j][3] += mmq_scaled<T>(&pb, lo[3], hi[3], d1.x, (int)d1.y);
+    }
+  }
+  if (wk > 1) { /* the group's other warps hand their sums to its first, summed in order */
+    if (sub)
+#pragma unroll
+      for (int j = 0; j < NTILE; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) s_red[warp][j][i][lane] = acc[j][i];
+    __syncthreads();
+    if (sub) return;
+    for (int k = 1; k < wk; k++)
+#pragma unroll
+      for (int j = 0; j < NTILE; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[j][i] += s_red[warp + k][j][i][lane];
+  }
+#pragma unroll
+  for (int j = 0; j < NTILE; j++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int col = j * MMQ_COLS + 2 * t + (i & 1);
+      const int64_t m = m0 + g + 8 * (i >> 1);
+      if (col < n && m < M) *reinterpret_cast<float *>(s_out[col] + m * io.dnb0) = acc[j][i];
+    }
+}
+
+/* n tiles a block takes for about `cols` columns: 1, 2, 4 or 8 */
+static int mmq_tiles_for(int64_t cols) {
+  return cols <= 8 ? 1 : cols <= 16 ? 2 : cols <= 32 ? 4 : 8;
+}
+
+/* Warps that split a row's chunks: one when the grid alone fills the device twice over. */
+static int mmq_split(int64_t K, int64_t blocks_one_warp, int n_sm) {
+  return blocks_one_warp >= 2 * (int64_t)n_sm ? 1 : x8_warps_per_row(K);
+}
+
+#define MMQ_CALL_NT(T, NTILES, GRID, ...)                                                     \
+  switch (NTILES) {                                                                         \
+  case 1: k_mmq<T, 1><<<GRID, 32 * MMQ_WARPS, 0, s>>>(__VA_ARGS__); break;                  \
+  case 2: k_mmq<T, 2><<<GRID, 32 * MMQ_WARPS, 0, s>>>(__VA_ARGS__); break;                  \
+  case 4: k_mmq<T, 4><<<GRID, 32 * MMQ_WARPS, 0, s>>>(__VA_ARGS__); break;                  \
+  default: k_mmq<T, 8><<<GRID, 32 * MMQ_WARPS, 0, s>>>(__VA_ARGS__); break;                 \
+  }
+
+static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const char *w,
+                      int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide, int wk,
+                      const int8_t *xq, const float2 *xds, const struct mmq_io &io) {
+#define CALL(T) MMQ_CALL_NT(T, ntiles, grid, w, wnb1, wnb2, K, M, wide, wk, xq, xds, io)
+  DISPATCH_X8(type, CALL)
+#undef CALL
+  return (int)cudaGetLastError();
+}
+
+extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w,
+                      int32_t type, int64_t K, int64_t M, int64_t wnb1, const float *x,
+                      int64_t ldx, int64_t N, int n_sm) {
+  if (N < 1 || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16)
+    return (int)cudaErrorInvalidValue;
+  int8_t *xq;
+  float2 *xds;
+  code_x(s, scratch, x, ldx, K, N, &xq, &xds);
+  const int ntiles = mmq_tiles_for(N);
+  const int64_t ycols = (N + ntiles * MMQ_COLS - 1) / (ntiles * MMQ_COLS);
+  const int wk = mmq_split(K, (M + mmq_rows_per_block(1) - 1) / mmq_rows_per_block(1) * ycols, n_sm);
+  const int64_t rows = mmq_rows_per_block(wk);
+  if (ycols > 65535) return (int)cudaErrorInvalidValue;
+  struct mmq_io io = {};
+  io.y = y, io.ldy = ldy, io.N = N, io.dnb0 = 4;
+  return mmq_launch(s, type, ntiles, dim3((unsigned)((M + rows - 1) / rows), (unsigned)ycols), w,
+                    wnb1, 0, K, M, chunk_wide(w, wnb1), wk, xq, xds, io);
+}
+
+/* ---- grouped expert products: pairs sorted by expert on the device ---------------- */
+
+/* One block: counts each expert's pairs, lays them out expert by expert in list (within
+** an expert in any order: each column's sums do not depend on its tile), cuts each
+** expert's run into tiles of at most bn columns ({expert, first, count, 0}; the rest of
+** max_tiles get count 0), and zeroes the output columns of ids outside [0, E). Shared:
+** 2 (E + 1) ints. */
+__global__ void k_mmq_group(cu_t ids, int64_t E, int bn, int32_t *list, int4 *tiles,
+                            int64_t max_tiles, cu_t dst) {
+  extern __shared__ int s_cnt[]; /* [E + 1] counts, then cursors; [E + 1] starts */
+  int *start = s_cnt + E + 1;
+  const int64_t nu = ids.ne[0], np = nu * ids.ne[1];
+  for (int64_t e = threadIdx.x; e <= E; e += blockDim.x) s_cnt[e] = 0;
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < np; p += blockDim.x) {
+    const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + p % nu * ids.nb[0] + p / nu * ids.nb[1]);
+    if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t k = 0;
+    start[0] = 0;
+    for (int64_t e = 0; e < E; e++) {
+      start[e + 1] = start[e] + s_cnt[e];
+      for (int c = start[e]; c < start[e + 1] && k < max_tiles; c += bn, k++)
+        tiles[k] = make_int4((int)e, c, start[e + 1] - c < bn ? start[e + 1] - c : bn, 0);
+      s_cnt[e] = 0;
+    }
+    for (; k < max_tiles; k++) tiles[k] = make_int4(0, 0, 0, 0);
+  }
+  __syncthreads();
+  for (int64_t p = threadIdx.x; p < np; p += blockDim.x) {
+    const int64_t u = p % nu, tok = p / nu;
+    const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + u * ids.nb[0] + tok * ids.nb[1]);
+    if (e >= 0 && e < E) {
+      list[start[e] + atomicAdd(&s_cnt[e], 1)] = (int32_t)p;
+    } else {
+      for (int64_t m = 0; m < dst.ne[0]; m++)
+        *reinterpret_cast<float *>(dst.p + m * dst.nb[0] + u * dst.nb[1] + tok * dst.nb[2]) = 0.0f;
+    }
+  }
+}
+
+/* The grouped launch's layout: n tiles a block, tiles at most. */
+static void mmq_id_shape(int64_t np, int64_t E, int *ntiles, int64_t *max_tiles) {
+  const int64_t active = E < np ? E : np;
+  *ntiles = mmq_tiles_for((np + active - 1) / active);
+  const int64_t bn = *ntiles * MMQ_COLS;
+  *max_tiles = (np + bn - 1) / bn + active;
+}
+
+extern "C" int cu_mmq_id_supports(int32_t type, int64_t K, int64_t E, int64_t np) {
+  int ntiles;
+  int64_t max_tiles;
+  if (!cu_gemv_x8_supports(type, K) || E < 1 || E > CU_MMQ_MAX_EXPERTS || np < 1) return 0;
+  mmq_id_shape(np, E, &ntiles, &max_tiles);
+  return max_tiles <= 65535;
+}
+
+extern "C" size_t cu_mmq_id_scratch(int64_t K, int64_t cols, int64_t np, int64_t E) {
+  int ntiles;
+  int64_t max_tiles;
+  mmq_id_shape(np, E, &ntiles, &max_tiles);
+  return cu_gemv_x8_scratch(K, cols) + (size_t)(np + 3) / 4 * 16 + (size_t)max_tiles * 16;
+}
+
+extern "C" int cu_mmq_id(cu_stream s, void *scratch, const cu_t *dst, const cu_t *w, const cu_t *x,
+                         const cu_t *ids, int n_sm) {
+  const int64_t K = w->ne[0], M = w->ne[1], E = w->ne[2], np = ids->ne[0] * ids->ne[1];
+  const int64_t cols = x->ne[1] * x->ne[2];
+  if (!cu_mmq_id_supports(w->type, K, E, np) || x->nb[0] != 4 || x->nb[2] != x->nb[1] * x->ne[1] ||
+      x->nb[1] % 4 || (uintptr_t)scratch % 16)
+    return (int)cudaErrorInvalidValue;
+  int ntiles;
+  int64_t max_tiles;
+  mmq_id_shape(np, E, &ntiles, &max_tiles);
+  int8_t *xq;
+  float2 *xds;
+  code_x(s, scratch, reinterpret_cast<const float *>(x->p), x->nb[1] / 4, K, cols, &xq, &xds);
+  char *after = static_cast<char *>(scratch) + cu_gemv_x8_scratch(K, cols);
+  int32_t *list = reinterpret_cast<int32_t *>(after);
+  int4 *tiles = reinterpret_cast<int4 *>(after + (np + 3) / 4 * 16);
+  k_mmq_group<<<1, 1024, (size_t)(2 * (E + 1)) * sizeof(int), s>>>(
+      *ids, E, ntiles * MMQ_COLS, list, tiles, max_tiles, *dst);
+  const int wk = mmq_split(K, (M + mmq_rows_per_block(1) - 1) / mmq_rows_per_block(1) * max_tiles, n_sm);
+  const int64_t rows = mmq_rows_per_block(wk);
+  struct mmq_io io = {};
+  io.tiles = tiles, io.list = list, io.nu = ids->ne[0], io.xs1 = x->ne[1];
+  io.dp = dst->p, io.dnb0 = dst->nb[0], io.dnb1 = dst->nb[1], io.dnb2 = dst->nb[2];
+  return mmq_launch(s, w->type, ntiles, dim3((unsigned)((M + rows - 1) / rows), (unsigned)max_tiles),
+                    w->p, w->nb[1], w->nb[2], K, M, chunk_wide(w->p, w->nb[1]), wk, xq, xds, io);
 }

@@ -104,8 +104,9 @@ static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, i
   if (tsr_backend_keep(be, w, tsr_tensor_nbytes(wt)) == TSR_OK && tsr_test_graph_alloc(&tg) == TSR_OK) {
     tsr_test_fill_normal(x, 1.0f);
     struct timing t = time_graph(be, g, 20);
-    /* weights bytes (GB/s) for a decode product, FLOPs (TFLOP/s) for a batched one */
-    if (t.wall_ms > 0 && n <= 16)
+    /* weights bytes (GB/s) for a decode product (64 columns at most), FLOPs (TFLOP/s) for a
+       batched one */
+    if (t.wall_ms > 0 && n <= 64)
       report(label, t, (double)tsr_dtype_row_size(dt, k) * (double)m / 1e6, "GB/s");
     else if (t.wall_ms > 0)
       report(label, t, 2.0 * k * m * n / 1e9, "TFLOP/s");
@@ -179,6 +180,11 @@ int main(int argc, char **argv) {
   const int64_t step[][2] = {{4096, 1024}, {4096, 4096}, {4096, 12288}, {12288, 4096}, {4096, 151936}};
   for (int t = 2; t < 4; t++) /* q4_0, q4_K */
     for (size_t i = 0; i < sizeof step / sizeof *step; i++) bench_matmul(be, types[t], step[i][0], step[i][1], 1);
+  /* several streams' decode step (the q8 gemv to 16 columns, the integer mma above) */
+  for (int64_t n = 4; n <= 64; n *= 2) {
+    bench_matmul(be, TSR_Q4_K, 4096, 4096, n);
+    bench_matmul(be, TSR_Q4_K, 4096, 12288, n);
+  }
   bench_matmul(be, TSR_F16, 4096, 4096, 512);
   bench_matmul(be, TSR_Q4_0, 4096, 4096, 512);
   /* K type, V type, queries (1: decode), keys, head dim, q heads, kv heads */

@@ -20,9 +20,10 @@
 **                  cores, f16 Q, K, V and probabilities)
 **   4e-3           batched products on f16 tensor cores (x rounded to f16:
 **                  2^-11 relative per term)
-**   1e-2           the q8 gemv (unless TESSERA_CUDA_GEMV=f32): n <= 16 columns
-**                  and mat_mul_id with few pairs, of q4_0, q8_0, q4_K, q6_K
-**                  weights (x coded to 8 bits per 32 values: up to 1/254 of
+**   1e-2           the q8 path (unless TESSERA_CUDA_GEMV=f32): products of
+**                  n <= 64 columns (the gemv to 16, integer mma above) and
+**                  mat_mul_id (few pairs: the gemv; more: grouped mma), of q4_0,
+**                  q8_0, q4_K, q6_K weights (x coded to 8 bits per 32 values: up to 1/254 of
 **                  the block's largest value per term; the codes and integer
 **                  dots are checked exactly on the CPU, test_cuda_quant.cu)
 ** Prints one PASS/FAIL line per case (a FAIL names the first element that
@@ -268,21 +269,32 @@ static void c_get_rows(struct pc *p, int phase) {
   }
 }
 
-/* The tolerance of a product with n <= 16 columns (the gemv): f32 dots, or the q8
-** path's coded x for the types it takes. */
-static double gemv_tol(enum tsr_dtype w) {
+/* Whether products of w's type take the q8 path (x coded to 8 bits): the default for
+** q4_0, q8_0, q4_K and q6_K unless TESSERA_CUDA_GEMV=f32. */
+static bool coded_x(enum tsr_dtype w) {
   static int q8 = -1;
   if (q8 < 0) {
     const char *e = getenv("TESSERA_CUDA_GEMV");
-    q8 = !(e && strcmp(e, "f32") == 0); /* the q8 gemv is the default */
+    q8 = !(e && strcmp(e, "f32") == 0);
   }
-  const bool coded = w == TSR_Q4_0 || w == TSR_Q8_0 || w == TSR_Q4_K || w == TSR_Q6_K;
-  return q8 && coded ? 1e-2 : 1e-5;
+  return q8 && (w == TSR_Q4_0 || w == TSR_Q8_0 || w == TSR_Q4_K || w == TSR_Q6_K);
 }
 
-/* mat_mul: weight type x column count (gemv at n <= 16, GEMM above). */
-static const int k_cols[] = {1, 3, 16, 17, 70};
-#define N_COLS 5
+/* The tolerance of a product with n <= 16 columns (the gemv): f32 dots, or the q8
+** path's coded x for the types it takes. */
+static double gemv_tol(enum tsr_dtype w) { return coded_x(w) ? 1e-2 : 1e-5; }
+
+/* The tolerance of a product with n columns: the gemv's, the q8 path's up to 64 columns,
+** else cuBLAS's (x rounded to f16, bf16 for bf16 weights; f32 SGEMM for f32). */
+static double product_tol(enum tsr_dtype w, int n) {
+  if (n <= 16 || (n <= 64 && coded_x(w))) return gemv_tol(w);
+  return w == TSR_F32 ? 1e-5 : w == TSR_BF16 ? 1e-2 : 4e-3;
+}
+
+/* mat_mul: weight type x column count (gemv at n <= 16; the integer mma to 64 for the
+** q8 path's types, one to eight tiles of 8 columns, the last one partial; GEMM above). */
+static const int k_cols[] = {1, 3, 16, 17, 40, 64, 70};
+#define N_COLS 7
 static void c_mat_mul(struct pc *p, int phase) {
   enum tsr_dtype dt = k_weights[p->var / N_COLS];
   int n = k_cols[p->var % N_COLS];
@@ -293,27 +305,27 @@ static void c_mat_mul(struct pc *p, int phase) {
     int64_t K = tsr_dtype_block_size(dt) == 256 ? 768 : 480;
     struct tsr_tensor *w = ext(p, dt, K, 99, 1, 0.05f);
     p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, K, n);
-    /* batched products round x to f16 (bf16 for bf16 weights) */
-    double tol = n <= 16 ? gemv_tol(dt) : dt == TSR_F32 ? 1e-5 : dt == TSR_BF16 ? 1e-2 : 4e-3;
-    out(p, tsr_mat_mul(p->g, w, p->t[0]), tol);
+    out(p, tsr_mat_mul(p->g, w, p->t[0]), product_tol(dt, n));
   } else {
     tsr_test_fill_normal(p->t[0], 1.0f);
   }
 }
 
-/* Decode products with long rows: the q8 gemv splits a row over one, two or four warps
-** by its length (1536 and 4608 weights: two and four), the f32 gemv strides it. */
+/* Products with long rows: the q8 gemv and the integer mma split a row over one, two or
+** four warps by its length (1536 and 4608 weights: two and four; 24 columns take the
+** mma), the f32 gemv strides it. */
 static void c_mat_mul_long(struct pc *p, int phase) {
   static const enum tsr_dtype w_t[] = {TSR_Q4_0, TSR_Q8_0, TSR_Q4_K, TSR_Q6_K};
+  static const int n_cols[] = {1, 5, 24};
   const enum tsr_dtype dt = w_t[p->var % 4];
   const int64_t K = p->var / 4 % 2 ? 4608 : 1536;
-  const int n = p->var / 8 ? 5 : 1;
+  const int n = n_cols[p->var / 8];
   if (phase == 0) {
     snprintf(p->name, sizeof p->name, "mat_mul w=%s K=%lld n=%d", tsr_dtype_name(dt), (long long)K,
              n);
     struct tsr_tensor *w = ext(p, dt, K, 37, 1, 0.05f); /* 37: not whole blocks of rows */
     p->t[0] = tsr_new_tensor_2d(p->g, TSR_F32, K, n);
-    out(p, tsr_mat_mul(p->g, w, p->t[0]), gemv_tol(dt));
+    out(p, tsr_mat_mul(p->g, w, p->t[0]), product_tol(dt, n));
   } else {
     tsr_test_fill_normal(p->t[0], 1.0f);
   }
@@ -333,7 +345,7 @@ static void c_mat_mul_views(struct pc *p, int phase) {
     } else if (p->var / 2 == 1) {
       struct tsr_tensor *w = ext(p, TSR_Q8_0, 64, 40, 1, 0.1f);
       p->t[0] = tsr_new_tensor_2d(g, TSR_F32, n, 64);
-      out(p, tsr_mat_mul(g, w, tsr_transpose(g, p->t[0])), n > 16 ? 4e-3 : gemv_tol(TSR_Q8_0));
+      out(p, tsr_mat_mul(g, w, tsr_transpose(g, p->t[0])), product_tol(TSR_Q8_0, n));
     } else {
       struct tsr_tensor *w = ext(p, TSR_F32, 40, 64, 1, 0.1f);
       p->t[0] = tsr_new_tensor_2d(g, TSR_F32, 64, n);
@@ -344,15 +356,16 @@ static void c_mat_mul_views(struct pc *p, int phase) {
   }
 }
 
-/* mat_mul_id: few pairs (device ids) and many (grouped on the host: 40 tokens give
-** each expert 16 or fewer, the gemv; 200 give each about 50, cuBLAS; 2100 give 4200
-** pairs, two runs of experts of at most 4096 columns); one id out of range gives a
-** zero column; x shared by every slot or one per slot. */
+/* mat_mul_id: few pairs (device ids) and many: for the q8 path's types grouped on the
+** device (40 tokens: tiles of 8 columns; 200: 32; 2100, 4200 pairs: 64, several a
+** expert), else on the host (40 tokens give each expert 16 or fewer, the gemv; 200
+** about 50, cuBLAS; 2100 two runs of experts of at most 4096 columns); one id out of
+** range gives a zero column; x shared by every slot or one per slot. */
 static void c_mat_mul_id(struct pc *p, int phase) {
-  static const enum tsr_dtype w_t[] = {TSR_Q4_0, TSR_F16, TSR_Q4_K, TSR_Q8_0};
+  static const enum tsr_dtype w_t[] = {TSR_Q4_0, TSR_F16, TSR_Q4_K, TSR_Q8_0, TSR_Q6_K};
   static const int n_tokens[] = {3, 40, 200, 2100};
-  enum tsr_dtype dt = w_t[p->var % 4];
-  int tokens = n_tokens[p->var / 4 % 4], shared = p->var / 16;
+  enum tsr_dtype dt = w_t[p->var % 5];
+  int tokens = n_tokens[p->var / 5 % 4], shared = p->var / 20;
   const int E = 8, U = 2;
   if (phase == 0) {
     snprintf(p->name, sizeof p->name, "mat_mul_id w=%s tokens=%d%s", tsr_dtype_name(dt), tokens,
@@ -927,9 +940,9 @@ static void add(case_fn fn, int n) {
 static void list_cases(void) {
   add(c_get_rows, N_WEIGHTS);
   add(c_mat_mul, N_WEIGHTS * N_COLS);
-  add(c_mat_mul_long, 16);
+  add(c_mat_mul_long, 24);
   add(c_mat_mul_views, 6);
-  add(c_mat_mul_id, 32);
+  add(c_mat_mul_id, 40);
   add(c_elementwise, 8);
   add(c_unary, TSR_UNARY_COUNT);
   add(c_glu, 12);

@@ -82,14 +82,15 @@ int cu_mat_mul_id_x8(cu_stream s, void *scratch, const struct cu_t *dst, const s
 /* The same products on integer tensor cores (mmq.cuh) for any column count (the
 ** backend takes it up to CU_MMQ_MAX_N); n_sm: the device's multiprocessors. */
 #define CU_MMQ_MAX_N 64
+size_t cu_mmq_scratch(int64_t K, int64_t N); /* bytes of scratch (16-byte aligned) */
 int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w, int32_t type,
            int64_t K, int64_t M, int64_t wnb1, const float *x, int64_t ldx, int64_t N, int n_sm);
 /* mat_mul_id of any number of pairs on them, nothing read back to the host: the pairs
 ** are grouped by expert on the device, then one launch multiplies every expert's tiles.
-** x as cu_mat_mul_id_x8 takes it; scratch cu_mmq_id_scratch(K, ne[1] ne[2], pairs, E). */
+** x as cu_mat_mul_id_x8 takes it; scratch cu_mmq_id_scratch(K, pairs, E). */
 #define CU_MMQ_MAX_EXPERTS 8192
 int cu_mmq_id_supports(int32_t type, int64_t K, int64_t E, int64_t np);
-size_t cu_mmq_id_scratch(int64_t K, int64_t cols, int64_t np, int64_t E);
+size_t cu_mmq_id_scratch(int64_t K, int64_t np, int64_t E);
 int cu_mmq_id(cu_stream s, void *scratch, const struct cu_t *dst, const struct cu_t *w,
               const struct cu_t *x, const struct cu_t *ids, int n_sm);
 /* mat_mul_id for few pairs: every (row, pair) reads its expert id on the device. */

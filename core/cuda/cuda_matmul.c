@@ -152,7 +152,7 @@ static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w
   if (takes_mmq(c, type, K, N)) {
     void *codes;
     if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
-    if ((st = tsr_cuda_scratch(c, SCR_XQ, cu_gemv_x8_scratch(K, N), &codes)) != TSR_OK) return st;
+    if ((st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_scratch(K, N), &codes)) != TSR_OK) return st;
     CU_LAUNCH(cu_mmq((cu_stream)c->stream, codes, y, ldy, w, type, K, M, wnb1, xp, ldx, N, c->n_sm));
     return TSR_OK;
   }
@@ -223,7 +223,7 @@ tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const s
   }
   if (takes_mmq_id(c, w0, x, np)) {
     void *scratch;
-    tsr_status st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_id_scratch(w0->ne[0], x->ne[1] * x->ne[2], np, E),
+    tsr_status st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_id_scratch(w0->ne[0], np, E),
                                      &scratch);
     if (st != TSR_OK) return st;
     CU_LAUNCH(cu_mmq_id((cu_stream)c->stream, scratch, dst, w0, x, ids, c->n_sm));

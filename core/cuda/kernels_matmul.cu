@@ -479,72 +479,108 @@ extern "C" int cu_scatter_pairs(cu_stream s, const cu_t *dst, const float *y, co
 
 /* ---- integer tensor-core products (mmq.cuh) ------------------------------------- */
 
-/* Where a block's columns come from and go. Dense: columns n0 + j of x's codes, y[m +
-** (n0 + j) ldy]. Grouped (tiles set): tile blockIdx.y = {expert, first list entry, count};
-** list entry p is the pair (slot p % nu, token p / nu), whose x column is token xs1 +
-** (xs1 == 1 ? 0 : slot) and whose output starts at dp + slot dnb1 + token dnb2. */
+/* Coded column k of x for the mmq kernels (mmq_code_at's layout; k < ncols, the rest of
+** the padded columns zeros): x column k (list NULL), or the column of pair list[k] (slot p %
+** nu, token p / nu: x column token xs1 + (xs1 == 1 ? 0 : slot)), zeros where list[k] < 0.
+** A warp per (column, chunk), as k_quant_x8. */
+__global__ void k_quant_x8_mmq(int8_t *xq, float2 *xds, int64_t ldc, const float *x, int64_t ldx,
+                               int64_t K, int64_t ncols, int64_t padded, const int32_t *list,
+                               int64_t nu, int64_t xs1) {
+  const int64_t nc = K / 32, blk = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (blk >= nc * padded) return;
+  const int64_t k = blk / nc, c = blk % nc;
+  int64_t col = k < ncols ? k : -1;
+  if (list && col >= 0) {
+    const int64_t p = list[k];
+    col = p < 0 ? -1 : p / nu * xs1 + (xs1 == 1 ? 0 : p % nu);
+  }
+  const float v = col >= 0 ? x[col * ldx + c * 32 + lane] : 0.0f;
+  float amax = fabsf(v);
+  for (int o = 16; o > 0; o >>= 1) amax = x8_absmax(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = x8_scale(amax);
+  const int q = x8_code(v, x8_inv(d));
+  int sum = q;
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  xq[(k * nc + c) * 32 + mmq_code_at(lane)] = (int8_t)q;
+  if (lane == 0) xds[c * ldc + k] = make_float2(d, (float)sum);
+}
+
+/* Where a block's columns go. Dense: coded columns n0 + j, y[m + (n0 + j) ldy]. Grouped
+** (tiles set): tile blockIdx.y = {expert, first coded column, count}; coded column k holds
+** pair list[k] (slot p % nu, token p / nu), whose output starts at dp + slot dnb1 + token
+** dnb2. */
 struct mmq_io {
   float *y;
   int64_t ldy, N;
   const int4 *tiles;
   const int32_t *list;
-  int64_t nu, xs1;
+  int64_t nu;
   char *dp;
   int64_t dnb0, dnb1, dnb2;
 };
 
 __device__ static inline void mma_k32(int c[4], int a0, int a1, int a2, int a3, int b0, int b1) {
-  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-               "{%8,%9}, {%0,%1,%2,%3};\n"
-               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ static inline void mma_k16(int c[4], int a0, int a1, int b0) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-               "{%0,%1,%2,%3};\n"
-               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-               : "r"(a0), "r"(a1), "r"(b0));
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
 }
 
-#define MMQ_WARPS 4
+#define MMQ_WARPS 8  /* warps of a block */
+#define MMQ_CHUNKS 4 /* chunks a warp takes a step: their weights are loaded before any product */
+#define MMQ_SPLIT 4  /* warps that split a row's chunks at most */
+#define MMQ_STEP (MMQ_SPLIT * MMQ_CHUNKS) /* chunks of x a block stages a step, at most */
 
 /* Rows of a block: MMQ_ROWS for each group of wk warps (wk warps split a row's chunks). */
 __host__ __device__ static inline int64_t mmq_rows_per_block(int wk) {
   return (int64_t)(MMQ_WARPS / wk) * MMQ_ROWS;
 }
 
-/* A block: rows blockIdx.x * rows_per_block .., NTILE n tiles of columns (mmq_io). */
+/* A block: rows blockIdx.x * rows_per_block .., NTILE n tiles of columns (mmq_io), x coded
+** by k_quant_x8_mmq (scales ldc apart). Each step the block's wk MMQ_CHUNKS chunks of x for
+** its columns are copied into shared memory by every thread (16-byte loads, coalesced)
+** while each warp's weight loads for its MMQ_CHUNKS chunks are in flight; the products
+** then read x there. */
 template <int T, int NTILE>
-__global__ void __launch_bounds__(32 * MMQ_WARPS)
+__global__ void __launch_bounds__(32 * MMQ_WARPS, 2)
 k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide, int wk,
-      const int8_t *xq, const float2 *xds, struct mmq_io io) {
+      const int8_t *xq, const float2 *xds, int64_t ldc, struct mmq_io io) {
   constexpr int BN = NTILE * MMQ_COLS;
-  __shared__ int64_t s_col[BN]; /* x column of each of the block's columns */
-  __shared__ char *s_out[BN];   /* where its row 0 goes */
-  __shared__ float s_red[MMQ_WARPS][NTILE][4][32];
+  /* a step's x: codes [chunk][column][32], then scales [chunk][column]; after the loop,
+  ** the split warps' sums */
+  constexpr int X_BYTES = MMQ_STEP * BN * 40, RED_BYTES = MMQ_WARPS * NTILE * 4 * 32 * 4;
+  __shared__ __align__(16) unsigned char s_buf[X_BYTES > RED_BYTES ? X_BYTES : RED_BYTES];
+  __shared__ char *s_out[BN]; /* where each column's row 0 goes */
+  int8_t *s_codes = reinterpret_cast<int8_t *>(s_buf);
+  float2 *s_ds = reinterpret_cast<float2 *>(s_buf + MMQ_STEP * BN * 32);
   int n;
+  int64_t k0; /* the block's first coded column */
   if (io.tiles) {
     const int4 tl = io.tiles[blockIdx.y];
-    n = tl.z;
+    n = tl.z, k0 = tl.y;
     if (n == 0) return; /* an unused tile: uniform over the block, before any barrier */
     w += tl.x * wnb2;
-    for (int j = threadIdx.x; j < BN; j += blockDim.x) {
-      const int64_t p = io.list[tl.y + (j < n ? j : n - 1)], u = p % io.nu, tok = p / io.nu;
-      s_col[j] = tok * io.xs1 + (io.xs1 == 1 ? 0 : u);
-      s_out[j] = io.dp + u * io.dnb1 + tok * io.dnb2;
+    for (int j = threadIdx.x; j < n; j += blockDim.x) {
+      const int64_t p = io.list[k0 + j];
+      s_out[j] = io.dp + p % io.nu * io.dnb1 + p / io.nu * io.dnb2;
     }
   } else {
-    const int64_t n0 = blockIdx.y * (int64_t)BN;
-    n = (int)(io.N - n0 < BN ? io.N - n0 : BN);
-    for (int j = threadIdx.x; j < BN; j += blockDim.x) {
-      s_col[j] = n0 + (j < n ? j : n - 1);
-      s_out[j] = reinterpret_cast<char *>(io.y + (n0 + j) * io.ldy);
-    }
+    k0 = blockIdx.y * (int64_t)BN;
+    n = (int)(io.N - k0 < BN ? io.N - k0 : BN);
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+      s_out[j] = reinterpret_cast<char *>(io.y + (k0 + j) * io.ldy);
   }
-  __syncthreads();
+  const int cols = (n + MMQ_COLS - 1) / MMQ_COLS * MMQ_COLS; /* coded columns the block reads */
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int sub = warp % wk;
+  const int sub = warp % wk, step = wk * MMQ_CHUNKS;
   const int64_t m0 = blockIdx.x * mmq_rows_per_block(wk) + (int64_t)(warp / wk) * MMQ_ROWS;
   const int64_t ra = m0 + g < M ? m0 + g : M - 1, rb = m0 + g + 8 < M ? m0 + g + 8 : M - 1;
   const uint8_t *row_a = reinterpret_cast<const uint8_t *>(w + ra * wnb1);
@@ -555,32 +591,53 @@ k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide,
   for (int j = 0; j < NTILE; j++)
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-#pragma unroll 2
-  for (int64_t c = sub; c < nc; c += wk) {
-    struct mmq_part pa, pb;
-    mmq_part_of<T>(row_a, c, t, wide, &pa);
-    mmq_part_of<T>(row_b, c, t, wide, &pb);
+  for (int64_t c0 = 0; c0 < nc; c0 += step) {
+    const int in_step = (int)(nc - c0 < step ? nc - c0 : step);
+    struct mmq_part pa[MMQ_CHUNKS], pb[MMQ_CHUNKS];
 #pragma unroll
-    for (int j = 0; j < NTILE; j++) {
-      if (j * MMQ_COLS >= n) break; /* uniform */
-      const int *xw = reinterpret_cast<const int *>(xq + s_col[j * MMQ_COLS + g] * K + c * 32);
-      const int b0 = __ldg(xw + t), b1 = __ldg(xw + 4 + t);
-      const float2 d0 = __ldg(xds + s_col[j * MMQ_COLS + 2 * t] * nc + c);
-      const float2 d1 = __ldg(xds + s_col[j * MMQ_COLS + 2 * t + 1] * nc + c);
-      int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-      if (T == T_Q6_K) {
-        mma_k16(lo, pa.lo, pb.lo, b0);
-        mma_k16(hi, pa.hi, pb.hi, b1);
-      } else {
-        mma_k32(lo, pa.lo, pb.lo, pa.hi, pb.hi, b0, b1);
+    for (int h = 0; h < MMQ_CHUNKS; h++) { /* this warp's weights, in flight during the copy */
+      const int64_t c = c0 + sub * MMQ_CHUNKS + h;
+      mmq_part_of<T>(row_a, c < nc ? c : nc - 1, t, wide, &pa[h]);
+      mmq_part_of<T>(row_b, c < nc ? c : nc - 1, t, wide, &pb[h]);
+    }
+    __syncthreads(); /* the last step's x is read */
+    for (int v = threadIdx.x; v < cols * in_step * 2; v += blockDim.x) {
+      const int j = v / (in_step * 2), h = v % (in_step * 2) / 2, half = v % 2;
+      *reinterpret_cast<uint4 *>(s_codes + (h * BN + j) * 32 + 16 * half) =
+          __ldg(reinterpret_cast<const uint4 *>(xq + ((k0 + j) * nc + c0 + h) * 32) + half);
+    }
+    for (int v = threadIdx.x; v < in_step * cols / 2; v += blockDim.x) {
+      const int h = v / (cols / 2), j2 = v % (cols / 2);
+      *reinterpret_cast<float4 *>(s_ds + h * BN + 2 * j2) =
+          __ldg(reinterpret_cast<const float4 *>(xds + (c0 + h) * ldc + k0) + j2);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < MMQ_CHUNKS; h++) {
+      const int hs = sub * MMQ_CHUNKS + h;
+      if (hs >= in_step) break; /* uniform over the warp */
+#pragma unroll
+      for (int j = 0; j < NTILE; j++) {
+        if (j * MMQ_COLS >= n) break; /* uniform */
+        const int2 b = reinterpret_cast<const int2 *>(s_codes + (hs * BN + j * MMQ_COLS + g) * 32)[t];
+        const float4 ds = *reinterpret_cast<const float4 *>(s_ds + hs * BN + j * MMQ_COLS + 2 * t);
+        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+        if (T == T_Q6_K) {
+          mma_k16(lo, pa[h].lo, pb[h].lo, b.x);
+          mma_k16(hi, pa[h].hi, pb[h].hi, b.y);
+        } else {
+          mma_k32(lo, pa[h].lo, pb[h].lo, pa[h].hi, pb[h].hi, b.x, b.y);
+        }
+        acc[j][0] += mmq_scaled<T>(&pa[h], lo[0], hi[0], ds.x, (int)ds.y);
+        acc[j][1] += mmq_scaled<T>(&pa[h], lo[1], hi[1], ds.z, (int)ds.w);
+        acc[j][2] += mmq_scaled<T>(&pb[h], lo[2], hi[2], ds.x, (int)ds.y);
+        acc[j][3] += mmq_scaled<T>(&pb[h], lo[3], hi[3], ds.z, (int)ds.w);
       }
-      acc[j][0] += mmq_scaled<T>(&pa, lo[0], hi[0], d0.x, (int)d0.y);
-      acc[j][1] += mmq_scaled<T>(&pa, lo[1], hi[1], d1.x, (int)d1.y);
-      acc[j][2] += mmq_scaled<T>(&pb, lo[2], hi[2], d0.x, (int)d0.y);
-      acc[j][3] += mmq_scaled<T>(&pb, lo[3], hi[3], d1.x, (int)d1.y);
     }
   }
   if (wk > 1) { /* the group's other warps hand their sums to its first, summed in order */
+    float(*s_red)[NTILE][4][32] = reinterpret_cast<float(*)[NTILE][4][32]>(s_buf);
+    __syncthreads(); /* the last step's x is read */
     if (sub)
 #pragma unroll
       for (int j = 0; j < NTILE; j++)
@@ -609,9 +666,30 @@ static int mmq_tiles_for(int64_t cols) {
   return cols <= 8 ? 1 : cols <= 16 ? 2 : cols <= 32 ? 4 : 8;
 }
 
-/* Warps that split a row's chunks: one when the grid alone fills the device twice over. */
-static int mmq_split(int64_t K, int64_t blocks_one_warp, int n_sm) {
-  return blocks_one_warp >= 2 * (int64_t)n_sm ? 1 : x8_warps_per_row(K);
+/* Warps that split a row's chunks: as many as keep two blocks a multiprocessor busy (more
+** blocks of fewer rows), each warp left MMQ_CHUNKS chunks at least. */
+static int mmq_split(int64_t nc, int64_t M, int64_t ycols, int n_sm) {
+  int wk = 1;
+  while (wk < MMQ_SPLIT && nc >= (int64_t)2 * wk * MMQ_CHUNKS &&
+         (M + mmq_rows_per_block(wk) - 1) / mmq_rows_per_block(wk) * ycols < 2 * (int64_t)n_sm)
+    wk *= 2;
+  return wk;
+}
+
+/* Coded x's bytes for ncols columns (padded to whole n tiles): codes, then the scales. */
+static int64_t mmq_ldc(int64_t ncols) { return (ncols + MMQ_COLS - 1) / MMQ_COLS * MMQ_COLS; }
+static size_t mmq_x_bytes(int64_t K, int64_t ncols) {
+  return (size_t)(mmq_ldc(ncols) * K) + (size_t)(K / 32 * mmq_ldc(ncols)) * sizeof(float2);
+}
+
+static void mmq_code_x(cu_stream s, void *scratch, const float *x, int64_t ldx, int64_t K,
+                       int64_t ncols, const int32_t *list, int64_t nu, int64_t xs1, int8_t **xq,
+                       float2 **xds) {
+  const int64_t ldc = mmq_ldc(ncols), warps = K / 32 * ldc;
+  *xq = static_cast<int8_t *>(scratch);
+  *xds = reinterpret_cast<float2 *>(*xq + ldc * K); /* 16-byte aligned: K a multiple of 32 */
+  k_quant_x8_mmq<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(*xq, *xds, ldc, x, ldx, K, ncols, ldc,
+                                                            list, nu, xs1);
 }
 
 #define MMQ_CALL_NT(T, NTILES, GRID, ...)                                                     \
@@ -624,45 +702,47 @@ static int mmq_split(int64_t K, int64_t blocks_one_warp, int n_sm) {
 
 static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const char *w,
                       int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide, int wk,
-                      const int8_t *xq, const float2 *xds, const struct mmq_io &io) {
-#define CALL(T) MMQ_CALL_NT(T, ntiles, grid, w, wnb1, wnb2, K, M, wide, wk, xq, xds, io)
+                      const int8_t *xq, const float2 *xds, int64_t ldc, const struct mmq_io &io) {
+#define CALL(T) MMQ_CALL_NT(T, ntiles, grid, w, wnb1, wnb2, K, M, wide, wk, xq, xds, ldc, io)
   DISPATCH_X8(type, CALL)
 #undef CALL
   return (int)cudaGetLastError();
 }
 
+extern "C" size_t cu_mmq_scratch(int64_t K, int64_t N) { return mmq_x_bytes(K, N); }
+
 extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w,
                       int32_t type, int64_t K, int64_t M, int64_t wnb1, const float *x,
                       int64_t ldx, int64_t N, int n_sm) {
-  if (N < 1 || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16)
+  const int ntiles = mmq_tiles_for(N);
+  const int64_t ycols = (N + ntiles * MMQ_COLS - 1) / (ntiles * MMQ_COLS);
+  if (N < 1 || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16 || ycols > 65535)
     return (int)cudaErrorInvalidValue;
   int8_t *xq;
   float2 *xds;
-  code_x(s, scratch, x, ldx, K, N, &xq, &xds);
-  const int ntiles = mmq_tiles_for(N);
-  const int64_t ycols = (N + ntiles * MMQ_COLS - 1) / (ntiles * MMQ_COLS);
-  const int wk = mmq_split(K, (M + mmq_rows_per_block(1) - 1) / mmq_rows_per_block(1) * ycols, n_sm);
+  mmq_code_x(s, scratch, x, ldx, K, N, NULL, 1, 1, &xq, &xds);
+  const int wk = mmq_split(K / 32, M, ycols, n_sm);
   const int64_t rows = mmq_rows_per_block(wk);
-  if (ycols > 65535) return (int)cudaErrorInvalidValue;
   struct mmq_io io = {};
   io.y = y, io.ldy = ldy, io.N = N, io.dnb0 = 4;
   return mmq_launch(s, type, ntiles, dim3((unsigned)((M + rows - 1) / rows), (unsigned)ycols), w,
-                    wnb1, 0, K, M, chunk_wide(w, wnb1), wk, xq, xds, io);
+                    wnb1, 0, K, M, chunk_wide(w, wnb1), wk, xq, xds, mmq_ldc(N), io);
 }
 
 /* ---- grouped expert products: pairs sorted by expert on the device ---------------- */
 
-/* One block: counts each expert's pairs, lays them out expert by expert in list (within
-** an expert in any order: each column's sums do not depend on its tile), cuts each
-** expert's run into tiles of at most bn columns ({expert, first, count, 0}; the rest of
-** max_tiles get count 0), and zeroes the output columns of ids outside [0, E). Shared:
-** 2 (E + 1) ints. */
-__global__ void k_mmq_group(cu_t ids, int64_t E, int bn, int32_t *list, int4 *tiles,
-                            int64_t max_tiles, cu_t dst) {
+/* One block: counts each expert's pairs, lays them out expert by expert in list (within an
+** expert in any order: a column's sums do not depend on where it sits), each expert's run
+** starting at a multiple of MMQ_COLS (the gaps -1), cuts each run into tiles of at most bn
+** columns ({expert, first, count, 0}; the rest of max_tiles get count 0), and zeroes the
+** output columns of ids outside [0, E). Shared: 2 (E + 1) ints. */
+__global__ void k_mmq_group(cu_t ids, int64_t E, int bn, int32_t *list, int64_t list_len,
+                            int4 *tiles, int64_t max_tiles, cu_t dst) {
   extern __shared__ int s_cnt[]; /* [E + 1] counts, then cursors; [E + 1] starts */
   int *start = s_cnt + E + 1;
   const int64_t nu = ids.ne[0], np = nu * ids.ne[1];
   for (int64_t e = threadIdx.x; e <= E; e += blockDim.x) s_cnt[e] = 0;
+  for (int64_t k = threadIdx.x; k < list_len; k += blockDim.x) list[k] = -1;
   __syncthreads();
   for (int64_t p = threadIdx.x; p < np; p += blockDim.x) {
     const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + p % nu * ids.nb[0] + p / nu * ids.nb[1]);
@@ -673,9 +753,9 @@ __global__ void k_mmq_group(cu_t ids, int64_t E, int bn, int32_t *list, int4 *ti
     int64_t k = 0;
     start[0] = 0;
     for (int64_t e = 0; e < E; e++) {
-      start[e + 1] = start[e] + s_cnt[e];
-      for (int c = start[e]; c < start[e + 1] && k < max_tiles; c += bn, k++)
-        tiles[k] = make_int4((int)e, c, start[e + 1] - c < bn ? start[e + 1] - c : bn, 0);
+      for (int c = start[e]; c < start[e] + s_cnt[e] && k < max_tiles; c += bn, k++)
+        tiles[k] = make_int4((int)e, c, start[e] + s_cnt[e] - c < bn ? start[e] + s_cnt[e] - c : bn, 0);
+      start[e + 1] = start[e] + (s_cnt[e] + MMQ_COLS - 1) / MMQ_COLS * MMQ_COLS;
       s_cnt[e] = 0;
     }
     for (; k < max_tiles; k++) tiles[k] = make_int4(0, 0, 0, 0);
@@ -693,52 +773,59 @@ __global__ void k_mmq_group(cu_t ids, int64_t E, int bn, int32_t *list, int4 *ti
   }
 }
 
-/* The grouped launch's layout: n tiles a block, tiles at most. */
-static void mmq_id_shape(int64_t np, int64_t E, int *ntiles, int64_t *max_tiles) {
+/* The grouped launch's layout: n tiles a block, tiles at most, coded columns at most (each
+** active expert's run padded to whole n tiles of 8). */
+static void mmq_id_shape(int64_t np, int64_t E, int *ntiles, int64_t *max_tiles, int64_t *cols) {
   const int64_t active = E < np ? E : np;
   *ntiles = mmq_tiles_for((np + active - 1) / active);
   const int64_t bn = *ntiles * MMQ_COLS;
   *max_tiles = (np + bn - 1) / bn + active;
+  *cols = np + (MMQ_COLS - 1) * active;
 }
 
 extern "C" int cu_mmq_id_supports(int32_t type, int64_t K, int64_t E, int64_t np) {
   int ntiles;
-  int64_t max_tiles;
+  int64_t max_tiles, cols;
   if (!cu_gemv_x8_supports(type, K) || E < 1 || E > CU_MMQ_MAX_EXPERTS || np < 1) return 0;
-  mmq_id_shape(np, E, &ntiles, &max_tiles);
-  return max_tiles <= 65535;
+  mmq_id_shape(np, E, &ntiles, &max_tiles, &cols);
+  return max_tiles <= 65535 && cols < INT32_MAX;
 }
 
-extern "C" size_t cu_mmq_id_scratch(int64_t K, int64_t cols, int64_t np, int64_t E) {
+/* Scratch: coded x, then list (cols ints), then tiles. */
+extern "C" size_t cu_mmq_id_scratch(int64_t K, int64_t np, int64_t E) {
   int ntiles;
-  int64_t max_tiles;
-  mmq_id_shape(np, E, &ntiles, &max_tiles);
-  return cu_gemv_x8_scratch(K, cols) + (size_t)(np + 3) / 4 * 16 + (size_t)max_tiles * 16;
+  int64_t max_tiles, cols;
+  mmq_id_shape(np, E, &ntiles, &max_tiles, &cols);
+  return mmq_x_bytes(K, cols) + (size_t)(cols + 3) / 4 * 16 + (size_t)max_tiles * 16;
 }
 
 extern "C" int cu_mmq_id(cu_stream s, void *scratch, const cu_t *dst, const cu_t *w, const cu_t *x,
                          const cu_t *ids, int n_sm) {
   const int64_t K = w->ne[0], M = w->ne[1], E = w->ne[2], np = ids->ne[0] * ids->ne[1];
-  const int64_t cols = x->ne[1] * x->ne[2];
-  if (!cu_mmq_id_supports(w->type, K, E, np) || x->nb[0] != 4 || x->nb[2] != x->nb[1] * x->ne[1] ||
-      x->nb[1] % 4 || (uintptr_t)scratch % 16)
+  if (!cu_mmq_id_supports(w->type, K, E, np) || x->nb[0] != 4 || x->nb[1] % 4 ||
+      (x->ne[2] > 1 && x->nb[2] % 4) || (uintptr_t)scratch % 16)
     return (int)cudaErrorInvalidValue;
   int ntiles;
-  int64_t max_tiles;
-  mmq_id_shape(np, E, &ntiles, &max_tiles);
+  int64_t max_tiles, cols;
+  mmq_id_shape(np, E, &ntiles, &max_tiles, &cols);
+  char *after = static_cast<char *>(scratch) + mmq_x_bytes(K, cols);
+  int32_t *list = reinterpret_cast<int32_t *>(after);
+  int4 *tiles = reinterpret_cast<int4 *>(after + (cols + 3) / 4 * 16);
+  k_mmq_group<<<1, 1024, (size_t)(2 * (E + 1)) * sizeof(int), s>>>(
+      *ids, E, ntiles * MMQ_COLS, list, cols, tiles, max_tiles, *dst);
+  /* x [K, xs1, T]: slot u of token t is column t xs1 + u (xs1 1: shared), its rows nb1 apart */
+  if (x->ne[1] > 1 && x->nb[2] != x->nb[1] * x->ne[1]) return (int)cudaErrorInvalidValue;
+  const int64_t ldx = x->ne[1] > 1 ? x->nb[1] / 4 : x->nb[2] / 4;
   int8_t *xq;
   float2 *xds;
-  code_x(s, scratch, reinterpret_cast<const float *>(x->p), x->nb[1] / 4, K, cols, &xq, &xds);
-  char *after = static_cast<char *>(scratch) + cu_gemv_x8_scratch(K, cols);
-  int32_t *list = reinterpret_cast<int32_t *>(after);
-  int4 *tiles = reinterpret_cast<int4 *>(after + (np + 3) / 4 * 16);
-  k_mmq_group<<<1, 1024, (size_t)(2 * (E + 1)) * sizeof(int), s>>>(
-      *ids, E, ntiles * MMQ_COLS, list, tiles, max_tiles, *dst);
-  const int wk = mmq_split(K, (M + mmq_rows_per_block(1) - 1) / mmq_rows_per_block(1) * max_tiles, n_sm);
+  mmq_code_x(s, scratch, reinterpret_cast<const float *>(x->p), ldx, K, cols, list, ids->ne[0],
+             x->ne[1], &xq, &xds);
+  const int wk = mmq_split(K / 32, M, max_tiles, n_sm);
   const int64_t rows = mmq_rows_per_block(wk);
   struct mmq_io io = {};
-  io.tiles = tiles, io.list = list, io.nu = ids->ne[0], io.xs1 = x->ne[1];
+  io.tiles = tiles, io.list = list, io.nu = ids->ne[0];
   io.dp = dst->p, io.dnb0 = dst->nb[0], io.dnb1 = dst->nb[1], io.dnb2 = dst->nb[2];
   return mmq_launch(s, w->type, ntiles, dim3((unsigned)((M + rows - 1) / rows), (unsigned)max_tiles),
-                    w->p, w->nb[1], w->nb[2], K, M, chunk_wide(w->p, w->nb[1]), wk, xq, xds, io);
+                    w->p, w->nb[1], w->nb[2], K, M, chunk_wide(w->p, w->nb[1]), wk, xq, xds,
+                    mmq_ldc(cols), io);
 }

@@ -78,6 +78,15 @@ CU_HD static inline void mmq_part_of(const uint8_t *row, int64_t c, int t, int w
   }
 }
 
+/* x as the kernels read it: each column's chunks of 32 codes with the chunk's words in the
+** order 0 4 1 5 2 6 3 7, so lane t's two words (t, 4 + t) are one 8-byte load; scales as
+** (d, code sum) pairs, chunk-major, so a lane's two columns (2t, 2t + 1) are one 16-byte
+** load. Byte offset of code i (0..31) within its chunk: */
+CU_HD static inline int mmq_code_at(int i) {
+  const int word = i / 4;
+  return 4 * (word < 4 ? 2 * word : 2 * (word - 4) + 1) + i % 4;
+}
+
 /* Chunk sums of one row and one column as f32, x8_dot's expression: lo and hi the integer
 ** sums over weights 0..15 and 16..31 (types with one scale may pass the whole sum in lo
 ** and 0 in hi), xd and xs the column's scale and code sum. */

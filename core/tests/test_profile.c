@@ -118,7 +118,7 @@ static void test_example_extends_default_and_overrides(void) {
   CHECK(p->server.port == 8081 && p->server.api_key_env && p->batch == 2048);
   CHECK(p->sampling.top_k == 40); /* inherited */
   CHECK(strstr(tsr_profile_where(p, "context"), "example-deployment.yaml:") != NULL);
-  CHECK(strstr(tsr_profile_where(p, "batch"), "default.yaml:61:8") != NULL);
+  CHECK(strstr(tsr_profile_where(p, "batch"), "default.yaml:62:8") != NULL);
   tsr_profile_free(p);
 }
 
@@ -302,7 +302,7 @@ static void test_set_overrides_nested_and_new_keys(void) {
 static void test_set_errors_name_the_flag(void) {
   const char *through[] = {"context.x=1"};
   expect_error_sets(conf("default.yaml"), through, 1, "--set context.x: 'context' is a single value",
-                    "default.yaml:57:10", (const char *)NULL);
+                    "default.yaml:58:10", (const char *)NULL);
   const char *bad_value[] = {"sampling.top_k=abc"};
   expect_error_sets(conf("default.yaml"), bad_value, 1,
                     "--set sampling.top_k: key 'sampling.top_k': expected an integer, got 'abc'",

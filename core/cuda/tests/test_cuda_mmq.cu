@@ -6,7 +6,8 @@
 ** mmq_scaled turns each chunk's integer sums into f32. Each of the 128 results must be
 ** the sum over chunks of the gemv's x8_dot (itself checked against dq in
 ** test_cuda_quant.cu) to f32 summation, for q4_0, q8_0, q4_K (4-byte and 2-byte loads)
-** and q6_K; and each lane's words must be x8_decode's words t and 4 + t. tests/gpu/
+** and q6_K, x's words read as the kernels code them (mmq_code_at: lane t's 8 bytes are
+** words t and 4 + t); and each lane's weight words must be x8_decode's words t and 4 + t. tests/gpu/
 ** gpu_op_parity runs the kernel itself on a GPU.
 */
 #include <math.h>
@@ -64,7 +65,7 @@ static void tile_matches(int64_t K, int wide) {
   float acc[32][4] = {{0}};
   int bad_words = 0;
   for (int64_t c = 0; c < nc; c++) {
-    int a[32][4], b[32][2], lo[32][4] = {{0}}, hi[32][4] = {{0}};
+    int a[32][4], b[32][2], hi_b[32], lo[32][4] = {{0}}, hi[32][4] = {{0}};
     struct mmq_part pa[32], pb[32];
     for (int lane = 0; lane < 32; lane++) {
       const int g = lane / 4, t = lane % 4;
@@ -73,21 +74,25 @@ static void tile_matches(int64_t K, int wide) {
       struct x8_chunk ref;
       x8_decode<T>(row + g * rb, c, &ref);
       bad_words += ref.q[t] != pa[lane].lo || ref.q[4 + t] != pa[lane].hi;
-      const int *xw = reinterpret_cast<const int *>(xq + g * K + 32 * c);
+      /* lane t's 8 bytes of column g's chunk as the kernels code it */
+      int8_t coded[32];
+      for (int i = 0; i < 32; i++) coded[mmq_code_at(i)] = xq[g * K + 32 * c + i];
+      int xw[2];
+      memcpy(xw, coded + 8 * t, 8);
       if (T == T_Q6_K) {
-        a[lane][0] = pa[lane].lo, a[lane][1] = pb[lane].lo, b[lane][0] = xw[t];
+        a[lane][0] = pa[lane].lo, a[lane][1] = pb[lane].lo, b[lane][0] = xw[0];
+        hi_b[lane] = xw[1];
       } else {
         a[lane][0] = pa[lane].lo, a[lane][1] = pb[lane].lo;
         a[lane][2] = pa[lane].hi, a[lane][3] = pb[lane].hi;
-        b[lane][0] = xw[t], b[lane][1] = xw[4 + t];
+        b[lane][0] = xw[0], b[lane][1] = xw[1];
       }
     }
     if (T == T_Q6_K) {
       mma_s8_emulated(lo, a, b, 4);
       for (int lane = 0; lane < 32; lane++) {
-        const int g = lane / 4, t = lane % 4;
         a[lane][0] = pa[lane].hi, a[lane][1] = pb[lane].hi;
-        b[lane][0] = reinterpret_cast<const int *>(xq + g * K + 32 * c)[4 + t];
+        b[lane][0] = hi_b[lane];
       }
       mma_s8_emulated(hi, a, b, 4);
     } else {

@@ -534,33 +534,46 @@ __device__ static inline void mma_k16(int c[4], int a0, int a1, int b0) {
       : "r"(a0), "r"(a1), "r"(b0));
 }
 
-#define MMQ_WARPS 8  /* warps of a block */
-#define MMQ_CHUNKS 4 /* chunks a warp takes a step: their weights are loaded before any product */
-#define MMQ_SPLIT 4  /* warps that split a row's chunks at most */
-#define MMQ_STEP (MMQ_SPLIT * MMQ_CHUNKS) /* chunks of x a block stages a step, at most */
+#define MMQ_WARPS 8 /* warps of a block */
+#define MMQ_STEP 8  /* chunks a block stages a step: one superblock of the k-quants */
+#define MMQ_MAX_ROWS (MMQ_WARPS / 2 * MMQ_ROWS) /* rows of a block at most (two warps a row) */
 
-/* Rows of a block: MMQ_ROWS for each group of wk warps (wk warps split a row's chunks). */
+/* Rows of a block: MMQ_ROWS for each group of wk warps (wk warps split a step's chunks). */
 __host__ __device__ static inline int64_t mmq_rows_per_block(int wk) {
   return (int64_t)(MMQ_WARPS / wk) * MMQ_ROWS;
 }
 
+/* Bytes of MMQ_STEP chunks of a row of type T, where chunk c starts within its row, and the
+** row stride of the staged tile (16-byte steps, so 16-byte copies land aligned). */
+template <int T> __host__ __device__ constexpr int mmq_span() {
+  return T == T_Q4_0 ? 18 * MMQ_STEP : T == T_Q8_0 ? 34 * MMQ_STEP : T == T_Q4_K ? 144 : 210;
+}
+template <int T> __device__ static inline int64_t mmq_offset(int64_t c) {
+  return T == T_Q4_0 ? c * 18 : T == T_Q8_0 ? c * 34 : T == T_Q4_K ? c / 8 * 144 : c / 8 * 210;
+}
+template <int T> __host__ __device__ constexpr int mmq_stride() { return (mmq_span<T>() + 31) / 16 * 16; }
+
 /* A block: rows blockIdx.x * rows_per_block .., NTILE n tiles of columns (mmq_io), x coded
-** by k_quant_x8_mmq (scales ldc apart). Each step the block's wk MMQ_CHUNKS chunks of x for
-** its columns are copied into shared memory by every thread (16-byte loads, coalesced)
-** while each warp's weight loads for its MMQ_CHUNKS chunks are in flight; the products
-** then read x there. */
+** by k_quant_x8_mmq (scales ldc apart). Each step every thread copies a share of the block's
+** rows (MMQ_STEP chunks of each) and of x's codes and scales for its columns into shared
+** memory, coalesced (16-byte loads where rows and chunks are 16-byte aligned, else 4 or 2);
+** then the wk warps of each 16-row group take MMQ_STEP / wk chunks each, their fragments read
+** there. Loads from global memory are whole lines, never a byte a lane from 8 rows. */
 template <int T, int NTILE>
-__global__ void __launch_bounds__(32 * MMQ_WARPS, 2)
-k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide, int wk,
+__global__ void __launch_bounds__(32 * MMQ_WARPS, 3)
+k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align, int wk,
       const int8_t *xq, const float2 *xds, int64_t ldc, struct mmq_io io) {
-  constexpr int BN = NTILE * MMQ_COLS;
-  /* a step's x: codes [chunk][column][32], then scales [chunk][column]; after the loop,
-  ** the split warps' sums */
-  constexpr int X_BYTES = MMQ_STEP * BN * 40, RED_BYTES = MMQ_WARPS * NTILE * 4 * 32 * 4;
-  __shared__ __align__(16) unsigned char s_buf[X_BYTES > RED_BYTES ? X_BYTES : RED_BYTES];
+  constexpr int BN = NTILE * MMQ_COLS, SPAN = mmq_span<T>(), STRIDE = mmq_stride<T>();
+  constexpr int W_BYTES = MMQ_MAX_ROWS * STRIDE, X_BYTES = MMQ_STEP * BN * 40;
+  constexpr int RED_BYTES = MMQ_WARPS * NTILE * 4 * 32 * 4;
+  constexpr int BUF = W_BYTES + X_BYTES > RED_BYTES ? W_BYTES + X_BYTES : RED_BYTES;
+  /* a step's weights [row][STRIDE], x's codes [chunk][column][32] and scales [chunk][column];
+  ** after the loop, the split warps' sums */
+  __shared__ __align__(16) unsigned char s_buf[BUF];
   __shared__ char *s_out[BN]; /* where each column's row 0 goes */
-  int8_t *s_codes = reinterpret_cast<int8_t *>(s_buf);
-  float2 *s_ds = reinterpret_cast<float2 *>(s_buf + MMQ_STEP * BN * 32);
+  unsigned char *s_w = s_buf;
+  int8_t *s_codes = reinterpret_cast<int8_t *>(s_buf + W_BYTES);
+  float2 *s_ds = reinterpret_cast<float2 *>(s_buf + W_BYTES + MMQ_STEP * BN * 32);
   int n;
   int64_t k0; /* the block's first coded column */
   if (io.tiles) {
@@ -580,27 +593,37 @@ k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide,
   }
   const int cols = (n + MMQ_COLS - 1) / MMQ_COLS * MMQ_COLS; /* coded columns the block reads */
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int sub = warp % wk, step = wk * MMQ_CHUNKS;
-  const int64_t m0 = blockIdx.x * mmq_rows_per_block(wk) + (int64_t)(warp / wk) * MMQ_ROWS;
-  const int64_t ra = m0 + g < M ? m0 + g : M - 1, rb = m0 + g + 8 < M ? m0 + g + 8 : M - 1;
-  const uint8_t *row_a = reinterpret_cast<const uint8_t *>(w + ra * wnb1);
-  const uint8_t *row_b = reinterpret_cast<const uint8_t *>(w + rb * wnb1);
+  const int sub = warp % wk, grp = warp / wk, per_warp = MMQ_STEP / wk;
+  const int rows = (int)mmq_rows_per_block(wk);
+  const int64_t mb = blockIdx.x * (int64_t)rows, m0 = mb + grp * MMQ_ROWS;
+  const unsigned char *sa = s_w + (grp * MMQ_ROWS + g) * STRIDE, *sb = sa + 8 * STRIDE;
   const int64_t nc = K / 32;
   float acc[NTILE][4];
 #pragma unroll
   for (int j = 0; j < NTILE; j++)
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-  for (int64_t c0 = 0; c0 < nc; c0 += step) {
-    const int in_step = (int)(nc - c0 < step ? nc - c0 : step);
-    struct mmq_part pa[MMQ_CHUNKS], pb[MMQ_CHUNKS];
-#pragma unroll
-    for (int h = 0; h < MMQ_CHUNKS; h++) { /* this warp's weights, in flight during the copy */
-      const int64_t c = c0 + sub * MMQ_CHUNKS + h;
-      mmq_part_of<T>(row_a, c < nc ? c : nc - 1, t, wide, &pa[h]);
-      mmq_part_of<T>(row_b, c < nc ? c : nc - 1, t, wide, &pb[h]);
+  for (int64_t c0 = 0; c0 < nc; c0 += MMQ_STEP) {
+    const int in_step = (int)(nc - c0 < MMQ_STEP ? nc - c0 : MMQ_STEP);
+    const int span = T == T_Q4_0 || T == T_Q8_0 ? SPAN / MMQ_STEP * in_step : SPAN;
+    const int64_t off = mmq_offset<T>(c0);
+    if (c0) __syncthreads(); /* the last step's tiles are read */
+    /* the rows (past M: the last row again, never stored) */
+    /* a short last step of q4_0 / q8_0 (18 or 34 bytes a chunk) may need a narrower unit */
+    const int al = span % align == 0 ? align : span % 4 == 0 && align >= 4 ? 4 : 2;
+    const int units = span / al;
+    for (int v = threadIdx.x; v < rows * units; v += blockDim.x) {
+      const int r = v / units, q = v % units;
+      const int64_t m = mb + r < M ? mb + r : M - 1;
+      const char *src = w + m * wnb1 + off;
+      unsigned char *dst = s_w + r * STRIDE;
+      if (al == 16)
+        reinterpret_cast<uint4 *>(dst)[q] = __ldg(reinterpret_cast<const uint4 *>(src) + q);
+      else if (al == 4)
+        reinterpret_cast<uint32_t *>(dst)[q] = __ldg(reinterpret_cast<const uint32_t *>(src) + q);
+      else
+        reinterpret_cast<uint16_t *>(dst)[q] = __ldg(reinterpret_cast<const uint16_t *>(src) + q);
     }
-    __syncthreads(); /* the last step's x is read */
     for (int v = threadIdx.x; v < cols * in_step * 2; v += blockDim.x) {
       const int j = v / (in_step * 2), h = v % (in_step * 2) / 2, half = v % 2;
       *reinterpret_cast<uint4 *>(s_codes + (h * BN + j) * 32 + 16 * half) =
@@ -612,45 +635,44 @@ k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide,
           __ldg(reinterpret_cast<const float4 *>(xds + (c0 + h) * ldc + k0) + j2);
     }
     __syncthreads();
-#pragma unroll
-    for (int h = 0; h < MMQ_CHUNKS; h++) {
-      const int hs = sub * MMQ_CHUNKS + h;
-      if (hs >= in_step) break; /* uniform over the warp */
+    for (int h = sub * per_warp; h < (sub + 1) * per_warp && h < in_step; h++) {
+      struct mmq_part pa, pb;
+      mmq_part_of<T>(sa, h, t, 1, &pa);
+      mmq_part_of<T>(sb, h, t, 1, &pb);
 #pragma unroll
       for (int j = 0; j < NTILE; j++) {
         if (j * MMQ_COLS >= n) break; /* uniform */
-        const int2 b = reinterpret_cast<const int2 *>(s_codes + (hs * BN + j * MMQ_COLS + g) * 32)[t];
-        const float4 ds = *reinterpret_cast<const float4 *>(s_ds + hs * BN + j * MMQ_COLS + 2 * t);
+        const int2 b = reinterpret_cast<const int2 *>(s_codes + (h * BN + j * MMQ_COLS + g) * 32)[t];
+        const float4 ds = *reinterpret_cast<const float4 *>(s_ds + h * BN + j * MMQ_COLS + 2 * t);
         int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
         if (T == T_Q6_K) {
-          mma_k16(lo, pa[h].lo, pb[h].lo, b.x);
-          mma_k16(hi, pa[h].hi, pb[h].hi, b.y);
+          mma_k16(lo, pa.lo, pb.lo, b.x);
+          mma_k16(hi, pa.hi, pb.hi, b.y);
         } else {
-          mma_k32(lo, pa[h].lo, pb[h].lo, pa[h].hi, pb[h].hi, b.x, b.y);
+          mma_k32(lo, pa.lo, pb.lo, pa.hi, pb.hi, b.x, b.y);
         }
-        acc[j][0] += mmq_scaled<T>(&pa[h], lo[0], hi[0], ds.x, (int)ds.y);
-        acc[j][1] += mmq_scaled<T>(&pa[h], lo[1], hi[1], ds.z, (int)ds.w);
-        acc[j][2] += mmq_scaled<T>(&pb[h], lo[2], hi[2], ds.x, (int)ds.y);
-        acc[j][3] += mmq_scaled<T>(&pb[h], lo[3], hi[3], ds.z, (int)ds.w);
+        acc[j][0] += mmq_scaled<T>(&pa, lo[0], hi[0], ds.x, (int)ds.y);
+        acc[j][1] += mmq_scaled<T>(&pa, lo[1], hi[1], ds.z, (int)ds.w);
+        acc[j][2] += mmq_scaled<T>(&pb, lo[2], hi[2], ds.x, (int)ds.y);
+        acc[j][3] += mmq_scaled<T>(&pb, lo[3], hi[3], ds.z, (int)ds.w);
       }
     }
   }
-  if (wk > 1) { /* the group's other warps hand their sums to its first, summed in order */
-    float(*s_red)[NTILE][4][32] = reinterpret_cast<float(*)[NTILE][4][32]>(s_buf);
-    __syncthreads(); /* the last step's x is read */
-    if (sub)
+  /* the group's other warps hand their sums to its first, summed in order */
+  float(*s_red)[NTILE][4][32] = reinterpret_cast<float(*)[NTILE][4][32]>(s_buf);
+  __syncthreads(); /* the last step's tiles are read */
+  if (sub)
 #pragma unroll
-      for (int j = 0; j < NTILE; j++)
+    for (int j = 0; j < NTILE; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) s_red[warp][j][i][lane] = acc[j][i];
-    __syncthreads();
-    if (sub) return;
-    for (int k = 1; k < wk; k++)
+      for (int i = 0; i < 4; i++) s_red[warp][j][i][lane] = acc[j][i];
+  __syncthreads();
+  if (sub) return;
+  for (int k = 1; k < wk; k++)
 #pragma unroll
-      for (int j = 0; j < NTILE; j++)
+    for (int j = 0; j < NTILE; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[j][i] += s_red[warp + k][j][i][lane];
-  }
+      for (int i = 0; i < 4; i++) acc[j][i] += s_red[warp + k][j][i][lane];
 #pragma unroll
   for (int j = 0; j < NTILE; j++)
 #pragma unroll
@@ -666,14 +688,22 @@ static int mmq_tiles_for(int64_t cols) {
   return cols <= 8 ? 1 : cols <= 16 ? 2 : cols <= 32 ? 4 : 8;
 }
 
-/* Warps that split a row's chunks: as many as keep two blocks a multiprocessor busy (more
-** blocks of fewer rows), each warp left MMQ_CHUNKS chunks at least. */
-static int mmq_split(int64_t nc, int64_t M, int64_t ycols, int n_sm) {
-  int wk = 1;
-  while (wk < MMQ_SPLIT && nc >= (int64_t)2 * wk * MMQ_CHUNKS &&
-         (M + mmq_rows_per_block(wk) - 1) / mmq_rows_per_block(wk) * ycols < 2 * (int64_t)n_sm)
+/* Warps that split a step's chunks (2, 4 or 8: blocks of 64, 32 or 16 rows): the fewest that
+** keep three blocks a multiprocessor busy (as many as it holds). */
+static int mmq_split(int64_t M, int64_t ycols, int n_sm) {
+  int wk = 2;
+  while (wk < MMQ_WARPS &&
+         (M + mmq_rows_per_block(wk) - 1) / mmq_rows_per_block(wk) * ycols < 3 * (int64_t)n_sm)
     wk *= 2;
   return wk;
+}
+
+/* The widest copy unit (16, 4 or 2 bytes) every row's staged span allows. */
+static int mmq_align(int32_t type, const char *w, int64_t wnb1, int64_t wnb2) {
+  const int64_t span = type == T_Q4_0 ? 18 * MMQ_STEP : type == T_Q8_0 ? 34 * MMQ_STEP
+                       : type == T_Q4_K ? 144 : 210;
+  const int64_t a = (int64_t)(uintptr_t)w | wnb1 | wnb2 | span;
+  return a % 16 == 0 ? 16 : a % 4 == 0 ? 4 : 2;
 }
 
 /* Coded x's bytes for ncols columns (padded to whole n tiles): codes, then the scales. */
@@ -701,9 +731,10 @@ static void mmq_code_x(cu_stream s, void *scratch, const float *x, int64_t ldx, 
   }
 
 static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const char *w,
-                      int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wide, int wk,
+                      int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wk,
                       const int8_t *xq, const float2 *xds, int64_t ldc, const struct mmq_io &io) {
-#define CALL(T) MMQ_CALL_NT(T, ntiles, grid, w, wnb1, wnb2, K, M, wide, wk, xq, xds, ldc, io)
+  const int align = mmq_align(type, w, wnb1, wnb2);
+#define CALL(T) MMQ_CALL_NT(T, ntiles, grid, w, wnb1, wnb2, K, M, align, wk, xq, xds, ldc, io)
   DISPATCH_X8(type, CALL)
 #undef CALL
   return (int)cudaGetLastError();
@@ -721,12 +752,12 @@ extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const c
   int8_t *xq;
   float2 *xds;
   mmq_code_x(s, scratch, x, ldx, K, N, NULL, 1, 1, &xq, &xds);
-  const int wk = mmq_split(K / 32, M, ycols, n_sm);
+  const int wk = mmq_split(M, ycols, n_sm);
   const int64_t rows = mmq_rows_per_block(wk);
   struct mmq_io io = {};
   io.y = y, io.ldy = ldy, io.N = N, io.dnb0 = 4;
   return mmq_launch(s, type, ntiles, dim3((unsigned)((M + rows - 1) / rows), (unsigned)ycols), w,
-                    wnb1, 0, K, M, chunk_wide(w, wnb1), wk, xq, xds, mmq_ldc(N), io);
+                    wnb1, 0, K, M, wk, xq, xds, mmq_ldc(N), io);
 }
 
 /* ---- grouped expert products: pairs sorted by expert on the device ---------------- */
@@ -820,12 +851,11 @@ extern "C" int cu_mmq_id(cu_stream s, void *scratch, const cu_t *dst, const cu_t
   float2 *xds;
   mmq_code_x(s, scratch, reinterpret_cast<const float *>(x->p), ldx, K, cols, list, ids->ne[0],
              x->ne[1], &xq, &xds);
-  const int wk = mmq_split(K / 32, M, max_tiles, n_sm);
+  const int wk = mmq_split(M, max_tiles, n_sm);
   const int64_t rows = mmq_rows_per_block(wk);
   struct mmq_io io = {};
   io.tiles = tiles, io.list = list, io.nu = ids->ne[0];
   io.dp = dst->p, io.dnb0 = dst->nb[0], io.dnb1 = dst->nb[1], io.dnb2 = dst->nb[2];
   return mmq_launch(s, w->type, ntiles, dim3((unsigned)((M + rows - 1) / rows), (unsigned)max_tiles),
-                    w->p, w->nb[1], w->nb[2], K, M, chunk_wide(w->p, w->nb[1]), wk, xq, xds,
-                    mmq_ldc(cols), io);
+                    w->p, w->nb[1], w->nb[2], K, M, wk, xq, xds, mmq_ldc(cols), io);
 }

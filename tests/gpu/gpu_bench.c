@@ -117,6 +117,36 @@ static void bench_matmul(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, i
   free(w);
 }
 
+/* mat_mul_id: E experts of [k, m], `tokens` tokens choosing `used` experts each (ids drawn
+** uniformly, so about tokens used / E columns an expert), x shared by the slots (gate/up). */
+static void bench_matmul_id(struct tsr_backend *be, enum tsr_dtype dt, int64_t k, int64_t m,
+                            int64_t E, int64_t used, int64_t tokens) {
+  char label[96];
+  snprintf(label, sizeof label, "mat_mul_id %s %lldx%lld E=%lld/%lld tokens=%lld", tsr_dtype_name(dt),
+           (long long)m, (long long)k, (long long)used, (long long)E, (long long)tokens);
+  if (!wanted(label)) return;
+  void *w = weight_bytes(dt, k, m * E);
+  struct tsr_graph *g = tsr_graph_new(16);
+  struct tsr_tensor *wt = tsr_new_external(g, dt, 3, (int64_t[]){k, m, E}, w);
+  struct tsr_tensor *x = tsr_new_tensor_3d(g, TSR_F32, k, 1, tokens);
+  struct tsr_tensor *ids = tsr_new_tensor_2d(g, TSR_I32, used, tokens);
+  tsr_graph_mark_output(tsr_mat_mul_id(g, wt, x, ids));
+  struct tsr_test_graph tg = {.g = g};
+  if (tsr_backend_keep(be, w, tsr_tensor_nbytes(wt)) == TSR_OK && tsr_test_graph_alloc(&tg) == TSR_OK) {
+    tsr_test_fill_normal(x, 1.0f);
+    int32_t *id = ids->data;
+    for (int64_t i = 0; i < tokens; i++) /* distinct experts a token, as a router's top-k */
+      for (int64_t u = 0; u < used; u++) id[i * used + u] = (int32_t)((i * 7 + u * (E / used)) % E);
+    struct timing t = time_graph(be, g, 20);
+    /* FLOPs of the pairs' products */
+    if (t.wall_ms > 0) report(label, t, 2.0 * k * m * used * tokens / 1e9, "TFLOP/s");
+  }
+  tsr_backend_forget(be, w, tsr_tensor_nbytes(wt));
+  free(tg.arena);
+  tsr_graph_free(g);
+  free(w);
+}
+
 /* nq queries (1: decode) against nkv keys, no mask: every key seen; K in kk, V in vk
 ** (the label names one type where they are the same, "K/V" where not) */
 static void bench_attention(struct tsr_backend *be, enum tsr_dtype kk, enum tsr_dtype vk,
@@ -186,6 +216,11 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
     bench_matmul(be, TSR_Q4_K, 4096, 4096, cols[i]);
     bench_matmul(be, TSR_Q4_K, 4096, 12288, cols[i]);
+  }
+  /* Qwen3-30B-A3B's experts (128, 8 a token, 2048 -> 768): prefill and 32 streams' step */
+  for (int64_t tokens = 32; tokens <= 512; tokens *= 16) {
+    bench_matmul_id(be, TSR_Q4_K, 2048, 768, 128, 8, tokens);
+    bench_matmul_id(be, TSR_Q6_K, 768, 2048, 128, 8, tokens);
   }
   bench_matmul(be, TSR_F16, 4096, 4096, 512);
   bench_matmul(be, TSR_Q4_0, 4096, 4096, 512);

@@ -230,18 +230,27 @@ extern "C" int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_
 ** bytes in flight to cover HBM's latency. Here x is coded once per product
 ** (x8_block's rule, a warp per 32 values) and a lane takes a whole 32-weight chunk:
 ** 18-34 bytes of weights per row and 32 bytes of x codes, dotted four bytes at a time. */
+/* A warp's 32 values (v this lane's) coded by x8_block's rule: this lane's code; *d the
+** scale and *sum the codes' sum, on every lane. */
+__device__ static inline int x8_code_warp(float v, float *d, int *sum) {
+  float amax = fabsf(v);
+  for (int o = 16; o > 0; o >>= 1) amax = x8_absmax(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  *d = x8_scale(amax);
+  const int q = x8_code(v, x8_inv(*d));
+  int s = q;
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  *sum = s;
+  return q;
+}
+
 __global__ void k_quant_x8(int8_t *xq, float2 *xds, const float *x, int64_t ldx, int64_t K, int N) {
   const int64_t nc = K / 32, blk = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (blk >= nc * N) return;
   const int64_t n = blk / nc, c = blk % nc;
-  const float v = x[n * ldx + c * 32 + lane];
-  float amax = fabsf(v);
-  for (int o = 16; o > 0; o >>= 1) amax = x8_absmax(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = x8_scale(amax);
-  const int q = x8_code(v, x8_inv(d));
-  int sum = q;
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  float d;
+  int sum;
+  const int q = x8_code_warp(x[n * ldx + c * 32 + lane], &d, &sum);
   xq[n * K + c * 32 + lane] = (int8_t)q;
   if (lane == 0) xds[n * nc + c] = make_float2(d, (float)sum);
 }
@@ -495,13 +504,9 @@ __global__ void k_quant_x8_mmq(int8_t *xq, float2 *xds, int64_t ldc, const float
     const int64_t p = list[k];
     col = p < 0 ? -1 : p / nu * xs1 + (xs1 == 1 ? 0 : p % nu);
   }
-  const float v = col >= 0 ? x[col * ldx + c * 32 + lane] : 0.0f;
-  float amax = fabsf(v);
-  for (int o = 16; o > 0; o >>= 1) amax = x8_absmax(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = x8_scale(amax);
-  const int q = x8_code(v, x8_inv(d));
-  int sum = q;
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  float d;
+  int sum;
+  const int q = x8_code_warp(col >= 0 ? x[col * ldx + c * 32 + lane] : 0.0f, &d, &sum);
   xq[(k * nc + c) * 32 + mmq_code_at(lane)] = (int8_t)q;
   if (lane == 0) xds[c * ldc + k] = make_float2(d, (float)sum);
 }

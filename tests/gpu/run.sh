@@ -43,7 +43,8 @@
 #       TESSERA_CUDA_ATTN_GQA_DECODE=0 with decode on the tile kernels instead of the GQA
 #       decode kernel, =1 with that kernel never staged (ops and dca check whichever runs on
 #       every one-query case).
-#       DCA on against off: tests/gpu/dca_bench.sh.
+#       DCA on against off: tests/gpu/dca_bench.sh. Two builds' product kernels (op parity,
+#       gpu_bench, A over B): tests/gpu/ab_products.sh.
 #   tests/gpu/run.sh sanitize RUN_DIR [FILTER]   gpu_op_parity under compute-sanitizer
 #       --tool memcheck (every case, or those whose name contains FILTER).
 #

@@ -223,6 +223,11 @@ extern "C" int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_
   return (int)cudaGetLastError();
 }
 
+/* The expert id of slot u of token t (mat_mul_id's ids [slots, tokens], i32). */
+__device__ static inline int32_t expert_id(const cu_t &ids, int64_t u, int64_t t) {
+  return *reinterpret_cast<const int32_t *>(ids.p + u * ids.nb[0] + t * ids.nb[1]);
+}
+
 /* ---- gemv, q8 path: x quantized to 8 bits, integer dots ----------------------- */
 
 /* Why: the f32 gemv reads 4 bytes of x from L1 per weight against 0.56 bytes of a
@@ -356,7 +361,7 @@ __global__ void k_gemv_x8_id(cu_t dst, cu_t w, cu_t ids, const int8_t *xq, const
   const int64_t K = w.ne[0], M = w.ne[1], nu = ids.ne[0], p = blockIdx.y, u = p % nu, t = p / nu;
   const int64_t rows = x8_rows_per_block(wpr), m0 = blockIdx.x * rows;
   const int64_t col = t * xs1 + (xs1 == 1 ? 0 : u);
-  const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + u * ids.nb[0] + t * ids.nb[1]);
+  const int32_t e = expert_id(ids, u, t);
   const bool valid = e >= 0 && e < w.ne[2];
   if (valid) /* uniform over the block: the barriers inside are safe */
     x8_block_rows<T, 1>(sum, w.p + e * w.nb[2], w.nb[1], M, m0, wpr, K, xq + col * K,
@@ -436,7 +441,7 @@ __global__ void k_mmid_direct(cu_t dst, cu_t w, cu_t x, cu_t ids) {
   const int lane = threadIdx.x % 32;
   if (item >= M * np) return;
   const int64_t m = item % M, p = item / M, u = p % nu, t = p / nu;
-  const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + u * ids.nb[0] + t * ids.nb[1]);
+  const int32_t e = expert_id(ids, u, t);
   float acc = 0.0f;
   if (e >= 0 && e < w.ne[2]) {
     const char *row = w.p + e * w.nb[2] + m * w.nb[1];
@@ -703,10 +708,8 @@ static int mmq_split(int64_t M, int64_t ycols, int n_sm) {
   return wk;
 }
 
-/* The widest copy unit (16, 4 or 2 bytes) every row's staged span allows. */
-static int mmq_align(int32_t type, const char *w, int64_t wnb1, int64_t wnb2) {
-  const int64_t span = type == T_Q4_0 ? 18 * MMQ_STEP : type == T_Q8_0 ? 34 * MMQ_STEP
-                       : type == T_Q4_K ? 144 : 210;
+/* The widest copy unit (16, 4 or 2 bytes) every row's staged span (mmq_span) allows. */
+static int mmq_align(const char *w, int64_t wnb1, int64_t wnb2, int64_t span) {
   const int64_t a = (int64_t)(uintptr_t)w | wnb1 | wnb2 | span;
   return a % 16 == 0 ? 16 : a % 4 == 0 ? 4 : 2;
 }
@@ -738,8 +741,11 @@ static void mmq_code_x(cu_stream s, void *scratch, const float *x, int64_t ldx, 
 static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const char *w,
                       int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wk,
                       const int8_t *xq, const float2 *xds, int64_t ldc, const struct mmq_io &io) {
-  const int align = mmq_align(type, w, wnb1, wnb2);
-#define CALL(T) MMQ_CALL_NT(T, ntiles, grid, w, wnb1, wnb2, K, M, align, wk, xq, xds, ldc, io)
+#define CALL(T)                                                                               \
+  {                                                                                           \
+    const int align = mmq_align(w, wnb1, wnb2, mmq_span<T>());                                \
+    MMQ_CALL_NT(T, ntiles, grid, w, wnb1, wnb2, K, M, align, wk, xq, xds, ldc, io)            \
+  }
   DISPATCH_X8(type, CALL)
 #undef CALL
   return (int)cudaGetLastError();
@@ -781,7 +787,7 @@ __global__ void k_mmq_group(cu_t ids, int64_t E, int bn, int32_t *list, int64_t 
   for (int64_t k = threadIdx.x; k < list_len; k += blockDim.x) list[k] = -1;
   __syncthreads();
   for (int64_t p = threadIdx.x; p < np; p += blockDim.x) {
-    const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + p % nu * ids.nb[0] + p / nu * ids.nb[1]);
+    const int32_t e = expert_id(ids, p % nu, p / nu);
     if (e >= 0 && e < E) atomicAdd(&s_cnt[e], 1);
   }
   __syncthreads();
@@ -799,7 +805,7 @@ __global__ void k_mmq_group(cu_t ids, int64_t E, int bn, int32_t *list, int64_t 
   __syncthreads();
   for (int64_t p = threadIdx.x; p < np; p += blockDim.x) {
     const int64_t u = p % nu, tok = p / nu;
-    const int32_t e = *reinterpret_cast<const int32_t *>(ids.p + u * ids.nb[0] + tok * ids.nb[1]);
+    const int32_t e = expert_id(ids, u, tok);
     if (e >= 0 && e < E) {
       list[start[e] + atomicAdd(&s_cnt[e], 1)] = (int32_t)p;
     } else {

@@ -544,46 +544,44 @@ __device__ static inline void mma_k16(int c[4], int a0, int a1, int b0) {
       : "r"(a0), "r"(a1), "r"(b0));
 }
 
-#define MMQ_WARPS 8 /* warps of a block */
-#define MMQ_STEP 8  /* chunks a block stages a step: one superblock of the k-quants */
-#define MMQ_MAX_ROWS (MMQ_WARPS / 2 * MMQ_ROWS) /* rows of a block at most (two warps a row) */
+#define MMQ_WARPS 8                     /* warps of a block, MMQ_ROWS rows each */
+#define MMQ_BLOCK_ROWS (MMQ_WARPS * MMQ_ROWS) /* rows of a block */
 
-/* Rows of a block: MMQ_ROWS for each group of wk warps (wk warps split a step's chunks). */
-__host__ __device__ static inline int64_t mmq_rows_per_block(int wk) {
-  return (int64_t)(MMQ_WARPS / wk) * MMQ_ROWS;
-}
-
-/* Bytes of MMQ_STEP chunks of a row of type T, where chunk c starts within its row, and the
-** row stride of the staged tile (16-byte steps, so 16-byte copies land aligned). */
+/* Chunks a block stages a step (a k-quant's superblock; 4 of the 32-weight types, whose
+** step then takes as many bytes), their bytes in a row, and the staged tile's row stride
+** (16-byte steps, so 16-byte copies land aligned; 16 more against bank conflicts). */
+template <int T> __host__ __device__ constexpr int mmq_step() { return T == T_Q4_K || T == T_Q6_K ? 8 : 4; }
 template <int T> __host__ __device__ constexpr int mmq_span() {
-  return T == T_Q4_0 ? 18 * MMQ_STEP : T == T_Q8_0 ? 34 * MMQ_STEP : T == T_Q4_K ? 144 : 210;
+  return T == T_Q4_0 ? 18 * 4 : T == T_Q8_0 ? 34 * 4 : T == T_Q4_K ? 144 : 210;
 }
+template <int T> __host__ __device__ constexpr int mmq_stride() { return (mmq_span<T>() + 31) / 16 * 16; }
 template <int T> __device__ static inline int64_t mmq_offset(int64_t c) {
   return T == T_Q4_0 ? c * 18 : T == T_Q8_0 ? c * 34 : T == T_Q4_K ? c / 8 * 144 : c / 8 * 210;
 }
-template <int T> __host__ __device__ constexpr int mmq_stride() { return (mmq_span<T>() + 31) / 16 * 16; }
+/* Dynamic shared memory of a block: the weight tile, x's codes [chunk][column][32], scales. */
+template <int T> static size_t mmq_smem(int bn) {
+  return (size_t)MMQ_BLOCK_ROWS * mmq_stride<T>() + (size_t)mmq_step<T>() * bn * 40;
+}
 
-/* A block: rows blockIdx.x * rows_per_block .., NTILE n tiles of columns (mmq_io), x coded
-** by k_quant_x8_mmq (scales ldc apart). Each step every thread copies a share of the block's
-** rows (MMQ_STEP chunks of each) and of x's codes and scales for its columns into shared
-** memory, coalesced (16-byte loads where rows and chunks are 16-byte aligned, else 4 or 2);
-** then the wk warps of each 16-row group take MMQ_STEP / wk chunks each, their fragments read
-** there. Loads from global memory are whole lines, never a byte a lane from 8 rows. */
+/* A block: MMQ_BLOCK_ROWS rows from blockIdx.x, NTILE n tiles of columns (mmq_io), chunks
+** [blockIdx.z csz, + csz) of K (split-K: gridDim.z > 1 writes partial sums to part[z][column][row]
+** for k_mmq_reduce, dense only), x coded by k_quant_x8_mmq (scales ldc apart). Each step every
+** thread copies a share of the rows' bytes for mmq_step chunks and of x's codes and scales
+** for the block's columns into shared memory, coalesced (16-byte loads where rows are 16-byte
+** aligned, else 4 or 2); then each warp multiplies its 16 rows' chunks against every column.
+** A block of 128 rows reads x once for all of them: blocks of 16 rows read x 8 times as often,
+** more bytes than the weights (the kernel's first versions). */
 template <int T, int NTILE>
-__global__ void __launch_bounds__(32 * MMQ_WARPS, 3)
-k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align, int wk,
-      const int8_t *xq, const float2 *xds, int64_t ldc, struct mmq_io io) {
-  constexpr int BN = NTILE * MMQ_COLS, SPAN = mmq_span<T>(), STRIDE = mmq_stride<T>();
-  constexpr int W_BYTES = MMQ_MAX_ROWS * STRIDE, X_BYTES = MMQ_STEP * BN * 40;
-  constexpr int RED_BYTES = MMQ_WARPS * NTILE * 4 * 32 * 4;
-  constexpr int BUF = W_BYTES + X_BYTES > RED_BYTES ? W_BYTES + X_BYTES : RED_BYTES;
-  /* a step's weights [row][STRIDE], x's codes [chunk][column][32] and scales [chunk][column];
-  ** after the loop, the split warps' sums */
-  __shared__ __align__(16) unsigned char s_buf[BUF];
+__global__ void __launch_bounds__(32 * MMQ_WARPS, 2)
+k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align, int64_t csz,
+      const int8_t *xq, const float2 *xds, int64_t ldc, struct mmq_io io, float *part) {
+  constexpr int BN = NTILE * MMQ_COLS, STEP = mmq_step<T>(), SPAN = mmq_span<T>();
+  constexpr int STRIDE = mmq_stride<T>();
+  extern __shared__ __align__(16) unsigned char s_dyn[];
   __shared__ char *s_out[BN]; /* where each column's row 0 goes */
-  unsigned char *s_w = s_buf;
-  int8_t *s_codes = reinterpret_cast<int8_t *>(s_buf + W_BYTES);
-  float2 *s_ds = reinterpret_cast<float2 *>(s_buf + W_BYTES + MMQ_STEP * BN * 32);
+  unsigned char *s_w = s_dyn;
+  int8_t *s_codes = reinterpret_cast<int8_t *>(s_dyn + MMQ_BLOCK_ROWS * STRIDE);
+  float2 *s_ds = reinterpret_cast<float2 *>(s_codes + STEP * BN * 32);
   int n;
   int64_t k0; /* the block's first coded column */
   if (io.tiles) {
@@ -599,30 +597,30 @@ k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align
     k0 = blockIdx.y * (int64_t)BN;
     n = (int)(io.N - k0 < BN ? io.N - k0 : BN);
     for (int j = threadIdx.x; j < n; j += blockDim.x)
-      s_out[j] = reinterpret_cast<char *>(io.y + (k0 + j) * io.ldy);
+      s_out[j] = part ? reinterpret_cast<char *>(part + ((int64_t)blockIdx.z * io.N + k0 + j) * M)
+                      : reinterpret_cast<char *>(io.y + (k0 + j) * io.ldy);
   }
   const int cols = (n + MMQ_COLS - 1) / MMQ_COLS * MMQ_COLS; /* coded columns the block reads */
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int sub = warp % wk, grp = warp / wk, per_warp = MMQ_STEP / wk;
-  const int rows = (int)mmq_rows_per_block(wk);
-  const int64_t mb = blockIdx.x * (int64_t)rows, m0 = mb + grp * MMQ_ROWS;
-  const unsigned char *sa = s_w + (grp * MMQ_ROWS + g) * STRIDE, *sb = sa + 8 * STRIDE;
-  const int64_t nc = K / 32;
+  const int64_t mb = blockIdx.x * (int64_t)MMQ_BLOCK_ROWS, m0 = mb + warp * MMQ_ROWS;
+  const unsigned char *sa = s_w + (warp * MMQ_ROWS + g) * STRIDE, *sb = sa + 8 * STRIDE;
+  const int64_t nc = K / 32, c_begin = blockIdx.z * csz;
+  const int64_t c_end = c_begin + csz < nc ? c_begin + csz : nc;
   float acc[NTILE][4];
 #pragma unroll
   for (int j = 0; j < NTILE; j++)
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-  for (int64_t c0 = 0; c0 < nc; c0 += MMQ_STEP) {
-    const int in_step = (int)(nc - c0 < MMQ_STEP ? nc - c0 : MMQ_STEP);
-    const int span = T == T_Q4_0 || T == T_Q8_0 ? SPAN / MMQ_STEP * in_step : SPAN;
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += STEP) {
+    const int in_step = (int)(c_end - c0 < STEP ? c_end - c0 : STEP);
+    const int span = T == T_Q4_0 || T == T_Q8_0 ? SPAN / STEP * in_step : SPAN;
     const int64_t off = mmq_offset<T>(c0);
-    if (c0) __syncthreads(); /* the last step's tiles are read */
-    /* the rows (past M: the last row again, never stored) */
-    /* a short last step of q4_0 / q8_0 (18 or 34 bytes a chunk) may need a narrower unit */
+    if (c0 != c_begin) __syncthreads(); /* the last step's tiles are read */
+    /* the rows (past M: the last row again, never stored); a short last step of q4_0 / q8_0
+       (18 or 34 bytes a chunk) may need a narrower unit */
     const int al = span % align == 0 ? align : span % 4 == 0 && align >= 4 ? 4 : 2;
     const int units = span / al;
-    for (int v = threadIdx.x; v < rows * units; v += blockDim.x) {
+    for (int v = threadIdx.x; v < MMQ_BLOCK_ROWS * units; v += blockDim.x) {
       const int r = v / units, q = v % units;
       const int64_t m = mb + r < M ? mb + r : M - 1;
       const char *src = w + m * wnb1 + off;
@@ -645,7 +643,7 @@ k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align
           __ldg(reinterpret_cast<const float4 *>(xds + (c0 + h) * ldc + k0) + j2);
     }
     __syncthreads();
-    for (int h = sub * per_warp; h < (sub + 1) * per_warp && h < in_step; h++) {
+    for (int h = 0; h < in_step; h++) {
       struct mmq_part pa, pb;
       mmq_part_of<T>(sa, h, t, 1, &pa);
       mmq_part_of<T>(sb, h, t, 1, &pb);
@@ -668,29 +666,24 @@ k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align
       }
     }
   }
-  /* the group's other warps hand their sums to its first, summed in order */
-  float(*s_red)[NTILE][4][32] = reinterpret_cast<float(*)[NTILE][4][32]>(s_buf);
-  __syncthreads(); /* the last step's tiles are read */
-  if (sub)
-#pragma unroll
-    for (int j = 0; j < NTILE; j++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) s_red[warp][j][i][lane] = acc[j][i];
-  __syncthreads();
-  if (sub) return;
-  for (int k = 1; k < wk; k++)
-#pragma unroll
-    for (int j = 0; j < NTILE; j++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[j][i] += s_red[warp + k][j][i][lane];
+  const int64_t dnb0 = part ? 4 : io.dnb0;
 #pragma unroll
   for (int j = 0; j < NTILE; j++)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       const int col = j * MMQ_COLS + 2 * t + (i & 1);
       const int64_t m = m0 + g + 8 * (i >> 1);
-      if (col < n && m < M) *reinterpret_cast<float *>(s_out[col] + m * io.dnb0) = acc[j][i];
+      if (col < n && m < M) *reinterpret_cast<float *>(s_out[col] + m * dnb0) = acc[j][i];
     }
+}
+
+/* y[m + n ldy] = the split-K partial sums part[z][n][m], summed in z order. */
+__global__ void k_mmq_reduce(float *y, int64_t ldy, const float *part, int64_t M, int64_t N, int ks) {
+  FOR_EACH(f, M * N) {
+    float a = 0.0f;
+    for (int z = 0; z < ks; z++) a += part[z * M * N + f];
+    y[f % M + f / M * ldy] = a;
+  }
 }
 
 /* n tiles a block takes for about `cols` columns: 1, 2, 4 or 8 */
@@ -698,14 +691,12 @@ static int mmq_tiles_for(int64_t cols) {
   return cols <= 8 ? 1 : cols <= 16 ? 2 : cols <= 32 ? 4 : 8;
 }
 
-/* Warps that split a step's chunks (2, 4 or 8: blocks of 64, 32 or 16 rows): the fewest that
-** keep three blocks a multiprocessor busy (as many as it holds). */
-static int mmq_split(int64_t M, int64_t ycols, int n_sm) {
-  int wk = 2;
-  while (wk < MMQ_WARPS &&
-         (M + mmq_rows_per_block(wk) - 1) / mmq_rows_per_block(wk) * ycols < 3 * (int64_t)n_sm)
-    wk *= 2;
-  return wk;
+/* K split over blocks (dense products): the fewest parts (1, 2, 4, 8) that make two blocks
+** for every multiprocessor, each part two steps at least. */
+static int mmq_k_parts(int64_t nc, int64_t blocks, int n_sm) {
+  int ks = 1;
+  while (ks < 8 && blocks * ks < 2 * (int64_t)n_sm && nc / (2 * ks) >= 16) ks *= 2;
+  return ks;
 }
 
 /* The widest copy unit (16, 4 or 2 bytes) every row's staged span (mmq_span) allows. */
@@ -730,28 +721,48 @@ static void mmq_code_x(cu_stream s, void *scratch, const float *x, int64_t ldx, 
                                                             list, nu, xs1);
 }
 
-#define MMQ_CALL_NT(T, NTILES, GRID, ...)                                                     \
-  switch (NTILES) {                                                                         \
-  case 1: k_mmq<T, 1><<<GRID, 32 * MMQ_WARPS, 0, s>>>(__VA_ARGS__); break;                  \
-  case 2: k_mmq<T, 2><<<GRID, 32 * MMQ_WARPS, 0, s>>>(__VA_ARGS__); break;                  \
-  case 4: k_mmq<T, 4><<<GRID, 32 * MMQ_WARPS, 0, s>>>(__VA_ARGS__); break;                  \
-  default: k_mmq<T, 8><<<GRID, 32 * MMQ_WARPS, 0, s>>>(__VA_ARGS__); break;                 \
+/* Launches k_mmq<T, ntiles>, its dynamic shared memory allowed once per instantiation. */
+template <int T, int NTILE>
+static int mmq_launch_t(cu_stream s, dim3 grid, const char *w, int64_t wnb1, int64_t wnb2,
+                        int64_t K, int64_t M, int64_t csz, const int8_t *xq,
+                        const float2 *xds, int64_t ldc, const struct mmq_io &io, float *part) {
+  static bool allowed;
+  const size_t smem = mmq_smem<T>(NTILE * MMQ_COLS);
+  if (!allowed) {
+    const cudaError_t e =
+        cudaFuncSetAttribute(k_mmq<T, NTILE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess) return (int)e;
+    allowed = true;
   }
-
-static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const char *w,
-                      int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int wk,
-                      const int8_t *xq, const float2 *xds, int64_t ldc, const struct mmq_io &io) {
-#define CALL(T)                                                                               \
-  {                                                                                           \
-    const int align = mmq_align(w, wnb1, wnb2, mmq_span<T>());                                \
-    MMQ_CALL_NT(T, ntiles, grid, w, wnb1, wnb2, K, M, align, wk, xq, xds, ldc, io)            \
-  }
-  DISPATCH_X8(type, CALL)
-#undef CALL
+  k_mmq<T, NTILE><<<grid, 32 * MMQ_WARPS, smem, s>>>(w, wnb1, wnb2, K, M,
+                                                    mmq_align(w, wnb1, wnb2, mmq_span<T>()), csz,
+                                                    xq, xds, ldc, io, part);
   return (int)cudaGetLastError();
 }
 
-extern "C" size_t cu_mmq_scratch(int64_t K, int64_t N) { return mmq_x_bytes(K, N); }
+static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const char *w,
+                      int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int64_t csz,
+                      const int8_t *xq, const float2 *xds, int64_t ldc, const struct mmq_io &io,
+                      float *part) {
+#define CALL_NT(T, NTILE) \
+  return mmq_launch_t<T, NTILE>(s, grid, w, wnb1, wnb2, K, M, csz, xq, xds, ldc, io, part)
+#define CALL(T)                        \
+  switch (ntiles) {                    \
+  case 1: CALL_NT(T, 1);               \
+  case 2: CALL_NT(T, 2);               \
+  case 4: CALL_NT(T, 4);               \
+  default: CALL_NT(T, 8);              \
+  }
+  DISPATCH_X8(type, CALL)
+#undef CALL
+#undef CALL_NT
+  return (int)cudaErrorInvalidValue;
+}
+
+/* Scratch: coded x, then the split-K partial sums (up to 8 parts of N x M). */
+extern "C" size_t cu_mmq_scratch(int64_t K, int64_t M, int64_t N) {
+  return (mmq_x_bytes(K, N) + 15) / 16 * 16 + (size_t)(8 * M * N) * sizeof(float);
+}
 
 extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w,
                       int32_t type, int64_t K, int64_t M, int64_t wnb1, const float *x,
@@ -763,12 +774,21 @@ extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const c
   int8_t *xq;
   float2 *xds;
   mmq_code_x(s, scratch, x, ldx, K, N, NULL, 1, 1, &xq, &xds);
-  const int wk = mmq_split(M, ycols, n_sm);
-  const int64_t rows = mmq_rows_per_block(wk);
+  const int64_t nc = K / 32, row_blocks = (M + MMQ_BLOCK_ROWS - 1) / MMQ_BLOCK_ROWS;
+  const int ks = mmq_k_parts(nc, row_blocks * ycols, n_sm);
+  /* each part whole superblocks (8 chunks) */
+  const int64_t csz = ((nc + ks - 1) / ks + 7) / 8 * 8;
+  float *part = ks > 1 ? reinterpret_cast<float *>(static_cast<char *>(scratch) +
+                                                   (mmq_x_bytes(K, N) + 15) / 16 * 16)
+                       : NULL;
   struct mmq_io io = {};
   io.y = y, io.ldy = ldy, io.N = N, io.dnb0 = 4;
-  return mmq_launch(s, type, ntiles, dim3((unsigned)((M + rows - 1) / rows), (unsigned)ycols), w,
-                    wnb1, 0, K, M, wk, xq, xds, mmq_ldc(N), io);
+  const int e = mmq_launch(s, type, ntiles,
+                           dim3((unsigned)row_blocks, (unsigned)ycols, (unsigned)((nc + csz - 1) / csz)),
+                           w, wnb1, 0, K, M, csz, xq, xds, mmq_ldc(N), io, part);
+  if (e || !part) return e;
+  k_mmq_reduce<<<grid_for(M * N), NT, 0, s>>>(y, ldy, part, M, N, (int)((nc + csz - 1) / csz));
+  return (int)cudaGetLastError();
 }
 
 /* ---- grouped expert products: pairs sorted by expert on the device ---------------- */
@@ -862,11 +882,11 @@ extern "C" int cu_mmq_id(cu_stream s, void *scratch, const cu_t *dst, const cu_t
   float2 *xds;
   mmq_code_x(s, scratch, reinterpret_cast<const float *>(x->p), ldx, K, cols, list, ids->ne[0],
              x->ne[1], &xq, &xds);
-  const int wk = mmq_split(M, max_tiles, n_sm);
-  const int64_t rows = mmq_rows_per_block(wk);
+  (void)n_sm; /* the tiles fill the device: K is not split */
   struct mmq_io io = {};
   io.tiles = tiles, io.list = list, io.nu = ids->ne[0];
   io.dp = dst->p, io.dnb0 = dst->nb[0], io.dnb1 = dst->nb[1], io.dnb2 = dst->nb[2];
-  return mmq_launch(s, w->type, ntiles, dim3((unsigned)((M + rows - 1) / rows), (unsigned)max_tiles),
-                    w->p, w->nb[1], w->nb[2], K, M, wk, xq, xds, mmq_ldc(cols), io);
+  return mmq_launch(s, w->type, ntiles,
+                    dim3((unsigned)((M + MMQ_BLOCK_ROWS - 1) / MMQ_BLOCK_ROWS), (unsigned)max_tiles, 1),
+                    w->p, w->nb[1], w->nb[2], K, M, K / 32, xq, xds, mmq_ldc(cols), io, NULL);
 }

@@ -548,40 +548,59 @@ __device__ static inline void mma_k16(int c[4], int a0, int a1, int b0) {
 #define MMQ_BLOCK_ROWS (MMQ_WARPS * MMQ_ROWS) /* rows of a block */
 
 /* Chunks a block stages a step (a k-quant's superblock; 4 of the 32-weight types, whose
-** step then takes as many bytes), their bytes in a row, and the staged tile's row stride
-** (16-byte steps, so 16-byte copies land aligned; 16 more against bank conflicts). */
+** step then takes as many bytes), their bytes in a row, and the staged tile's row stride: room
+** for the 16-byte windows covering a span at any offset, an odd number of 16-byte units so
+** the 8 rows a fragment reads start in 8 different banks. */
 template <int T> __host__ __device__ constexpr int mmq_step() { return T == T_Q4_K || T == T_Q6_K ? 8 : 4; }
 template <int T> __host__ __device__ constexpr int mmq_span() {
   return T == T_Q4_0 ? 18 * 4 : T == T_Q8_0 ? 34 * 4 : T == T_Q4_K ? 144 : 210;
 }
-template <int T> __host__ __device__ constexpr int mmq_stride() { return (mmq_span<T>() + 31) / 16 * 16; }
+template <int T> __host__ __device__ constexpr int mmq_stride() {
+  return ((mmq_span<T>() + 15 + 15) / 16 | 1) * 16;
+}
 template <int T> __device__ static inline int64_t mmq_offset(int64_t c) {
   return T == T_Q4_0 ? c * 18 : T == T_Q8_0 ? c * 34 : T == T_Q4_K ? c / 8 * 144 : c / 8 * 210;
 }
-/* Dynamic shared memory of a block: the weight tile, x's codes [chunk][column][32], scales. */
-template <int T> static size_t mmq_smem(int bn) {
+/* Dynamic shared memory of one stage: the weight tile, x's codes [chunk][column][32], scales. */
+template <int T> static size_t mmq_stage_bytes(int bn) {
   return (size_t)MMQ_BLOCK_ROWS * mmq_stride<T>() + (size_t)mmq_step<T>() * bn * 40;
+}
+template <int T> static size_t mmq_smem(int bn) { return 2 * mmq_stage_bytes<T>(bn); }
+
+/* 16 bytes from global src to shared dst, of which the first `valid` are read and the rest
+** zero-filled (cp.async's source size: a window never reads past a row's staged span). */
+__device__ static inline void cp_async16(void *dst, const void *src, int valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   (unsigned)__cvta_generic_to_shared(dst)),
+               "l"(src), "r"(valid));
+}
+__device__ static inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ static inline void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+/* Where row m's span for the step at chunk c0 starts, and its offset within its 16-byte
+** window (the window is what is staged: rows of a k-quant are 2-byte aligned at best). */
+template <int T>
+__device__ static inline const char *mmq_src(const char *w, int64_t wnb1, int64_t m, int64_t c0) {
+  return w + m * wnb1 + mmq_offset<T>(c0);
 }
 
 /* A block: MMQ_BLOCK_ROWS rows from blockIdx.x, NTILE n tiles of columns (mmq_io), chunks
 ** [blockIdx.z csz, + csz) of K (split-K: gridDim.z > 1 writes partial sums to part[z][column][row]
-** for k_mmq_reduce, dense only), x coded by k_quant_x8_mmq (scales ldc apart). Each step every
-** thread copies a share of the rows' bytes for mmq_step chunks and of x's codes and scales
-** for the block's columns into shared memory, coalesced (16-byte loads where rows are 16-byte
-** aligned, else 4 or 2); then each warp multiplies its 16 rows' chunks against every column.
-** A block of 128 rows reads x once for all of them: blocks of 16 rows read x 8 times as often,
-** more bytes than the weights (the kernel's first versions). */
+** for k_mmq_reduce, dense only), x coded by k_quant_x8_mmq (scales ldc apart). The block
+** stages mmq_step chunks at a time in shared memory with cp.async, two stages in flight: each
+** row's bytes as the 16-byte windows covering them, x's codes and scales for the block's
+** columns; then each warp multiplies its 16 rows' chunks against every column. A block of 128
+** rows reads x once for all of them: blocks of 16 rows read x 8 times as often, more bytes
+** than the weights (the kernel's first versions). */
 template <int T, int NTILE>
 __global__ void __launch_bounds__(32 * MMQ_WARPS, 2)
-k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align, int64_t csz,
+k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int64_t csz,
       const int8_t *xq, const float2 *xds, int64_t ldc, struct mmq_io io, float *part) {
   constexpr int BN = NTILE * MMQ_COLS, STEP = mmq_step<T>(), SPAN = mmq_span<T>();
-  constexpr int STRIDE = mmq_stride<T>();
+  constexpr int STRIDE = mmq_stride<T>(), UNITS = STRIDE / 16;
+  constexpr int STAGE = MMQ_BLOCK_ROWS * STRIDE + STEP * BN * 40;
   extern __shared__ __align__(16) unsigned char s_dyn[];
   __shared__ char *s_out[BN]; /* where each column's row 0 goes */
-  unsigned char *s_w = s_dyn;
-  int8_t *s_codes = reinterpret_cast<int8_t *>(s_dyn + MMQ_BLOCK_ROWS * STRIDE);
-  float2 *s_ds = reinterpret_cast<float2 *>(s_codes + STEP * BN * 32);
   int n;
   int64_t k0; /* the block's first coded column */
   if (io.tiles) {
@@ -603,50 +622,60 @@ k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align
   const int cols = (n + MMQ_COLS - 1) / MMQ_COLS * MMQ_COLS; /* coded columns the block reads */
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t mb = blockIdx.x * (int64_t)MMQ_BLOCK_ROWS, m0 = mb + warp * MMQ_ROWS;
-  const unsigned char *sa = s_w + (warp * MMQ_ROWS + g) * STRIDE, *sb = sa + 8 * STRIDE;
+  /* the lane's two rows (past M: the last row again, never stored) */
+  const int64_t ma = m0 + g < M ? m0 + g : M - 1, mc = m0 + g + 8 < M ? m0 + g + 8 : M - 1;
   const int64_t nc = K / 32, c_begin = blockIdx.z * csz;
   const int64_t c_end = c_begin + csz < nc ? c_begin + csz : nc;
+  /* the step at c0 into stage `buf`: a short last step of q4_0 / q8_0 stages fewer bytes */
+  auto stage = [&](int buf, int64_t c0) {
+    unsigned char *s_w = s_dyn + buf * STAGE;
+    int8_t *s_codes = reinterpret_cast<int8_t *>(s_w + MMQ_BLOCK_ROWS * STRIDE);
+    float2 *s_ds = reinterpret_cast<float2 *>(s_codes + STEP * BN * 32);
+    const int in_step = (int)(c_end - c0 < STEP ? c_end - c0 : STEP);
+    const int span = T == T_Q4_0 || T == T_Q8_0 ? SPAN / STEP * in_step : SPAN;
+    for (int v = threadIdx.x; v < MMQ_BLOCK_ROWS * UNITS; v += blockDim.x) {
+      const int r = v / UNITS, q = v % UNITS;
+      const int64_t m = mb + r < M ? mb + r : M - 1;
+      const char *src = mmq_src<T>(w, wnb1, m, c0);
+      const char *win = reinterpret_cast<const char *>((uintptr_t)src & ~(uintptr_t)15) + 16 * q;
+      const int64_t valid = src + span - win;
+      if (valid > 0) cp_async16(s_w + r * STRIDE + 16 * q, win, valid < 16 ? (int)valid : 16);
+    }
+    for (int v = threadIdx.x; v < cols * in_step * 2; v += blockDim.x) {
+      const int j = v / (in_step * 2), h = v % (in_step * 2) / 2, half = v % 2;
+      cp_async16(s_codes + (h * BN + j) * 32 + 16 * half,
+                 xq + ((k0 + j) * nc + c0 + h) * 32 + 16 * half, 16);
+    }
+    for (int v = threadIdx.x; v < in_step * cols / 2; v += blockDim.x) {
+      const int h = v / (cols / 2), j2 = v % (cols / 2);
+      cp_async16(s_ds + h * BN + 2 * j2, xds + (c0 + h) * ldc + k0 + 2 * j2, 16);
+    }
+  };
   float acc[NTILE][4];
 #pragma unroll
   for (int j = 0; j < NTILE; j++)
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[j][i] = 0.0f;
-  for (int64_t c0 = c_begin; c0 < c_end; c0 += STEP) {
-    const int in_step = (int)(c_end - c0 < STEP ? c_end - c0 : STEP);
-    const int span = T == T_Q4_0 || T == T_Q8_0 ? SPAN / STEP * in_step : SPAN;
-    const int64_t off = mmq_offset<T>(c0);
-    if (c0 != c_begin) __syncthreads(); /* the last step's tiles are read */
-    /* the rows (past M: the last row again, never stored); a short last step of q4_0 / q8_0
-       (18 or 34 bytes a chunk) may need a narrower unit */
-    const int al = span % align == 0 ? align : span % 4 == 0 && align >= 4 ? 4 : 2;
-    const int units = span / al;
-    for (int v = threadIdx.x; v < MMQ_BLOCK_ROWS * units; v += blockDim.x) {
-      const int r = v / units, q = v % units;
-      const int64_t m = mb + r < M ? mb + r : M - 1;
-      const char *src = w + m * wnb1 + off;
-      unsigned char *dst = s_w + r * STRIDE;
-      if (al == 16)
-        reinterpret_cast<uint4 *>(dst)[q] = __ldg(reinterpret_cast<const uint4 *>(src) + q);
-      else if (al == 4)
-        reinterpret_cast<uint32_t *>(dst)[q] = __ldg(reinterpret_cast<const uint32_t *>(src) + q);
-      else
-        reinterpret_cast<uint16_t *>(dst)[q] = __ldg(reinterpret_cast<const uint16_t *>(src) + q);
-    }
-    for (int v = threadIdx.x; v < cols * in_step * 2; v += blockDim.x) {
-      const int j = v / (in_step * 2), h = v % (in_step * 2) / 2, half = v % 2;
-      *reinterpret_cast<uint4 *>(s_codes + (h * BN + j) * 32 + 16 * half) =
-          __ldg(reinterpret_cast<const uint4 *>(xq + ((k0 + j) * nc + c0 + h) * 32) + half);
-    }
-    for (int v = threadIdx.x; v < in_step * cols / 2; v += blockDim.x) {
-      const int h = v / (cols / 2), j2 = v % (cols / 2);
-      *reinterpret_cast<float4 *>(s_ds + h * BN + 2 * j2) =
-          __ldg(reinterpret_cast<const float4 *>(xds + (c0 + h) * ldc + k0) + j2);
-    }
+  stage(0, c_begin);
+  cp_async_commit();
+  int buf = 0;
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += STEP, buf ^= 1) {
+    if (c0 + STEP < c_end) stage(buf ^ 1, c0 + STEP);
+    cp_async_commit(); /* possibly empty: wait_prior then always means this step's group */
+    cp_async_wait_prior();
     __syncthreads();
+    const unsigned char *s_w = s_dyn + buf * STAGE;
+    const int8_t *s_codes = reinterpret_cast<const int8_t *>(s_w + MMQ_BLOCK_ROWS * STRIDE);
+    const float2 *s_ds = reinterpret_cast<const float2 *>(s_codes + STEP * BN * 32);
+    const int ra = (int)((uintptr_t)mmq_src<T>(w, wnb1, ma, c0) & 15);
+    const int rc = (int)((uintptr_t)mmq_src<T>(w, wnb1, mc, c0) & 15);
+    const unsigned char *sa = s_w + (warp * MMQ_ROWS + g) * STRIDE + ra;
+    const unsigned char *sb = s_w + (warp * MMQ_ROWS + g + 8) * STRIDE + rc;
+    const int in_step = (int)(c_end - c0 < STEP ? c_end - c0 : STEP);
     for (int h = 0; h < in_step; h++) {
       struct mmq_part pa, pb;
-      mmq_part_of<T>(sa, h, t, 1, &pa);
-      mmq_part_of<T>(sb, h, t, 1, &pb);
+      mmq_part_of<T>(sa, h, t, ra % 4 == 0, &pa);
+      mmq_part_of<T>(sb, h, t, rc % 4 == 0, &pb);
 #pragma unroll
       for (int j = 0; j < NTILE; j++) {
         if (j * MMQ_COLS >= n) break; /* uniform */
@@ -665,6 +694,7 @@ k_mmq(const char *w, int64_t wnb1, int64_t wnb2, int64_t K, int64_t M, int align
         acc[j][3] += mmq_scaled<T>(&pb, lo[3], hi[3], ds.z, (int)ds.w);
       }
     }
+    __syncthreads(); /* the stage is read before the next step's copies refill it */
   }
   const int64_t dnb0 = part ? 4 : io.dnb0;
 #pragma unroll
@@ -699,12 +729,6 @@ static int mmq_k_parts(int64_t nc, int64_t blocks, int n_sm) {
   return ks;
 }
 
-/* The widest copy unit (16, 4 or 2 bytes) every row's staged span (mmq_span) allows. */
-static int mmq_align(const char *w, int64_t wnb1, int64_t wnb2, int64_t span) {
-  const int64_t a = (int64_t)(uintptr_t)w | wnb1 | wnb2 | span;
-  return a % 16 == 0 ? 16 : a % 4 == 0 ? 4 : 2;
-}
-
 /* Coded x's bytes for ncols columns (padded to whole n tiles): codes, then the scales. */
 static int64_t mmq_ldc(int64_t ncols) { return (ncols + MMQ_COLS - 1) / MMQ_COLS * MMQ_COLS; }
 static size_t mmq_x_bytes(int64_t K, int64_t ncols) {
@@ -734,9 +758,8 @@ static int mmq_launch_t(cu_stream s, dim3 grid, const char *w, int64_t wnb1, int
     if (e != cudaSuccess) return (int)e;
     allowed = true;
   }
-  k_mmq<T, NTILE><<<grid, 32 * MMQ_WARPS, smem, s>>>(w, wnb1, wnb2, K, M,
-                                                    mmq_align(w, wnb1, wnb2, mmq_span<T>()), csz,
-                                                    xq, xds, ldc, io, part);
+  k_mmq<T, NTILE><<<grid, 32 * MMQ_WARPS, smem, s>>>(w, wnb1, wnb2, K, M, csz, xq, xds, ldc, io,
+                                                    part);
   return (int)cudaGetLastError();
 }
 

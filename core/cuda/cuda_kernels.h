@@ -80,7 +80,9 @@ int cu_gemv_x8(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w,
 int cu_mat_mul_id_x8(cu_stream s, void *scratch, const struct cu_t *dst, const struct cu_t *w,
                      const struct cu_t *x, const struct cu_t *ids);
 /* The same products on integer tensor cores (mmq.cuh) for any column count (the
-** backend takes it up to CU_MMQ_MAX_N); n_sm: the device's multiprocessors. */
+** backend takes it from CU_MMQ_MIN_N to CU_MMQ_MAX_N columns: below, the gemv reads each
+** weight once in less time); n_sm: the device's multiprocessors. */
+#define CU_MMQ_MIN_N 2
 #define CU_MMQ_MAX_N 64
 size_t cu_mmq_scratch(int64_t K, int64_t M, int64_t N); /* bytes of scratch (16-byte aligned) */
 int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w, int32_t type,

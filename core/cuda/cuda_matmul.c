@@ -2,14 +2,14 @@
 ** mat_mul and mat_mul_id on the GPU.
 **
 ** One product y[M,N] = W[K,M]^T x[K,N] goes one of three ways:
-**   N <= CU_GEMV_MAX_N (decode, short verify batches): cu_gemv reads the
+**   CU_MMQ_MIN_N <= N <= CU_MMQ_MAX_N with backend.gemv q8 (the default) and
+**     q4_0, q8_0, q4_K or q6_K weights (several streams' decode steps, verify
+**     batches): integer tensor cores on x coded to 8 bits (cu_mmq), the
+**     weights read once for every column;
+**   else N <= CU_GEMV_MAX_N (decode, short verify batches): cu_gemv reads the
 **     weights in their own type and dots in f32 against f32 x, so decode
-**     matches the cpu backend to f32 rounding; with backend.gemv q8 (the
-**     default) q4_0, q8_0, q4_K and q6_K weights dot with x coded to 8 bits
-**     (cu_gemv_x8);
-**   N <= CU_MMQ_MAX_N with backend.gemv q8, those four types (several streams'
-**     decode steps, verify batches): integer tensor cores on the same codes
-**     (cu_mmq), the weights read once for every column;
+**     matches the cpu backend to f32 rounding; with backend.gemv q8 those four
+**     types dot with the same 8-bit codes (cu_gemv_x8);
 **   larger N: cuBLAS with f32 accumulation. f32 weights: SGEMM on f32 x.
 **     f16 / bf16 weights: read in place, x rounded to f16 / bf16. Block types:
 **     dequantized to f16 a tile of rows at a time (TILE_ELEMS values), x
@@ -116,9 +116,9 @@ static tsr_status product_packed(struct cu_ctx *c, float *y, int64_t ldy, const 
   return TSR_OK;
 }
 
-/* Whether a product of N > CU_GEMV_MAX_N columns runs on cu_mmq. */
+/* Whether a product of N columns runs on cu_mmq. */
 static bool takes_mmq(const struct cu_ctx *c, int32_t type, int64_t K, int64_t N) {
-  return c->gemv_x8 && N <= CU_MMQ_MAX_N && cu_gemv_x8_supports(type, K);
+  return c->gemv_x8 && N >= CU_MMQ_MIN_N && N <= CU_MMQ_MAX_N && cu_gemv_x8_supports(type, K);
 }
 
 /* Whether mat_mul_id of np > MMID_DIRECT_PAIRS pairs runs on cu_mmq_id: x's slots packed
@@ -137,6 +137,13 @@ static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w
   const void *xp = NULL;
   int64_t ldx = 0;
   tsr_status st;
+  if (takes_mmq(c, type, K, N)) {
+    void *codes;
+    if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
+    if ((st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_scratch(K, M, N), &codes)) != TSR_OK) return st;
+    CU_LAUNCH(cu_mmq((cu_stream)c->stream, codes, y, ldy, w, type, K, M, wnb1, xp, ldx, N, c->n_sm));
+    return TSR_OK;
+  }
   if (N <= CU_GEMV_MAX_N) {
     if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
     if (c->gemv_x8 && cu_gemv_x8_supports(type, K)) {
@@ -147,13 +154,6 @@ static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w
       return TSR_OK;
     }
     CU_LAUNCH(cu_gemv((cu_stream)c->stream, y, ldy, w, type, K, M, wnb1, xp, ldx, N));
-    return TSR_OK;
-  }
-  if (takes_mmq(c, type, K, N)) {
-    void *codes;
-    if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
-    if ((st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_scratch(K, M, N), &codes)) != TSR_OK) return st;
-    CU_LAUNCH(cu_mmq((cu_stream)c->stream, codes, y, ldy, w, type, K, M, wnb1, xp, ldx, N, c->n_sm));
     return TSR_OK;
   }
   if ((st = x_packed(c, x_kind(c, type, wnb1), x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK)

@@ -210,12 +210,14 @@ int main(int argc, char **argv) {
   const int64_t step[][2] = {{4096, 1024}, {4096, 4096}, {4096, 12288}, {12288, 4096}, {4096, 151936}};
   for (int t = 2; t < 4; t++) /* q4_0, q4_K */
     for (size_t i = 0; i < sizeof step / sizeof *step; i++) bench_matmul(be, types[t], step[i][0], step[i][1], 1);
-  /* several streams' decode step (the q8 gemv to 16 columns, the integer mma above: 16
-     against 17 shows where one overtakes the other) */
-  static const int64_t cols[] = {4, 8, 16, 17, 32, 64};
+  /* several streams' decode step (the q8 gemv below CU_MMQ_MIN_N columns, the integer mma
+     from there: builds with other crossovers compare the two at the same width), q6_K as
+     the down products of q4_K_M files */
+  static const int64_t cols[] = {2, 4, 8, 16, 17, 32, 64};
   for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
     bench_matmul(be, TSR_Q4_K, 4096, 4096, cols[i]);
     bench_matmul(be, TSR_Q4_K, 4096, 12288, cols[i]);
+    bench_matmul(be, TSR_Q6_K, 12288, 4096, cols[i]);
   }
   /* Qwen3-30B-A3B's experts (128, 8 a token, 2048 -> 768): prefill and 32 streams' step */
   for (int64_t tokens = 32; tokens <= 512; tokens *= 16) {

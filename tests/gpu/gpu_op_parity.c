@@ -291,8 +291,9 @@ static double product_tol(enum tsr_dtype w, int n) {
   return w == TSR_F32 ? 1e-5 : w == TSR_BF16 ? 1e-2 : 4e-3;
 }
 
-/* mat_mul: weight type x column count (gemv at n <= 16; the integer mma to 64 for the
-** q8 path's types, one to eight tiles of 8 columns, the last one partial; GEMM above). */
+/* mat_mul: weight type x column count (the q8 path's types: the gemv below CU_MMQ_MIN_N
+** columns, the integer mma from there to 64, one to eight tiles of 8 columns, the last one
+** partial; other types: the gemv to 16; GEMM above). */
 static const int k_cols[] = {1, 3, 16, 17, 40, 64, 70};
 #define N_COLS 7
 static void c_mat_mul(struct pc *p, int phase) {

@@ -84,7 +84,8 @@ int cu_mat_mul_id_x8(cu_stream s, void *scratch, const struct cu_t *dst, const s
 ** weight once in less time); n_sm: the device's multiprocessors. */
 #define CU_MMQ_MIN_N 2
 #define CU_MMQ_MAX_N 64
-size_t cu_mmq_scratch(int64_t K, int64_t M, int64_t N); /* bytes of scratch (16-byte aligned) */
+/* bytes of scratch (16-byte aligned): x's codes, and partial sums where K is split */
+size_t cu_mmq_scratch(int64_t K, int64_t M, int64_t N, int n_sm);
 int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w, int32_t type,
            int64_t K, int64_t M, int64_t wnb1, const float *x, int64_t ldx, int64_t N, int n_sm);
 /* mat_mul_id of any number of pairs on them, nothing read back to the host: the pairs

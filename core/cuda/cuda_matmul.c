@@ -140,7 +140,7 @@ static tsr_status product(struct cu_ctx *c, float *y, int64_t ldy, const char *w
   if (takes_mmq(c, type, K, N)) {
     void *codes;
     if ((st = x_packed(c, 0, x, xnb0, xnb1, K, N, &xp, &ldx)) != TSR_OK) return st;
-    if ((st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_scratch(K, M, N), &codes)) != TSR_OK) return st;
+    if ((st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_scratch(K, M, N, c->n_sm), &codes)) != TSR_OK) return st;
     CU_LAUNCH(cu_mmq((cu_stream)c->stream, codes, y, ldy, w, type, K, M, wnb1, xp, ldx, N, c->n_sm));
     return TSR_OK;
   }

@@ -721,12 +721,23 @@ static int mmq_tiles_for(int64_t cols) {
   return cols <= 8 ? 1 : cols <= 16 ? 2 : cols <= 32 ? 4 : 8;
 }
 
-/* K split over blocks (dense products): the fewest parts (1, 2, 4, 8) that make two blocks
-** for every multiprocessor, each part two steps at least. */
-static int mmq_k_parts(int64_t nc, int64_t blocks, int n_sm) {
+/* How a dense product of N columns cuts K over blocks: the fewest parts (1, 2, 4, 8) that
+** make two blocks for every multiprocessor, each part two steps at least and whole
+** superblocks (csz chunks a part). Only products of few row blocks split, so the partial
+** sums' scratch (parts x M x N floats) stays small. */
+struct mmq_split {
+  int64_t csz;
+  int parts;
+};
+static struct mmq_split mmq_split_k(int64_t K, int64_t M, int64_t N, int n_sm) {
+  const int64_t nc = K / 32, row_blocks = (M + MMQ_BLOCK_ROWS - 1) / MMQ_BLOCK_ROWS;
+  const int64_t bn = mmq_tiles_for(N) * MMQ_COLS, blocks = row_blocks * ((N + bn - 1) / bn);
   int ks = 1;
   while (ks < 8 && blocks * ks < 2 * (int64_t)n_sm && nc / (2 * ks) >= 16) ks *= 2;
-  return ks;
+  struct mmq_split s;
+  s.csz = ((nc + ks - 1) / ks + 7) / 8 * 8;
+  s.parts = (int)((nc + s.csz - 1) / s.csz);
+  return s;
 }
 
 /* Coded x's bytes for ncols columns (padded to whole n tiles): codes, then the scales. */
@@ -782,9 +793,11 @@ static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const ch
   return (int)cudaErrorInvalidValue;
 }
 
-/* Scratch: coded x, then the split-K partial sums (up to 8 parts of N x M). */
-extern "C" size_t cu_mmq_scratch(int64_t K, int64_t M, int64_t N) {
-  return (mmq_x_bytes(K, N) + 15) / 16 * 16 + (size_t)(8 * M * N) * sizeof(float);
+/* Scratch: coded x, then the split-K partial sums (mmq_split_k). */
+extern "C" size_t cu_mmq_scratch(int64_t K, int64_t M, int64_t N, int n_sm) {
+  const struct mmq_split sk = mmq_split_k(K, M, N, n_sm);
+  return (mmq_x_bytes(K, N) + 15) / 16 * 16 +
+         (sk.parts > 1 ? (size_t)(sk.parts * M * N) * sizeof(float) : 0);
 }
 
 extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w,
@@ -797,20 +810,17 @@ extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const c
   int8_t *xq;
   float2 *xds;
   mmq_code_x(s, scratch, x, ldx, K, N, NULL, 1, 1, &xq, &xds);
-  const int64_t nc = K / 32, row_blocks = (M + MMQ_BLOCK_ROWS - 1) / MMQ_BLOCK_ROWS;
-  const int ks = mmq_k_parts(nc, row_blocks * ycols, n_sm);
-  /* each part whole superblocks (8 chunks) */
-  const int64_t csz = ((nc + ks - 1) / ks + 7) / 8 * 8;
-  float *part = ks > 1 ? reinterpret_cast<float *>(static_cast<char *>(scratch) +
-                                                   (mmq_x_bytes(K, N) + 15) / 16 * 16)
-                       : NULL;
+  const int64_t row_blocks = (M + MMQ_BLOCK_ROWS - 1) / MMQ_BLOCK_ROWS;
+  const struct mmq_split sk = mmq_split_k(K, M, N, n_sm);
+  float *part = sk.parts > 1 ? reinterpret_cast<float *>(static_cast<char *>(scratch) +
+                                                         (mmq_x_bytes(K, N) + 15) / 16 * 16)
+                             : NULL;
   struct mmq_io io = {};
   io.y = y, io.ldy = ldy, io.N = N, io.dnb0 = 4;
-  const int e = mmq_launch(s, type, ntiles,
-                           dim3((unsigned)row_blocks, (unsigned)ycols, (unsigned)((nc + csz - 1) / csz)),
-                           w, wnb1, 0, K, M, csz, xq, xds, mmq_ldc(N), io, part);
+  const int e = mmq_launch(s, type, ntiles, dim3((unsigned)row_blocks, (unsigned)ycols, (unsigned)sk.parts),
+                           w, wnb1, 0, K, M, sk.csz, xq, xds, mmq_ldc(N), io, part);
   if (e || !part) return e;
-  k_mmq_reduce<<<grid_for(M * N), NT, 0, s>>>(y, ldy, part, M, N, (int)((nc + csz - 1) / csz));
+  k_mmq_reduce<<<grid_for(M * N), NT, 0, s>>>(y, ldy, part, M, N, sk.parts);
   return (int)cudaGetLastError();
 }
 

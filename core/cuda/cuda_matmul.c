@@ -118,7 +118,8 @@ static tsr_status product_packed(struct cu_ctx *c, float *y, int64_t ldy, const 
 
 /* Whether a product of N columns runs on cu_mmq. */
 static bool takes_mmq(const struct cu_ctx *c, int32_t type, int64_t K, int64_t N) {
-  return c->gemv_x8 && N >= CU_MMQ_MIN_N && N <= CU_MMQ_MAX_N && cu_gemv_x8_supports(type, K);
+  return c->gemv_x8 && N >= CU_MMQ_MIN_N && N <= CU_MMQ_MAX_N && K >= 32 &&
+         cu_gemv_x8_supports(type, K);
 }
 
 /* Whether mat_mul_id of np > MMID_DIRECT_PAIRS pairs runs on cu_mmq_id: x's slots packed

@@ -5,11 +5,10 @@
 **     row (block types: per two rows, a lane per 8 weights), dequantizing as
 **     it reads and dotting in f32 against f32 x;
 **   - by default (TESSERA_CUDA_GEMV=f32 turns it off), for q4_0, q8_0, q4_K and q6_K:
-**     cu_gemv_x8, x coded to 8 bits per 32 values once per product, a lane per
-**     32-weight chunk, integer dots (dp4a);
-**   - up to CU_MMQ_MAX_N columns, and expert products grouped by expert on the device,
-**     for the same four types: cu_mmq / cu_mmq_id, integer mma on x coded the same way
-**     (mmq.cuh);
+**     one column (and expert products of few pairs): cu_gemv_x8, x coded to 8 bits per
+**     32 values once per product, a lane per 32-weight chunk, integer dots (dp4a);
+**     CU_MMQ_MIN_N to CU_MMQ_MAX_N columns, and expert products grouped by expert on the
+**     device: cu_mmq / cu_mmq_id, integer mma on x coded the same way (mmq.cuh);
 **   - more columns: weights dequantized into f16 tiles (cu_dequant_rows) and
 **     x packed to f16 (cu_pack_x), multiplied by cuBLAS with f32 accumulation.
 ** The weight type is a template parameter (one instantiation per type), the
@@ -577,8 +576,9 @@ __device__ static inline void cp_async16(void *dst, const void *src, int valid) 
 __device__ static inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ static inline void cp_async_wait_prior() { asm volatile("cp.async.wait_group 1;\n" ::); }
 
-/* Where row m's span for the step at chunk c0 starts, and its offset within its 16-byte
-** window (the window is what is staged: rows of a k-quant are 2-byte aligned at best). */
+/* Where row m's span for the step at chunk c0 starts. What is staged is the 16-byte windows
+** covering it (rows of a k-quant are 2-byte aligned at best): the span sits at its address
+** mod 16 in the staged row. */
 template <int T>
 __device__ static inline const char *mmq_src(const char *w, int64_t wnb1, int64_t m, int64_t c0) {
   return w + m * wnb1 + mmq_offset<T>(c0);
@@ -722,7 +722,7 @@ static int mmq_tiles_for(int64_t cols) {
 }
 
 /* How a dense product of N columns cuts K over blocks: the fewest parts (1, 2, 4, 8) that
-** make two blocks for every multiprocessor, each part two steps at least and whole
+** make two blocks for every multiprocessor, each part (but the last) two steps at least and whole
 ** superblocks (csz chunks a part). Only products of few row blocks split, so the partial
 ** sums' scratch (parts x M x N floats) stays small. */
 struct mmq_split {
@@ -795,6 +795,7 @@ static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const ch
 
 /* Scratch: coded x, then the split-K partial sums (mmq_split_k). */
 extern "C" size_t cu_mmq_scratch(int64_t K, int64_t M, int64_t N, int n_sm) {
+  if (K < 32) return 0; /* cu_mmq refuses it */
   const struct mmq_split sk = mmq_split_k(K, M, N, n_sm);
   return (mmq_x_bytes(K, N) + 15) / 16 * 16 +
          (sk.parts > 1 ? (size_t)(sk.parts * M * N) * sizeof(float) : 0);
@@ -805,7 +806,8 @@ extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const c
                       int64_t ldx, int64_t N, int n_sm) {
   const int ntiles = mmq_tiles_for(N);
   const int64_t ycols = (N + ntiles * MMQ_COLS - 1) / (ntiles * MMQ_COLS);
-  if (N < 1 || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16 || ycols > 65535)
+  if (N < 1 || K < 32 || M < 1 || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16 ||
+      ycols > 65535)
     return (int)cudaErrorInvalidValue;
   int8_t *xq;
   float2 *xds;
@@ -817,8 +819,9 @@ extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const c
                              : NULL;
   struct mmq_io io = {};
   io.y = y, io.ldy = ldy, io.N = N, io.dnb0 = 4;
-  const int e = mmq_launch(s, type, ntiles, dim3((unsigned)row_blocks, (unsigned)ycols, (unsigned)sk.parts),
-                           w, wnb1, 0, K, M, sk.csz, xq, xds, mmq_ldc(N), io, part);
+  const dim3 grid((unsigned)row_blocks, (unsigned)ycols, (unsigned)sk.parts);
+  const int e = mmq_launch(s, type, ntiles, grid, w, wnb1, 0, K, M, sk.csz, xq, xds, mmq_ldc(N),
+                           io, part);
   if (e || !part) return e;
   k_mmq_reduce<<<grid_for(M * N), NT, 0, s>>>(y, ldy, part, M, N, sk.parts);
   return (int)cudaGetLastError();
@@ -881,7 +884,8 @@ static void mmq_id_shape(int64_t np, int64_t E, int *ntiles, int64_t *max_tiles,
 extern "C" int cu_mmq_id_supports(int32_t type, int64_t K, int64_t E, int64_t np) {
   int ntiles;
   int64_t max_tiles, cols;
-  if (!cu_gemv_x8_supports(type, K) || E < 1 || E > CU_MMQ_MAX_EXPERTS || np < 1) return 0;
+  if (K < 32 || !cu_gemv_x8_supports(type, K) || E < 1 || E > CU_MMQ_MAX_EXPERTS || np < 1)
+    return 0;
   mmq_id_shape(np, E, &ntiles, &max_tiles, &cols);
   return max_tiles <= 65535 && cols < INT32_MAX;
 }

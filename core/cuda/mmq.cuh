@@ -1,5 +1,5 @@
 /*
-** Quantized products on integer tensor cores (kernels_mmq.cu): the weights in their own
+** Quantized products on integer tensor cores (kernels_matmul.cu): the weights in their own
 ** block type, x coded to 8 bits per 32 values (x8_block, as the q8 gemv codes it), each
 ** 32-weight chunk of 16 rows against 8 columns one mma.sync (m16n8k32 .s8, int32 sums;
 ** q6_K, whose chunk has two scales, two m16n8k16), then the chunk's scales in f32 exactly
@@ -36,7 +36,7 @@ CU_HD static inline uint32_t mmq_ld(const uint8_t *p, int wide) {
 }
 
 /* Lane t's part of chunk c (weights 32c .. 32c+31) of a row of type T (x8_supported);
-** wide: q4_K rows are 4-byte aligned (one load a word, else two). */
+** wide: a q4_K row starts 4-byte aligned (one load a word, else two). */
 template <int T>
 CU_HD static inline void mmq_part_of(const uint8_t *row, int64_t c, int t, int wide,
                                      struct mmq_part *p) {

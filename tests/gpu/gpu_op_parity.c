@@ -312,9 +312,9 @@ static void c_mat_mul(struct pc *p, int phase) {
   }
 }
 
-/* Products with long rows: the q8 gemv and the integer mma split a row over one, two or
-** four warps by its length (1536 and 4608 weights: two and four; 24 columns take the
-** mma), the f32 gemv strides it. */
+/* Products with long rows: the q8 gemv splits a row over one, two or four warps by its
+** length (1536 and 4608 weights: two and four), the integer mma (5 and 24 columns) over
+** blocks (split K), the f32 gemv strides it. */
 static void c_mat_mul_long(struct pc *p, int phase) {
   static const enum tsr_dtype w_t[] = {TSR_Q4_0, TSR_Q8_0, TSR_Q4_K, TSR_Q6_K};
   static const int n_cols[] = {1, 5, 24};

@@ -1,11 +1,15 @@
-/* Graph builder, views, liveness planner and thread pool. */
+/* Graph builder, views, liveness planner, thread pool, and the slot sum plugins build. */
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
+#include "abi/plugin_host.h"
 #include "graph/backend.h"
 #include "cpu/threadpool.h"
 #include "graph/graph.h"
 #include "harness.h"
+#include "op_test_util.h"
+#include "tessera/plugin/graph.h"
 
 static void test_views_share_bytes_without_copy(void) {
   struct tsr_graph *g = tsr_graph_new(64);
@@ -154,6 +158,39 @@ struct pool_job {
 
 static struct tsr_threadpool *g_pool;
 
+/* tsr_graph_sum_slots (tessera/plugin/graph.h) against adding the slots one by one: every
+** slot count from 1 to 9 (odd counts carry a slot to the end), through the host's graph
+** builders as a plugin calls them. */
+static void test_sum_slots_adds_every_slot(void) {
+  const struct tsr_host_graph *gr = tsr_plugin_host_services()->graph;
+  const int64_t a = 5, n = 3;
+  for (int64_t k = 1; k <= 9; k++) {
+    struct tsr_test_graph tg;
+    tsr_test_graph_init(&tg, 128);
+    struct tsr_tensor *t = tsr_new_tensor_3d(tg.g, TSR_F32, a, k, n);
+    struct tsr_tensor *y = tsr_graph_sum_slots(gr, tg.g, t);
+    CHECK_MSG(y != NULL, "k %lld: %s", (long long)k, tsr_error_message());
+    if (!y) {
+      tsr_test_graph_free(&tg);
+      continue;
+    }
+    tsr_graph_mark_output(y);
+    CHECK(y->ne[0] == a && y->ne[1] == n && y->ne[2] == 1);
+    CHECK_OK(tsr_test_graph_alloc(&tg));
+    tsr_test_fill_normal(t, 1.0f);
+    CHECK_OK(tsr_test_graph_run(&tg, 2));
+    for (int64_t j = 0; j < n; j++)
+      for (int64_t i = 0; i < a; i++) {
+        double want = 0.0;
+        for (int64_t s = 0; s < k; s++) want += tsr_test_get(t, i, s, j, 0);
+        const double got = tsr_test_get(y, i, j, 0, 0);
+        CHECK_MSG(fabs(got - want) <= 1e-5 * (1.0 + fabs(want)), "k %lld [%lld,%lld]: %g, want %g",
+                  (long long)k, (long long)i, (long long)j, got, want);
+      }
+    tsr_test_graph_free(&tg);
+  }
+}
+
 static void pool_fn(void *arg, int ith, int nth) {
   struct pool_job *j = arg;
   for (int phase = 0; phase < 4; phase++) {
@@ -188,5 +225,6 @@ int main(void) {
   TSR_RUN(test_backend_refuses_unbound_graph);
   TSR_RUN(test_backend_refuses_unsupported_weight_type);
   TSR_RUN(test_threadpool_barrier_orders_phases);
+  TSR_RUN(test_sum_slots_adds_every_slot);
   return TSR_TEST_EXIT();
 }

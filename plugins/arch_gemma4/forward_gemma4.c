@@ -249,17 +249,7 @@ static struct tsr_tensor *moe_block(const struct tsr_host *h, struct tsr_arch_fo
   struct tsr_tensor *down = h->graph->mat_mul_id(
       g, gemma_layer_weight(h, fw, il, "ffn_down_exps.weight"), act, ids); /* [H,k,n] */
   struct tsr_tensor *weighted = h->graph->mul(g, down, w);
-  if (!weighted) return NULL;
-  struct tsr_tensor_info info;
-  h->graph->tensor_info(weighted, &info);
-  struct tsr_tensor *sum = NULL;
-  for (int64_t j = 0; j < k; j++) {
-    struct tsr_tensor *slice =
-        h->graph->view(g, weighted, 2, (int64_t[]){H, n}, (size_t[]){info.nb[0], info.nb[2]},
-                       (size_t)j * info.nb[1]);
-    sum = sum ? h->graph->add(g, sum, slice) : h->graph->cont(g, slice);
-  }
-  return sum;
+  return weighted ? tsr_graph_sum_slots(h->graph, g, weighted) : NULL; /* over the k experts */
 }
 
 /* Per-layer inputs (E2B/E4B), [P, L, n]:

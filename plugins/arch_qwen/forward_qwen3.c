@@ -177,18 +177,7 @@ struct tsr_tensor *tsr_qwen_moe_block(const struct tsr_host *h, struct tsr_arch_
   struct tsr_tensor *act = h->graph->glu(g, gate, up, 0 /* swiglu */, false); /* [ff, k, n] */
   struct tsr_tensor *down = h->graph->mat_mul_id(g, down_exps, act, ids);     /* [embd, k, n] */
   struct tsr_tensor *weighted = h->graph->mul(g, down, chosen);
-  if (!weighted) return NULL;
-  /* sum over the k experts: k strided views added together */
-  struct tsr_tensor_info info;
-  h->graph->tensor_info(weighted, &info);
-  struct tsr_tensor *sum = NULL;
-  for (int64_t j = 0; j < k; j++) {
-    struct tsr_tensor *slice =
-        h->graph->view(g, weighted, 2, (int64_t[]){moe->n_embd, n},
-                       (size_t[]){info.nb[0], info.nb[2]}, (size_t)j * info.nb[1]);
-    sum = sum ? h->graph->add(g, sum, slice) : h->graph->cont(g, slice);
-  }
-  return sum;
+  return weighted ? tsr_graph_sum_slots(h->graph, g, weighted) : NULL; /* over the k experts */
 }
 
 tsr_status tsr_qwen_build(void *ctx, const struct tsr_host *h, struct tsr_arch_forward *fw) {

@@ -97,6 +97,34 @@ struct tsr_host_graph {
   struct tsr_tensor *(*decode_counters)(struct tsr_graph *g, const struct tsr_decode_params *p);
 };
 
+/* t [a, k, n] summed over its dim 1 into [a, n] (a mixture's k expert outputs of each
+** token): halves of the slots added until one is left, ceil(log2 k) adds of strided views
+** (and one more for each odd count on the way), where adding one slot at a time took k
+** nodes. NULL with the graph's error when a builder fails. */
+static inline struct tsr_tensor *tsr_graph_sum_slots(const struct tsr_host_graph *gr,
+                                                     struct tsr_graph *g, struct tsr_tensor *t) {
+  struct tsr_tensor_info info;
+  gr->tensor_info(t, &info);
+  const int64_t a = info.ne[0], n = info.ne[2], out_ne[2] = {a, n};
+  struct tsr_tensor *cur = t, *carried = NULL;
+  for (int64_t k = info.ne[1]; k > 1 && cur;) {
+    gr->tensor_info(cur, &info);
+    const int64_t h = k / 2, half_ne[3] = {a, h, n}, one_ne[3] = {a, 1, n};
+    const size_t nb[3] = {info.nb[0], info.nb[1], info.nb[2]};
+    struct tsr_tensor *lo = gr->view(g, cur, 3, half_ne, nb, 0);
+    struct tsr_tensor *hi = gr->view(g, cur, 3, half_ne, nb, (size_t)h * nb[1]);
+    if (k % 2) { /* the last slot waits for the end */
+      struct tsr_tensor *last = gr->view(g, cur, 3, one_ne, nb, (size_t)(k - 1) * nb[1]);
+      carried = carried ? gr->add(g, carried, last) : gr->cont(g, last);
+    }
+    cur = lo && hi ? gr->add(g, lo, hi) : NULL;
+    k = h;
+  }
+  if (cur && carried) cur = gr->add(g, cur, carried);
+  if (cur == t) cur = gr->cont(g, t);
+  return cur ? gr->reshape(g, cur, 2, out_ne) : NULL;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -69,7 +69,8 @@ int cu_pack_x(cu_stream s, void *out, int to, const char *x, int64_t nb0, int64_
 int cu_gemv(cu_stream s, float *y, int64_t ldy, const char *w, int32_t type, int64_t K, int64_t M,
             int64_t wnb1, const float *x, int64_t ldx, int64_t N);
 /* The same product with x coded to 8 bits per 32 values (tessera/cuda_quant.cuh,
-** x8_block) and integer dots, for the weight types cu_gemv_x8_supports; scratch:
+** x8_block) and integer dots, for the weight types and row lengths (whole chunks, one at
+** least) cu_gemv_x8_supports; scratch:
 ** cu_gemv_x8_scratch(K, N) bytes, 16-byte aligned, for the codes. */
 int cu_gemv_x8_supports(int32_t type, int64_t K);
 size_t cu_gemv_x8_scratch(int64_t K, int64_t N);
@@ -95,7 +96,7 @@ int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w, int
 int cu_mmq_id_supports(int32_t type, int64_t K, int64_t E, int64_t np);
 size_t cu_mmq_id_scratch(int64_t K, int64_t np, int64_t E);
 int cu_mmq_id(cu_stream s, void *scratch, const struct cu_t *dst, const struct cu_t *w,
-              const struct cu_t *x, const struct cu_t *ids, int n_sm);
+              const struct cu_t *x, const struct cu_t *ids);
 /* mat_mul_id for few pairs: every (row, pair) reads its expert id on the device. */
 int cu_mat_mul_id_direct(cu_stream s, const struct cu_t *dst, const struct cu_t *w,
                          const struct cu_t *x, const struct cu_t *ids);

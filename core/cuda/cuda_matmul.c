@@ -118,8 +118,7 @@ static tsr_status product_packed(struct cu_ctx *c, float *y, int64_t ldy, const 
 
 /* Whether a product of N columns runs on cu_mmq. */
 static bool takes_mmq(const struct cu_ctx *c, int32_t type, int64_t K, int64_t N) {
-  return c->gemv_x8 && N >= CU_MMQ_MIN_N && N <= CU_MMQ_MAX_N && K >= 32 &&
-         cu_gemv_x8_supports(type, K);
+  return c->gemv_x8 && N >= CU_MMQ_MIN_N && N <= CU_MMQ_MAX_N && cu_gemv_x8_supports(type, K);
 }
 
 /* Whether mat_mul_id of np > MMID_DIRECT_PAIRS pairs runs on cu_mmq_id: x's slots packed
@@ -227,7 +226,7 @@ tsr_status tsr_cuda_mat_mul_id(struct cu_ctx *c, const struct cu_t *dst, const s
     tsr_status st = tsr_cuda_scratch(c, SCR_XQ, cu_mmq_id_scratch(w0->ne[0], np, E),
                                      &scratch);
     if (st != TSR_OK) return st;
-    CU_LAUNCH(cu_mmq_id((cu_stream)c->stream, scratch, dst, w0, x, ids, c->n_sm));
+    CU_LAUNCH(cu_mmq_id((cu_stream)c->stream, scratch, dst, w0, x, ids));
     return TSR_OK;
   }
   struct cu_t w;

@@ -381,7 +381,7 @@ static void code_x(cu_stream s, void *scratch, const float *x, int64_t ldx, int6
 }
 
 extern "C" int cu_gemv_x8_supports(int32_t type, int64_t K) {
-  return x8_supported(type) && K % 32 == 0;
+  return x8_supported(type) && K >= 32 && K % 32 == 0;
 }
 
 extern "C" size_t cu_gemv_x8_scratch(int64_t K, int64_t N) {
@@ -552,13 +552,13 @@ __device__ static inline void mma_k16(int c[4], int a0, int a1, int b0) {
 ** the 8 rows a fragment reads start in 8 different banks. */
 template <int T> __host__ __device__ constexpr int mmq_step() { return T == T_Q4_K || T == T_Q6_K ? 8 : 4; }
 template <int T> __host__ __device__ constexpr int mmq_span() {
-  return T == T_Q4_0 ? 18 * 4 : T == T_Q8_0 ? 34 * 4 : T == T_Q4_K ? 144 : 210;
+  return T == T_Q4_K || T == T_Q6_K ? cu_block_bytes(T) : cu_block_bytes(T) * mmq_step<T>();
 }
 template <int T> __host__ __device__ constexpr int mmq_stride() {
   return ((mmq_span<T>() + 15 + 15) / 16 | 1) * 16;
 }
 template <int T> __device__ static inline int64_t mmq_offset(int64_t c) {
-  return T == T_Q4_0 ? c * 18 : T == T_Q8_0 ? c * 34 : T == T_Q4_K ? c / 8 * 144 : c / 8 * 210;
+  return T == T_Q4_K || T == T_Q6_K ? c / 8 * cu_block_bytes(T) : c * cu_block_bytes(T);
 }
 /* Dynamic shared memory of one stage: the weight tile, x's codes [chunk][column][32], scales. */
 template <int T> static size_t mmq_stage_bytes(int bn) {
@@ -736,6 +736,7 @@ static struct mmq_split mmq_split_k(int64_t K, int64_t M, int64_t N, int n_sm) {
   while (ks < 8 && blocks * ks < 2 * (int64_t)n_sm && nc / (2 * ks) >= 16) ks *= 2;
   struct mmq_split s;
   s.csz = ((nc + ks - 1) / ks + 7) / 8 * 8;
+  if (s.csz < 8) s.csz = 8;
   s.parts = (int)((nc + s.csz - 1) / s.csz);
   return s;
 }
@@ -793,12 +794,12 @@ static int mmq_launch(cu_stream s, int32_t type, int ntiles, dim3 grid, const ch
   return (int)cudaErrorInvalidValue;
 }
 
-/* Scratch: coded x, then the split-K partial sums (mmq_split_k). */
+/* Scratch: coded x, then (from this offset) the split-K partial sums (mmq_split_k). */
+static size_t mmq_part_offset(int64_t K, int64_t N) { return (mmq_x_bytes(K, N) + 15) / 16 * 16; }
+
 extern "C" size_t cu_mmq_scratch(int64_t K, int64_t M, int64_t N, int n_sm) {
-  if (K < 32) return 0; /* cu_mmq refuses it */
   const struct mmq_split sk = mmq_split_k(K, M, N, n_sm);
-  return (mmq_x_bytes(K, N) + 15) / 16 * 16 +
-         (sk.parts > 1 ? (size_t)(sk.parts * M * N) * sizeof(float) : 0);
+  return mmq_part_offset(K, N) + (sk.parts > 1 ? (size_t)(sk.parts * M * N) * sizeof(float) : 0);
 }
 
 extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const char *w,
@@ -806,17 +807,16 @@ extern "C" int cu_mmq(cu_stream s, void *scratch, float *y, int64_t ldy, const c
                       int64_t ldx, int64_t N, int n_sm) {
   const int ntiles = mmq_tiles_for(N);
   const int64_t ycols = (N + ntiles * MMQ_COLS - 1) / (ntiles * MMQ_COLS);
-  if (N < 1 || K < 32 || M < 1 || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16 ||
-      ycols > 65535)
+  if (N < 1 || M < 1 || !cu_gemv_x8_supports(type, K) || (uintptr_t)scratch % 16 || ycols > 65535)
     return (int)cudaErrorInvalidValue;
   int8_t *xq;
   float2 *xds;
   mmq_code_x(s, scratch, x, ldx, K, N, NULL, 1, 1, &xq, &xds);
   const int64_t row_blocks = (M + MMQ_BLOCK_ROWS - 1) / MMQ_BLOCK_ROWS;
   const struct mmq_split sk = mmq_split_k(K, M, N, n_sm);
-  float *part = sk.parts > 1 ? reinterpret_cast<float *>(static_cast<char *>(scratch) +
-                                                         (mmq_x_bytes(K, N) + 15) / 16 * 16)
-                             : NULL;
+  float *part = sk.parts > 1
+                    ? reinterpret_cast<float *>(static_cast<char *>(scratch) + mmq_part_offset(K, N))
+                    : NULL;
   struct mmq_io io = {};
   io.y = y, io.ldy = ldy, io.N = N, io.dnb0 = 4;
   const dim3 grid((unsigned)row_blocks, (unsigned)ycols, (unsigned)sk.parts);
@@ -884,8 +884,7 @@ static void mmq_id_shape(int64_t np, int64_t E, int *ntiles, int64_t *max_tiles,
 extern "C" int cu_mmq_id_supports(int32_t type, int64_t K, int64_t E, int64_t np) {
   int ntiles;
   int64_t max_tiles, cols;
-  if (K < 32 || !cu_gemv_x8_supports(type, K) || E < 1 || E > CU_MMQ_MAX_EXPERTS || np < 1)
-    return 0;
+  if (!cu_gemv_x8_supports(type, K) || E < 1 || E > CU_MMQ_MAX_EXPERTS || np < 1) return 0;
   mmq_id_shape(np, E, &ntiles, &max_tiles, &cols);
   return max_tiles <= 65535 && cols < INT32_MAX;
 }
@@ -899,7 +898,7 @@ extern "C" size_t cu_mmq_id_scratch(int64_t K, int64_t np, int64_t E) {
 }
 
 extern "C" int cu_mmq_id(cu_stream s, void *scratch, const cu_t *dst, const cu_t *w, const cu_t *x,
-                         const cu_t *ids, int n_sm) {
+                         const cu_t *ids) {
   const int64_t K = w->ne[0], M = w->ne[1], E = w->ne[2], np = ids->ne[0] * ids->ne[1];
   if (!cu_mmq_id_supports(w->type, K, E, np) || x->nb[0] != 4 || x->nb[1] % 4 ||
       (x->ne[2] > 1 && x->nb[2] % 4) || (uintptr_t)scratch % 16)
@@ -919,7 +918,7 @@ extern "C" int cu_mmq_id(cu_stream s, void *scratch, const cu_t *dst, const cu_t
   float2 *xds;
   mmq_code_x(s, scratch, reinterpret_cast<const float *>(x->p), ldx, K, cols, list, ids->ne[0],
              x->ne[1], &xq, &xds);
-  (void)n_sm; /* the tiles fill the device: K is not split */
+  /* the tiles fill the device: K is not split */
   struct mmq_io io = {};
   io.tiles = tiles, io.list = list, io.nu = ids->ne[0];
   io.dp = dst->p, io.dnb0 = dst->nb[0], io.dnb1 = dst->nb[1], io.dnb2 = dst->nb[2];

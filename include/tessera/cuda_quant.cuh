@@ -66,7 +66,7 @@ enum {
   T_I32 = 26, T_BF16 = 30, T_Q6_0 = 1000,
 };
 
-CU_HD static inline int cu_block_size(int t) {
+CU_HD static inline constexpr int cu_block_size(int t) {
   switch (t) {
   case T_Q4_0: case T_Q4_1: case T_Q5_0: case T_Q5_1: case T_Q8_0: case T_Q6_0: return 32;
   case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_Q8_K: return 256;
@@ -74,7 +74,7 @@ CU_HD static inline int cu_block_size(int t) {
   }
 }
 
-CU_HD static inline int cu_block_bytes(int t) {
+CU_HD static inline constexpr int cu_block_bytes(int t) {
   switch (t) {
   case T_F32: case T_I32: return 4;
   case T_F16: case T_BF16: return 2;
